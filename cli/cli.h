@@ -1,0 +1,14 @@
+/* cli/cli.h: subcommands of the one `strata` binary. Each returns the process
+ * exit code (0 ok, 1 failure, 2 usage/config error); only main() exits. */
+#ifndef STRATA_CLI_H
+#define STRATA_CLI_H
+
+struct cli_command {
+    const char *name;                   /* "gguf", "tokenize", "run", "serve", ... */
+    const char *summary;                /* one line for `strata --help` */
+    int (*main)(int argc, char **argv); /* argv[0] is the subcommand name */
+};
+
+int cli_gguf_main(int argc, char **argv);
+
+#endif

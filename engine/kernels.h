@@ -1,0 +1,66 @@
+/* engine/kernels.h: dot products and matrix products of quantized weights
+ * with activations, per ISA (scalar reference, AVX2+FMA, AVX-512, AVX-512 VNNI),
+ * chosen at run time by CPU detection.
+ *
+ *   struct kern_mat w = {data, QUANT_Q4_0, n_rows, n_cols, row_bytes};
+ *   uint8_t xq[kernels_act_row_size(w.type, n_cols)];
+ *   kernels_quantize_act(w.type, x, xq, n_cols);                 // x: (n_cols) f32
+ *   kernels_matmul(&w, xq, sizeof xq, 1, y, w.n_rows, 0, w.n_rows); // y: (n_rows) f32
+ *
+ * Activations are converted to the weight type's vec_dot_type (quant.h) as
+ * ggml does (Q8_0 for Q4_0/Q5_0/Q8_0/IQ4_NL/MXFP4, Q8_1 for Q4_1/Q5_1, Q8_K
+ * for K-quants and IQ4_XS; F32/F16/BF16 weights take the activation as
+ * F32/F16/BF16). Row ranges [r0, r1) let the pool (and later a NUMA split)
+ * hand disjoint row blocks to workers; results for a row never depend on how
+ * rows were split, so any thread count is bit-identical.
+ *
+ * Threading: all functions are reentrant; the ISA choice is made once
+ * (kernels_init, idempotent, thread-safe) and is read-only afterwards.
+ */
+#ifndef STRATA_KERNELS_H
+#define STRATA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/quant.h"
+
+struct kern_mat {
+    const void *data;     /* borrowed: (n_rows, row_bytes) */
+    enum quant_type type; /* weight type */
+    int64_t n_rows;
+    int64_t n_cols;   /* elements per row (multiple of the block size) */
+    size_t row_bytes; /* stride between rows in bytes */
+};
+
+enum kernels_isa {
+    KERNELS_ISA_REF = 0,    /* scalar reference (quant_vec_dot_ref) */
+    KERNELS_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
+    KERNELS_ISA_AVX512 = 2, /* AVX-512 F/BW/VL */
+    KERNELS_ISA_AVX512_VNNI = 3,
+};
+
+void kernels_init(void);                     /* detects the CPU once */
+enum kernels_isa kernels_isa_detected(void); /* best the CPU supports */
+enum kernels_isa kernels_isa_active(void);
+/* For tests and benchmarks: force a lower ISA (clamped to what is detected). */
+void kernels_isa_force(enum kernels_isa isa);
+const char *kernels_isa_name(enum kernels_isa isa);
+
+/* Activation format and bytes per activation row for weights of type wtype. */
+enum quant_type kernels_act_type(enum quant_type wtype);
+size_t kernels_act_row_size(enum quant_type wtype, int64_t n_cols);
+/* Converts one f32 row to the activation format for wtype (bit-exact with
+ * ggml's from_float for that format). */
+void kernels_quantize_act(enum quant_type wtype, const float *x, void *xq, int64_t n_cols);
+
+/* y[t*ldy + r] = dot(w row r, activation row t) for r in [r0, r1), t in [0, n_tok).
+ * xq: (n_tok, xq_stride bytes) activations from kernels_quantize_act.
+ * Weight rows are read once per call for all n_tok tokens (matrix-matrix). */
+void kernels_matmul(const struct kern_mat *w, const void *xq, size_t xq_stride, int64_t n_tok,
+                    float *y, int64_t ldy, int64_t r0, int64_t r1);
+/* Same through the scalar reference path regardless of the active ISA. */
+void kernels_matmul_ref(const struct kern_mat *w, const void *xq, size_t xq_stride, int64_t n_tok,
+                        float *y, int64_t ldy, int64_t r0, int64_t r1);
+
+#endif

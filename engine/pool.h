@@ -1,0 +1,55 @@
+/* engine/pool.h: persistent worker pool (DESIGN.md "Persistent pool").
+ *
+ *   struct pool_params pp = pool_params_default();
+ *   pp.n_threads = 2;                       // workers + the calling thread
+ *   struct pool *p = pool_init(&pp, &err);
+ *   struct pool_task t = {.fn = rows_fn, .ctx = &job, .n_rows = 4096};
+ *   pool_run(p, &t, 1);                     // caller participates; returns when all rows ran
+ *   pool_free(p);
+ *
+ * Threads are spawned once in pool_init. A dispatch publishes one job
+ * descriptor and bumps a per-worker ticket for each invited worker (a worker
+ * learns it is invited from its own ticket only); workers spin a bounded
+ * budget (params.spin, STRATA_POOL_SPIN via config, default 4000) then park,
+ * and a parked flag lets the caller skip the wake syscall. Rows are handed out
+ * by a shared cursor in grains (>= 1 chunk per worker, ~8 per worker, floor
+ * `min_grain`, default 32 rows); a job with few chunks invites only that many
+ * workers. Several tasks (e.g. Q, K and V, or gate and up) share one dispatch.
+ *
+ * Threading: one dispatching thread at a time per pool (the scheduler thread
+ * owns it); fn runs concurrently on disjoint row ranges.
+ */
+#ifndef STRATA_POOL_H
+#define STRATA_POOL_H
+
+#include <stdint.h>
+
+#include "engine/error.h"
+
+struct pool_params {
+    int n_threads; /* total threads including the caller, >= 1 */
+    int spin;      /* spin iterations before parking (default 4000) */
+    int min_grain; /* default floor of rows per grain (default 32) */
+};
+struct pool_params pool_params_default(void);
+
+/* fn computes rows [r0, r1); worker is 0 for the caller, 1..n_threads-1 otherwise. */
+typedef void (*pool_rows_fn)(void *ctx, int64_t r0, int64_t r1, int worker);
+
+struct pool_task {
+    pool_rows_fn fn;
+    void *ctx; /* borrowed for the duration of pool_run */
+    int64_t n_rows;
+    int64_t min_grain; /* 0 = pool default */
+};
+
+struct pool;
+struct pool *pool_init(const struct pool_params *params,
+                       struct strata_error *err); /* owned: pool_free */
+void pool_free(struct pool *p);
+/* Runs every task's rows to completion; returns 0. */
+int pool_run(struct pool *p, const struct pool_task *tasks, int n_tasks);
+int pool_n_threads(const struct pool *p);
+uint64_t pool_dispatch_count(const struct pool *p); /* for /status */
+
+#endif
