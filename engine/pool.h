@@ -41,14 +41,34 @@ struct pool_task {
     void *ctx; /* borrowed for the duration of pool_run */
     int64_t n_rows;
     int64_t min_grain; /* 0 = pool default */
+    /* NUMA seam (optional; not implemented yet, leave n_groups = 0).
+     * A two-node split will set n_groups = 2 and group_bounds = {0, b, n_rows}
+     * (borrowed, n_groups + 1 ascending row boundaries): rows [bounds[g],
+     * bounds[g+1]) are then handed only to the workers of group g (the
+     * workers whose threads sit on the node holding those weight pages), each
+     * group through its own cursor. Today the pool ignores these fields and
+     * hands every row through its one shared cursor. */
+    int n_groups;
+    const int64_t *group_bounds;
 };
 
 struct pool;
 struct pool *pool_init(const struct pool_params *params,
                        struct strata_error *err); /* owned: pool_free */
 void pool_free(struct pool *p);
-/* Runs every task's rows to completion; returns 0. */
+/* Runs every task's rows to completion; returns 0, or STRATA_E_INVALID for
+ * a malformed task (NULL fn, negative n_rows), in which case nothing ran. */
 int pool_run(struct pool *p, const struct pool_task *tasks, int n_tasks);
+
+/* fn(ctx, worker) runs exactly once on each of n participants: the caller
+ * (worker 0) and workers 1..n-1; n is clamped to [1, pool_n_threads]. For
+ * per-thread set-up and for tests of the dispatch protocol ("limited" jobs
+ * that invite fewer workers than exist). */
+typedef void (*pool_each_fn)(void *ctx, int worker);
+void pool_run_each(struct pool *p, pool_each_fn fn, void *ctx, int n);
+
+/* Workers currently parked (sleeping in the kernel); for tests and /status. */
+int pool_n_parked(const struct pool *p);
 int pool_n_threads(const struct pool *p);
 uint64_t pool_dispatch_count(const struct pool *p); /* for /status */
 

@@ -1,0 +1,301 @@
+/* tests/engine/test-pool.c: the persistent worker pool (engine/pool.c). */
+#include "tests/harness.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/pool.h"
+
+/* ---- watchdog: a hang becomes a failure instead of a stuck suite ------------ */
+
+struct watchdog {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    int seconds;
+    const char *what;
+};
+
+static void *watchdog_main(void *arg) {
+    struct watchdog *wd = arg;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += wd->seconds;
+    pthread_mutex_lock(&wd->mu);
+    while (!wd->done) {
+        if (pthread_cond_timedwait(&wd->cv, &wd->mu, &until) != 0 && !wd->done) {
+            fprintf(stderr, "watchdog: %s still running after %d s: hang\n", wd->what, wd->seconds);
+            fflush(stderr);
+            _exit(3); /* Check (fork mode) reports the test as failed */
+        }
+    }
+    pthread_mutex_unlock(&wd->mu);
+    return NULL;
+}
+
+static void watchdog_start(struct watchdog *wd, int seconds, const char *what) {
+    memset(wd, 0, sizeof *wd);
+    pthread_mutex_init(&wd->mu, NULL);
+    pthread_cond_init(&wd->cv, NULL);
+    wd->seconds = seconds;
+    wd->what = what;
+    pthread_create(&wd->thread, NULL, watchdog_main, wd);
+}
+
+static void watchdog_stop(struct watchdog *wd) {
+    pthread_mutex_lock(&wd->mu);
+    wd->done = 1;
+    pthread_cond_signal(&wd->cv);
+    pthread_mutex_unlock(&wd->mu);
+    pthread_join(wd->thread, NULL);
+    pthread_mutex_destroy(&wd->mu);
+    pthread_cond_destroy(&wd->cv);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int n_cpus(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* ---- rows: every row of every task exactly once ---------------------------- */
+
+struct rows_ctx {
+    _Atomic int *hits; /* (n_rows) */
+    int64_t n_rows;
+    _Atomic int bad; /* a range out of [0, n_rows) or empty */
+    _Atomic int max_worker;
+};
+
+static void rows_fn(void *vctx, int64_t r0, int64_t r1, int worker) {
+    struct rows_ctx *c = vctx;
+    if (r0 < 0 || r1 > c->n_rows || r0 >= r1) {
+        atomic_store(&c->bad, 1);
+        return;
+    }
+    for (int64_t r = r0; r < r1; r++)
+        atomic_fetch_add(&c->hits[r], 1);
+    int m = atomic_load(&c->max_worker);
+    while (worker > m && !atomic_compare_exchange_weak(&c->max_worker, &m, worker)) {
+    }
+}
+
+START_TEST(test_rows_exactly_once) {
+    static const int64_t sizes[] = {0, 1, 31, 32, 33, 100, 1000, 4096, 100003};
+    const int n_sizes = (int)(sizeof sizes / sizeof sizes[0]);
+    for (int nt = 1; nt <= 4; nt++) {
+        struct pool_params pp = pool_params_default();
+        pp.n_threads = nt;
+        pp.spin = 200;
+        struct strata_error err = {0};
+        struct pool *p = pool_init(&pp, &err);
+        ck_assert_msg(p, "pool_init: %s", err.message);
+        ck_assert_int_eq(pool_n_threads(p), nt);
+        /* All sizes as separate tasks of one dispatch, then each alone. */
+        struct rows_ctx ctx[9];
+        struct pool_task tasks[9];
+        for (int i = 0; i < n_sizes; i++) {
+            ctx[i] = (struct rows_ctx){.n_rows = sizes[i]};
+            ctx[i].hits = calloc((size_t)sizes[i] + 1, sizeof(_Atomic int));
+            tasks[i] = (struct pool_task){.fn = rows_fn, .ctx = &ctx[i], .n_rows = sizes[i]};
+        }
+        uint64_t d0 = pool_dispatch_count(p);
+        ck_assert_int_eq(pool_run(p, tasks, n_sizes), 0);
+        ck_assert_uint_eq(pool_dispatch_count(p), d0 + 1);
+        for (int i = 0; i < n_sizes; i++)
+            ck_assert_int_eq(pool_run(p, &tasks[i], 1), 0);
+        for (int i = 0; i < n_sizes; i++) {
+            ck_assert_int_eq(atomic_load(&ctx[i].bad), 0);
+            ck_assert_int_lt(atomic_load(&ctx[i].max_worker), nt);
+            for (int64_t r = 0; r < sizes[i]; r++)
+                ck_assert_msg(atomic_load(&ctx[i].hits[r]) == 2,
+                              "threads %d size %lld row %lld ran %d times (want 2)", nt,
+                              (long long)sizes[i], (long long)r, atomic_load(&ctx[i].hits[r]));
+            free(ctx[i].hits);
+        }
+        pool_free(p);
+    }
+}
+END_TEST
+
+START_TEST(test_many_tasks_and_bad_input) {
+    struct pool_params pp = pool_params_default();
+    pp.n_threads = 3;
+    pp.spin = 100;
+    struct pool *p = pool_init(&pp, NULL);
+    ck_assert_ptr_nonnull(p);
+    enum { N = 40 }; /* more than one descriptor's worth of tasks */
+    struct rows_ctx ctx[N];
+    struct pool_task tasks[N];
+    for (int i = 0; i < N; i++) {
+        ctx[i] = (struct rows_ctx){.n_rows = 17 * i + 5};
+        ctx[i].hits = calloc((size_t)ctx[i].n_rows, sizeof(_Atomic int));
+        tasks[i] = (struct pool_task){
+            .fn = rows_fn, .ctx = &ctx[i], .n_rows = ctx[i].n_rows, .min_grain = 1 + i % 3};
+    }
+    ck_assert_int_eq(pool_run(p, tasks, N), 0);
+    for (int i = 0; i < N; i++) {
+        for (int64_t r = 0; r < ctx[i].n_rows; r++)
+            ck_assert_int_eq(atomic_load(&ctx[i].hits[r]), 1);
+        free(ctx[i].hits);
+    }
+    struct pool_task bad = {.fn = NULL, .n_rows = 10};
+    ck_assert_int_eq(pool_run(p, &bad, 1), STRATA_E_INVALID);
+    bad = (struct pool_task){.fn = rows_fn, .n_rows = -1};
+    ck_assert_int_eq(pool_run(p, &bad, 1), STRATA_E_INVALID);
+    ck_assert_int_eq(pool_run(p, NULL, 0), 0);
+    pool_free(p);
+    pool_free(NULL);
+
+    struct strata_error err = {0};
+    pp.n_threads = 0;
+    ck_assert_ptr_null(pool_init(&pp, &err));
+    ck_assert_int_eq(err.code, STRATA_E_RANGE);
+    pp.n_threads = 2;
+    pp.min_grain = 0;
+    ck_assert_ptr_null(pool_init(&pp, &err));
+    ck_assert_int_eq(err.code, STRATA_E_RANGE);
+}
+END_TEST
+
+/* ---- straggler stress: limited jobs on an oversubscribed pool --------------- */
+
+enum { STRESS_MAX_THREADS = 256 };
+
+struct each_ctx {
+    _Atomic int runs[STRESS_MAX_THREADS]; /* per participant, this job */
+    _Atomic int total;
+};
+
+static void each_fn(void *vctx, int worker) {
+    struct each_ctx *c = vctx;
+    if (worker >= 0 && worker < STRESS_MAX_THREADS)
+        atomic_fetch_add(&c->runs[worker], 1);
+    atomic_fetch_add(&c->total, 1);
+}
+
+START_TEST(test_straggler_stress) {
+    int nt = 4 * n_cpus(); /* 4x more participants than CPUs */
+    if (nt > STRESS_MAX_THREADS)
+        nt = STRESS_MAX_THREADS;
+    if (nt < 4)
+        nt = 4;
+    struct pool_params pp = pool_params_default();
+    pp.n_threads = nt;
+    pp.spin = 64; /* ASan makes spinning slow; the protocol is the same */
+    struct pool *p = pool_init(&pp, NULL);
+    ck_assert_ptr_nonnull(p);
+    struct watchdog wd;
+    watchdog_start(&wd, 60, "straggler stress (20000 limited dispatches)");
+    double t0 = now_s();
+    struct each_ctx *c = calloc(1, sizeof *c);
+    int failures = 0;
+    const int n_jobs = 20000;
+    for (int j = 0; j < n_jobs; j++) {
+        int limit = j % (nt - 1); /* invited workers: 0 .. nt-2, always fewer than exist */
+        pool_run_each(p, each_fn, c, limit + 1);
+        if (atomic_load(&c->total) != limit + 1)
+            failures++;
+        for (int w = 0; w < nt; w++) {
+            int want = w <= limit ? 1 : 0;
+            if (atomic_load(&c->runs[w]) != want) {
+                if (failures < 5)
+                    fprintf(stderr, "job %d limit %d: participant %d ran %d times (want %d)\n", j,
+                            limit, w, atomic_load(&c->runs[w]), want);
+                failures++;
+            }
+            atomic_store(&c->runs[w], 0);
+        }
+        atomic_store(&c->total, 0);
+    }
+    double dt = now_s() - t0;
+    watchdog_stop(&wd);
+    fprintf(stderr, "straggler stress: %d threads on %d cpus, %d dispatches in %.2f s\n", nt,
+            n_cpus(), n_jobs, dt);
+    ck_assert_int_eq(failures, 0);
+    ck_assert_uint_eq(pool_dispatch_count(p), (uint64_t)n_jobs);
+    free(c);
+    pool_free(p);
+}
+END_TEST
+
+/* Limited row jobs: few chunks invite few workers; rows still exactly once. */
+START_TEST(test_limited_rows_stress) {
+    int nt = 4 * n_cpus();
+    struct pool_params pp = pool_params_default();
+    pp.n_threads = nt;
+    pp.spin = 64;
+    struct pool *p = pool_init(&pp, NULL);
+    ck_assert_ptr_nonnull(p);
+    struct watchdog wd;
+    watchdog_start(&wd, 60, "limited rows stress");
+    _Atomic int hits[384];
+    int bad = 0;
+    for (int j = 0; j < 3000; j++) {
+        int64_t n = 1 + (j * 37) % 384; /* 1..12 chunks of 32 rows */
+        for (int64_t r = 0; r < n; r++)
+            atomic_store(&hits[r], 0);
+        struct rows_ctx ctx = {.hits = hits, .n_rows = n};
+        struct pool_task t = {.fn = rows_fn, .ctx = &ctx, .n_rows = n};
+        pool_run(p, &t, 1);
+        bad += atomic_load(&ctx.bad);
+        for (int64_t r = 0; r < n; r++)
+            bad += atomic_load(&hits[r]) != 1;
+    }
+    watchdog_stop(&wd);
+    ck_assert_int_eq(bad, 0);
+    pool_free(p);
+}
+END_TEST
+
+/* ---- park / wake ------------------------------------------------------------ */
+
+START_TEST(test_park_and_wake) {
+    struct pool_params pp = pool_params_default();
+    pp.n_threads = 3;
+    pp.spin = 100;
+    struct pool *p = pool_init(&pp, NULL);
+    ck_assert_ptr_nonnull(p);
+    struct watchdog wd;
+    watchdog_start(&wd, 60, "park and wake");
+    for (int round = 0; round < 5; round++) {
+        /* Workers park once their spin budget is spent. */
+        double t0 = now_s();
+        while (pool_n_parked(p) != 2 && now_s() - t0 < 5.0)
+            usleep(1000);
+        ck_assert_int_eq(pool_n_parked(p), 2);
+        /* A later dispatch wakes them and completes with every participant. */
+        struct each_ctx *c = calloc(1, sizeof *c);
+        pool_run_each(p, each_fn, c, 3);
+        ck_assert_int_eq(atomic_load(&c->total), 3);
+        for (int w = 0; w < 3; w++)
+            ck_assert_int_eq(atomic_load(&c->runs[w]), 1);
+        free(c);
+    }
+    watchdog_stop(&wd);
+    pool_free(p);
+}
+END_TEST
+
+static Suite *pool_suite(void) {
+    Suite *s = suite_create("pool");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_rows_exactly_once);
+    tcase_add_test(tc, test_many_tasks_and_bad_input);
+    tcase_add_test(tc, test_straggler_stress);
+    tcase_add_test(tc, test_limited_rows_stress);
+    tcase_add_test(tc, test_park_and_wake);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+STRATA_TEST_MAIN("pool", pool_suite)
