@@ -155,4 +155,79 @@ const char *gguf_type_name(enum gguf_type t); /* "uint32", "string", ... */
  * gguf-write.c for the full contract.) */
 struct gguf_writer;
 
+/*   struct gguf_writer *w = gguf_writer_init("out.gguf", &err);
+ *   gguf_writer_set_str(w, "general.architecture", "llama", &err);
+ *   gguf_writer_add_tensor(w, "token_embd.weight", QUANT_F16, 2, (int64_t[]){64, 512}, &err);
+ *   gguf_writer_begin(w, &err);               // header, KVs, tensor infos, padding
+ *   gguf_writer_write(w, bytes, n, &err);     // any number of calls, declaration order
+ *   gguf_writer_finish(w, &err);              // checks every declared byte was written
+ *   gguf_writer_free(w);
+ *
+ * Setting a key that is already declared replaces its value in place (so a
+ * copied file's general.file_type can be overwritten). "general.alignment"
+ * (u32, power of two) also sets the data alignment. Tensor data is padded to
+ * the alignment after each tensor; memory use is the KV and tensor-info
+ * tables plus one stdio buffer, independent of the tensor sizes.
+ *
+ * Ownership: the writer copies every key, string and array it is given.
+ * Threading: a writer is used by one thread at a time. */
+
+/* Opens path for writing (truncates). NULL and err on failure. */
+struct gguf_writer *gguf_writer_init(const char *path, struct strata_error *err);
+/* Closes the file; a writer that did not finish leaves a partial file, which
+ * this removes. NULL is a no-op. */
+void gguf_writer_free(struct gguf_writer *w);
+
+/* Scalars. */
+int gguf_writer_set_u8(struct gguf_writer *w, const char *key, uint8_t v, struct strata_error *err);
+int gguf_writer_set_i8(struct gguf_writer *w, const char *key, int8_t v, struct strata_error *err);
+int gguf_writer_set_u16(struct gguf_writer *w, const char *key, uint16_t v,
+                        struct strata_error *err);
+int gguf_writer_set_i16(struct gguf_writer *w, const char *key, int16_t v,
+                        struct strata_error *err);
+int gguf_writer_set_u32(struct gguf_writer *w, const char *key, uint32_t v,
+                        struct strata_error *err);
+int gguf_writer_set_i32(struct gguf_writer *w, const char *key, int32_t v,
+                        struct strata_error *err);
+int gguf_writer_set_u64(struct gguf_writer *w, const char *key, uint64_t v,
+                        struct strata_error *err);
+int gguf_writer_set_i64(struct gguf_writer *w, const char *key, int64_t v,
+                        struct strata_error *err);
+int gguf_writer_set_f32(struct gguf_writer *w, const char *key, float v, struct strata_error *err);
+int gguf_writer_set_f64(struct gguf_writer *w, const char *key, double v, struct strata_error *err);
+int gguf_writer_set_bool(struct gguf_writer *w, const char *key, bool v, struct strata_error *err);
+int gguf_writer_set_str(struct gguf_writer *w, const char *key, const char *v,
+                        struct strata_error *err);
+/* Array of n fixed-size elements (elem_type not STRING/ARRAY), packed
+ * little-endian in data (borrowed, copied). */
+int gguf_writer_set_arr(struct gguf_writer *w, const char *key, enum gguf_type elem_type,
+                        const void *data, uint64_t n, struct strata_error *err);
+/* Array of n strings; lens may be NULL for NUL-terminated strings. */
+int gguf_writer_set_arr_str(struct gguf_writer *w, const char *key, const char *const *strs,
+                            const uint64_t *lens, uint64_t n, struct strata_error *err);
+/* Copies KV i of an open file (any type, nested arrays included). */
+int gguf_writer_copy_kv(struct gguf_writer *w, const struct gguf_file *f, int64_t i,
+                        struct strata_error *err);
+/* Removes a declared key; 0 also when it was absent. */
+int gguf_writer_remove_kv(struct gguf_writer *w, const char *key, struct strata_error *err);
+int64_t gguf_writer_n_kv(const struct gguf_writer *w);
+
+/* Declares a tensor (name < 64 bytes, unique; ne[0] a multiple of the type's
+ * block size). type is an enum quant_type. */
+int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+                           const int64_t *ne, struct strata_error *err);
+int64_t gguf_writer_n_tensors(const struct gguf_writer *w);
+/* Writes header, KVs, tensor infos and padding. No declarations after this. */
+int gguf_writer_begin(struct gguf_writer *w, struct strata_error *err);
+/* Appends n bytes of tensor data; a call may not run past the end of the
+ * current tensor, but a tensor may take any number of calls. */
+int gguf_writer_write(struct gguf_writer *w, const void *data, size_t n, struct strata_error *err);
+/* Index of the tensor the next write goes to; its remaining bytes. */
+int64_t gguf_writer_current_tensor(const struct gguf_writer *w);
+uint64_t gguf_writer_remaining(const struct gguf_writer *w);
+/* Checks that every declared tensor was written in full, flushes, closes. */
+int gguf_writer_finish(struct gguf_writer *w, struct strata_error *err);
+/* Bytes written so far (the whole file once finished). */
+uint64_t gguf_writer_bytes(const struct gguf_writer *w);
+
 #endif
