@@ -54,6 +54,11 @@ size_t kernels_act_row_size(enum quant_type wtype, int64_t n_cols);
  * ggml's from_float for that format). */
 void kernels_quantize_act(enum quant_type wtype, const float *x, void *xq, int64_t n_cols);
 
+/* 1 if kernels_matmul computes weights of type wtype (every type quant.h can
+ * dequantize: F32, F16, BF16, Q4_0..Q8_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4);
+ * for other types kernels_matmul leaves y untouched. */
+int kernels_supports(enum quant_type wtype);
+
 /* y[t*ldy + r] = dot(w row r, activation row t) for r in [r0, r1), t in [0, n_tok).
  * xq: (n_tok, xq_stride bytes) activations from kernels_quantize_act.
  * Weight rows are read once per call for all n_tok tokens (matrix-matrix). */

@@ -1,0 +1,153 @@
+/* engine/kernels.c: CPU detection, ISA dispatch, activation conversion.
+ *
+ * The tables are built once (pthread_once) from the lowest ISA upward: the
+ * reference fills every type it can compute, then AVX2 and AVX-512 overwrite
+ * the entries they accelerate. The active table pointer is the only mutable
+ * global (an atomic, written by kernels_isa_force for tests and benchmarks).
+ */
+#include "engine/kernels.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "engine/kernels-impl.h"
+
+/* Detected once by kernels_init; read-only afterwards. */
+static struct kern_table kern_tables[4];
+static enum kernels_isa kern_detected = KERNELS_ISA_REF;
+static pthread_once_t kern_once = PTHREAD_ONCE_INIT;
+/* Which table kernels_matmul uses; written by kernels_isa_force (tests). */
+static _Atomic int kern_active = KERNELS_ISA_REF;
+
+static void kern_detect(void) {
+    enum kernels_isa best = KERNELS_ISA_REF;
+#if defined(__x86_64__) && defined(STRATA_HAVE_X86_KERNELS)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        best = KERNELS_ISA_AVX2;
+    if (best == KERNELS_ISA_AVX2 && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+        best = KERNELS_ISA_AVX512;
+    if (best == KERNELS_ISA_AVX512 && __builtin_cpu_supports("avx512vnni"))
+        best = KERNELS_ISA_AVX512_VNNI;
+#endif
+    kern_ref_fill(&kern_tables[KERNELS_ISA_REF]);
+    for (int isa = KERNELS_ISA_AVX2; isa <= (int)best; isa++) {
+        kern_tables[isa] = kern_tables[isa - 1];
+        struct kern_table add = {{0}};
+#if defined(__x86_64__) && defined(STRATA_HAVE_X86_KERNELS)
+        if (isa == KERNELS_ISA_AVX2)
+            kern_avx2_fill(&add);
+        else
+            kern_avx512_fill(&add, isa == KERNELS_ISA_AVX512_VNNI);
+#endif
+        for (int t = 0; t < QUANT_TYPE_COUNT; t++)
+            if (add.matmul[t])
+                kern_tables[isa].matmul[t] = add.matmul[t];
+    }
+    kern_detected = best;
+    atomic_store(&kern_active, (int)best);
+}
+
+void kernels_init(void) {
+    pthread_once(&kern_once, kern_detect);
+}
+
+enum kernels_isa kernels_isa_detected(void) {
+    kernels_init();
+    return kern_detected;
+}
+
+enum kernels_isa kernels_isa_active(void) {
+    kernels_init();
+    return (enum kernels_isa)atomic_load(&kern_active);
+}
+
+void kernels_isa_force(enum kernels_isa isa) {
+    kernels_init();
+    int v = (int)isa;
+    if (v < 0)
+        v = 0;
+    if (v > (int)kern_detected)
+        v = (int)kern_detected;
+    atomic_store(&kern_active, v);
+}
+
+const char *kernels_isa_name(enum kernels_isa isa) {
+    switch (isa) {
+    case KERNELS_ISA_REF:
+        return "ref";
+    case KERNELS_ISA_AVX2:
+        return "avx2";
+    case KERNELS_ISA_AVX512:
+        return "avx512";
+    case KERNELS_ISA_AVX512_VNNI:
+        return "avx512-vnni";
+    }
+    return "?";
+}
+
+enum quant_type kernels_act_type(enum quant_type wtype) {
+    const struct quant_traits *tr = quant_type_traits((uint32_t)wtype);
+    return tr ? tr->vec_dot_type : QUANT_F32;
+}
+
+size_t kernels_act_row_size(enum quant_type wtype, int64_t n_cols) {
+    return quant_row_size(kernels_act_type(wtype), n_cols);
+}
+
+void kernels_quantize_act(enum quant_type wtype, const float *x, void *xq, int64_t n_cols) {
+    switch (kernels_act_type(wtype)) {
+    case QUANT_F32:
+        memcpy(xq, x, (size_t)n_cols * sizeof(float));
+        break;
+    case QUANT_F16: {
+        uint16_t *h = xq;
+        for (int64_t i = 0; i < n_cols; i++)
+            h[i] = kern_f32_to_f16(x[i]);
+        break;
+    }
+    case QUANT_BF16: {
+        uint16_t *h = xq;
+        for (int64_t i = 0; i < n_cols; i++)
+            h[i] = kern_f32_to_bf16(x[i]);
+        break;
+    }
+    case QUANT_Q8_0:
+        kern_quantize_q8_0(x, xq, n_cols);
+        break;
+    case QUANT_Q8_1:
+        kern_quantize_q8_1(x, xq, n_cols);
+        break;
+    case QUANT_Q8_K:
+        kern_quantize_q8_K(x, xq, n_cols);
+        break;
+    default:
+        break;
+    }
+}
+
+int kernels_supports(enum quant_type wtype) {
+    return kern_ref_has_dot(wtype);
+}
+
+void kernels_matmul(const struct kern_mat *w, const void *xq, size_t xq_stride, int64_t n_tok,
+                    float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    kernels_init();
+    if ((unsigned)w->type >= QUANT_TYPE_COUNT || r0 >= r1 || n_tok <= 0)
+        return;
+    kern_matmul_fn f =
+        kern_tables[atomic_load_explicit(&kern_active, memory_order_relaxed)].matmul[w->type];
+    if (f)
+        f(w, xq, xq_stride, n_tok, y, ldy, r0, r1);
+}
+
+void kernels_matmul_ref(const struct kern_mat *w, const void *xq, size_t xq_stride, int64_t n_tok,
+                        float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    kernels_init();
+    if ((unsigned)w->type >= QUANT_TYPE_COUNT || r0 >= r1 || n_tok <= 0)
+        return;
+    kern_matmul_fn f = kern_tables[KERNELS_ISA_REF].matmul[w->type];
+    if (f)
+        f(w, xq, xq_stride, n_tok, y, ldy, r0, r1);
+}

@@ -1,0 +1,286 @@
+/* tests/engine/test-kernels.c: every ISA's kernels against the scalar
+ * reference (random rows of many lengths, several token counts), and the
+ * reference against ggml's own vectors in ../shared/fixtures/quant. */
+#include "tests/harness.h"
+
+#include <math.h>
+
+#include "engine/kernels-impl.h"
+#include "engine/kernels.h"
+
+/* Named tolerances: |ISA - ref| <= tol * max(|ref|, rms of the ref outputs of
+ * that matrix). The integer block sums are exact in every ISA; what differs is
+ * the float summation order over blocks (and, for F16/BF16/F32, float versus
+ * double accumulation), ~1e-7 per term, so 1e-4 leaves a wide margin while a
+ * wrong nibble or scale still fails by orders of magnitude. */
+#define TOL_FLOAT_TYPES 1e-4 /* F32, F16, BF16 */
+#define TOL_QUANT_TYPES 1e-4 /* integer-dot types */
+/* Fixture dots (ggml's SIMD kernels) against our reference: same argument. */
+#define TOL_FIXTURE_DOT 1e-4
+
+static uint32_t rng_state = 0x12345678u;
+static uint32_t rng_next(void) {
+    uint32_t s = rng_state;
+    s ^= s << 13;
+    s ^= s >> 17;
+    s ^= s << 5;
+    return rng_state = s;
+}
+static float rng_uniform(void) { /* [-1, 1) */
+    return 2.0f * (float)(rng_next() >> 8) / 16777216.0f - 1.0f;
+}
+
+static const enum quant_type all_types[] = {
+    QUANT_F32,  QUANT_F16,    QUANT_BF16,   QUANT_Q4_0,  QUANT_Q4_1, QUANT_Q5_0,
+    QUANT_Q5_1, QUANT_Q8_0,   QUANT_Q2_K,   QUANT_Q3_K,  QUANT_Q4_K, QUANT_Q5_K,
+    QUANT_Q6_K, QUANT_IQ4_NL, QUANT_IQ4_XS, QUANT_MXFP4,
+};
+#define N_TYPES ((int)(sizeof all_types / sizeof all_types[0]))
+
+static void put_f16(uint8_t *p, float v) {
+    uint16_t h = kern_f32_to_f16(v);
+    memcpy(p, &h, 2);
+}
+
+/* Random weight bytes with sane scale fields (random bytes there would give
+ * inf/nan scales, which no real model has). */
+static void fill_weights(enum quant_type t, uint8_t *buf, int64_t n_rows, int64_t n_cols) {
+    const struct quant_traits *tr = quant_type_traits(t);
+    size_t rb = quant_row_size(t, n_cols);
+    if (t == QUANT_F32 || t == QUANT_F16 || t == QUANT_BF16) {
+        for (int64_t i = 0; i < n_rows * n_cols; i++) {
+            float v = rng_uniform();
+            if (t == QUANT_F32)
+                memcpy(buf + 4 * i, &v, 4);
+            else {
+                uint16_t h = t == QUANT_F16 ? kern_f32_to_f16(v) : kern_f32_to_bf16(v);
+                memcpy(buf + 2 * i, &h, 2);
+            }
+        }
+        return;
+    }
+    for (size_t i = 0; i < (size_t)n_rows * rb; i++)
+        buf[i] = (uint8_t)rng_next();
+    int64_t n_blocks = n_rows * (n_cols / tr->block_size);
+    for (int64_t b = 0; b < n_blocks; b++) {
+        uint8_t *blk = buf + b * tr->type_size;
+        float d = 0.01f * (1.0f + rng_uniform()), m = 0.01f * rng_uniform();
+        switch (t) {
+        case QUANT_Q4_1:
+        case QUANT_Q5_1:
+        case QUANT_Q4_K:
+        case QUANT_Q5_K:
+            put_f16(blk, d);
+            put_f16(blk + 2, m);
+            break;
+        case QUANT_Q2_K:
+            put_f16(blk + 80, d);
+            put_f16(blk + 82, m);
+            break;
+        case QUANT_Q3_K:
+            put_f16(blk + 108, d);
+            break;
+        case QUANT_Q6_K:
+            put_f16(blk + 208, d);
+            break;
+        case QUANT_MXFP4:
+            blk[0] = (uint8_t)(118 + rng_next() % 12);
+            break;
+        default: /* d first: Q4_0, Q5_0, Q8_0, IQ4_NL, IQ4_XS */
+            put_f16(blk, d);
+            break;
+        }
+    }
+}
+
+static int isa_count(void) {
+    return (int)kernels_isa_detected() + 1;
+}
+
+/* One matrix: every available ISA against the reference, several token counts;
+ * also token-blocked and row-split results equal the one-token result bitwise. */
+static int check_matrix(enum quant_type t, int64_t n_rows, int64_t n_cols, int64_t n_tok) {
+    size_t rb = quant_row_size(t, n_cols);
+    size_t ab = kernels_act_row_size(t, n_cols);
+    uint8_t *w = malloc((size_t)n_rows * rb);
+    uint8_t *xq = malloc((size_t)n_tok * ab);
+    float *x = malloc((size_t)n_cols * sizeof(float));
+    float *ref = malloc((size_t)(n_rows * n_tok) * sizeof(float));
+    float *got = malloc((size_t)(n_rows * n_tok) * sizeof(float));
+    float *one = malloc((size_t)n_rows * sizeof(float));
+    fill_weights(t, w, n_rows, n_cols);
+    for (int64_t k = 0; k < n_tok; k++) {
+        float scale = powf(2.0f, (float)(k % 5) - 2.0f);
+        for (int64_t i = 0; i < n_cols; i++)
+            x[i] = scale * rng_uniform();
+        kernels_quantize_act(t, x, xq + k * ab, n_cols);
+    }
+    struct kern_mat m = {w, t, n_rows, n_cols, rb};
+    kernels_matmul_ref(&m, xq, ab, n_tok, ref, n_rows, 0, n_rows);
+    double ss = 0;
+    for (int64_t i = 0; i < n_rows * n_tok; i++)
+        ss += (double)ref[i] * ref[i];
+    double rms = sqrt(ss / (double)(n_rows * n_tok));
+    double tol =
+        (t == QUANT_F32 || t == QUANT_F16 || t == QUANT_BF16) ? TOL_FLOAT_TYPES : TOL_QUANT_TYPES;
+    int bad = 0;
+    enum kernels_isa saved = kernels_isa_active();
+    for (int isa = 0; isa < isa_count(); isa++) {
+        kernels_isa_force((enum kernels_isa)isa);
+        for (int64_t i = 0; i < n_rows * n_tok; i++)
+            got[i] = NAN;
+        kernels_matmul(&m, xq, ab, n_tok, got, n_rows, 0, n_rows);
+        for (int64_t i = 0; i < n_rows * n_tok; i++) {
+            double lim = tol * fmax(fabs(ref[i]), rms);
+            if (!(fabs((double)got[i] - ref[i]) <= lim)) {
+                if (bad < 5)
+                    fprintf(stderr, "%s %s rows %lld cols %lld tok %lld: [%lld] got %g ref %g\n",
+                            quant_type_name(t), kernels_isa_name((enum kernels_isa)isa),
+                            (long long)n_rows, (long long)n_cols, (long long)n_tok, (long long)i,
+                            got[i], ref[i]);
+                bad++;
+            }
+        }
+        /* Token k alone, with rows split in two ranges, is bitwise the batch. */
+        for (int64_t k = 0; k < n_tok; k++) {
+            int64_t mid = n_rows / 3;
+            kernels_matmul(&m, xq + k * ab, ab, 1, one, n_rows, 0, mid);
+            kernels_matmul(&m, xq + k * ab, ab, 1, one, n_rows, mid, n_rows);
+            if (memcmp(one, got + k * n_rows, (size_t)n_rows * sizeof(float)) != 0) {
+                if (bad < 5)
+                    fprintf(stderr, "%s %s: token %lld alone differs from the batch\n",
+                            quant_type_name(t), kernels_isa_name((enum kernels_isa)isa),
+                            (long long)k);
+                bad++;
+            }
+        }
+    }
+    kernels_isa_force(saved);
+    free(w);
+    free(xq);
+    free(x);
+    free(ref);
+    free(got);
+    free(one);
+    return bad;
+}
+
+START_TEST(test_isa_vs_ref) {
+    kernels_init();
+    fprintf(stderr, "kernels: detected %s\n", kernels_isa_name(kernels_isa_detected()));
+    enum quant_type t = all_types[_i];
+    ck_assert(kernels_supports(t));
+    int64_t bs = quant_type_traits(t)->block_size;
+    int64_t unit = bs == 1 ? 32 : bs; /* plain types: lengths multiple of 1, try odd ones */
+    int bad = 0;
+    static const int64_t mults[] = {1, 2, 3, 5, 8, 16};
+    for (int i = 0; i < 6; i++)
+        bad += check_matrix(t, 13, unit * mults[i], 1 + i % 5);
+    if (bs == 1)
+        for (int64_t n = 1; n < 40; n += 3)
+            bad += check_matrix(t, 5, n, 3);
+    bad += check_matrix(t, 37, 4096, 9);
+    bad += check_matrix(t, 64, 512, 1);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* ---- fixtures: ggml's own activation quantization and dot products ---------- */
+
+struct fixture_type {
+    const char *name;
+    enum quant_type type;
+};
+static const struct fixture_type fixtures[] = {
+    {"Q4_0", QUANT_Q4_0}, {"Q4_1", QUANT_Q4_1}, {"Q5_0", QUANT_Q5_0},     {"Q5_1", QUANT_Q5_1},
+    {"Q8_0", QUANT_Q8_0}, {"Q2_K", QUANT_Q2_K}, {"Q3_K", QUANT_Q3_K},     {"Q4_K", QUANT_Q4_K},
+    {"Q5_K", QUANT_Q5_K}, {"Q6_K", QUANT_Q6_K}, {"IQ4_NL", QUANT_IQ4_NL}, {"IQ4_XS", QUANT_IQ4_XS},
+    {"F16", QUANT_F16},   {"BF16", QUANT_BF16},
+};
+#define N_FIXTURES ((int)(sizeof fixtures / sizeof fixtures[0]))
+
+static void *load_fixture(const char *name, const char *ext, size_t want) {
+    char rel[256], path[1024];
+    snprintf(rel, sizeof rel, "fixtures/quant/%s.%s", name, ext);
+    size_t size = 0;
+    void *p = test_read_file(test_shared_path(path, sizeof path, rel), &size);
+    ck_assert_msg(p, "missing fixture %s (set STRATA_SHARED_DIR)", path);
+    ck_assert_msg(size == want, "%s: %zu bytes, want %zu", path, size, want);
+    return p;
+}
+
+START_TEST(test_fixture) {
+    const struct fixture_type *f = &fixtures[_i];
+    const int64_t rows = 4, cols = 512;
+    size_t rb = quant_row_size(f->type, cols);
+    size_t ab = kernels_act_row_size(f->type, cols);
+    float *act = load_fixture(f->name, "act.f32", cols * sizeof(float));
+    uint8_t *act_q = load_fixture(f->name, "act_q.bin", ab);
+    uint8_t *w = load_fixture(f->name, "quant.bin", rows * rb);
+    float *dot = load_fixture(f->name, "dot.f32", rows * sizeof(float));
+    uint8_t *mine = malloc(ab);
+    kernels_quantize_act(f->type, act, mine, cols);
+    size_t diff = 0;
+    for (size_t i = 0; i < ab; i++)
+        diff += mine[i] != act_q[i];
+    ck_assert_msg(diff == 0, "%s: activation quantization differs in %zu of %zu bytes", f->name,
+                  diff, ab);
+    struct kern_mat m = {w, f->type, rows, cols, rb};
+    float y[4];
+    for (int isa = 0; isa < isa_count(); isa++) {
+        kernels_isa_force((enum kernels_isa)isa);
+        kernels_matmul(&m, act_q, ab, 1, y, rows, 0, rows);
+        for (int r = 0; r < rows; r++)
+            ck_assert_msg(fabs((double)y[r] - dot[r]) <= TOL_FIXTURE_DOT * (fabs(dot[r]) + 1.0),
+                          "%s %s row %d: dot %.9g, ggml %.9g", f->name,
+                          kernels_isa_name((enum kernels_isa)isa), r, y[r], dot[r]);
+    }
+    kernels_isa_force(kernels_isa_detected());
+    free(act);
+    free(act_q);
+    free(w);
+    free(dot);
+    free(mine);
+}
+END_TEST
+
+START_TEST(test_act_edge_cases) {
+    /* Zero rows quantize to zero blocks (Q8_K's d = 0 path), and dots are 0. */
+    float x[256] = {0};
+    uint8_t q[292];
+    memset(q, 0xAB, sizeof q);
+    kernels_quantize_act(QUANT_Q4_K, x, q, 256);
+    for (size_t i = 0; i < sizeof q; i++)
+        ck_assert_int_eq(q[i], 0);
+    ck_assert_int_eq(kernels_act_type(QUANT_Q4_0), QUANT_Q8_0);
+    ck_assert_int_eq(kernels_act_type(QUANT_Q5_1), QUANT_Q8_1);
+    ck_assert_int_eq(kernels_act_type(QUANT_Q6_K), QUANT_Q8_K);
+    ck_assert_uint_eq(kernels_act_row_size(QUANT_Q4_0, 4096), 4096 / 32 * 34);
+    ck_assert(!kernels_supports(QUANT_IQ2_XXS));
+    /* f16 conversions round to nearest even and keep specials. */
+    ck_assert_uint_eq(kern_f32_to_f16(1.0f), 0x3c00);
+    ck_assert_uint_eq(kern_f32_to_f16(65504.0f), 0x7bff);
+    ck_assert_uint_eq(kern_f32_to_f16(1e6f), 0x7c00);
+    ck_assert_uint_eq(kern_f32_to_f16(5.9604645e-08f), 0x0001);
+    ck_assert_uint_eq(kern_f32_to_f16(-0.0f), 0x8000);
+    for (uint32_t h = 0; h < 0x7c00; h++)
+        ck_assert_uint_eq(kern_f32_to_f16(kern_f16_to_f32((uint16_t)h)), h);
+    ck_assert_float_eq(kern_bf16_to_f32(kern_f32_to_bf16(1.5f)), 1.5f);
+    /* Forcing above what the CPU has clamps. */
+    kernels_isa_force(KERNELS_ISA_AVX512_VNNI);
+    ck_assert_int_eq(kernels_isa_active(), kernels_isa_detected());
+}
+END_TEST
+
+static Suite *kernels_suite(void) {
+    Suite *s = suite_create("kernels");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, test_isa_vs_ref, 0, N_TYPES);
+    tcase_add_loop_test(tc, test_fixture, 0, N_FIXTURES);
+    tcase_add_test(tc, test_act_edge_cases);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+STRATA_TEST_MAIN("kernels", kernels_suite)
