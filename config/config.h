@@ -1,0 +1,134 @@
+/* config/config.h: the one declarative option table of strata.
+ *
+ *   struct strata_error err = {0};
+ *   struct config *cfg = config_load(&(struct config_params){argc, argv, NULL}, &err);
+ *   if (!cfg) { fprintf(stderr, "%s\n", err.message); return 2; }
+ *   long long port = config_int(cfg, CONFIG_PORT);
+ *   const char *model = config_str(cfg, CONFIG_MODEL);
+ *   config_free(cfg);
+ *
+ * Each option has a name (also its key in the config file), a STRATA_* env
+ * var, a CLI flag, a type, a range (ints) and a default. Precedence:
+ * CLI > env > config file > default. This module is the only place in
+ * strata that reads the environment (getenv); library code takes parameters.
+ *
+ * Config file: one `name = value` per line, `#` starts a comment line,
+ * blank lines ignored; the file is named by --config / STRATA_CONFIG.
+ * CLI: `--flag VALUE` or `--flag=VALUE`; bools also take a bare `--flag`
+ * (true). One positional argument sets `model`.
+ *
+ * Adding an option: add one row to CONFIG_OPTIONS below; it appears in
+ * --help, --print-config, the env and the config file automatically.
+ *
+ * Threading: a loaded config is immutable; reading it from any thread is
+ * safe. config_load itself is not reentrant (it reads the environment).
+ */
+#ifndef STRATA_CONFIG_H
+#define STRATA_CONFIG_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "engine/error.h"
+
+enum config_type {
+    CONFIG_TYPE_STRING, /* free text; "" means unset */
+    CONFIG_TYPE_PATH,   /* a file path; "" means unset (existence is checked by the user) */
+    CONFIG_TYPE_INT,    /* signed 64-bit, within [min, max]; accepts k/m/g binary suffixes */
+    CONFIG_TYPE_BOOL,   /* true/false/1/0/yes/no/on/off */
+    CONFIG_TYPE_LEVEL,  /* log level: error|warn|info|debug (stored as 0..3) */
+};
+
+/* X(ID, name, env, flag, type, min, max, default, doc)
+ * max_body default 2 MiB: a 128k-token context is ~512 KiB of text at ~4
+ * bytes a token; JSON escaping and message framing at most double that, so
+ * 2 MiB admits the largest prompt any supported context can hold while a
+ * client still cannot make the server buffer more than 2 MiB a connection. */
+#define CONFIG_OPTIONS(X)                                                                          \
+    X(CONFIG, "config", "STRATA_CONFIG", "--config", CONFIG_TYPE_PATH, 0, 0, "",                   \
+      "config file (name = value lines)")                                                          \
+    X(MODEL, "model", "STRATA_MODEL", "--model", CONFIG_TYPE_PATH, 0, 0, "",                       \
+      "GGUF model file to serve")                                                                  \
+    X(HOST, "host", "STRATA_HOST", "--host", CONFIG_TYPE_STRING, 0, 0, "127.0.0.1",                \
+      "address to listen on (IPv4 literal)")                                                       \
+    X(PORT, "port", "STRATA_PORT", "--port", CONFIG_TYPE_INT, 0, 65535, "8080",                    \
+      "TCP port (0 = pick a free one and print it)")                                               \
+    X(API_KEY, "api-key", "STRATA_API_KEY", "--api-key", CONFIG_TYPE_STRING, 0, 0, "",             \
+      "Bearer key clients must send (empty = no auth)")                                            \
+    X(API_KEY_FILE, "api-key-file", "STRATA_API_KEY_FILE", "--api-key-file", CONFIG_TYPE_PATH, 0,  \
+      0, "", "file of accepted Bearer keys, one a line")                                           \
+    X(THREADS, "threads", "STRATA_THREADS", "--threads", CONFIG_TYPE_INT, 0, 1024, "0",            \
+      "compute threads (0 = auto: topology, capped at 32)")                                        \
+    X(CTX_SIZE, "ctx-size", "STRATA_CTX_SIZE", "--ctx-size", CONFIG_TYPE_INT, 0, 1048576, "0",     \
+      "context size in tokens (0 = the model's trained context)")                                  \
+    X(PARALLEL, "parallel", "STRATA_PARALLEL", "--parallel", CONFIG_TYPE_INT, 1, 256, "4",         \
+      "sessions decoded at the same time")                                                         \
+    X(QUEUE, "queue", "STRATA_QUEUE", "--queue", CONFIG_TYPE_INT, 0, 65536, "64",                  \
+      "requests waiting beyond --parallel before 429")                                             \
+    X(MAX_BODY, "max-body", "STRATA_MAX_BODY", "--max-body", CONFIG_TYPE_INT, 1024, 268435456,     \
+      "2097152", "largest request body in bytes (413 above)")                                      \
+    X(TIMEOUT, "timeout", "STRATA_TIMEOUT", "--timeout", CONFIG_TYPE_INT, 1, 3600, "30",           \
+      "seconds a connection may sit idle (slow clients are dropped)")                              \
+    X(MAX_CONNECTIONS, "max-connections", "STRATA_MAX_CONNECTIONS", "--max-connections",           \
+      CONFIG_TYPE_INT, 1, 65536, "256", "simultaneous HTTP connections")                           \
+    X(SHUTDOWN_TIMEOUT, "shutdown-timeout", "STRATA_SHUTDOWN_TIMEOUT", "--shutdown-timeout",       \
+      CONFIG_TYPE_INT, 0, 3600, "10", "seconds in-flight work may finish after SIGTERM")           \
+    X(ALWAYS_USAGE, "always-usage", "STRATA_ALWAYS_USAGE", "--always-usage", CONFIG_TYPE_BOOL, 0,  \
+      1, "false", "always send usage, also in streams that did not ask")                           \
+    X(POOL_SPIN, "pool-spin", "STRATA_POOL_SPIN", "--pool-spin", CONFIG_TYPE_INT, 0, 100000000,    \
+      "4000", "worker spin iterations before parking (DESIGN.md: 4000 best)")                      \
+    X(LOG_LEVEL, "log-level", "STRATA_LOG_LEVEL", "--log-level", CONFIG_TYPE_LEVEL, 0, 3, "info",  \
+      "error|warn|info|debug")
+
+enum config_id {
+#define CONFIG_ENUM(id, name, env, flag, type, min, max, def, doc) CONFIG_##id,
+    CONFIG_OPTIONS(CONFIG_ENUM)
+#undef CONFIG_ENUM
+        CONFIG_N_OPTIONS
+};
+
+enum config_source {
+    CONFIG_SOURCE_DEFAULT,
+    CONFIG_SOURCE_FILE,
+    CONFIG_SOURCE_ENV,
+    CONFIG_SOURCE_CLI,
+};
+
+struct config_option {
+    const char *name; /* "port": key in the config file */
+    const char *env;  /* "STRATA_PORT" */
+    const char *flag; /* "--port" */
+    enum config_type type;
+    long long min, max; /* CONFIG_TYPE_INT range, inclusive */
+    const char *def;    /* default as text */
+    const char *doc;    /* one line for --help */
+};
+
+struct config;
+
+struct config_params {
+    int argc;                /* arguments after the subcommand name (argv[0] is skipped) */
+    char **argv;             /* borrowed */
+    const char *const *envp; /* borrowed; "NAME=value" strings, NULL-terminated;
+                                NULL: the process environment */
+};
+
+/* Builds the effective config. On a bad value returns NULL with STRATA_E_CONFIG
+ * and a message naming the option, its source and the allowed values.
+ * owned: free with config_free() */
+struct config *config_load(const struct config_params *params, struct strata_error *err);
+void config_free(struct config *cfg);
+
+const struct config_option *config_option(enum config_id id);      /* borrowed, static */
+long long config_int(const struct config *cfg, enum config_id id); /* INT, BOOL, LEVEL */
+bool config_bool(const struct config *cfg, enum config_id id);
+const char *config_str(const struct config *cfg, enum config_id id); /* borrowed; any type */
+enum config_source config_source_of(const struct config *cfg, enum config_id id);
+const char *config_source_name(enum config_source src); /* "default", "file", "env", "cli" */
+
+/* `name = value  (source)` for every option; api keys are masked. */
+void config_print(const struct config *cfg, FILE *out);
+/* Option list for --help, generated from the table. */
+void config_print_help(FILE *out);
+
+#endif

@@ -1,0 +1,118 @@
+/* server/auth.c: API keys (see auth.h). */
+#include "server/auth.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define AUTH_MAX_KEYS 4096
+#define AUTH_MAX_KEY_LEN 1024
+
+struct auth_keys {
+    char **keys; /* owned: n_keys NUL-terminated keys */
+    size_t n_keys;
+};
+
+static int add_key(struct auth_keys *k, const char *s, size_t len, struct strata_error *err) {
+    if (len > AUTH_MAX_KEY_LEN || k->n_keys >= AUTH_MAX_KEYS)
+        return strata_error_set(err, STRATA_E_CONFIG,
+                                "api keys: more than %d keys or a key over "
+                                "%d bytes",
+                                AUTH_MAX_KEYS, AUTH_MAX_KEY_LEN);
+    char **keys = realloc(k->keys, (k->n_keys + 1) * sizeof(*keys));
+    if (!keys)
+        return strata_error_set(err, STRATA_E_NOMEM, "api keys: out of memory");
+    k->keys = keys;
+    if (!(keys[k->n_keys] = strndup(s, len)))
+        return strata_error_set(err, STRATA_E_NOMEM, "api keys: out of memory");
+    k->n_keys++;
+    return 0;
+}
+
+struct auth_keys *auth_keys_init(const char *key, const char *key_file, struct strata_error *err) {
+    struct auth_keys *k = calloc(1, sizeof(*k));
+    FILE *fp = NULL;
+    if (!k) {
+        strata_error_set(err, STRATA_E_NOMEM, "api keys: out of memory");
+        return NULL;
+    }
+    if (key && *key && add_key(k, key, strlen(key), err))
+        goto fail;
+    if (key_file && *key_file) {
+        fp = fopen(key_file, "r");
+        if (!fp) {
+            strata_error_set(err, STRATA_E_CONFIG, "cannot open api-key-file '%s': %s", key_file,
+                             strerror(errno));
+            goto fail;
+        }
+        char line[AUTH_MAX_KEY_LEN + 64];
+        while (fgets(line, sizeof(line), fp)) {
+            char *s = line;
+            while (isspace((unsigned char)*s))
+                s++;
+            size_t n = strlen(s);
+            while (n && isspace((unsigned char)s[n - 1]))
+                n--;
+            if (!n || *s == '#')
+                continue;
+            if (add_key(k, s, n, err))
+                goto fail;
+        }
+        fclose(fp);
+        fp = NULL;
+        if (!k->n_keys) {
+            strata_error_set(err, STRATA_E_CONFIG, "api-key-file '%s' holds no key", key_file);
+            goto fail;
+        }
+    }
+    return k;
+fail:
+    if (fp)
+        fclose(fp);
+    auth_keys_free(k);
+    return NULL;
+}
+
+void auth_keys_free(struct auth_keys *k) {
+    if (!k)
+        return;
+    for (size_t i = 0; i < k->n_keys; i++)
+        free(k->keys[i]);
+    free(k->keys);
+    free(k);
+}
+
+bool auth_keys_enabled(const struct auth_keys *k) {
+    return k && k->n_keys > 0;
+}
+
+/* Constant time in the stored key: every byte of `key` is visited whatever
+ * `got` holds; a length mismatch only sets a bit. */
+static int key_diff(const char *key, const char *got, size_t got_len) {
+    size_t len = strlen(key);
+    unsigned diff = (unsigned)(len != got_len);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char g = i < got_len ? (unsigned char)got[i] : 0;
+        diff |= (unsigned)((unsigned char)key[i] ^ g);
+    }
+    return diff != 0;
+}
+
+bool auth_check(const struct auth_keys *k, const char *authorization) {
+    if (!auth_keys_enabled(k))
+        return true;
+    if (!authorization || strncasecmp(authorization, "Bearer ", 7))
+        return false;
+    const char *got = authorization + 7;
+    while (*got == ' ')
+        got++;
+    size_t got_len = strlen(got);
+    while (got_len && got[got_len - 1] == ' ')
+        got_len--;
+    int ok = 0;
+    for (size_t i = 0; i < k->n_keys; i++) /* no early exit: all keys are compared */
+        ok |= !key_diff(k->keys[i], got, got_len);
+    return ok != 0;
+}

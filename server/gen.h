@@ -1,0 +1,150 @@
+/* server/gen.h: the seam between the HTTP layer (server/http*.c, g1) and the
+ * generation layer (server/openai*.c + server/sched*.c, g2).
+ *
+ * The HTTP layer owns transport: routes, auth, body limits, UTF-8 and JSON
+ * syntax, SSE framing, keep-alives, disconnects, metrics. The generation
+ * layer owns the protocol and the work: it validates the OpenAI fields,
+ * queues, generates, and builds the OpenAI JSON (chunks, response bodies).
+ *
+ *   // generation layer (g2) provides:
+ *   static const struct gen_ops sched_gen_ops = {sched_gen_submit, sched_gen_cancel,
+ *                                               sched_gen_release, sched_gen_stats};
+ *   struct gen_backend be = {&sched_gen_ops, sched};
+ *   // HTTP layer, on POST /v1/chat/completions (MHD thread, never blocks):
+ *   struct gen_submit req = {GEN_ROUTE_CHAT, body_json, stream, always_usage};
+ *   struct gen_submit_out out = {0};
+ *   rc = be.ops->submit(be.self, &req, (struct gen_sink){on_event, exchange}, &out, &err);
+ *   // events then arrive on the scheduler thread: on_event(exchange, &ev) ...
+ *   // ROLE, DELTA*, FINISH, USAGE?, DONE   or   ERROR, DONE
+ *
+ * Contract (both sides rely on it):
+ * 1. submit() runs on the HTTP thread and must not block: parse + validate
+ *    the body, then enqueue. Heavy work (tokenizing a long prompt) belongs on
+ *    the scheduler thread. It returns 0 and out->job, or a negative
+ *    STRATA_E_* with err (message) and optionally out->error_param (the
+ *    offending field, OpenAI's error.param); the HTTP layer turns that into
+ *    the status and body from the error table (e.g. QUEUE_FULL -> 429).
+ *    On failure no event is ever delivered and nothing needs releasing.
+ * 2. After a successful submit, sink.on_event is called on the scheduler
+ *    thread (possibly before submit returns), one call at a time per job,
+ *    never while holding a lock that cancel() or stats() takes. Every job
+ *    gets exactly one GEN_EV_DONE as its last event: after a normal finish,
+ *    after GEN_EV_ERROR, after cancel(), and for every job still alive when
+ *    the generation layer shuts down.
+ * 3. cancel(job) may be called from any thread, any number of times, until
+ *    release(); it never blocks (set a flag; the scheduler notices it at its
+ *    next step, drops the session and sends GEN_EV_DONE, the last event,
+ *    possibly preceded by GEN_EV_ERROR with STRATA_E_CANCELLED).
+ * 4. release(job) is called exactly once by the HTTP layer after it has
+ *    received GEN_EV_DONE, from any thread, possibly from inside the DONE
+ *    on_event call itself. The job stays valid (cancel() safe) until then.
+ * 5. stats() may be called from any thread at any time (GET /status,
+ *    /metrics, /v1/models) and must be cheap and non-blocking (atomics, or
+ *    a snapshot the scheduler publishes).
+ *
+ * JSON text in events is built by the generation layer and written as is:
+ * streaming events become `data: <json>\n\n` (the HTTP layer adds the SSE
+ * framing and the final `data: [DONE]\n\n`); for a non-streaming request
+ * only GEN_EV_DONE carries json (the whole response body, status 200).
+ * Errors are not JSON in events: the HTTP layer builds OpenAI's error body
+ * from error_code/error_message/error_param (status from the error table
+ * when nothing was sent yet, an SSE `data: {"error":...}` event otherwise).
+ */
+#ifndef STRATA_SERVER_GEN_H
+#define STRATA_SERVER_GEN_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/error.h"
+
+struct gen_job; /* opaque, owned by the generation layer */
+
+enum gen_route {
+    GEN_ROUTE_CHAT,       /* POST /v1/chat/completions */
+    GEN_ROUTE_COMPLETION, /* POST /v1/completions */
+};
+
+enum gen_event_type {
+    GEN_EV_ROLE,   /* stream only: first chunk (delta.role = "assistant"); json set */
+    GEN_EV_DELTA,  /* stream: json = chunk with the text delta; n_tokens new tokens (also
+                      sent, json NULL, for non-stream requests so metrics see token timing) */
+    GEN_EV_FINISH, /* stream: json = chunk with finish_reason; finish_reason set either way */
+    GEN_EV_USAGE,  /* n_prompt_tokens/n_completion_tokens/n_cached_tokens set; json = usage
+                      chunk when the stream asked for it (or always-usage), else NULL */
+    GEN_EV_ERROR,  /* the job failed: error_code (STRATA_E_*), error_message, error_param */
+    GEN_EV_DONE,   /* last event; non-stream success: json = full response body */
+};
+
+struct gen_event {
+    enum gen_event_type type;
+    const char *json;          /* borrowed for the duration of on_event; may be NULL */
+    size_t json_len;           /* bytes of json */
+    int n_tokens;              /* DELTA: tokens this delta covers (>= 1) */
+    const char *finish_reason; /* FINISH: "stop", "length", ...; borrowed */
+    int64_t n_prompt_tokens;   /* USAGE */
+    int64_t n_completion_tokens;
+    int64_t n_cached_tokens;   /* USAGE: prompt tokens served from the prefix cache */
+    int error_code;            /* ERROR: STRATA_E_* */
+    const char *error_message; /* ERROR: borrowed */
+    const char *error_param;   /* ERROR: offending request field or NULL; borrowed */
+};
+
+struct gen_sink {
+    /* Scheduler thread; must not block (the HTTP side appends to a buffer and
+     * wakes its connection). */
+    void (*on_event)(void *ctx, const struct gen_event *ev);
+    void *ctx; /* borrowed: the HTTP layer's per-request state */
+};
+
+struct gen_submit {
+    enum gen_route route;
+    json_t *body;      /* borrowed: the parsed JSON object (valid UTF-8, an object); submit
+                          takes its own reference (json_incref) if it keeps it */
+    bool stream;       /* body has "stream": true (decided here so events arriving before
+                          submit returns are framed right); the generation layer must reject
+                          a non-boolean "stream" in submit */
+    bool always_usage; /* server option: include usage even when the stream did not ask */
+};
+
+struct gen_submit_out {
+    struct gen_job *job;  /* set on success */
+    char error_param[64]; /* on failure: OpenAI error.param ("messages", ...) or "" */
+};
+
+/* Snapshot for /status, /metrics and /v1/models. Strings are NUL-terminated. */
+struct gen_stats {
+    bool ready;                /* weights resident and warm-up done */
+    char model_id[128];        /* id reported by /v1/models */
+    char architecture[32];     /* "llama", "qwen3moe", ... */
+    char quant_mix[256];       /* "Q4_0:193,F32:65" (tensor type: count) */
+    int64_t n_ctx;             /* context size in tokens */
+    int n_threads;             /* effective compute threads */
+    char threads_source[32];   /* "cli", "env", "topology", "available-1", ... */
+    uint64_t pool_dispatches;  /* worker pool dispatch count since start */
+    int64_t kv_used, kv_total; /* KV cells (tokens) in use / available */
+    int n_active;              /* sessions decoding */
+    int n_queued;              /* requests waiting for a slot */
+    uint64_t tokens_prompt;    /* prompt tokens processed since start */
+    uint64_t tokens_generated; /* tokens generated since start */
+    double recent_tok_s;       /* decode tokens/s over the last few seconds */
+    uint64_t cache_hits;       /* prefix-cache lookups that reused KV */
+    uint64_t cache_misses;
+};
+
+struct gen_ops {
+    int (*submit)(void *self, const struct gen_submit *req, struct gen_sink sink,
+                  struct gen_submit_out *out, struct strata_error *err);
+    void (*cancel)(void *self, struct gen_job *job);
+    void (*release)(void *self, struct gen_job *job);
+    void (*stats)(void *self, struct gen_stats *out);
+};
+
+struct gen_backend {
+    const struct gen_ops *ops; /* borrowed, static */
+    void *self;                /* borrowed: outlives the server */
+};
+
+#endif

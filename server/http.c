@@ -1,0 +1,273 @@
+/* server/http.c: routing, limits, auth and request bodies (MHD thread). */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/server-impl.h"
+
+struct route {
+    const char *path;
+    bool prefix; /* "/v1/models/" matches "/v1/models/<id>" */
+    const char *method;
+    enum metrics_route metric;
+};
+
+static const struct route routes[] = {
+    {"/v1/chat/completions", false, "POST", METRICS_ROUTE_CHAT},
+    {"/v1/completions", false, "POST", METRICS_ROUTE_COMPLETION},
+    {"/v1/models", false, "GET", METRICS_ROUTE_MODELS},
+    {"/v1/models/", true, "GET", METRICS_ROUTE_MODELS},
+    {"/health", false, "GET", METRICS_ROUTE_HEALTH},
+    {"/status", false, "GET", METRICS_ROUTE_STATUS},
+    {"/metrics", false, "GET", METRICS_ROUTE_METRICS},
+};
+#define N_ROUTES (sizeof(routes) / sizeof(routes[0]))
+
+static const struct route *route_find(const char *url) {
+    for (size_t i = 0; i < N_ROUTES; i++) {
+        const struct route *r = &routes[i];
+        size_t n = strlen(r->path);
+        if (r->prefix ? (!strncmp(url, r->path, n) && url[n] && !strchr(url + n, '/'))
+                      : !strcmp(url, r->path))
+            return r;
+    }
+    return NULL;
+}
+
+static struct exchange *exchange_new(struct server *s, struct MHD_Connection *conn) {
+    struct exchange *ex = calloc(1, sizeof(*ex));
+    if (!ex)
+        return NULL;
+    if (pthread_mutex_init(&ex->mu, NULL)) {
+        free(ex);
+        return NULL;
+    }
+    ex->srv = s;
+    ex->conn = conn;
+    ex->refs = 1; /* the connection's */
+    ex->route = METRICS_ROUTE_OTHER;
+    atomic_fetch_add(&s->n_exchanges, 1);
+    return ex;
+}
+
+/* Checks done once the headers are in: route, method, auth, content type,
+ * declared length. Returns MHD_YES with ex->phase still PHASE_HEADERS when
+ * the body should be read. */
+static enum MHD_Result on_headers(struct exchange *ex, const char *url, const char *method) {
+    struct server *s = ex->srv;
+    struct MHD_Connection *c = ex->conn;
+    const struct route *r = route_find(url);
+    if (!r)
+        return http_respond_error(ex, STRATA_E_NOT_FOUND, "unknown route", NULL, NULL);
+    ex->route = r->metric;
+    if (strcmp(method, r->method)) {
+        if (!strcmp(method, "HEAD") && !strcmp(r->method, "GET")) {
+            /* MHD answers HEAD from the GET response without a body */
+        } else {
+            char msg[96];
+            snprintf(msg, sizeof(msg), "method %.16s not allowed on %s (use %s)", method, r->path,
+                     r->method);
+            return http_respond_error(ex, STRATA_E_METHOD, msg, NULL, r->method);
+        }
+    }
+    if (r->metric != METRICS_ROUTE_HEALTH &&
+        !auth_check(s->p.auth,
+                    MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION)))
+        return http_respond_error(ex, STRATA_E_AUTH,
+                                  "invalid or missing API key (Authorization: Bearer <key>)", NULL,
+                                  NULL);
+    switch (r->metric) {
+    case METRICS_ROUTE_HEALTH:
+        return status_health(ex);
+    case METRICS_ROUTE_STATUS:
+        return status_status(ex);
+    case METRICS_ROUTE_METRICS:
+        return status_metrics(ex);
+    case METRICS_ROUTE_MODELS:
+        return status_models(ex, r->prefix ? url + strlen(r->path) : NULL);
+    default:
+        break;
+    }
+    ex->gen_route = r->metric == METRICS_ROUTE_CHAT ? GEN_ROUTE_CHAT : GEN_ROUTE_COMPLETION;
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (!http_content_type_is_json(ct))
+        return http_respond_error(ex, STRATA_E_INVALID, "Content-Type must be application/json",
+                                  NULL, NULL);
+    const char *cl =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl) {
+        char *end = NULL;
+        unsigned long long n = strtoull(cl, &end, 10);
+        if (end != cl && n > s->p.max_body) {
+            char msg[128];
+            snprintf(msg, sizeof(msg), "request body of %llu bytes exceeds the limit of %zu", n,
+                     s->p.max_body);
+            return http_respond_error(ex, STRATA_E_TOO_LARGE, msg, NULL, NULL);
+        }
+    }
+    return MHD_YES;
+}
+
+/* Body complete: check it and hand it to the generation layer. */
+static enum MHD_Result on_body(struct exchange *ex) {
+    struct server *s = ex->srv;
+    char msg[320];
+    if (ex->body_too_large) {
+        snprintf(msg, sizeof(msg), "request body exceeds the limit of %zu bytes", s->p.max_body);
+        return http_respond_error(ex, STRATA_E_TOO_LARGE, msg, NULL, NULL);
+    }
+    size_t bad = 0;
+    if (!http_utf8_valid(ex->body.p ? ex->body.p : "", ex->body.len, &bad)) {
+        snprintf(msg, sizeof(msg), "request body is not valid UTF-8 (byte offset %zu)", bad);
+        return http_respond_error(ex, STRATA_E_INVALID, msg, NULL, NULL);
+    }
+    json_error_t jerr;
+    json_t *body = json_loadb(ex->body.p ? ex->body.p : "", ex->body.len, 0, &jerr);
+    if (!body) {
+        snprintf(msg, sizeof(msg), "invalid JSON at line %d column %d: %s", jerr.line, jerr.column,
+                 jerr.text);
+        return http_respond_error(ex, STRATA_E_INVALID, msg, NULL, NULL);
+    }
+    sbuf_free(&ex->body);
+    if (!json_is_object(body)) {
+        json_decref(body);
+        return http_respond_error(ex, STRATA_E_INVALID, "request body must be a JSON object", NULL,
+                                  NULL);
+    }
+    if (!s->p.gen.ops || atomic_load(&s->draining) || !atomic_load(&s->ready)) {
+        json_decref(body);
+        const char *why = !s->p.gen.ops               ? "no generation backend in this build"
+                          : atomic_load(&s->draining) ? "server is shutting down"
+                                                      : "model is loading";
+        return http_respond_error(ex, STRATA_E_UNAVAILABLE, why, NULL, NULL);
+    }
+
+    /* Register before submit: events may arrive before submit returns. */
+    pthread_mutex_lock(&s->mu);
+    ex->refs++; /* the job's */
+    ex->next = s->pending;
+    if (s->pending)
+        s->pending->prev = ex;
+    s->pending = ex;
+    s->n_pending++;
+    pthread_mutex_unlock(&s->mu);
+    ex->t_submit = server_now();
+    ex->next_keepalive = ex->t_submit + s->p.keepalive_ms / 1000.0;
+
+    ex->stream = json_is_true(json_object_get(body, "stream"));
+    struct gen_submit req = {ex->gen_route, body, ex->stream, s->p.always_usage};
+    struct gen_submit_out out = {0};
+    struct strata_error err = {0};
+    int rc = s->p.gen.ops->submit(s->p.gen.self, &req, (struct gen_sink){stream_on_event, ex}, &out,
+                                  &err);
+    json_decref(body);
+    if (rc) {
+        pthread_mutex_lock(&s->mu);
+        if (ex->prev)
+            ex->prev->next = ex->next;
+        else
+            s->pending = ex->next;
+        if (ex->next)
+            ex->next->prev = ex->prev;
+        s->n_pending--;
+        pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->mu);
+        ex->refs--; /* no event will come; the connection still holds one */
+        return http_respond_error(ex, rc, err.message, out.error_param, NULL);
+    }
+    pthread_mutex_lock(&ex->mu);
+    ex->job = out.job;
+    if (ex->stream) {
+        pthread_mutex_unlock(&ex->mu);
+        return stream_start(ex);
+    }
+    if (ex->final_ready) {
+        pthread_mutex_unlock(&ex->mu);
+        return http_respond_json(ex, ex->final_status,
+                                 ex->final_body ? strdup(ex->final_body) : NULL);
+    }
+    ex->phase = PHASE_WAITING;
+    ex->suspended = true;
+    MHD_suspend_connection(ex->conn);
+    pthread_mutex_unlock(&ex->mu);
+    return MHD_YES;
+}
+
+/* Resumed while PHASE_WAITING: the answer is in, or shutdown gave up. */
+static enum MHD_Result on_resumed(struct exchange *ex) {
+    pthread_mutex_lock(&ex->mu);
+    bool ready = ex->final_ready, aborted = ex->aborted;
+    int status = ex->final_status;
+    char *body = ex->final_body;
+    ex->final_body = NULL;
+    if (!ready && !aborted) { /* spurious: keep waiting */
+        ex->suspended = true;
+        MHD_suspend_connection(ex->conn);
+    }
+    pthread_mutex_unlock(&ex->mu);
+    if (ready)
+        return http_respond_json(ex, status, body);
+    free(body);
+    if (aborted)
+        return http_respond_error(ex, STRATA_E_UNAVAILABLE, "server is shutting down", NULL, NULL);
+    return MHD_YES;
+}
+
+enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                const char *method, const char *version, const char *upload,
+                                size_t *upload_size, void **con_cls) {
+    struct server *s = cls;
+    struct exchange *ex = *con_cls;
+    if (!ex) {
+        ex = exchange_new(s, conn);
+        if (!ex)
+            return MHD_NO;
+        *con_cls = ex;
+        return on_headers(ex, url, method);
+    }
+    switch (ex->phase) {
+    case PHASE_HEADERS:
+        if (*upload_size) {
+            size_t n = *upload_size;
+            *upload_size = 0;
+            if (ex->body_too_large || ex->body.len + n > s->p.max_body) {
+                ex->body_too_large = true; /* keep draining, keep nothing */
+                sbuf_free(&ex->body);
+                return MHD_YES;
+            }
+            if (sbuf_append(&ex->body, upload, n))
+                return MHD_NO;
+            return MHD_YES;
+        }
+        return on_body(ex);
+    case PHASE_WAITING:
+        return on_resumed(ex);
+    case PHASE_STREAMING:
+    case PHASE_RESPONDED:
+        break;
+    }
+    return MHD_YES;
+}
+
+void http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                       enum MHD_RequestTerminationCode toe) {
+    struct server *s = cls;
+    struct exchange *ex = *con_cls;
+    if (!ex)
+        return;
+    *con_cls = NULL;
+    pthread_mutex_lock(&ex->mu);
+    ex->conn_gone = true;
+    ex->suspended = false;
+    struct gen_job *job = ex->gen_done ? NULL : ex->job;
+    pthread_mutex_unlock(&ex->mu);
+    if (job) {
+        /* Still generating: the client left (or the daemon stops). The job
+         * cannot be released before our reference is dropped below. */
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+            metrics_count_disconnect(s->metrics);
+        s->p.gen.ops->cancel(s->p.gen.self, job);
+    }
+    exchange_unref(ex);
+}

@@ -1,0 +1,216 @@
+/* server/metrics.c: Prometheus counters and histograms (see metrics.h). */
+#include "server/metrics.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const route_names[METRICS_ROUTE_N] = {
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/models",
+    "/health",
+    "/status",
+    "/metrics",
+    "other",
+};
+
+/* Status codes the server answers with; anything else counts as "other". */
+static const int statuses[] = {200, 400, 401, 404, 405, 413, 429, 499, 500, 503, 504};
+#define N_STATUS (sizeof(statuses) / sizeof(statuses[0]) + 1)
+
+/* Bucket upper bounds in seconds. TTFT spans queueing plus prefill (ms to
+ * minutes); inter-token latency spans ~1 ms (small models) to ~1 s (MoE
+ * from disk), so both are log-spaced. */
+static const double ttft_bounds[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+static const double itl_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                    0.1,   0.25,   0.5,   1,    2.5};
+#define N_TTFT (sizeof(ttft_bounds) / sizeof(ttft_bounds[0]))
+#define N_ITL (sizeof(itl_bounds) / sizeof(itl_bounds[0]))
+
+struct histogram {
+    _Atomic uint64_t bucket[16]; /* per-bound counts (not cumulative); last = +Inf */
+    _Atomic uint64_t count;
+    _Atomic uint64_t sum_us; /* sum of observations, microseconds */
+};
+
+struct metrics {
+    _Atomic uint64_t requests[METRICS_ROUTE_N][N_STATUS];
+    _Atomic uint64_t tokens_prompt, tokens_completion;
+    _Atomic uint64_t disconnects;
+    struct histogram ttft, itl;
+};
+
+_Static_assert(N_TTFT < 16 && N_ITL < 16, "histogram bucket array too small");
+
+struct metrics *metrics_init(void) {
+    return calloc(1, sizeof(struct metrics));
+}
+
+void metrics_free(struct metrics *m) {
+    free(m);
+}
+
+void metrics_count_request(struct metrics *m, enum metrics_route route, int status) {
+    if (!m || route < 0 || route >= METRICS_ROUTE_N)
+        return;
+    size_t i = 0;
+    while (i < N_STATUS - 1 && statuses[i] != status)
+        i++;
+    atomic_fetch_add_explicit(&m->requests[route][i], 1, memory_order_relaxed);
+}
+
+static void observe(struct histogram *h, const double *bounds, size_t n, double v, uint64_t k) {
+    size_t i = 0;
+    while (i < n && v > bounds[i])
+        i++;
+    atomic_fetch_add_explicit(&h->bucket[i], k, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->count, k, memory_order_relaxed);
+    double us = v * 1e6 * (double)k;
+    atomic_fetch_add_explicit(&h->sum_us, us > 0 ? (uint64_t)us : 0, memory_order_relaxed);
+}
+
+void metrics_observe_ttft(struct metrics *m, double seconds) {
+    if (m)
+        observe(&m->ttft, ttft_bounds, N_TTFT, seconds, 1);
+}
+
+void metrics_observe_itl(struct metrics *m, double seconds, int n) {
+    if (m && n > 0)
+        observe(&m->itl, itl_bounds, N_ITL, seconds / n, (uint64_t)n);
+}
+
+void metrics_add_tokens(struct metrics *m, int64_t prompt, int64_t completion) {
+    if (!m)
+        return;
+    if (prompt > 0)
+        atomic_fetch_add_explicit(&m->tokens_prompt, (uint64_t)prompt, memory_order_relaxed);
+    if (completion > 0)
+        atomic_fetch_add_explicit(&m->tokens_completion, (uint64_t)completion,
+                                  memory_order_relaxed);
+}
+
+void metrics_count_disconnect(struct metrics *m) {
+    if (m)
+        atomic_fetch_add_explicit(&m->disconnects, 1, memory_order_relaxed);
+}
+
+uint64_t metrics_requests_total(const struct metrics *m) {
+    uint64_t t = 0;
+    for (int r = 0; r < METRICS_ROUTE_N; r++)
+        for (size_t i = 0; i < N_STATUS; i++)
+            t += atomic_load_explicit(&m->requests[r][i], memory_order_relaxed);
+    return t;
+}
+
+/* Growable text buffer; on OOM it stays failed and render returns NULL. */
+struct text {
+    char *p;
+    size_t len, cap;
+    int failed;
+};
+
+__attribute__((format(printf, 2, 3))) static void put(struct text *t, const char *fmt, ...) {
+    if (t->failed)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            t->failed = 1;
+            return;
+        }
+        if ((size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = t->cap * 2 + (size_t)n + 1;
+        char *p = realloc(t->p, cap);
+        if (!p) {
+            t->failed = 1;
+            return;
+        }
+        t->p = p;
+        t->cap = cap;
+    }
+}
+
+static void put_histogram(struct text *t, const char *name, const char *help,
+                          const struct histogram *h, const double *bounds, size_t n) {
+    put(t, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (size_t i = 0; i <= n; i++) {
+        cum += atomic_load_explicit(&h->bucket[i], memory_order_relaxed);
+        if (i < n)
+            put(t, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i], (unsigned long long)cum);
+        else
+            put(t, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+    }
+    put(t, "%s_sum %.6f\n", name,
+        (double)atomic_load_explicit(&h->sum_us, memory_order_relaxed) / 1e6);
+    /* count equals the +Inf bucket by construction (same relaxed adds) */
+    put(t, "%s_count %llu\n", name, (unsigned long long)cum);
+}
+
+char *metrics_render(const struct metrics *m, const struct gen_stats *st, int connections) {
+    struct text t = {malloc(4096), 0, 4096, 0};
+    if (!t.p)
+        return NULL;
+    t.p[0] = '\0';
+    put(&t, "# HELP strata_http_requests_total HTTP requests answered, by route and status.\n"
+            "# TYPE strata_http_requests_total counter\n");
+    for (int r = 0; r < METRICS_ROUTE_N; r++)
+        for (size_t i = 0; i < N_STATUS; i++) {
+            uint64_t v = atomic_load_explicit(&m->requests[r][i], memory_order_relaxed);
+            if (!v)
+                continue;
+            char code[16];
+            if (i < N_STATUS - 1)
+                snprintf(code, sizeof(code), "%d", statuses[i]);
+            else
+                snprintf(code, sizeof(code), "other");
+            put(&t, "strata_http_requests_total{route=\"%s\",status=\"%s\"} %llu\n", route_names[r],
+                code, (unsigned long long)v);
+        }
+    put(&t,
+        "# HELP strata_tokens_prompt_total Prompt tokens of finished requests.\n"
+        "# TYPE strata_tokens_prompt_total counter\nstrata_tokens_prompt_total %llu\n"
+        "# HELP strata_tokens_completion_total Generated tokens of finished requests.\n"
+        "# TYPE strata_tokens_completion_total counter\nstrata_tokens_completion_total %llu\n"
+        "# HELP strata_client_disconnects_total Requests whose client left before the end.\n"
+        "# TYPE strata_client_disconnects_total counter\nstrata_client_disconnects_total %llu\n"
+        "# HELP strata_http_connections Open HTTP connections.\n"
+        "# TYPE strata_http_connections gauge\nstrata_http_connections %d\n",
+        (unsigned long long)atomic_load_explicit(&m->tokens_prompt, memory_order_relaxed),
+        (unsigned long long)atomic_load_explicit(&m->tokens_completion, memory_order_relaxed),
+        (unsigned long long)atomic_load_explicit(&m->disconnects, memory_order_relaxed),
+        connections);
+    struct gen_stats zero = {0};
+    if (!st)
+        st = &zero;
+    put(&t,
+        "# HELP strata_queue_depth Requests waiting for a decode slot.\n"
+        "# TYPE strata_queue_depth gauge\nstrata_queue_depth %d\n"
+        "# HELP strata_sessions_active Sessions decoding.\n"
+        "# TYPE strata_sessions_active gauge\nstrata_sessions_active %d\n"
+        "# HELP strata_prefix_cache_hits_total Prefix-cache lookups that reused KV.\n"
+        "# TYPE strata_prefix_cache_hits_total counter\nstrata_prefix_cache_hits_total %llu\n"
+        "# HELP strata_prefix_cache_misses_total Prefix-cache lookups that missed.\n"
+        "# TYPE strata_prefix_cache_misses_total counter\nstrata_prefix_cache_misses_total %llu\n",
+        st->n_queued, st->n_active, (unsigned long long)st->cache_hits,
+        (unsigned long long)st->cache_misses);
+    put_histogram(&t, "strata_time_to_first_token_seconds",
+                  "Seconds from request accepted to first generated token.", &m->ttft, ttft_bounds,
+                  N_TTFT);
+    put_histogram(&t, "strata_inter_token_seconds", "Seconds between generated tokens.", &m->itl,
+                  itl_bounds, N_ITL);
+    if (t.failed) {
+        free(t.p);
+        return NULL;
+    }
+    return t.p;
+}

@@ -1,0 +1,122 @@
+/* server/server-impl.h: internals shared by the server .c files (not a public API).
+ *
+ * One `struct exchange` per HTTP request. Its lifetime is reference counted:
+ * one reference for the MHD connection (dropped in the NOTIFY_COMPLETED
+ * callback) and one for the generation job (dropped when GEN_EV_DONE
+ * arrives); whoever drops the last one frees it and releases the job.
+ *
+ * Lock order: server.mu -> exchange.mu -> (MHD internal). gen ops are called
+ * without exchange.mu held (cancel from the completed callback, before the
+ * connection reference is dropped, so the job is still unreleased).
+ */
+#ifndef STRATA_SERVER_IMPL_H
+#define STRATA_SERVER_IMPL_H
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "server/metrics.h"
+#include "server/server.h"
+
+/* Growable byte buffer (SSE output, request body). */
+struct sbuf {
+    char *p; /* owned: len bytes used of cap */
+    size_t len, cap;
+};
+int sbuf_append(struct sbuf *b, const void *data, size_t n); /* 0 or STRATA_E_NOMEM */
+void sbuf_free(struct sbuf *b);
+
+enum exchange_phase {
+    PHASE_HEADERS,   /* first access-handler call done, reading the body */
+    PHASE_WAITING,   /* non-stream job submitted; connection suspended until DONE */
+    PHASE_STREAMING, /* SSE response queued; content reader drains `out` */
+    PHASE_RESPONDED, /* a complete response was queued */
+};
+
+struct exchange {
+    struct server *srv;
+    struct MHD_Connection *conn; /* borrowed; valid until the completed callback */
+    enum metrics_route route;
+    enum gen_route gen_route;
+    enum exchange_phase phase; /* MHD thread only */
+    struct sbuf body;          /* request body, at most max_body bytes */
+    bool body_too_large;
+    double t_submit; /* seconds (monotonic) when the job was submitted */
+
+    pthread_mutex_t mu; /* guards everything below */
+    int refs;
+    struct gen_job *job; /* set after submit; released at free */
+    bool stream;
+    bool conn_gone;   /* completed callback ran */
+    bool suspended;   /* we suspended the connection and nobody resumed it yet */
+    bool gen_done;    /* GEN_EV_DONE seen */
+    bool aborted;     /* shutdown gave up on the generation layer */
+    bool error_seen;  /* GEN_EV_ERROR seen */
+    bool got_token;   /* first DELTA seen (TTFT recorded) */
+    struct sbuf out;  /* stream: SSE bytes not yet handed to MHD */
+    size_t out_off;   /* bytes of out already handed over */
+    int final_status; /* non-stream: status of the final response */
+    char *final_body; /* owned: non-stream final body (JSON) */
+    bool final_ready;
+    double t_last_token;   /* seconds; inter-token latency */
+    double next_keepalive; /* seconds; stream keep-alive due time */
+
+    struct exchange *prev, *next; /* server.pending list (server.mu) while job is live */
+};
+
+struct server {
+    struct server_params p; /* copy; host points at `host` */
+    char *host;             /* owned */
+    struct MHD_Daemon *mhd;
+    struct metrics *metrics; /* owned */
+    int port;
+    double t_start;
+    atomic_bool ready;
+    atomic_bool draining;
+    atomic_int n_exchanges; /* requests alive (idle keep-alive connections hold none) */
+
+    pthread_mutex_t mu;       /* guards the fields below */
+    pthread_cond_t cond;      /* pending list shrank, or stopping */
+    struct exchange *pending; /* exchanges whose job has not sent DONE */
+    int n_pending;
+    bool stopping; /* ticker exits */
+    pthread_t ticker;
+    bool ticker_started;
+    bool shut; /* server_shutdown ran */
+};
+
+double server_now(void); /* monotonic seconds */
+
+/* http.c: the MHD callbacks */
+enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                const char *method, const char *version, const char *upload,
+                                size_t *upload_size, void **con_cls);
+void http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                       enum MHD_RequestTerminationCode toe);
+
+/* respond.c: responses and request-body checks */
+/* OpenAI error body {"error":{"message","type","param","code"}}. owned: free() */
+char *http_error_json(int code, const char *message, const char *param);
+/* Queues an error response with the table's status (+ Allow for 405). */
+enum MHD_Result http_respond_error(struct exchange *ex, int code, const char *message,
+                                   const char *param, const char *allow);
+/* Queues `body` (steals: malloc'd) as application/json with `status`. */
+enum MHD_Result http_respond_json(struct exchange *ex, int status, char *body);
+bool http_utf8_valid(const char *s, size_t n, size_t *bad_offset);
+bool http_content_type_is_json(const char *ct);
+
+/* stream.c: SSE, the gen sink, the keep-alive ticker */
+void stream_on_event(void *ctx, const struct gen_event *ev);
+enum MHD_Result stream_start(struct exchange *ex); /* queues the SSE response */
+void exchange_unref(struct exchange *ex);          /* drops one reference */
+void *stream_ticker_main(void *arg);
+
+/* status.c: GET handlers */
+enum MHD_Result status_health(struct exchange *ex);
+enum MHD_Result status_status(struct exchange *ex);
+enum MHD_Result status_metrics(struct exchange *ex);
+enum MHD_Result status_models(struct exchange *ex, const char *id); /* id NULL: the list */
+
+#endif

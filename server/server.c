@@ -1,0 +1,181 @@
+/* server/server.c: daemon lifecycle: start, ready, drain, stop (see server.h). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "server/server-impl.h"
+
+struct server_params server_params_default(void) {
+    return (struct server_params){
+        .host = "127.0.0.1",
+        .port = 8080,
+        .max_body = 2u << 20, /* see CONFIG_OPTIONS in config/config.h */
+        .timeout_s = 30,
+        .max_connections = 256,
+        .keepalive_ms = 5000, /* well under the 60 s idle cut of common proxies */
+        .always_usage = false,
+        .auth = NULL,
+        .gen = {NULL, NULL},
+    };
+}
+
+static void log_mhd(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    /* MHD's own diagnostics (e.g. a client reset) go to stderr as they are. */
+    vfprintf(stderr, fmt, ap);
+}
+
+struct server *server_init(const struct server_params *params, struct strata_error *err) {
+    struct server *s = calloc(1, sizeof(*s));
+    bool mu_ok = false, cond_ok = false;
+    if (!s) {
+        strata_error_set(err, STRATA_E_NOMEM, "server: out of memory");
+        return NULL;
+    }
+    s->p = *params;
+    if (s->p.gen.ops && (!s->p.gen.ops->submit || !s->p.gen.ops->cancel || !s->p.gen.ops->release ||
+                         !s->p.gen.ops->stats)) {
+        strata_error_set(err, STRATA_E_INVALID, "server: generation backend lacks an op");
+        goto fail;
+    }
+    if (s->p.keepalive_ms <= 0)
+        s->p.keepalive_ms = 5000;
+    s->host = strdup(params->host ? params->host : "127.0.0.1");
+    s->metrics = metrics_init();
+    if (!s->host || !s->metrics) {
+        strata_error_set(err, STRATA_E_NOMEM, "server: out of memory");
+        goto fail;
+    }
+    s->p.host = s->host;
+    if (pthread_mutex_init(&s->mu, NULL) == 0)
+        mu_ok = true;
+    if (pthread_cond_init(&s->cond, NULL) == 0)
+        cond_ok = true;
+    if (!mu_ok || !cond_ok) {
+        strata_error_set(err, STRATA_E_INTERNAL, "server: mutex init failed");
+        goto fail;
+    }
+    s->t_start = server_now();
+
+    struct sockaddr_in addr = {0};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)s->p.port);
+    if (inet_pton(AF_INET, s->host, &addr.sin_addr) != 1) {
+        strata_error_set(err, STRATA_E_CONFIG, "host '%s' is not an IPv4 address", s->host);
+        goto fail;
+    }
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    s->mhd = MHD_start_daemon(
+        flags, (uint16_t)s->p.port, NULL, NULL, http_on_request, s, MHD_OPTION_SOCK_ADDR,
+        (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, s,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->p.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)s->p.timeout_s, MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL,
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_END);
+    if (!s->mhd) {
+        strata_error_set(err, STRATA_E_IO, "cannot listen on %s:%d: %s", s->host, s->p.port,
+                         errno ? strerror(errno) : "libmicrohttpd refused to start");
+        goto fail;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = info ? info->port : s->p.port;
+    if (pthread_create(&s->ticker, NULL, stream_ticker_main, s)) {
+        strata_error_set(err, STRATA_E_INTERNAL, "server: cannot start the ticker thread");
+        goto fail;
+    }
+    s->ticker_started = true;
+    return s;
+fail:
+    if (s->mhd)
+        MHD_stop_daemon(s->mhd);
+    if (cond_ok)
+        pthread_cond_destroy(&s->cond);
+    if (mu_ok)
+        pthread_mutex_destroy(&s->mu);
+    metrics_free(s->metrics);
+    free(s->host);
+    free(s);
+    return NULL;
+}
+
+int server_port(const struct server *s) {
+    return s->port;
+}
+
+void server_set_ready(struct server *s, bool ready) {
+    atomic_store(&s->ready, ready);
+}
+
+/* Waits on s->cond (s->mu held) until nothing is pending or `until` passes. */
+static void wait_pending(struct server *s, double until) {
+    while (s->n_pending > 0 && server_now() < until) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&s->cond, &s->mu, &ts);
+    }
+}
+
+int server_shutdown(struct server *s, int deadline_ms) {
+    if (!s || s->shut)
+        return 0;
+    s->shut = true;
+    atomic_store(&s->draining, true);
+    MHD_socket fd = MHD_quiesce_daemon(s->mhd); /* no new connections */
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
+
+    pthread_mutex_lock(&s->mu);
+    wait_pending(s, server_now() + deadline_ms / 1000.0);
+    int n_cancelled = s->n_pending;
+    for (struct exchange *ex = s->pending; ex; ex = ex->next) {
+        pthread_mutex_lock(&ex->mu);
+        struct gen_job *job = ex->job;
+        pthread_mutex_unlock(&ex->mu);
+        if (job) /* listed, so not yet released; cancel never blocks (gen.h) */
+            s->p.gen.ops->cancel(s->p.gen.self, job);
+    }
+    /* A cancelled job sends DONE at the scheduler's next step: 2 s is plenty. */
+    wait_pending(s, server_now() + 2.0);
+    for (struct exchange *ex = s->pending; ex; ex = ex->next) {
+        pthread_mutex_lock(&ex->mu);
+        ex->aborted = true; /* the generation layer did not answer: give up */
+        bool resume = ex->suspended && !ex->conn_gone;
+        ex->suspended = false;
+        pthread_mutex_unlock(&ex->mu);
+        if (resume)
+            MHD_resume_connection(ex->conn);
+    }
+    s->stopping = true;
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->mu);
+    if (s->ticker_started)
+        pthread_join(s->ticker, NULL);
+    s->ticker_started = false;
+    /* Let finished and resumed requests flush their last bytes (a stream's
+     * `data: [DONE]`) before MHD closes every connection: up to 1 s. */
+    for (int i = 0; i < 100 && atomic_load(&s->n_exchanges) > 0; i++)
+        usleep(10 * 1000);
+    MHD_stop_daemon(s->mhd);
+    s->mhd = NULL;
+    return n_cancelled;
+}
+
+void server_free(struct server *s) {
+    if (!s)
+        return;
+    server_shutdown(s, 0);
+    /* Exchanges still held by an unresponsive generation layer stay with it. */
+    pthread_cond_destroy(&s->cond);
+    pthread_mutex_destroy(&s->mu);
+    metrics_free(s->metrics);
+    free(s->host);
+    free(s);
+}

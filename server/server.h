@@ -1,0 +1,55 @@
+/* server/server.h: the HTTP daemon's lifecycle (libmicrohttpd, one internal
+ * epoll thread; see gen.h for the seam to the generation layer).
+ *
+ *   struct auth_keys *keys = auth_keys_init(api_key, api_key_file, &err);
+ *   struct server_params p = server_params_default();
+ *   p.port = 8080; p.auth = keys; p.gen = (struct gen_backend){&ops, sched};
+ *   struct server *s = server_init(&p, &err);   // listening; /health says 503
+ *   server_set_ready(s, true);                  // weights loaded: /health 200
+ *   ... wait for SIGTERM ...
+ *   server_shutdown(s, 10000);   // stop accepting, drain, cancel the rest
+ *   server_free(s); auth_keys_free(keys);
+ *
+ * Threading: server_init/shutdown/free from one controlling thread;
+ * server_set_ready and server_port from any thread. Request handling runs
+ * on MHD's internal thread (never blocks: generating requests are
+ * suspended), gen events on the scheduler thread, SSE keep-alives on one
+ * persistent ticker thread owned by the server.
+ */
+#ifndef STRATA_SERVER_H
+#define STRATA_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "engine/error.h"
+#include "server/auth.h"
+#include "server/gen.h"
+
+struct server;
+
+struct server_params {
+    const char *host;             /* borrowed; IPv4 literal, "127.0.0.1" */
+    int port;                     /* 0 = any free port (see server_port) */
+    size_t max_body;              /* bytes; larger bodies get 413 */
+    int timeout_s;                /* idle seconds per connection before it is dropped */
+    int max_connections;          /* simultaneous connections */
+    int keepalive_ms;             /* SSE ": keep-alive" interval while waiting for tokens */
+    bool always_usage;            /* passed to every submit */
+    const struct auth_keys *auth; /* borrowed; NULL = no auth */
+    struct gen_backend gen;       /* ops NULL: completions answer 503 */
+};
+
+struct server_params server_params_default(void);
+
+/* Binds and starts serving. owned: free with server_free() */
+struct server *server_init(const struct server_params *params, struct strata_error *err);
+int server_port(const struct server *s); /* the bound port */
+void server_set_ready(struct server *s, bool ready);
+/* Stops accepting, lets in-flight work finish for up to deadline_ms, then
+ * cancels what is left and closes every connection. Returns the number of
+ * requests that had to be cancelled. Idempotent. */
+int server_shutdown(struct server *s, int deadline_ms);
+void server_free(struct server *s); /* shuts down first if needed */
+
+#endif
