@@ -65,7 +65,11 @@ struct backend_ops {
     /* In-place rope of x: (n_tok, n_head * head_dim), token t at pos[t]. */
     void (*rope)(void *ctx, float *x, int64_t n_tok, int n_head, int head_dim, const int32_t *pos,
                  const struct ops_rope_cfg *cfg);
-    /* Causal attention over the KV cache (see struct backend_attn). */
+    /* Makes sure attention over up to n_kv positions can run without
+     * allocating (per-worker scratch). Returns 0 or STRATA_E_NOMEM. */
+    int (*reserve)(void *ctx, int n_kv, struct strata_error *err);
+    /* Causal attention over the KV cache (see struct backend_attn); the
+     * largest pos[t] + 1 must have been reserved. */
     void (*attention)(void *ctx, const struct backend_attn *a);
     /* y = silu(g) * u elementwise over (n_rows, n_cols); y may alias g. */
     void (*swiglu)(void *ctx, const float *g, const float *u, float *y, int64_t n_rows,

@@ -1,0 +1,277 @@
+/* engine/backend-cpu.c: the CPU implementation of backend.h: matmuls through
+ * kernels_matmul on row ranges from the pool (several matrices share one
+ * dispatch), ops.h for the rest, parallel over rows / (token, head) pairs.
+ * Small elementwise jobs run on the calling thread: a dispatch costs more
+ * than normalising one 64-wide row. */
+#include "engine/backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/kv.h"
+#include "engine/pool.h"
+
+/* Per-worker attention scratch. */
+struct cpu_scratch {
+    const uint16_t **k_rows; /* (cap) */
+    const uint16_t **v_rows; /* (cap) */
+    float *scores;           /* (cap) */
+    int cap;
+};
+
+struct cpu_ctx {
+    struct pool *pool; /* borrowed, may be NULL */
+    int n_workers;
+    struct cpu_scratch *scratch; /* (n_workers) */
+};
+
+/* Elements below which an elementwise op runs inline (one dispatch costs
+ * about as much as ~16k multiply-adds on the 2-core dev box). */
+#define CPU_INLINE_ELEMS 16384
+
+static void run_tasks(struct cpu_ctx *c, struct pool_task *t, int n) {
+    if (c->pool) {
+        pool_run(c->pool, t, n);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        if (t[i].n_rows > 0)
+            t[i].fn(t[i].ctx, 0, t[i].n_rows, 0);
+}
+
+/* ---- matmul ----------------------------------------------------------------- */
+
+static void matmul_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
+    const struct backend_matmul *j = ctx;
+    kernels_matmul(j->w, j->xq, j->xq_stride, j->n_tok, j->y, j->ldy, r0, r1);
+}
+
+static void cpu_matmul(void *ctx, const struct backend_matmul *jobs, int n_jobs) {
+    struct pool_task stack[16];
+    struct pool_task *t = n_jobs <= 16 ? stack : malloc((size_t)n_jobs * sizeof *t);
+    if (!t) { /* out of memory for the task list: run serially, same results */
+        for (int i = 0; i < n_jobs; i++)
+            matmul_rows((void *)&jobs[i], 0, jobs[i].w->n_rows, 0);
+        return;
+    }
+    for (int i = 0; i < n_jobs; i++)
+        t[i] = (struct pool_task){.fn = matmul_rows,
+                                  .ctx = (void *)&jobs[i],
+                                  .n_rows = jobs[i].w->n_rows,
+                                  .min_grain = 0};
+    run_tasks(ctx, t, n_jobs);
+    if (t != stack)
+        free(t);
+}
+
+/* ---- quantize_act ----------------------------------------------------------- */
+
+struct quant_job {
+    enum quant_type wtype;
+    const float *x;
+    int64_t n_cols;
+    void *xq;
+    size_t stride;
+};
+
+static void quant_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
+    const struct quant_job *j = ctx;
+    for (int64_t r = r0; r < r1; r++)
+        kernels_quantize_act(j->wtype, j->x + r * j->n_cols, (uint8_t *)j->xq + r * j->stride,
+                             j->n_cols);
+}
+
+static void cpu_quantize_act(void *ctx, enum quant_type wtype, const float *x, int64_t n_rows,
+                             int64_t n_cols, void *xq, size_t xq_stride) {
+    struct quant_job j = {wtype, x, n_cols, xq, xq_stride};
+    if (n_rows * n_cols < CPU_INLINE_ELEMS) {
+        quant_rows(&j, 0, n_rows, 0);
+        return;
+    }
+    struct pool_task t = {.fn = quant_rows, .ctx = &j, .n_rows = n_rows, .min_grain = 1};
+    run_tasks(ctx, &t, 1);
+}
+
+/* ---- rmsnorm / swiglu / rope ------------------------------------------------ */
+
+struct row_job {
+    const float *x, *w, *u;
+    float *y;
+    int64_t n_cols;
+    float eps;
+    /* rope */
+    int n_head, head_dim;
+    const int32_t *pos;
+    const struct ops_rope_cfg *cfg;
+};
+
+static void rmsnorm_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
+    const struct row_job *j = ctx;
+    for (int64_t r = r0; r < r1; r++)
+        ops_rmsnorm(j->x + r * j->n_cols, j->w, j->y + r * j->n_cols, j->n_cols, j->eps);
+}
+
+static void swiglu_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
+    const struct row_job *j = ctx;
+    for (int64_t r = r0; r < r1; r++)
+        ops_swiglu(j->x + r * j->n_cols, j->u + r * j->n_cols, j->y + r * j->n_cols, j->n_cols);
+}
+
+static void rope_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
+    const struct row_job *j = ctx;
+    for (int64_t r = r0; r < r1; r++)
+        ops_rope(j->y + r * (int64_t)j->n_head * j->head_dim, j->n_head, j->head_dim, j->pos[r],
+                 j->cfg);
+}
+
+static void run_rows(struct cpu_ctx *c, pool_rows_fn fn, struct row_job *j, int64_t n_rows,
+                     int64_t elems) {
+    if (elems < CPU_INLINE_ELEMS || !c->pool) {
+        fn(j, 0, n_rows, 0);
+        return;
+    }
+    struct pool_task t = {.fn = fn, .ctx = j, .n_rows = n_rows, .min_grain = 1};
+    pool_run(c->pool, &t, 1);
+}
+
+static void cpu_rmsnorm(void *ctx, const float *x, const float *w, float *y, int64_t n_rows,
+                        int64_t n_cols, float eps) {
+    struct row_job j = {.x = x, .w = w, .y = y, .n_cols = n_cols, .eps = eps};
+    run_rows(ctx, rmsnorm_rows, &j, n_rows, n_rows * n_cols);
+}
+
+static void cpu_swiglu(void *ctx, const float *g, const float *u, float *y, int64_t n_rows,
+                       int64_t n_cols) {
+    struct row_job j = {.x = g, .u = u, .y = y, .n_cols = n_cols};
+    run_rows(ctx, swiglu_rows, &j, n_rows, n_rows * n_cols);
+}
+
+static void cpu_rope(void *ctx, float *x, int64_t n_tok, int n_head, int head_dim,
+                     const int32_t *pos, const struct ops_rope_cfg *cfg) {
+    struct row_job j = {.y = x, .n_head = n_head, .head_dim = head_dim, .pos = pos, .cfg = cfg};
+    run_rows(ctx, rope_rows, &j, n_tok, n_tok * n_head * head_dim * 8);
+}
+
+/* ---- attention -------------------------------------------------------------- */
+
+struct attn_job {
+    const struct backend_attn *a;
+    struct cpu_ctx *c;
+};
+
+static void attn_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
+    const struct attn_job *j = ctx;
+    const struct backend_attn *a = j->a;
+    struct cpu_scratch *s = &j->c->scratch[worker];
+    const int group = a->n_head / a->n_head_kv;
+    for (int64_t r = r0; r < r1; r++) {
+        const int t = (int)(r / a->n_head), h = (int)(r % a->n_head), hk = h / group;
+        const int n_kv = a->pos[t] + 1;
+        for (int p = 0; p < n_kv; p++) {
+            s->k_rows[p] = kv_k_row(a->kv, a->layer, a->seq_id[t], p) + (size_t)hk * a->head_dim_k;
+            s->v_rows[p] = kv_v_row(a->kv, a->layer, a->seq_id[t], p) + (size_t)hk * a->head_dim_v;
+        }
+        ops_attn_head(a->q + ((size_t)t * a->n_head + h) * a->head_dim_k, s->k_rows, s->v_rows,
+                      n_kv, a->head_dim_k, a->head_dim_v, a->scale, s->scores,
+                      a->out + ((size_t)t * a->n_head + h) * a->head_dim_v);
+    }
+}
+
+static int scratch_reserve(struct cpu_ctx *c, int n) {
+    for (int w = 0; w < c->n_workers; w++) {
+        struct cpu_scratch *s = &c->scratch[w];
+        if (s->cap >= n)
+            continue;
+        int cap = n < 256 ? 256 : n;
+        const uint16_t **k = realloc(s->k_rows, (size_t)cap * sizeof *k);
+        if (k)
+            s->k_rows = k;
+        const uint16_t **v = realloc(s->v_rows, (size_t)cap * sizeof *v);
+        if (v)
+            s->v_rows = v;
+        float *sc = realloc(s->scores, (size_t)cap * sizeof *sc);
+        if (sc)
+            s->scores = sc;
+        if (!k || !v || !sc)
+            return STRATA_E_NOMEM;
+        s->cap = cap;
+    }
+    return 0;
+}
+
+static int cpu_reserve(void *ctx, int n_kv, struct strata_error *err) {
+    if (scratch_reserve(ctx, n_kv))
+        return strata_error_set(err, STRATA_E_NOMEM, "backend cpu: no memory for attention over %d",
+                                n_kv);
+    return 0;
+}
+
+static void cpu_attention(void *ctx, const struct backend_attn *a) {
+    struct cpu_ctx *c = ctx;
+    int max_kv = 0;
+    for (int t = 0; t < a->n_tok; t++)
+        max_kv = a->pos[t] + 1 > max_kv ? a->pos[t] + 1 : max_kv;
+    for (int w = 0; w < c->n_workers; w++) /* a caller bug: reserve first */
+        STRATA_ASSERT(c->scratch[w].cap >= max_kv);
+    struct attn_job j = {a, c};
+    struct pool_task t = {
+        .fn = attn_rows, .ctx = &j, .n_rows = (int64_t)a->n_tok * a->n_head, .min_grain = 1};
+    run_tasks(c, &t, 1);
+}
+
+/* ---- lifetime --------------------------------------------------------------- */
+
+static void cpu_free(void *ctx) {
+    struct cpu_ctx *c = ctx;
+    if (!c)
+        return;
+    if (c->scratch)
+        for (int w = 0; w < c->n_workers; w++) {
+            free(c->scratch[w].k_rows);
+            free(c->scratch[w].v_rows);
+            free(c->scratch[w].scores);
+        }
+    free(c->scratch);
+    free(c);
+}
+
+static const struct backend_ops cpu_ops = {
+    .name = "cpu",
+    .matmul = cpu_matmul,
+    .quantize_act = cpu_quantize_act,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .reserve = cpu_reserve,
+    .attention = cpu_attention,
+    .swiglu = cpu_swiglu,
+    .free = cpu_free,
+};
+
+struct backend *backend_cpu_init(struct pool *pool, struct strata_error *err) {
+    kernels_init();
+    struct backend *be = calloc(1, sizeof *be);
+    struct cpu_ctx *c = calloc(1, sizeof *c);
+    if (!be || !c)
+        goto fail;
+    c->pool = pool;
+    c->n_workers = pool ? pool_n_threads(pool) : 1;
+    c->scratch = calloc((size_t)c->n_workers, sizeof *c->scratch);
+    if (!c->scratch || scratch_reserve(c, 256))
+        goto fail;
+    be->ops = &cpu_ops;
+    be->ctx = c;
+    return be;
+fail:
+    cpu_free(c);
+    free(be);
+    strata_error_set(err, STRATA_E_NOMEM, "backend_cpu_init: out of memory");
+    return NULL;
+}
+
+void backend_free(struct backend *be) {
+    if (!be)
+        return;
+    if (be->ops && be->ops->free)
+        be->ops->free(be->ctx);
+    free(be);
+}
