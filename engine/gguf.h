@@ -104,7 +104,10 @@ void gguf_close(struct gguf_file *f); /* NULL is a no-op */
 
 uint32_t gguf_version(const struct gguf_file *f);
 uint32_t gguf_alignment(const struct gguf_file *f);
-uint64_t gguf_data_offset(const struct gguf_file *f); /* file offset of tensor data */
+/* File offset of tensor data: the end of the tensor infos rounded up to the
+ * alignment. A file without tensors may end before it (the vocab-only files
+ * in ../shared do), as in llama.cpp. */
+uint64_t gguf_data_offset(const struct gguf_file *f);
 uint64_t gguf_file_size(const struct gguf_file *f);
 const uint8_t *gguf_file_base(const struct gguf_file *f); /* start of the mapping */
 const char *gguf_path(const struct gguf_file *f);         /* "" for memory files */
