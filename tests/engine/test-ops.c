@@ -1,0 +1,265 @@
+/* tests/engine/test-ops.c: the scalar ops of the forward pass against
+ * straightforward formulas, the KV cache, the routing profile file and the
+ * mmap expert source. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/experts.h"
+#include "engine/gguf.h"
+#include "engine/kv.h"
+#include "engine/ops.h"
+#include "engine/profile.h"
+#include "engine/quant.h"
+#include "tests/harness.h"
+
+START_TEST(test_rmsnorm) {
+    float x[5] = {1, -2, 3, -4, 5}, w[5] = {1, 2, 1, 0.5f, 1}, y[5];
+    ops_rmsnorm(x, w, y, 5, 1e-5f);
+    double ms = (1 + 4 + 9 + 16 + 25) / 5.0;
+    for (int i = 0; i < 5; i++)
+        ck_assert_double_eq_tol(y[i], x[i] / sqrt(ms + 1e-5) * w[i], 1e-6);
+    ops_rmsnorm(x, NULL, x, 5, 0.0f); /* in place, no weight */
+    ck_assert_double_eq_tol(x[4], 5 / sqrt(ms), 1e-6);
+}
+END_TEST
+
+START_TEST(test_softmax_silu) {
+    float x[4] = {1000, 1001, 999, -INFINITY};
+    ops_softmax(x, 4);
+    double z = 1 + exp(1) + exp(-1);
+    ck_assert_double_eq_tol(x[0], 1 / z, 1e-6);
+    ck_assert_double_eq_tol(x[1], exp(1) / z, 1e-6);
+    ck_assert_float_eq(x[3], 0.0f);
+    ck_assert_double_eq_tol(ops_silu(2.0f), 2.0 / (1 + exp(-2.0)), 1e-6);
+    float g[2] = {1, -1}, u[2] = {2, 3}, y[2];
+    ops_swiglu(g, u, y, 2);
+    ck_assert_double_eq_tol(y[1], 3 * (-1 / (1 + exp(1.0))), 1e-6);
+}
+END_TEST
+
+/* Rope against the closed form angle pos * base^(-2i/n_rot) for both modes. */
+START_TEST(test_rope_modes) {
+    const int hd = 8, nh = 2, n_rot = 6, pos = 5;
+    struct ops_rope_cfg c = {
+        .n_rot = n_rot, .freq_base = 10000.0f, .freq_scale = 1.0f, .attn_factor = 1.0f};
+    for (int mode = 0; mode <= 2; mode += 2) {
+        c.mode = mode;
+        float x[16], y[16];
+        for (int i = 0; i < 16; i++)
+            x[i] = y[i] = (float)(i + 1) * 0.25f;
+        ops_rope(y, nh, hd, pos, &c);
+        for (int h = 0; h < nh; h++) {
+            const float *a = x + h * hd;
+            const float *b = y + h * hd;
+            for (int i = 0; i < n_rot / 2; i++) {
+                double th = pos * pow(10000.0, -2.0 * i / n_rot);
+                int i0 = mode == 2 ? i : 2 * i, i1 = mode == 2 ? i + n_rot / 2 : 2 * i + 1;
+                ck_assert_double_eq_tol(b[i0], a[i0] * cos(th) - a[i1] * sin(th), 1e-5);
+                ck_assert_double_eq_tol(b[i1], a[i0] * sin(th) + a[i1] * cos(th), 1e-5);
+            }
+            for (int i = n_rot; i < hd; i++) /* dims past n_rot pass through */
+                ck_assert_float_eq(b[i], a[i]);
+        }
+    }
+    /* pos 0 is the identity; linear scaling halves the angle */
+    float z[8] = {1, 2, 3, 4, 5, 6, 7, 8}, z0[8];
+    memcpy(z0, z, sizeof z);
+    c.mode = 0;
+    ops_rope(z, 1, 8, 0, &c);
+    ck_assert(memcmp(z, z0, sizeof z) == 0);
+    c.freq_scale = 0.5f;
+    float a[8], b[8];
+    memcpy(a, z0, sizeof a);
+    memcpy(b, z0, sizeof b);
+    ops_rope(a, 1, 8, 6, &c);
+    c.freq_scale = 1.0f;
+    ops_rope(b, 1, 8, 3, &c);
+    for (int i = 0; i < 8; i++)
+        ck_assert_double_eq_tol(a[i], b[i], 1e-5);
+    /* freq factors divide the angle */
+    float ff[3] = {2, 2, 2};
+    c.freq_factors = ff;
+    memcpy(a, z0, sizeof a);
+    ops_rope(a, 1, 8, 6, &c);
+    for (int i = 0; i < 8; i++)
+        ck_assert_double_eq_tol(a[i], b[i], 1e-5);
+}
+END_TEST
+
+START_TEST(test_yarn_corr_dims) {
+    float d[2];
+    ops_rope_yarn_corr_dims(128, 4096, 10000.0f, d);
+    /* closed form: n_rot * ln(n_ctx / (beta * 2 pi)) / (2 ln base) */
+    double lo = floor(128 * log(4096 / (32 * 2 * M_PI)) / (2 * log(10000.0)));
+    double hi = ceil(128 * log(4096 / (1 * 2 * M_PI)) / (2 * log(10000.0)));
+    ck_assert_double_eq(d[0], lo);
+    ck_assert_double_eq(d[1], hi < 127 ? hi : 127);
+    ck_assert(d[0] >= 0 && d[1] <= 127 && d[0] < d[1]);
+}
+END_TEST
+
+/* One head against a naive double-precision attention. */
+START_TEST(test_attn_head) {
+    enum { D = 16, N = 9 };
+    uint16_t k[N][D], v[N][D];
+    const uint16_t *kr[N], *vr[N];
+    float q[D], out[D], scores[N];
+    for (int i = 0; i < D; i++)
+        q[i] = sinf((float)i);
+    for (int p = 0; p < N; p++) {
+        for (int i = 0; i < D; i++) {
+            k[p][i] = quant_f32_to_f16(cosf((float)(p * D + i)));
+            v[p][i] = quant_f32_to_f16(sinf((float)(p + i) * 0.3f));
+        }
+        kr[p] = k[p];
+        vr[p] = v[p];
+    }
+    ops_attn_head(q, kr, vr, N, D, D, 0.25f, scores, out);
+    double s[N], mx = -1e30, z = 0;
+    for (int p = 0; p < N; p++) {
+        s[p] = 0;
+        for (int i = 0; i < D; i++)
+            s[p] += (double)q[i] * quant_f16_to_f32(k[p][i]);
+        s[p] *= 0.25;
+        mx = s[p] > mx ? s[p] : mx;
+    }
+    for (int p = 0; p < N; p++)
+        z += (s[p] = exp(s[p] - mx));
+    for (int i = 0; i < D; i++) {
+        double o = 0;
+        for (int p = 0; p < N; p++)
+            o += s[p] / z * quant_f16_to_f32(v[p][i]);
+        /* q is rounded to f16 before the dot (as ggml): ~1e-3 relative */
+        ck_assert_double_eq_tol(out[i], o, 2e-3);
+    }
+}
+END_TEST
+
+START_TEST(test_kv) {
+    struct strata_error err = {0};
+    struct kv_params kp = {.n_layer = 2, .n_seq_max = 3, .n_ctx = 4, .n_embd_k = 4, .n_embd_v = 2};
+    struct kv_cache *kv = kv_init(&kp, &err);
+    ck_assert(kv != NULL);
+    ck_assert_int_eq(kv_bytes_allocated(kv), 0);
+    ck_assert_int_eq(kv_seq_reserve(kv, 1, &err), 0);
+    ck_assert_int_eq(kv_bytes_allocated(kv), 2 * 4 * (4 + 2) * 2);
+    for (int p = 0; p < 3; p++)
+        kv_k_row(kv, 1, 1, p)[3] = (uint16_t)(100 + p);
+    kv_seq_set_len(kv, 1, 3);
+    ck_assert_int_eq(kv_seq_len(kv, 1), 3);
+    ck_assert_int_eq(kv_seq_copy(kv, 2, 1, 2, &err), 0);
+    ck_assert_int_eq(kv_seq_len(kv, 2), 2);
+    ck_assert_int_eq(kv_k_row(kv, 1, 2, 1)[3], 101);
+    ck_assert_int_eq(kv_seq_copy(kv, 2, 1, 4, &err), STRATA_E_RANGE);
+    ck_assert_int_eq(kv_seq_truncate(kv, 1, 1, &err), 0);
+    ck_assert_int_eq(kv_seq_len(kv, 1), 1);
+    ck_assert_int_eq(kv_seq_truncate(kv, 1, 2, &err), STRATA_E_RANGE);
+    ck_assert_int_eq(kv_seq_clear(kv, 3, &err), STRATA_E_INVALID);
+    ck_assert_int_eq(kv_seq_len(kv, -1), -1);
+    ck_assert_int_eq(kv_seq_free(kv, 1, &err), 0);
+    ck_assert_int_eq(kv_bytes_allocated(kv), 2 * 4 * (4 + 2) * 2);
+    kv_free(kv);
+    kp.n_ctx = 0;
+    ck_assert(kv_init(&kp, &err) == NULL);
+    kp.n_ctx = 1 << 30; /* with 4096-wide K rows: ~2^44 bytes per sequence, over 2^40 */
+    kp.n_embd_k = 1 << 12;
+    ck_assert(kv_init(&kp, &err) == NULL);
+    ck_assert_int_eq(err.code, STRATA_E_LIMIT);
+    kv_free(NULL);
+}
+END_TEST
+
+START_TEST(test_profile_roundtrip) {
+    struct strata_error err = {0};
+    struct profile *p = profile_init(3, 5, &err);
+    ck_assert(p != NULL);
+    profile_add(p, 0, 4);
+    profile_add(p, 0, 4);
+    profile_add(p, 2, 1);
+    profile_add(p, 3, 0); /* ignored */
+    profile_add(p, 0, -1);
+    ck_assert_int_eq(profile_total(p), 3);
+    char path[] = "/tmp/strata-test-prof-XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    ck_assert_int_eq(profile_save(p, path, &err), 0);
+    struct profile *q = profile_load(path, &err);
+    ck_assert_msg(q != NULL, "%s", err.message);
+    ck_assert_int_eq(profile_n_layer(q), 3);
+    ck_assert_int_eq(profile_n_expert(q), 5);
+    ck_assert_int_eq(profile_count(q, 0, 4), 2);
+    ck_assert_int_eq(profile_count(q, 2, 1), 1);
+    ck_assert_int_eq(profile_count(q, 9, 9), 0);
+    ck_assert_int_eq(profile_merge(p, q, &err), 0);
+    ck_assert_int_eq(profile_count(p, 0, 4), 4);
+    profile_reset(p);
+    ck_assert_int_eq(profile_total(p), 0);
+    /* truncated and corrupted files are refused */
+    size_t n;
+    uint8_t *bytes = test_read_file(path, &n);
+    ck_assert_int_eq(n, 16 + 15 * 8);
+    FILE *fp = fopen(path, "wb");
+    fwrite(bytes, 1, n - 3, fp);
+    fclose(fp);
+    ck_assert(profile_load(path, &err) == NULL);
+    ck_assert_int_eq(err.code, STRATA_E_FORMAT);
+    bytes[8] = 0xff, bytes[9] = 0xff, bytes[10] = 0xff; /* n_layer huge */
+    fp = fopen(path, "wb");
+    fwrite(bytes, 1, n, fp);
+    fclose(fp);
+    ck_assert(profile_load(path, &err) == NULL);
+    ck_assert_int_eq(err.code, STRATA_E_FORMAT);
+    bytes[0] = 'X';
+    fp = fopen(path, "wb");
+    fwrite(bytes, 1, n, fp);
+    fclose(fp);
+    ck_assert(profile_load(path, &err) == NULL);
+    free(bytes);
+    unlink(path);
+    ck_assert(profile_load("/nonexistent/x.prof", &err) == NULL);
+    ck_assert_int_eq(err.code, STRATA_E_IO);
+    ck_assert(profile_init(0, 5, &err) == NULL);
+    profile_free(q);
+    profile_free(p);
+    profile_free(NULL);
+}
+END_TEST
+
+START_TEST(test_experts_mmap_dense_file) {
+    /* A dense model has no expert tensors: every get says NOT_FOUND. */
+    char path[1024];
+    struct strata_error err = {0};
+    struct gguf_file *f =
+        gguf_open(test_shared_path(path, sizeof path, "models/stories260K.gguf"), &err);
+    ck_assert_msg(f != NULL, "%s", err.message);
+    struct experts_source *src = experts_mmap_init(f, 5, &err);
+    ck_assert(src != NULL);
+    ck_assert_str_eq(src->ops->name, "mmap");
+    struct kern_mat w;
+    ck_assert_int_eq(experts_get(src, 0, 0, EXPERTS_GATE, &w, &err), STRATA_E_INVALID);
+    ck_assert_int_eq(experts_get(src, 9, 0, EXPERTS_GATE, &w, &err), STRATA_E_INVALID);
+    experts_free(src);
+    experts_free(NULL);
+    gguf_close(f);
+}
+END_TEST
+
+static Suite *ops_suite(void) {
+    Suite *s = suite_create("ops");
+    TCase *tc = tcase_create("ops");
+    tcase_add_test(tc, test_rmsnorm);
+    tcase_add_test(tc, test_softmax_silu);
+    tcase_add_test(tc, test_rope_modes);
+    tcase_add_test(tc, test_yarn_corr_dims);
+    tcase_add_test(tc, test_attn_head);
+    tcase_add_test(tc, test_kv);
+    tcase_add_test(tc, test_profile_roundtrip);
+    tcase_add_test(tc, test_experts_mmap_dense_file);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+STRATA_TEST_MAIN("ops", ops_suite)
