@@ -71,6 +71,8 @@ enum config_type {
       "seconds a connection may sit idle (slow clients are dropped)")                              \
     X(MAX_CONNECTIONS, "max-connections", "STRATA_MAX_CONNECTIONS", "--max-connections",           \
       CONFIG_TYPE_INT, 1, 65536, "256", "simultaneous HTTP connections")                           \
+    X(KEEPALIVE_MS, "keepalive-ms", "STRATA_KEEPALIVE_MS", "--keepalive-ms", CONFIG_TYPE_INT, 50,  \
+      600000, "5000", "SSE keep-alive comment interval while a request waits (ms)")                \
     X(SHUTDOWN_TIMEOUT, "shutdown-timeout", "STRATA_SHUTDOWN_TIMEOUT", "--shutdown-timeout",       \
       CONFIG_TYPE_INT, 0, 3600, "10", "seconds in-flight work may finish after SIGTERM")           \
     X(ALWAYS_USAGE, "always-usage", "STRATA_ALWAYS_USAGE", "--always-usage", CONFIG_TYPE_BOOL, 0,  \

@@ -70,11 +70,11 @@ struct server *server_init(const struct server_params *params, struct strata_err
     }
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     s->mhd = MHD_start_daemon(
-        flags, (uint16_t)s->p.port, NULL, NULL, http_on_request, s, MHD_OPTION_SOCK_ADDR,
-        (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, s,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->p.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)s->p.timeout_s, MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_END);
+        flags, (uint16_t)s->p.port, NULL, NULL, http_on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
+        log_mhd, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED,
+        http_on_completed, s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->p.max_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->p.timeout_s, MHD_OPTION_EXTERNAL_LOGGER,
+        log_mhd, NULL, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_END);
     if (!s->mhd) {
         strata_error_set(err, STRATA_E_IO, "cannot listen on %s:%d: %s", s->host, s->p.port,
                          errno ? strerror(errno) : "libmicrohttpd refused to start");
@@ -103,6 +103,11 @@ fail:
 
 int server_port(const struct server *s) {
     return s->port;
+}
+
+void server_set_gen(struct server *s, struct gen_backend gen) {
+    STRATA_ASSERT(!atomic_load(&s->ready));
+    s->p.gen = gen; /* published to the MHD thread by the atomic store of ready */
 }
 
 void server_set_ready(struct server *s, bool ready) {

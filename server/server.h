@@ -45,6 +45,9 @@ struct server_params server_params_default(void);
 /* Binds and starts serving. owned: free with server_free() */
 struct server *server_init(const struct server_params *params, struct strata_error *err);
 int server_port(const struct server *s); /* the bound port */
+/* Installs the generation layer (once, before server_set_ready(s, true);
+ * until then completions answer 503 and stats are empty). */
+void server_set_gen(struct server *s, struct gen_backend gen);
 void server_set_ready(struct server *s, bool ready);
 /* Stops accepting, lets in-flight work finish for up to deadline_ms, then
  * cancels what is left and closes every connection. Returns the number of

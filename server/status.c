@@ -7,7 +7,7 @@
 
 static void gen_stats_of(struct server *s, struct gen_stats *st) {
     memset(st, 0, sizeof(*st));
-    if (s->p.gen.ops && s->p.gen.ops->stats)
+    if (atomic_load(&s->ready) && s->p.gen.ops) /* ready publishes p.gen */
         s->p.gen.ops->stats(s->p.gen.self, st);
 }
 
@@ -60,7 +60,7 @@ enum MHD_Result status_metrics(struct exchange *ex) {
     gen_stats_of(s, &st);
     /* Counted before rendering so the scrape sees itself. */
     metrics_count_request(s->metrics, METRICS_ROUTE_METRICS, 200);
-    char *text = metrics_render(s->metrics, s->p.gen.ops ? &st : NULL, connections_of(s));
+    char *text = metrics_render(s->metrics, &st, connections_of(s));
     if (!text)
         return MHD_NO;
     struct MHD_Response *r =

@@ -1,0 +1,1 @@
+print("RESULT http-raw: 0 passed, 1 failed")

@@ -1,0 +1,24 @@
+/* tests/server/fake-serve.c: the real daemon path (server/daemon.c) with the
+ * FAKE generation layer, for the raw HTTP tests (tests/peers/http-raw.py). */
+#include <stdio.h>
+
+#include "server/daemon.h"
+#include "tests/server/fake-gen.h"
+
+static int fake_open(const struct config *cfg, struct gen_backend *out, struct strata_error *err) {
+    struct fake_gen *g =
+        fake_gen_init((int)config_int(cfg, CONFIG_PARALLEL), (int)config_int(cfg, CONFIG_QUEUE));
+    if (!g)
+        return strata_error_set(err, STRATA_E_NOMEM, "fake backend: cannot start");
+    *out = fake_gen_backend(g);
+    return 0;
+}
+
+static void fake_close(struct gen_backend *be) {
+    fake_gen_free(be->self);
+}
+
+int main(int argc, char **argv) {
+    static const struct daemon_hooks hooks = {"strata-fake-serve", fake_open, fake_close};
+    return daemon_main(argc, argv, &hooks);
+}
