@@ -1,7 +1,9 @@
-/* engine/kernels-avx512.c: AVX-512 F/BW/VL (+VNNI) kernels. */
-#include "engine/kernels-impl.h"
+/* engine/kernels-avx512.c: the kernels of kernels-x86.h built with AVX-512
+ * F/BW/VL (EVEX encodings, 32 vector registers for the token tiles); called
+ * only when kernels.c detected AVX-512 F/BW/VL. */
+#define KX_VNNI 0
+#include "engine/kernels-x86.h"
 
-void kern_avx512_fill(struct kern_table *t, int vnni) {
-    (void)t;
-    (void)vnni;
+void kern_avx512_fill(struct kern_table *t) {
+    kx_fill(t);
 }

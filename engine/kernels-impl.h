@@ -34,9 +34,11 @@ void kern_quantize_q8_0(const float *x, void *dst, int64_t n);
 void kern_quantize_q8_1(const float *x, void *dst, int64_t n);
 void kern_quantize_q8_K(const float *x, void *dst, int64_t n);
 
-/* kernels-avx2.c / kernels-avx512.c (compiled with their own -m flags). */
+/* kernels-avx2.c / kernels-avx512.c / kernels-avx512-vnni.c (each compiled
+ * with its own -m flags; call only on CPUs that have them). */
 void kern_avx2_fill(struct kern_table *t);
-void kern_avx512_fill(struct kern_table *t, int vnni);
+void kern_avx512_fill(struct kern_table *t);
+void kern_avx512vnni_fill(struct kern_table *t);
 
 /* Scalar f16/bf16 conversions (round to nearest even), shared by the ISAs. */
 static inline float kern_f16_to_f32(uint16_t h) {

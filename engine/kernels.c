@@ -38,8 +38,10 @@ static void kern_detect(void) {
 #if defined(__x86_64__) && defined(STRATA_HAVE_X86_KERNELS)
         if (isa == KERNELS_ISA_AVX2)
             kern_avx2_fill(&add);
+        else if (isa == KERNELS_ISA_AVX512)
+            kern_avx512_fill(&add);
         else
-            kern_avx512_fill(&add, isa == KERNELS_ISA_AVX512_VNNI);
+            kern_avx512vnni_fill(&add);
 #endif
         for (int t = 0; t < QUANT_TYPE_COUNT; t++)
             if (add.matmul[t])

@@ -1,0 +1,261 @@
+/* engine/kernels-x86-k.h: K-quant (Q4_K, Q5_K, Q6_K; Q8_K activations) and
+ * float (F32, F16, BF16) kernels; part of kernels-x86.h, see there. */
+#ifndef STRATA_KERNELS_X86_K_H
+#define STRATA_KERNELS_X86_K_H
+
+/* ---- K-quants ---------------------------------------------------------------- */
+
+/* 6-bit scales and mins of Q4_K / Q5_K (8 of each). */
+KX_INLINE void kx_scales_k4(const uint8_t *q, int16_t *sc, int16_t *m) {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = q[j] & 63;
+        m[j] = q[j + 4] & 63;
+        sc[j + 4] = (int16_t)((q[j + 8] & 0xF) | ((q[j] >> 6) << 4));
+        m[j + 4] = (int16_t)((q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4));
+    }
+}
+
+/* Q4_K (hbits = 0) and Q5_K (hbits = 1): one row, nt tokens. The integer sum
+ * of a super-block is exact; the mins term goes to a separate float sum. */
+KX_INLINE void kx_q45k_row(const struct kern_mat *w, int64_t r, const uint8_t *xq, size_t xs,
+                           int nt, float *out, int64_t ldy, int hbits) {
+    const int64_t nb = w->n_cols / QK_K;
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[KX_TILE];
+    float accm[KX_TILE];
+    for (int t = 0; t < nt; t++) {
+        acc[t] = _mm256_setzero_ps();
+        accm[t] = 0.0f;
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *scales, *qs, *qh = NULL;
+        quant_f16 dh, dminh;
+        if (hbits) {
+            const block_q5_K *x = (const block_q5_K *)row + b;
+            scales = x->scales;
+            qs = x->qs;
+            qh = x->qh;
+            dh = x->d;
+            dminh = x->dmin;
+        } else {
+            const block_q4_K *x = (const block_q4_K *)row + b;
+            scales = x->scales;
+            qs = x->qs;
+            dh = x->d;
+            dminh = x->dmin;
+        }
+        int16_t sc[8], mn[8];
+        kx_scales_k4(scales, sc, mn);
+        const float d = kx_f16(dh), dmin = kx_f16(dminh);
+        __m256i isum[KX_TILE];
+        for (int t = 0; t < nt; t++)
+            isum[t] = _mm256_setzero_si256();
+        const __m256i hb = hbits ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+        for (int p = 0; p < 4; p++) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
+            __m256i lo = _mm256_and_si256(raw, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+            if (hbits) {
+                const __m256i one = _mm256_set1_epi8(1);
+                __m256i h0 = _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * p)), one);
+                __m256i h1 =
+                    _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * p + 1)), one);
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
+            }
+            const __m256i s_lo = _mm256_set1_epi16(sc[2 * p]);
+            const __m256i s_hi = _mm256_set1_epi16(sc[2 * p + 1]);
+            for (int t = 0; t < nt; t++) {
+                const block_q8_K *a = (const block_q8_K *)(xq + (size_t)t * xs) + b;
+                __m256i ya = _mm256_loadu_si256((const __m256i *)(a->qs + 64 * p));
+                __m256i yb = _mm256_loadu_si256((const __m256i *)(a->qs + 64 * p + 32));
+                isum[t] = _mm256_add_epi32(isum[t], kx_dot_u8_scaled(lo, ya, s_lo));
+                isum[t] = _mm256_add_epi32(isum[t], kx_dot_u8_scaled(hi, yb, s_hi));
+            }
+        }
+        for (int t = 0; t < nt; t++) {
+            const block_q8_K *a = (const block_q8_K *)(xq + (size_t)t * xs) + b;
+            int summ = 0;
+            for (int j = 0; j < 8; j++)
+                summ += mn[j] * (a->bsums[2 * j] + a->bsums[2 * j + 1]);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+            accm[t] += dmin * a->d * (float)summ;
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        out[t * ldy] = kx_hsum(acc[t]) - accm[t];
+}
+
+KX_INLINE void kx_q4k_row(const struct kern_mat *w, int64_t r, const uint8_t *xq, size_t xs, int nt,
+                          float *out, int64_t ldy) {
+    kx_q45k_row(w, r, xq, xs, nt, out, ldy, 0);
+}
+KX_INLINE void kx_q5k_row(const struct kern_mat *w, int64_t r, const uint8_t *xq, size_t xs, int nt,
+                          float *out, int64_t ldy) {
+    kx_q45k_row(w, r, xq, xs, nt, out, ldy, 1);
+}
+
+/* Q6_K: 6-bit unsigned quants (0..63) dotted as is; the -32 offset is folded
+ * in exactly through the activation's 16-element sums (bsums). */
+KX_INLINE void kx_q6k_row(const struct kern_mat *w, int64_t r, const uint8_t *xq, size_t xs, int nt,
+                          float *out, int64_t ldy) {
+    const int64_t nb = w->n_cols / QK_K;
+    const block_q6_K *x = (const block_q6_K *)((const uint8_t *)w->data + (size_t)r * w->row_bytes);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    __m256 acc[KX_TILE];
+    float accm[KX_TILE];
+    for (int t = 0; t < nt; t++) {
+        acc[t] = _mm256_setzero_ps();
+        accm[t] = 0.0f;
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        const float d = kx_f16(x[b].d);
+        __m256i isum[KX_TILE];
+        for (int t = 0; t < nt; t++)
+            isum[t] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = x[b].ql + 64 * h;
+            const int8_t *sc = x[b].scales + 8 * h;
+            __m256i qa = _mm256_loadu_si256((const __m256i *)ql);
+            __m256i qb = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            __m256i hh = _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * h));
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(qa, m4),
+                                   _mm256_and_si256(_mm256_slli_epi16(hh, 4), m30));
+            q[1] = _mm256_or_si256(_mm256_and_si256(qb, m4),
+                                   _mm256_and_si256(_mm256_slli_epi16(hh, 2), m30));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4),
+                                   _mm256_and_si256(hh, m30));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
+                                   _mm256_and_si256(_mm256_srli_epi16(hh, 2), m30));
+            __m256i s16[4];
+            for (int g = 0; g < 4; g++)
+                s16[g] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * g + 1]), _mm_set1_epi16(sc[2 * g]));
+            for (int t = 0; t < nt; t++) {
+                const int8_t *y8 = ((const block_q8_K *)(xq + (size_t)t * xs) + b)->qs + 128 * h;
+                for (int g = 0; g < 4; g++) {
+                    __m256i yv = _mm256_loadu_si256((const __m256i *)(y8 + 32 * g));
+                    isum[t] = _mm256_add_epi32(isum[t], kx_dot_u8_scaled(q[g], yv, s16[g]));
+                }
+            }
+        }
+        for (int t = 0; t < nt; t++) {
+            const block_q8_K *a = (const block_q8_K *)(xq + (size_t)t * xs) + b;
+            int corr = 0;
+            for (int s = 0; s < 16; s++)
+                corr += x[b].scales[s] * a->bsums[s];
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+            accm[t] += d * a->d * (float)(32 * corr);
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        out[t * ldy] = kx_hsum(acc[t]) - accm[t];
+}
+
+/* ---- plain floats: F32, F16, BF16 (activation in the weight's format) ------- */
+
+enum kx_flt { KX_F32, KX_F16, KX_BF16 };
+
+KX_INLINE __m256 kx_load8(enum kx_flt k, const uint8_t *p) {
+    switch (k) {
+    case KX_F32:
+        return _mm256_loadu_ps((const float *)p);
+    case KX_F16:
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    case KX_BF16:
+    default:
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+    }
+}
+
+KX_INLINE float kx_load1(enum kx_flt k, const uint8_t *p) {
+    uint16_t h;
+    float f;
+    switch (k) {
+    case KX_F32:
+        memcpy(&f, p, 4);
+        return f;
+    case KX_F16:
+        memcpy(&h, p, 2);
+        return kx_f16(h);
+    case KX_BF16:
+    default:
+        memcpy(&h, p, 2);
+        return kern_bf16_to_f32(h);
+    }
+}
+
+KX_INLINE void kx_flt_row(enum kx_flt k, const struct kern_mat *w, int64_t r, const uint8_t *xq,
+                          size_t xs, int nt, float *out, int64_t ldy) {
+    const size_t es = k == KX_F32 ? 4 : 2;
+    const int64_t n = w->n_cols;
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+    __m256 acc0[KX_TILE], acc1[KX_TILE];
+    for (int t = 0; t < nt; t++)
+        acc0[t] = acc1[t] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 w0 = kx_load8(k, row + i * es), w1 = kx_load8(k, row + (i + 8) * es);
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *a = xq + (size_t)t * xs;
+            acc0[t] = _mm256_fmadd_ps(w0, kx_load8(k, a + i * es), acc0[t]);
+            acc1[t] = _mm256_fmadd_ps(w1, kx_load8(k, a + (i + 8) * es), acc1[t]);
+        }
+    }
+    if (i + 8 <= n) {
+        __m256 w0 = kx_load8(k, row + i * es);
+        for (int t = 0; t < nt; t++)
+            acc0[t] = _mm256_fmadd_ps(w0, kx_load8(k, xq + (size_t)t * xs + i * es), acc0[t]);
+        i += 8;
+    }
+    for (int t = 0; t < nt; t++) {
+        const uint8_t *a = xq + (size_t)t * xs;
+        float s = kx_hsum(_mm256_add_ps(acc0[t], acc1[t]));
+        for (int64_t j = i; j < n; j++)
+            s += kx_load1(k, row + j * es) * kx_load1(k, a + j * es);
+        out[t * ldy] = s;
+    }
+}
+
+KX_INLINE void kx_f32_row(const struct kern_mat *w, int64_t r, const uint8_t *xq, size_t xs, int nt,
+                          float *out, int64_t ldy) {
+    kx_flt_row(KX_F32, w, r, xq, xs, nt, out, ldy);
+}
+KX_INLINE void kx_f16_row(const struct kern_mat *w, int64_t r, const uint8_t *xq, size_t xs, int nt,
+                          float *out, int64_t ldy) {
+    kx_flt_row(KX_F16, w, r, xq, xs, nt, out, ldy);
+}
+KX_INLINE void kx_bf16_row(const struct kern_mat *w, int64_t r, const uint8_t *xq, size_t xs,
+                           int nt, float *out, int64_t ldy) {
+    kx_flt_row(KX_BF16, w, r, xq, xs, nt, out, ldy);
+}
+
+#define KX_TILED_FN(name, row_fn)                                                                  \
+    static void name(const struct kern_mat *w, const void *xq, size_t xs, int64_t n_tok, float *y, \
+                     int64_t ldy, int64_t r0, int64_t r1) {                                        \
+        KX_TILED(row_fn)                                                                           \
+    }
+KX_TILED_FN(kx_matmul_q4_K, kx_q4k_row)
+KX_TILED_FN(kx_matmul_q5_K, kx_q5k_row)
+KX_TILED_FN(kx_matmul_q6_K, kx_q6k_row)
+KX_TILED_FN(kx_matmul_f32, kx_f32_row)
+KX_TILED_FN(kx_matmul_f16, kx_f16_row)
+KX_TILED_FN(kx_matmul_bf16, kx_bf16_row)
+
+/* Fills the table with this file's kernels. */
+static void kx_fill(struct kern_table *t) {
+    t->matmul[QUANT_F32] = kx_matmul_f32;
+    t->matmul[QUANT_F16] = kx_matmul_f16;
+    t->matmul[QUANT_BF16] = kx_matmul_bf16;
+    t->matmul[QUANT_Q4_0] = kx_matmul_q4_0;
+    t->matmul[QUANT_Q8_0] = kx_matmul_q8_0;
+    t->matmul[QUANT_IQ4_NL] = kx_matmul_iq4_nl;
+    t->matmul[QUANT_MXFP4] = kx_matmul_mxfp4;
+    t->matmul[QUANT_Q4_K] = kx_matmul_q4_K;
+    t->matmul[QUANT_Q5_K] = kx_matmul_q5_K;
+    t->matmul[QUANT_Q6_K] = kx_matmul_q6_K;
+}
+
+#endif

@@ -1,0 +1,197 @@
+/* engine/kernels-x86.h: x86 SIMD matmul kernels on 256-bit vectors, written
+ * once and compiled per ISA: kernels-avx2.c (AVX2+FMA+F16C),
+ * kernels-avx512.c (same code, EVEX encodings and 32 vector registers) and
+ * kernels-avx512-vnni.c (KX_VNNI=1: the int8 dot is one vpdpbusd).
+ * Only those files include it, each under its own -m flags; the functions
+ * are static so the copies never collide.
+ *
+ * Shape of every kernel: for each weight row, tokens go in register tiles of
+ * KX_TILE; each weight block is loaded and unpacked once per tile and dotted
+ * with every token of the tile (chunked prefill is a matrix-matrix product).
+ * Every (row, token) result is accumulated in the same order whatever the
+ * tile, so a token alone and the same token in a batch give identical bits,
+ * as do any row splits (the pool's bit-identity across thread counts).
+ *
+ * Before including, define KX_VNNI (0 or 1) and KX_FILL (the fill function).
+ */
+#ifndef STRATA_KERNELS_X86_H
+#define STRATA_KERNELS_X86_H
+
+#include <immintrin.h>
+
+#include "engine/kernels-impl.h"
+
+/* Tokens per register tile. 4 tokens x 2 accumulators = 8 ymm registers of
+ * accumulators plus block, activation and scale registers still fits AVX2's
+ * 16; the weight row (a few KB) stays in L1 for the next tile. */
+#define KX_TILE 4
+#define KX_INLINE static inline __attribute__((always_inline))
+
+KX_INLINE float kx_hsum(__m256 v) {
+    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    __m128 sh = _mm_movehdup_ps(lo);
+    lo = _mm_add_ps(lo, sh);
+    sh = _mm_movehl_ps(sh, lo);
+    return _mm_cvtss_f32(_mm_add_ss(lo, sh));
+}
+
+KX_INLINE float kx_f16(quant_f16 h) {
+    return _cvtsh_ss(h);
+}
+
+/* Signed int8 x signed int8, 32 pairs -> 8 int32 partial sums. The sign
+ * trick needs y != -128, which every Q8 activation quantizer guarantees
+ * (|q| <= 127); x may be any int8. */
+KX_INLINE __m256i kx_dot_i8(__m256i x, __m256i y) {
+#if KX_VNNI
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(x, x),
+                               _mm256_sign_epi8(y, x));
+#else
+    __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+#endif
+}
+
+/* Unsigned x signed int8 (u <= 127 keeps maddubs exact), int16 weights. */
+KX_INLINE __m256i kx_dot_u8_scaled(__m256i u, __m256i y, __m256i scale16) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), scale16);
+}
+
+/* 16 packed nibbles -> 32 bytes: low nibbles (elements 0..15) then high. */
+KX_INLINE __m256i kx_nibbles(const uint8_t *qs) {
+    __m128i t = _mm_loadu_si128((const __m128i *)qs);
+    __m256i q = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
+    return _mm256_and_si256(q, _mm256_set1_epi8(0x0F));
+}
+
+/* ---- 32-element blocks with Q8_0 activations ------------------------------- */
+
+enum kx_b32 { KX_Q4_0, KX_Q8_0, KX_IQ4_NL, KX_MXFP4 };
+
+KX_INLINE size_t kx_b32_size(enum kx_b32 k) {
+    return k == KX_Q4_0     ? sizeof(block_q4_0)
+           : k == KX_Q8_0   ? sizeof(block_q8_0)
+           : k == KX_IQ4_NL ? sizeof(block_iq4_nl)
+                            : sizeof(block_mxfp4);
+}
+
+/* Unpacks one weight block to 32 signed bytes and its float scale. */
+KX_INLINE __m256i kx_b32_decode(enum kx_b32 k, const uint8_t *blk, __m256i table, float *d) {
+    switch (k) {
+    case KX_Q4_0:
+        *d = kx_f16(((const block_q4_0 *)blk)->d);
+        return _mm256_sub_epi8(kx_nibbles(((const block_q4_0 *)blk)->qs), _mm256_set1_epi8(8));
+    case KX_Q8_0:
+        *d = kx_f16(((const block_q8_0 *)blk)->d);
+        return _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)blk)->qs);
+    case KX_IQ4_NL:
+        *d = kx_f16(((const block_iq4_nl *)blk)->d);
+        return _mm256_shuffle_epi8(table, kx_nibbles(((const block_iq4_nl *)blk)->qs));
+    case KX_MXFP4:
+    default:
+        *d = kern_e8m0_half(((const block_mxfp4 *)blk)->e);
+        return _mm256_shuffle_epi8(table, kx_nibbles(((const block_mxfp4 *)blk)->qs));
+    }
+}
+
+/* One row against nt (compile-time after inlining) tokens starting at xq.
+ * Two accumulators per token (even / odd blocks) hide the FMA latency when
+ * nt is 1 (decode). */
+KX_INLINE void kx_b32_row(enum kx_b32 k, const uint8_t *row, int64_t nb, const uint8_t *xq,
+                          size_t xs, int nt, float *out, int64_t ldy) {
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+        (const __m128i *)(k == KX_MXFP4 ? kern_kvalues_mxfp4 : kern_kvalues_iq4nl)));
+    const size_t bsz = kx_b32_size(k);
+    __m256 acc0[KX_TILE], acc1[KX_TILE];
+    for (int t = 0; t < nt; t++)
+        acc0[t] = acc1[t] = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 1 < nb; b += 2) {
+        float d0, d1;
+        __m256i q0 = kx_b32_decode(k, row + (size_t)b * bsz, table, &d0);
+        __m256i q1 = kx_b32_decode(k, row + (size_t)(b + 1) * bsz, table, &d1);
+        for (int t = 0; t < nt; t++) {
+            const block_q8_0 *a = (const block_q8_0 *)(xq + (size_t)t * xs) + b;
+            __m256i s0 = kx_dot_i8(q0, _mm256_loadu_si256((const __m256i *)a[0].qs));
+            __m256i s1 = kx_dot_i8(q1, _mm256_loadu_si256((const __m256i *)a[1].qs));
+            acc0[t] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * kx_f16(a[0].d)), _mm256_cvtepi32_ps(s0),
+                                      acc0[t]);
+            acc1[t] = _mm256_fmadd_ps(_mm256_set1_ps(d1 * kx_f16(a[1].d)), _mm256_cvtepi32_ps(s1),
+                                      acc1[t]);
+        }
+    }
+    if (b < nb) {
+        float d0;
+        __m256i q0 = kx_b32_decode(k, row + (size_t)b * bsz, table, &d0);
+        for (int t = 0; t < nt; t++) {
+            const block_q8_0 *a = (const block_q8_0 *)(xq + (size_t)t * xs) + b;
+            __m256i s0 = kx_dot_i8(q0, _mm256_loadu_si256((const __m256i *)a->qs));
+            acc0[t] =
+                _mm256_fmadd_ps(_mm256_set1_ps(d0 * kx_f16(a->d)), _mm256_cvtepi32_ps(s0), acc0[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        out[t * ldy] = kx_hsum(_mm256_add_ps(acc0[t], acc1[t]));
+}
+
+KX_INLINE void kx_b32_matmul(enum kx_b32 k, const struct kern_mat *w, const void *xq, size_t xs,
+                             int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    const int64_t nb = w->n_cols / 32;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+        int64_t t = 0;
+        for (; t + KX_TILE <= n_tok; t += KX_TILE)
+            kx_b32_row(k, row, nb, (const uint8_t *)xq + t * xs, xs, KX_TILE, y + t * ldy + r, ldy);
+        switch (n_tok - t) {
+        case 3:
+            kx_b32_row(k, row, nb, (const uint8_t *)xq + t * xs, xs, 3, y + t * ldy + r, ldy);
+            break;
+        case 2:
+            kx_b32_row(k, row, nb, (const uint8_t *)xq + t * xs, xs, 2, y + t * ldy + r, ldy);
+            break;
+        case 1:
+            kx_b32_row(k, row, nb, (const uint8_t *)xq + t * xs, xs, 1, y + t * ldy + r, ldy);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+#define KX_B32_FN(name, kind)                                                                      \
+    static void name(const struct kern_mat *w, const void *xq, size_t xs, int64_t n_tok, float *y, \
+                     int64_t ldy, int64_t r0, int64_t r1) {                                        \
+        kx_b32_matmul(kind, w, xq, xs, n_tok, y, ldy, r0, r1);                                     \
+    }
+KX_B32_FN(kx_matmul_q4_0, KX_Q4_0)
+KX_B32_FN(kx_matmul_q8_0, KX_Q8_0)
+KX_B32_FN(kx_matmul_iq4_nl, KX_IQ4_NL)
+KX_B32_FN(kx_matmul_mxfp4, KX_MXFP4)
+
+/* Runs ROW_FN(w, row index, token pointer, nt, out) over token tiles of
+ * KX_TILE with compile-time nt for every tail. */
+#define KX_TILED(ROW_FN)                                                                           \
+    for (int64_t r = r0; r < r1; r++) {                                                            \
+        int64_t t = 0;                                                                             \
+        for (; t + KX_TILE <= n_tok; t += KX_TILE)                                                 \
+            ROW_FN(w, r, (const uint8_t *)xq + t * xs, xs, KX_TILE, y + t * ldy + r, ldy);         \
+        const uint8_t *xt = (const uint8_t *)xq + t * xs;                                          \
+        float *yt = y + t * ldy + r;                                                               \
+        switch (n_tok - t) {                                                                       \
+        case 3:                                                                                    \
+            ROW_FN(w, r, xt, xs, 3, yt, ldy);                                                      \
+            break;                                                                                 \
+        case 2:                                                                                    \
+            ROW_FN(w, r, xt, xs, 2, yt, ldy);                                                      \
+            break;                                                                                 \
+        case 1:                                                                                    \
+            ROW_FN(w, r, xt, xs, 1, yt, ldy);                                                      \
+            break;                                                                                 \
+        default:                                                                                   \
+            break;                                                                                 \
+        }                                                                                          \
+    }
+
+#include "engine/kernels-x86-k.h"
+
+#endif

@@ -1,0 +1,131 @@
+/* tests/engine/test-kernels-bench.c: matvec / matmul throughput per type and
+ * ISA, single thread and through the pool. Not a test suite (numbers depend
+ * on the box); build it in a release build directory and run it by hand:
+ *
+ *   meson setup build-rel --buildtype=release && ninja -C build-rel tests/kernels-bench
+ *   build-rel/tests/kernels-bench [MB=128] [threads=2] [isa=best]
+ *
+ * Prints, per type: GB/s of weights streamed for n_tok = 1 (decode) with one
+ * thread and with `threads` threads, and tokens*rows/s for n_tok = 8. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/kernels-impl.h"
+#include "engine/kernels.h"
+#include "engine/pool.h"
+
+static uint32_t rng = 0x9E3779B9u;
+static uint32_t rnd(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 17;
+    rng ^= rng << 5;
+    return rng;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+struct mm_job {
+    struct kern_mat *w;
+    const void *xq;
+    size_t xs;
+    int64_t n_tok;
+    float *y;
+};
+
+static void mm_rows(void *vctx, int64_t r0, int64_t r1, int worker) {
+    struct mm_job *j = vctx;
+    kernels_matmul(j->w, j->xq, j->xs, j->n_tok, j->y, j->w->n_rows, r0, r1);
+}
+
+static double run(struct pool *p, struct mm_job *j, int reps) {
+    double best = 1e30;
+    for (int i = 0; i < reps; i++) {
+        double t0 = now_s();
+        struct pool_task t = {.fn = mm_rows, .ctx = j, .n_rows = j->w->n_rows};
+        pool_run(p, &t, 1);
+        double dt = now_s() - t0;
+        if (dt < best)
+            best = dt;
+    }
+    return best;
+}
+
+int main(int argc, char **argv) {
+    double mb = argc > 1 ? atof(argv[1]) : 128.0;
+    int nt = argc > 2 ? atoi(argv[2]) : 2;
+    kernels_init();
+    if (argc > 3)
+        kernels_isa_force((enum kernels_isa)atoi(argv[3]));
+    printf("isa %s, %.0f MB of weights per type, 4096 columns\n",
+           kernels_isa_name(kernels_isa_active()), mb);
+    static const enum quant_type types[] = {QUANT_Q4_0, QUANT_Q8_0,  QUANT_Q4_K,   QUANT_Q5_K,
+                                            QUANT_Q6_K, QUANT_MXFP4, QUANT_IQ4_NL, QUANT_F16,
+                                            QUANT_BF16, QUANT_F32};
+    struct pool_params pp1 = pool_params_default(), ppn = pool_params_default();
+    ppn.n_threads = nt;
+    struct pool *p1 = pool_init(&pp1, NULL), *pn = pool_init(&ppn, NULL);
+    const int64_t n_cols = 4096;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        enum quant_type t = types[ti];
+        const struct quant_traits *tr = quant_type_traits(t);
+        size_t rb = quant_row_size(t, n_cols);
+        int64_t n_rows = (int64_t)(mb * 1048576.0 / (double)rb);
+        uint8_t *w = malloc((size_t)n_rows * rb);
+        for (size_t i = 0; i < (size_t)n_rows * rb; i++)
+            w[i] = (uint8_t)rnd();
+        /* keep scales finite: zero the high byte of every f16 scale field */
+        if (tr->block_size > 1)
+            for (int64_t b = 0; b < n_rows * (n_cols / tr->block_size); b++) {
+                uint8_t *blk = w + b * tr->type_size;
+                if (t == QUANT_Q6_K)
+                    blk[209] = 0x20;
+                else if (t == QUANT_MXFP4)
+                    blk[0] = 120;
+                else {
+                    blk[1] = 0x20;
+                    blk[3] &= 0x3f;
+                }
+            }
+        else if (t != QUANT_F32)
+            for (size_t i = 1; i < (size_t)n_rows * rb; i += 2)
+                w[i] = 0x3c;
+        else
+            for (size_t i = 3; i < (size_t)n_rows * rb; i += 4)
+                w[i] = 0x3f;
+        size_t ab = kernels_act_row_size(t, n_cols);
+        float *x = malloc((size_t)n_cols * sizeof(float));
+        uint8_t *xq = malloc(8 * ab);
+        for (int k = 0; k < 8; k++) {
+            for (int64_t i = 0; i < n_cols; i++)
+                x[i] = (float)(rnd() >> 8) / 16777216.0f - 0.5f;
+            kernels_quantize_act(t, x, xq + k * ab, n_cols);
+        }
+        float *y = malloc((size_t)(8 * n_rows) * sizeof(float));
+        struct kern_mat m = {w, t, n_rows, n_cols, rb};
+        struct mm_job j = {&m, xq, ab, 1, y};
+        run(pn, &j, 1); /* fault the pages in */
+        double bytes = (double)n_rows * (double)rb;
+        double t1 = run(p1, &j, 5), tn = run(pn, &j, 5);
+        j.n_tok = 8;
+        double t8 = run(pn, &j, 3);
+        printf("%-7s decode 1 thread %6.1f GB/s   %d threads %6.1f GB/s   n_tok=8 %d threads "
+               "%6.1f GB/s (%.0f M row-tok/s)\n",
+               quant_type_name(t), bytes / t1 / 1e9, nt, bytes / tn / 1e9, nt, bytes / t8 / 1e9,
+               8.0 * (double)n_rows / t8 / 1e6);
+        fflush(stdout);
+        free(w);
+        free(x);
+        free(xq);
+        free(y);
+    }
+    pool_free(p1);
+    pool_free(pn);
+    return 0;
+}
