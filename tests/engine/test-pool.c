@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/kernels.h"
 #include "engine/pool.h"
 
 /* ---- watchdog: a hang becomes a failure instead of a stuck suite ------------ */
@@ -285,6 +286,88 @@ START_TEST(test_park_and_wake) {
 }
 END_TEST
 
+/* ---- bit-identity of a real matmul across thread counts --------------------- */
+
+struct mm_ctx {
+    const struct kern_mat *w;
+    const void *xq;
+    size_t xs;
+    int64_t n_tok;
+    float *y;
+};
+
+static void mm_rows(void *vctx, int64_t r0, int64_t r1, int worker) {
+    struct mm_ctx *c = vctx;
+    kernels_matmul(c->w, c->xq, c->xs, c->n_tok, c->y, c->w->n_rows, r0, r1);
+}
+
+START_TEST(test_matmul_bit_identical) {
+    static const enum quant_type types[] = {QUANT_Q4_0, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q6_K,
+                                            QUANT_F16};
+    const int64_t n_rows = 1000, n_cols = 1024, n_tok = 6;
+    uint32_t s = 0xC0FFEEu;
+    for (int ti = 0; ti < 5; ti++) {
+        enum quant_type t = types[ti];
+        const struct quant_traits *tr = quant_type_traits(t);
+        size_t rb = quant_row_size(t, n_cols), ab = kernels_act_row_size(t, n_cols);
+        uint8_t *w = malloc((size_t)n_rows * rb);
+        for (size_t i = 0; i < (size_t)n_rows * rb; i++) {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            w[i] = (uint8_t)s;
+        }
+        /* finite f16 values / scales: clear the top exponent bits */
+        if (tr->block_size == 1) {
+            for (size_t i = 1; i < (size_t)n_rows * rb; i += 2)
+                w[i] &= 0x3f;
+        } else {
+            for (int64_t b = 0; b < n_rows * (n_cols / tr->block_size); b++) {
+                uint8_t *blk = w + b * tr->type_size;
+                if (t == QUANT_Q6_K)
+                    blk[209] &= 0x3f;
+                else
+                    blk[1] &= 0x3f;
+                if (t == QUANT_Q4_K)
+                    blk[3] &= 0x3f;
+            }
+        }
+        float x[1024];
+        uint8_t *xq = malloc((size_t)n_tok * ab);
+        for (int64_t k = 0; k < n_tok; k++) {
+            for (int i = 0; i < 1024; i++)
+                x[i] = (float)((int)(i * 7 + k * 13) % 61 - 30) / 17.0f;
+            kernels_quantize_act(t, x, xq + k * ab, n_cols);
+        }
+        struct kern_mat m = {w, t, n_rows, n_cols, rb};
+        float *serial = malloc((size_t)(n_rows * n_tok) * sizeof(float));
+        float *got = malloc((size_t)(n_rows * n_tok) * sizeof(float));
+        kernels_matmul(&m, xq, ab, n_tok, serial, n_rows, 0, n_rows);
+        for (int nt = 1; nt <= 4; nt++) {
+            struct pool_params pp = pool_params_default();
+            pp.n_threads = nt;
+            pp.min_grain = 8; /* many chunks, many different splits */
+            struct pool *p = pool_init(&pp, NULL);
+            ck_assert_ptr_nonnull(p);
+            for (int rep = 0; rep < 3; rep++) {
+                memset(got, 0, (size_t)(n_rows * n_tok) * sizeof(float));
+                struct mm_ctx c = {&m, xq, ab, n_tok, got};
+                struct pool_task task = {.fn = mm_rows, .ctx = &c, .n_rows = n_rows};
+                ck_assert_int_eq(pool_run(p, &task, 1), 0);
+                ck_assert_msg(memcmp(got, serial, (size_t)(n_rows * n_tok) * sizeof(float)) == 0,
+                              "%s: %d threads differ from the serial result", quant_type_name(t),
+                              nt);
+            }
+            pool_free(p);
+        }
+        free(w);
+        free(xq);
+        free(serial);
+        free(got);
+    }
+}
+END_TEST
+
 static Suite *pool_suite(void) {
     Suite *s = suite_create("pool");
     TCase *tc = tcase_create("core");
@@ -294,6 +377,7 @@ static Suite *pool_suite(void) {
     tcase_add_test(tc, test_straggler_stress);
     tcase_add_test(tc, test_limited_rows_stress);
     tcase_add_test(tc, test_park_and_wake);
+    tcase_add_test(tc, test_matmul_bit_identical);
     suite_add_tcase(s, tc);
     return s;
 }
