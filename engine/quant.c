@@ -236,7 +236,8 @@ static float q8_block(const float *x, int8_t *q, int *sum) {
     int s = 0;
     for (int j = 0; j < 32; j++) {
         float r = roundf(x[j] * id);
-        q[j] = (int8_t)(r > 127.0f ? 127 : (r < -127.0f ? -127 : (int)r)); /* nan -> 0 */
+        int v = r >= 127.0f ? 127 : (r <= -127.0f ? -127 : (r == r ? (int)r : 0)); /* nan: 0 */
+        q[j] = (int8_t)v;
         s += q[j];
     }
     *sum = s;

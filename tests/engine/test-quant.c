@@ -436,6 +436,47 @@ START_TEST(test_errors) {
 }
 END_TEST
 
+/* Hostile inputs for every quantizer (nan, inf, f32 extremes, subnormals,
+ * all-tiny groups): no sanitizer report, no crash, and the dequantized
+ * output of a finite block stays finite where the type can represent it. */
+START_TEST(test_hostile_inputs) {
+    enum { N = 1024 };
+    static float x[N], y[N];
+    static uint8_t blocks[N * 4 + 1024];
+    static const float specials[] = {NAN, INFINITY, -INFINITY, 3e38f, -3e38f, 1e-40f, -1e-45f, 0};
+    uint32_t s = 31337;
+    for (uint32_t id = 0; id < QUANT_TYPE_COUNT; id++) {
+        const struct quant_traits *tr = quant_type_traits(id);
+        if (!tr || !tr->can_quantize)
+            continue;
+        for (int k = 0; k < 4; k++) {
+            for (int i = 0; i < N; i++) {
+                float v = draw(&s);
+                if (k == 0) /* sprinkled specials */
+                    v = (i % 37 == 0) ? specials[(i / 37) % 8] : v;
+                else if (k == 1) /* all tiny: below the groups' 1e-15 threshold */
+                    v *= 1e-20f;
+                else if (k == 2) /* near FLT_MAX */
+                    v *= 3.4e38f;
+                else /* subnormal scales */
+                    v *= 1e-39f;
+                x[i] = v;
+            }
+            ck_assert_int_eq(quant_quantize_row((enum quant_type)id, x, blocks, N), 0);
+            ck_assert_int_eq(quant_dequantize_row((enum quant_type)id, blocks, y, N), 0);
+        }
+        /* an ordinary block still round-trips finitely after the others */
+        for (int i = 0; i < N; i++)
+            x[i] = draw(&s);
+        ck_assert_int_eq(quant_quantize_row((enum quant_type)id, x, blocks, N), 0);
+        ck_assert_int_eq(quant_dequantize_row((enum quant_type)id, blocks, y, N), 0);
+        for (int i = 0; i < N; i++)
+            ck_assert_msg(isfinite(y[i]) && fabsf(y[i] - x[i]) < 1.0f, "%s: %g -> %g", tr->name,
+                          x[i], y[i]);
+    }
+}
+END_TEST
+
 /* ---- MXFP4 (no ggml fixture: properties) ------------------------------------------------- */
 
 static const float e2m1[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
@@ -575,6 +616,7 @@ static Suite *quant_suite(void) {
     tcase_add_test(tc, test_bf16);
     tcase_add_test(tc, test_traits);
     tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_hostile_inputs);
     tcase_add_test(tc, test_mxfp4_layout);
     tcase_add_test(tc, test_mxfp4_exact);
     tcase_add_test(tc, test_mxfp4_roundtrip);
