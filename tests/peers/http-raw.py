@@ -1,1 +1,473 @@
-print("RESULT http-raw: 0 passed, 1 failed")
+#!/usr/bin/env python3
+"""tests/peers/http-raw.py: raw-socket HTTP tests of strata's HTTP layer.
+
+Usage: http-raw.py PATH/TO/strata-fake-serve
+
+Starts the real daemon path (server/daemon.c) with the FAKE generation
+backend of tests/server/fake-gen.c on 127.0.0.1 and a free port, then checks
+transport behaviour with raw sockets and http.client: error bodies, limits,
+auth, SSE framing and keep-alives, slowloris, client disconnects, 200 mixed
+concurrent requests, /metrics as Prometheus text, config errors (exit 2) and
+SIGTERM draining (exit 0, which under ASan also means no leak).
+Prints `RESULT http-raw: N passed, M failed`.
+"""
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+BIN = sys.argv[1] if len(sys.argv) > 1 else "build/tests/strata-fake-serve"
+KEY = "sk-test-key"
+passed = 0
+failed = 0
+
+
+def check(name, cond, detail=""):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print(f"FAIL {name} {detail}", flush=True)
+
+
+def start(*extra):
+    proc = subprocess.Popen([BIN, "--port", "0", *extra], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    port = None
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        m = re.search(r"listening on http://[0-9.]+:(\d+)", line)
+        if m:
+            port = int(m.group(1))
+            break
+    if port is None:
+        proc.kill()
+        raise RuntimeError("daemon did not start: " + proc.stderr.read())
+    # keep draining stderr so the daemon never blocks on a full pipe
+    log = []
+    threading.Thread(target=lambda: log.extend(proc.stderr), daemon=True).start()
+    return proc, port, log
+
+
+def request(port, method, path, body=None, headers=None, key=KEY, timeout=20):
+    h = dict(headers or {})
+    if key:
+        h["Authorization"] = "Bearer " + key
+    if body is not None and not isinstance(body, bytes):
+        body = json.dumps(body).encode()
+        h.setdefault("Content-Type", "application/json")
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    c.request(method, path, body=body, headers=h)
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, dict((k.lower(), v) for k, v in r.getheaders()), data
+
+
+def error_shape_ok(data, etype=None):
+    try:
+        e = json.loads(data)["error"]
+    except Exception:
+        return False
+    ok = all(k in e for k in ("message", "type", "param", "code")) and isinstance(e["message"], str)
+    return ok and (etype is None or e["type"] == etype)
+
+
+def raw(port, payload, read_timeout=5):
+    s = socket.create_connection(("127.0.0.1", port), timeout=read_timeout)
+    s.sendall(payload)
+    out = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            out += b
+    except (socket.timeout, ConnectionResetError):
+        pass
+    s.close()
+    return out
+
+
+def sse_events(data):
+    return [blk for blk in data.decode().split("\n\n") if blk]
+
+
+def status_json(port):
+    st, _, d = request(port, "GET", "/status")
+    return json.loads(d) if st == 200 else {}
+
+
+def test_basics(port):
+    st, h, d = request(port, "GET", "/health", key=None)
+    check("health 200 without key", st == 200 and json.loads(d) == {"status": "ok"}, d)
+    st, h, d = request(port, "GET", "/v1/models", key=None)
+    check("models 401 without key", st == 401 and error_shape_ok(d, "authentication_error"), d)
+    st, h, d = request(port, "GET", "/v1/models", key="sk-wrong")
+    check("models 401 bad key", st == 401 and error_shape_ok(d, "authentication_error"), d)
+    st, h, d = request(port, "GET", "/v1/models", key="sk-test-ke")  # a prefix of the key
+    check("models 401 key prefix", st == 401, d)
+    st, h, d = request(port, "GET", "/v1/models")
+    ok = st == 200 and json.loads(d)["object"] == "list"
+    check("models list", ok and json.loads(d)["data"][0]["id"] == "fake-model", d)
+    st, h, d = request(port, "GET", "/v1/models/fake-model")
+    check("model by id", st == 200 and json.loads(d)["id"] == "fake-model", d)
+    st, h, d = request(port, "GET", "/v1/models/nope")
+    check("unknown model 404", st == 404 and error_shape_ok(d), d)
+    st, h, d = request(port, "GET", "/no/such/route")
+    check("unknown route 404", st == 404 and error_shape_ok(d, "not_found_error"), d)
+    st, h, d = request(port, "GET", "/v1/chat/completions")
+    check("wrong method 405 + Allow", st == 405 and h.get("allow") == "POST" and error_shape_ok(d), h)
+    st, h, d = request(port, "DELETE", "/health", key=None)
+    check("wrong method on /health 405", st == 405 and h.get("allow") == "GET", h)
+    body = json.dumps({"messages": []}).encode()
+    st, h, d = request(port, "POST", "/v1/chat/completions", body=body, headers={"Content-Type": "text/plain"})
+    check("wrong content type 400", st == 400 and error_shape_ok(d, "invalid_request_error"), d)
+    st, h, d = request(port, "POST", "/v1/chat/completions", body=body)
+    check("missing content type 400", st == 400 and error_shape_ok(d), d)
+    st, h, d = request(port, "POST", "/v1/chat/completions", body=b'{"messages": [',
+                       headers={"Content-Type": "application/json"})
+    check("malformed JSON 400", st == 400 and error_shape_ok(d, "invalid_request_error"), d)
+    st, h, d = request(port, "POST", "/v1/chat/completions", body=b'[1,2]',
+                       headers={"Content-Type": "application/json"})
+    check("JSON array 400", st == 400 and error_shape_ok(d), d)
+    st, h, d = request(port, "POST", "/v1/chat/completions", body=b'{"messages":[],"x":"\xff\xfe"}',
+                       headers={"Content-Type": "application/json; charset=utf-8"})
+    check("invalid UTF-8 400", st == 400 and b"UTF-8" in d and error_shape_ok(d), d)
+    st, h, d = request(port, "POST", "/v1/chat/completions", body=b'{"x":"\xed\xa0\x80"}',
+                       headers={"Content-Type": "application/json"})
+    check("UTF-8 surrogate 400", st == 400 and error_shape_ok(d), d)
+    st, h, d = request(port, "POST", "/v1/chat/completions", body={"stream": "yes", "messages": []})
+    e = json.loads(d).get("error", {})
+    check("backend validation error with param", st == 400 and e.get("param") == "stream", d)
+    st, h, d = request(port, "POST", "/v1/chat/completions", body={"messages": [], "max_tokens": 4})
+    j = json.loads(d) if st == 200 else {}
+    check("chat non-stream 200", st == 200 and h.get("content-type") == "application/json" and
+          j["choices"][0]["message"]["content"] == "tok0 tok1 tok2 tok3 ", d)
+    st, h, d = request(port, "POST", "/v1/completions", body={"prompt": "hi", "max_tokens": 2})
+    check("completion non-stream 200", st == 200 and json.loads(d)["choices"][0]["text"] == "tok0 tok1 ", d)
+
+
+def test_stream(port):
+    st, h, d = request(port, "POST", "/v1/chat/completions",
+                       body={"messages": [], "max_tokens": 3, "stream": True,
+                             "stream_options": {"include_usage": True}})
+    ev = sse_events(d)
+    check("stream content type", st == 200 and h.get("content-type") == "text/event-stream", h)
+    check("stream ends with [DONE]", ev and ev[-1] == "data: [DONE]", ev[-2:])
+    datas = [json.loads(e[6:]) for e in ev if e.startswith("data: {")]
+    text = "".join(c["choices"][0].get("delta", {}).get("content", "") for c in datas if c["choices"])
+    check("stream deltas", text == "tok0 tok1 tok2 ", text)
+    check("stream usage chunk", any("usage" in c for c in datas), datas[-1:])
+    check("stream every event framed", all(e.startswith("data: ") or e.startswith(":") for e in ev), ev)
+
+
+def test_keepalive(port):
+    # parallel=2: two long jobs hold both slots; a third stream waits in the
+    # queue and must receive ": keep-alive" comments (interval 200 ms).
+    blockers = []
+    for _ in range(2):
+        t = threading.Thread(target=request, args=(port, "POST", "/v1/chat/completions"),
+                             kwargs={"body": {"messages": [], "max_tokens": 12, "fake_delay_ms": 100}})
+        t.start()
+        blockers.append(t)
+    time.sleep(0.3)
+    st, h, d = request(port, "POST", "/v1/chat/completions",
+                       body={"messages": [], "max_tokens": 2, "stream": True})
+    ev = sse_events(d)
+    n_ka = sum(1 for e in ev if e == ": keep-alive")
+    first_data = next((i for i, e in enumerate(ev) if e.startswith("data:")), len(ev))
+    check("keep-alive while queued", n_ka >= 2 and ev.index(": keep-alive") < first_data, ev[:4])
+    check("queued stream completes", ev[-1] == "data: [DONE]", ev[-1:])
+    for t in blockers:
+        t.join()
+
+
+def test_too_large(port):
+    # Content-Length over the limit: answered before the body is read.
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+              b"\r\nContent-Type: application/json\r\nContent-Length: 10485760\r\n\r\n")
+    s.sendall(b"{" + b" " * 65536)
+    resp = b""
+    try:
+        while b"\r\n\r\n" not in resp or len(resp) < 100:
+            b = s.recv(65536)
+            if not b:
+                break
+            resp += b
+    except (socket.timeout, ConnectionResetError):
+        pass
+    s.close()
+    check("10 MB body 413", resp.startswith(b"HTTP/1.1 413") and b"too_large" in resp, resp[:200])
+    # Chunked body without Content-Length, over the limit: counted as it comes.
+    big = b"{\"messages\":[],\"pad\":\"" + b"a" * (3 << 20) + b"\"}"
+    chunk = b"%x\r\n" % len(big) + big + b"\r\n0\r\n\r\n"
+    resp = raw(port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+               b"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + chunk, 10)
+    check("chunked body over limit 413", resp.startswith(b"HTTP/1.1 413"), resp[:100])
+    st, _, _ = request(port, "GET", "/health", key=None)
+    check("alive after 413s", st == 200)
+
+
+def test_slowloris(port, timeout_s):
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout_s + 10)
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+              b"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"mess")
+    t0 = time.time()
+    # While the slow client hangs, the server keeps serving others.
+    st, _, _ = request(port, "GET", "/health", key=None)
+    check("serves while a slow client hangs", st == 200)
+    closed = False
+    try:
+        d = s.recv(4096)
+        closed = True  # EOF (b"") or an error response, either way the server gave up
+    except socket.timeout:
+        pass
+    except ConnectionResetError:
+        closed = True
+    dt = time.time() - t0
+    s.close()
+    check("slow body dropped after timeout", closed and dt < timeout_s + 5, f"closed={closed} dt={dt:.1f}")
+    # slow headers too
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout_s + 10)
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+    t0 = time.time()
+    try:
+        s.recv(4096)
+    except (socket.timeout, ConnectionResetError):
+        pass
+    dt = time.time() - t0
+    s.close()
+    check("slow headers dropped after timeout", dt < timeout_s + 5, f"dt={dt:.1f}")
+
+
+def test_disconnect(port):
+    body = json.dumps({"messages": [], "max_tokens": 200, "fake_delay_ms": 50, "stream": True}).encode()
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+              b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    got = b""
+    while got.count(b"data: ") < 3:
+        b = s.recv(4096)
+        if not b:
+            break
+        got += b
+    mid = status_json(port)
+    check("session active mid-stream", mid.get("sessions", {}).get("active", 0) >= 1, mid.get("sessions"))
+    s.close()
+    ok = False
+    deadline = time.time() + 5
+    st = {}
+    while time.time() < deadline:
+        st = status_json(port)
+        if st.get("sessions", {}).get("active") == 0 and st["sessions"]["http_pending"] == 0:
+            ok = True
+            break
+        time.sleep(0.05)
+    check("disconnect frees the session", ok, st.get("sessions"))
+    tokens = st.get("tokens", {}).get("generated", 10**9)
+    check("disconnect cancelled generation early", tokens < 150, tokens)
+    _, _, m = request(port, "GET", "/metrics")
+    mm = re.search(rb"strata_client_disconnects_total (\d+)", m)
+    check("disconnect counted in /metrics", mm and int(mm.group(1)) >= 1, m[:0])
+
+
+def test_mixed(port, n=200):
+    kinds = [
+        ("GET", "/health", None, None, 200),
+        ("GET", "/v1/models", None, KEY, 200),
+        ("POST", "/v1/chat/completions", {"messages": [], "max_tokens": 3, "fake_delay_ms": 1}, KEY, 200),
+        ("POST", "/v1/chat/completions", {"messages": [], "max_tokens": 3, "stream": True, "fake_delay_ms": 1}, KEY, 200),
+        ("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2, "fake_delay_ms": 1}, KEY, 200),
+        ("POST", "/v1/chat/completions", b"{bad json", KEY, 400),
+        ("GET", "/nowhere", None, KEY, 404),
+        ("GET", "/v1/models", None, "sk-bad", 401),
+        ("GET", "/metrics", None, KEY, 200),
+    ]
+    results = [None] * n
+    def worker(i):
+        m, p, b, k, want = kinds[i % len(kinds)]
+        h = {"Content-Type": "application/json"} if isinstance(b, bytes) else None
+        try:
+            st, hh, d = request(port, m, p, body=b, headers=h, key=k, timeout=60)
+            ok = st == want
+            if ok and want == 200 and b is not None and isinstance(b, dict) and b.get("stream"):
+                ok = d.endswith(b"data: [DONE]\n\n")
+            results[i] = ok or (st, d[:100])
+        except Exception as e:  # noqa: BLE001
+            results[i] = repr(e)
+    threads = []
+    # 25 clients at a time (the box has 2 cores shared with the ASan build)
+    for start_i in range(0, n, 25):
+        batch = [threading.Thread(target=worker, args=(i,)) for i in range(start_i, min(n, start_i + 25))]
+        for t in batch:
+            t.start()
+        for t in batch:
+            t.join()
+        threads += batch
+    bad = [r for r in results if r is not True]
+    check(f"{n} mixed requests", not bad, bad[:3])
+    st, _, _ = request(port, "GET", "/health", key=None)
+    check("health after mixed load", st == 200)
+
+
+def parse_prometheus(text):
+    """Minimal Prometheus text-format 0.0.4 parser; returns {name: [(labels, value)]}."""
+    samples = {}
+    types = {}
+    line_re = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*"'
+                         r'(?:,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*")*)?\})? ([-+]?[0-9.eE+-]+|\+Inf|NaN)$')
+    for ln in text.splitlines():
+        if not ln:
+            continue
+        if ln.startswith("# HELP ") or ln.startswith("# TYPE "):
+            parts = ln.split(" ", 3)
+            if len(parts) < 4:
+                raise ValueError("bad comment: " + ln)
+            if parts[1] == "TYPE":
+                if parts[3] not in ("counter", "gauge", "histogram", "summary", "untyped"):
+                    raise ValueError("bad type: " + ln)
+                types[parts[2]] = parts[3]
+            continue
+        if ln.startswith("#"):
+            continue
+        m = line_re.match(ln)
+        if not m:
+            raise ValueError("bad sample: " + ln)
+        samples.setdefault(m.group(1), []).append((m.group(3) or "", float(m.group(4))))
+    return types, samples
+
+
+def test_metrics(port):
+    st, h, d = request(port, "GET", "/metrics")
+    check("metrics 200 text/plain", st == 200 and h.get("content-type", "").startswith("text/plain"), h)
+    try:
+        types, samples = parse_prometheus(d.decode())
+        ok = True
+    except ValueError as e:
+        ok = False
+        print(e)
+    check("metrics parse as Prometheus text", ok)
+    if not ok:
+        return
+    for hist in ("strata_time_to_first_token_seconds", "strata_inter_token_seconds"):
+        b = samples.get(hist + "_bucket", [])
+        vals = [v for _, v in b]
+        cnt = samples.get(hist + "_count", [("", -1)])[0][1]
+        check(f"{hist} cumulative", types.get(hist) == "histogram" and vals == sorted(vals) and
+              b and 'le="+Inf"' in b[-1][0] and vals[-1] == cnt and cnt > 0, b[-2:])
+    req = samples.get("strata_http_requests_total", [])
+    check("requests by route and status", any('route="/v1/chat/completions",status="200"' in l for l, _ in req) and
+          any('status="404"' in l for l, _ in req), req[:3])
+    check("tokens counters", samples.get("strata_tokens_completion_total", [("", 0)])[0][1] > 0)
+    check("queue depth gauge", "strata_queue_depth" in samples and types.get("strata_queue_depth") == "gauge")
+    check("cache counters", "strata_prefix_cache_hits_total" in samples)
+    st = status_json(port)
+    check("status fields", all(k in st for k in ("model", "architecture", "quant_mix", "n_ctx", "threads",
+                                                   "pool_dispatches", "kv", "sessions", "tokens", "recent_tok_s")), st)
+
+
+def test_config_errors():
+    r = subprocess.run([BIN, "--port", "70000"], capture_output=True, text=True, timeout=30)
+    check("bad port exits 2", r.returncode == 2 and "0..65535" in r.stderr, r.stderr)
+    r = subprocess.run([BIN, "--print-config", "--port", "1234"], capture_output=True, text=True, timeout=30,
+                       env={**os.environ, "STRATA_THREADS": "3"})
+    check("print-config", r.returncode == 0 and re.search(r"port\s+= 1234\s+\(cli\)", r.stdout) and
+          re.search(r"threads\s+= 3\s+\(env\)", r.stdout) and re.search(r"pool-spin\s+= 4000\s+\(default\)", r.stdout), r.stdout)
+    r = subprocess.run([BIN, "--help"], capture_output=True, text=True, timeout=30)
+    check("help from the table", r.returncode == 0 and "--max-body" in r.stdout and "STRATA_POOL_SPIN" in r.stdout)
+    r = subprocess.run([BIN, "--api-key-file", "/nonexistent/keys"], capture_output=True, text=True, timeout=30)
+    check("missing key file exits 2", r.returncode == 2 and "api-key-file" in r.stderr, r.stderr)
+
+
+def test_key_file():
+    path = f"/tmp/strata-http-raw-keys-{os.getpid()}"
+    with open(path, "w") as f:
+        f.write("# keys\nsk-one\n\n  sk-two  \n")
+    proc, port, log = start("--api-key-file", path)
+    try:
+        a = request(port, "GET", "/v1/models", key="sk-one")[0]
+        b = request(port, "GET", "/v1/models", key="sk-two")[0]
+        c = request(port, "GET", "/v1/models", key="sk-three")[0]
+        check("several keys from a file", (a, b, c) == (200, 200, 401), (a, b, c))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=30)
+        os.unlink(path)
+    check("key-file daemon exits 0", rc == 0, "".join(log)[-2000:])
+
+
+def test_sigterm(proc, port, log):
+    # A stream in flight when SIGTERM arrives finishes (drain), then exit 0.
+    out = {}
+    def stream():
+        try:
+            out["r"] = request(port, "POST", "/v1/chat/completions",
+                               body={"messages": [], "max_tokens": 10, "fake_delay_ms": 60, "stream": True})
+        except Exception as e:  # noqa: BLE001
+            out["r"] = (0, {}, repr(e).encode())
+    t = threading.Thread(target=stream)
+    t.start()
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    t.join(30)
+    st, _, d = out.get("r", (0, {}, b""))
+    check("in-flight stream drains on SIGTERM", st == 200 and d.endswith(b"data: [DONE]\n\n"), d[-80:])
+    try:
+        rc = proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        rc = -999
+    check("SIGTERM exits 0 (no ASan error or leak)", rc == 0, f"rc={rc} " + "".join(log)[-3000:])
+    refused = False
+    try:
+        request(port, "GET", "/health", key=None, timeout=2)
+    except OSError:
+        refused = True
+    check("not accepting after exit", refused)
+
+
+def main():
+    timeout_s = 2
+    proc, port, log = start("--api-key", KEY, "--timeout", str(timeout_s), "--parallel", "2",
+                            "--queue", "256", "--keepalive-ms", "200", "--shutdown-timeout", "10")
+    try:
+        # /health may say 503 for a moment while the backend loads
+        for _ in range(100):
+            st, _, d = request(port, "GET", "/health", key=None)
+            if st == 200:
+                break
+            check("health while loading is an OpenAI error", st == 503 and error_shape_ok(d), d)
+            time.sleep(0.05)
+        for fn in (test_basics, test_stream, test_keepalive, test_too_large,
+                   lambda p: test_slowloris(p, timeout_s), test_disconnect, test_mixed, test_metrics):
+            try:
+                fn(port)
+            except Exception as e:  # noqa: BLE001
+                check(getattr(fn, "__name__", "test"), False, repr(e))
+        test_sigterm(proc, port, log)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    for fn in (test_config_errors, test_key_file):
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001
+            check(fn.__name__, False, repr(e))
+    print(f"RESULT http-raw: {passed} passed, {failed} failed", flush=True)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
