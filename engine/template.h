@@ -53,8 +53,9 @@
 struct chat_template;
 
 struct template_inputs {
-    const json_t *messages;     /* borrowed: array of message objects (required) */
-    const json_t *tools;        /* borrowed: array, or NULL (then `tools` is undefined) */
+    const json_t *messages; /* borrowed: array of message objects (required) */
+    const json_t
+        *tools; /* borrowed: array, or NULL (then `tools` is none, as transformers passes) */
     bool add_generation_prompt; /* default false */
     const char *bos_token;      /* borrowed, NUL-terminated; NULL renders as "" */
     const char *eos_token;      /* borrowed, NUL-terminated; NULL renders as "" */
@@ -63,7 +64,7 @@ struct template_inputs {
 };
 
 struct template_limits {
-    int max_depth;           /* nesting of macro calls / expressions (default 64) */
+    int max_depth;           /* nesting of statements, expressions and macro calls (default 200) */
     int64_t max_steps;       /* evaluated nodes + loop iterations (default 10,000,000) */
     size_t max_output_bytes; /* rendered text and any one string (default 16 MiB) */
     size_t max_memory_bytes; /* all values allocated during one render (default 512 MiB) */
