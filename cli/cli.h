@@ -10,5 +10,6 @@ struct cli_command {
 };
 
 int cli_gguf_main(int argc, char **argv);
+int cli_serve_main(int argc, char **argv); /* cli/cmd-serve.c */
 
 #endif

@@ -5,6 +5,8 @@
 #include "cli/cli.h"
 
 static const struct cli_command commands[] = {
+    {"serve", "run the OpenAI-compatible HTTP daemon (serve [MODEL.gguf] [options]; --help)",
+     cli_serve_main},
     {"gguf", "inspect, synthesize and quantize GGUF files (gguf info|synth|quantize|vocab-from-hf)",
      cli_gguf_main},
 };

@@ -92,6 +92,7 @@ int daemon_main(int argc, char **argv, const struct daemon_hooks *hooks) {
     if (hooks && hooks->open) {
         if (hooks->open(cfg, &be, &err)) {
             fprintf(stderr, "%s: %s\n", prog, err.message);
+            rc = err.code == STRATA_E_CONFIG ? 2 : 1;
             goto out;
         }
         be_open = true;

@@ -73,8 +73,8 @@ struct server *server_init(const struct server_params *params, struct strata_err
         flags, (uint16_t)s->p.port, NULL, NULL, http_on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
         log_mhd, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED,
         http_on_completed, s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->p.max_connections,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->p.timeout_s, MHD_OPTION_EXTERNAL_LOGGER,
-        log_mhd, NULL, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->p.timeout_s, MHD_OPTION_LISTENING_ADDRESS_REUSE,
+        1, MHD_OPTION_END);
     if (!s->mhd) {
         strata_error_set(err, STRATA_E_IO, "cannot listen on %s:%d: %s", s->host, s->p.port,
                          errno ? strerror(errno) : "libmicrohttpd refused to start");
