@@ -1,0 +1,149 @@
+/* engine/tokenizer-spm.c: SentencePiece BPE (tokenizer.ggml.model = "llama").
+ *
+ * As llama.cpp's llm_tokenizer_spm: the (already U+2581-escaped) text is cut
+ * into UTF-8 characters; every adjacent pair whose concatenation is a vocab
+ * token goes into a priority queue ordered by that token's score (highest
+ * first, then leftmost); popping merges the pair if both sides are unchanged
+ * and queues the new neighbours. Each final symbol is its token, or, if the
+ * symbol is not in the vocab (a character the model never saw), one <0xXX>
+ * byte token per byte (byte fallback; the unknown token when the vocab has no
+ * byte tokens, where llama.cpp would throw).
+ *
+ * Symbols only grow by absorbing their right neighbour and their text is a
+ * contiguous span of the input, so "unchanged" is checked by length, and
+ * llama.cpp's rev_merge re-segmentation never fires (every merged symbol is a
+ * vocab token by construction) and is left out.
+ */
+#include <stdlib.h>
+
+#include "engine/tokenizer-impl.h"
+
+struct spm_sym {
+    uint32_t off; /* bytes into the text */
+    uint32_t n;   /* bytes; 0 once merged into its left neighbour */
+    int32_t prev, next;
+};
+
+struct spm_bigram {
+    float score;
+    int32_t left, right;
+    uint32_t size; /* bytes of left + right when queued */
+};
+
+struct spm_heap {
+    struct spm_bigram *v;
+    size_t n, cap;
+};
+
+/* a before b: higher score, then smaller left index */
+static bool spm_before(const struct spm_bigram *a, const struct spm_bigram *b) {
+    return a->score > b->score || (a->score == b->score && a->left < b->left);
+}
+
+static int heap_push(struct spm_heap *h, struct spm_bigram bg) {
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 64;
+        struct spm_bigram *v = realloc(h->v, cap * sizeof(*v));
+        if (!v)
+            return STRATA_E_NOMEM;
+        h->v = v;
+        h->cap = cap;
+    }
+    size_t i = h->n++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!spm_before(&bg, &h->v[p]))
+            break;
+        h->v[i] = h->v[p];
+        i = p;
+    }
+    h->v[i] = bg;
+    return 0;
+}
+
+static struct spm_bigram heap_pop(struct spm_heap *h) {
+    struct spm_bigram top = h->v[0], last = h->v[--h->n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= h->n)
+            break;
+        if (c + 1 < h->n && spm_before(&h->v[c + 1], &h->v[c]))
+            c++;
+        if (!spm_before(&h->v[c], &last))
+            break;
+        h->v[i] = h->v[c];
+        i = c;
+    }
+    if (h->n)
+        h->v[i] = last;
+    return top;
+}
+
+static int try_bigram(const struct tokenizer *tok, const char *text, const struct spm_sym *syms,
+                      int32_t l, int32_t r, struct spm_heap *h) {
+    if (l < 0 || r < 0)
+        return 0;
+    uint32_t size = syms[l].n + syms[r].n;
+    int32_t id = tok_lookup(tok, text + syms[l].off, size);
+    if (id < 0)
+        return 0;
+    return heap_push(h, (struct spm_bigram){tok->tokens[id].score, l, r, size});
+}
+
+int tok_spm_encode(const struct tokenizer *tok, const char *text, size_t len,
+                   struct tokenizer_ids *out) {
+    if (len == 0)
+        return 0;
+    if (len > UINT32_MAX / 2)
+        return STRATA_E_LIMIT;
+    struct spm_sym *syms = malloc(len * sizeof(*syms));
+    struct spm_heap h = {0};
+    int rc = 0;
+    if (!syms)
+        return STRATA_E_NOMEM;
+    int32_t n = 0;
+    for (size_t off = 0; off < len;) {
+        size_t cl = tok_utf8_len((uint8_t)text[off]);
+        if (cl > len - off)
+            cl = len - off;
+        syms[n] = (struct spm_sym){(uint32_t)off, (uint32_t)cl, n - 1, -1};
+        off += cl;
+        syms[n].next = off == len ? -1 : n + 1;
+        n++;
+    }
+    for (int32_t i = 1; i < n && rc == 0; i++)
+        rc = try_bigram(tok, text, syms, i - 1, i, &h);
+    while (h.n && rc == 0) {
+        struct spm_bigram bg = heap_pop(&h);
+        struct spm_sym *l = &syms[bg.left], *r = &syms[bg.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size)
+            continue; /* one side changed since it was queued */
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0)
+            syms[r->next].prev = bg.left;
+        rc = try_bigram(tok, text, syms, l->prev, bg.left, &h);
+        if (rc == 0)
+            rc = try_bigram(tok, text, syms, bg.left, l->next, &h);
+    }
+    for (int32_t i = 0; i != -1 && n > 0 && rc == 0; i = syms[i].next) {
+        const struct spm_sym *s = &syms[i];
+        int32_t id = tok_lookup(tok, text + s->off, s->n);
+        if (id >= 0) {
+            rc = tok_ids_push(out, id);
+            continue;
+        }
+        for (uint32_t j = 0; j < s->n && rc == 0; j++) {
+            int32_t b = tok->byte_ids[(uint8_t)text[s->off + j]];
+            if (b < 0)
+                b = tok->unk;
+            if (b >= 0)
+                rc = tok_ids_push(out, b);
+        }
+    }
+    free(h.v);
+    free(syms);
+    return rc;
+}
