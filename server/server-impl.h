@@ -29,6 +29,7 @@ int sbuf_append(struct sbuf *b, const void *data, size_t n); /* 0 or STRATA_E_NO
 void sbuf_free(struct sbuf *b);
 
 enum exchange_phase {
+    PHASE_DEFERRED,  /* no-body method: handled on the second access-handler call */
     PHASE_HEADERS,   /* first access-handler call done, reading the body */
     PHASE_WAITING,   /* non-stream job submitted; connection suspended until DONE */
     PHASE_STREAMING, /* SSE response queued; content reader drains `out` */
@@ -43,7 +44,8 @@ struct exchange {
     enum exchange_phase phase; /* MHD thread only */
     struct sbuf body;          /* request body, at most max_body bytes */
     bool body_too_large;
-    double t_submit; /* seconds (monotonic) when the job was submitted */
+    size_t n_dropped; /* body bytes of a no-body method, discarded */
+    double t_submit;  /* seconds (monotonic) when the job was submitted */
 
     pthread_mutex_t mu; /* guards everything below */
     int refs;
