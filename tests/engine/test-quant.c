@@ -585,6 +585,64 @@ START_TEST(test_mxfp4_dot) {
 }
 END_TEST
 
+/* Every weight type on random rows (not just the fixture's 4): the reference
+ * dot equals the f64 sum of the dequantized operands, up to f32 rounding of
+ * the per-block terms, measured against sum |w_i a_i| so that cancellation in
+ * the total does not inflate the ratio. For Q8_1 activations the dot uses the
+ * stored s = d*sum(q) (f16) for the min term, so the f64 reference does too. */
+/* f32 accumulation over 64 blocks (2048 / 32), each add rounding <= 2^-24 of
+ * the running sum <= mag: bound 64 * 6e-8 = 3.8e-6. */
+#define TOL_DOT_RANDOM 4e-6
+START_TEST(test_dot_vs_dequant) {
+    enum { N = 2048 };
+    static float w[N], a[N], wd[N], ad[N];
+    static uint8_t wq[N * 4], aq[N * 4];
+    uint32_t s = 2024;
+    for (uint32_t id = 0; id < QUANT_TYPE_COUNT; id++) {
+        const struct quant_traits *tr = quant_type_traits(id);
+        if (!tr || !tr->can_quantize || id == QUANT_Q8_K || id == QUANT_Q8_1)
+            continue;
+        enum quant_type t = (enum quant_type)id, at = tr->vec_dot_type;
+        for (int rep = 0; rep < 3; rep++) {
+            for (int i = 0; i < N; i++) {
+                w[i] = draw(&s) * ldexpf(1.0f, (i / 64) % 6 - 2) + (rep == 2 ? 0.7f : 0.0f);
+                a[i] = draw(&s) * ldexpf(1.0f, (i / 32) % 3);
+            }
+            ck_assert_int_eq(quant_quantize_row(t, w, wq, N), 0);
+            ck_assert_int_eq(quant_quantize_row(at, a, aq, N), 0);
+            ck_assert_int_eq(quant_dequantize_row(t, wq, wd, N), 0);
+            ck_assert_int_eq(quant_dequantize_row(at, aq, ad, N), 0);
+            double ex = 0, mag = 0;
+            if (at == QUANT_Q8_1) { /* sum_b d_w d_a sumi + m_w s_a */
+                const block_q8_1 *ab = (const block_q8_1 *)aq;
+                for (int b = 0; b < N / 32; b++) {
+                    const uint8_t *blk = wq + (size_t)b * tr->type_size;
+                    quant_f16 dw, mw;
+                    memcpy(&dw, blk, 2);
+                    memcpy(&mw, blk + 2, 2);
+                    double m = quant_f16_to_f32(mw), blk_sum = 0;
+                    for (int i = 0; i < 32; i++) {
+                        double wi = wd[32 * b + i] - m; /* level * d_w, to one f32 rounding */
+                        blk_sum += wi * ad[32 * b + i];
+                        mag += fabs((double)wd[32 * b + i] * ad[32 * b + i]);
+                    }
+                    ex += blk_sum + m * quant_f16_to_f32(ab[b].s);
+                }
+            } else {
+                for (int i = 0; i < N; i++) {
+                    ex += (double)wd[i] * ad[i];
+                    mag += fabs((double)wd[i] * ad[i]);
+                }
+            }
+            float got = quant_vec_dot_ref(t, N, wq, aq);
+            ck_assert_msg(fabs(got - ex) <= TOL_DOT_RANDOM * mag,
+                          "%s rep %d: dot %.9g vs f64 %.9g (|sum| %.3g)", tr->name, rep, got, ex,
+                          mag);
+        }
+    }
+}
+END_TEST
+
 /* Q8_K specifics not covered byte-wise elsewhere: bsums are the 16-sums and a
  * zero block gives d = 0 with zeroed sums. */
 START_TEST(test_q8_K_bsums) {
@@ -621,6 +679,7 @@ static Suite *quant_suite(void) {
     tcase_add_test(tc, test_mxfp4_exact);
     tcase_add_test(tc, test_mxfp4_roundtrip);
     tcase_add_test(tc, test_mxfp4_dot);
+    tcase_add_test(tc, test_dot_vs_dequant);
     tcase_add_test(tc, test_q8_K_bsums);
     suite_add_tcase(s, tc);
     return s;
