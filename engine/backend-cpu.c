@@ -28,6 +28,11 @@ struct cpu_ctx {
 /* Elements below which an elementwise op runs inline (one dispatch costs
  * about as much as ~16k multiply-adds on the 2-core dev box). */
 #define CPU_INLINE_ELEMS 16384
+/* Weight bytes x tokens below which a matmul dispatch runs inline: waking a
+ * worker costs ~0.1-0.5 ms on the shared 2-core dev box, more than streaming
+ * 256 KiB. Measured: stories260K decode, 2 threads, every 64x64 matmul
+ * dispatched: 61-70 tok/s vs 1154 tok/s on 1 thread (bench-model, load ~9). */
+#define CPU_INLINE_MATMUL_BYTES (256u * 1024u)
 
 static void run_tasks(struct cpu_ctx *c, struct pool_task *t, int n) {
     if (c->pool) {
@@ -54,12 +59,21 @@ static void cpu_matmul(void *ctx, const struct backend_matmul *jobs, int n_jobs)
             matmul_rows((void *)&jobs[i], 0, jobs[i].w->n_rows, 0);
         return;
     }
-    for (int i = 0; i < n_jobs; i++)
+    uint64_t work = 0;
+    for (int i = 0; i < n_jobs; i++) {
         t[i] = (struct pool_task){.fn = matmul_rows,
                                   .ctx = (void *)&jobs[i],
                                   .n_rows = jobs[i].w->n_rows,
                                   .min_grain = 0};
-    run_tasks(ctx, t, n_jobs);
+        work += (uint64_t)jobs[i].w->n_rows * jobs[i].w->row_bytes * (uint64_t)jobs[i].n_tok;
+    }
+    if (work < CPU_INLINE_MATMUL_BYTES) {
+        struct cpu_ctx serial = *(struct cpu_ctx *)ctx;
+        serial.pool = NULL;
+        run_tasks(&serial, t, n_jobs);
+    } else {
+        run_tasks(ctx, t, n_jobs);
+    }
     if (t != stack)
         free(t);
 }
@@ -214,9 +228,13 @@ static void cpu_attention(void *ctx, const struct backend_attn *a) {
     for (int w = 0; w < c->n_workers; w++) /* a caller bug: reserve first */
         STRATA_ASSERT(c->scratch[w].cap >= max_kv);
     struct attn_job j = {a, c};
-    struct pool_task t = {
-        .fn = attn_rows, .ctx = &j, .n_rows = (int64_t)a->n_tok * a->n_head, .min_grain = 1};
-    run_tasks(c, &t, 1);
+    const int64_t rows = (int64_t)a->n_tok * a->n_head;
+    if (rows * max_kv * (a->head_dim_k + a->head_dim_v) < CPU_INLINE_ELEMS * 4 || !c->pool) {
+        attn_rows(&j, 0, rows, 0);
+        return;
+    }
+    struct pool_task t = {.fn = attn_rows, .ctx = &j, .n_rows = rows, .min_grain = 1};
+    pool_run(c->pool, &t, 1);
 }
 
 /* ---- lifetime --------------------------------------------------------------- */
