@@ -57,6 +57,16 @@ KX_INLINE __m256i kx_dot_u8_scaled(__m256i u, __m256i y, __m256i scale16) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), scale16);
 }
 
+/* Unsigned (<= 127) x signed int8, 32 pairs -> 8 int32 partial sums, grouped
+ * like kx_dot_i8 (4 consecutive bytes per lane), so the integers agree. */
+KX_INLINE __m256i kx_dot_u8(__m256i u, __m256i y) {
+#if KX_VNNI
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, y);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));
+#endif
+}
+
 /* 16 packed nibbles -> 32 bytes: low nibbles (elements 0..15) then high. */
 KX_INLINE __m256i kx_nibbles(const uint8_t *qs) {
     __m128i t = _mm_loadu_si128((const __m128i *)qs);
@@ -75,12 +85,14 @@ KX_INLINE size_t kx_b32_size(enum kx_b32 k) {
                             : sizeof(block_mxfp4);
 }
 
-/* Unpacks one weight block to 32 signed bytes and its float scale. */
+/* Unpacks one weight block to 32 bytes and its float scale. Q4_0 stays
+ * unsigned (0..15; the -8 is applied through the activation sum), the others
+ * are signed. */
 KX_INLINE __m256i kx_b32_decode(enum kx_b32 k, const uint8_t *blk, __m256i table, float *d) {
     switch (k) {
     case KX_Q4_0:
         *d = kx_f16(((const block_q4_0 *)blk)->d);
-        return _mm256_sub_epi8(kx_nibbles(((const block_q4_0 *)blk)->qs), _mm256_set1_epi8(8));
+        return kx_nibbles(((const block_q4_0 *)blk)->qs);
     case KX_Q8_0:
         *d = kx_f16(((const block_q8_0 *)blk)->d);
         return _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)blk)->qs);
@@ -94,63 +106,79 @@ KX_INLINE __m256i kx_b32_decode(enum kx_b32 k, const uint8_t *blk, __m256i table
     }
 }
 
-/* One row against nt (compile-time after inlining) tokens starting at xq.
- * Two accumulators per token (even / odd blocks) hide the FMA latency when
- * nt is 1 (decode). */
-KX_INLINE void kx_b32_row(enum kx_b32 k, const uint8_t *row, int64_t nb, const uint8_t *xq,
-                          size_t xs, int nt, float *out, int64_t ldy) {
+/* Exact int32 lanes of dot(weight block, activation block); for Q4_0,
+ * ysum8 = kx_dot_u8(8, y) of the same activation block. */
+KX_INLINE __m256i kx_b32_dot(enum kx_b32 k, __m256i q, __m256i y, __m256i ysum8) {
+    if (k == KX_Q4_0)
+        return _mm256_sub_epi32(kx_dot_u8(q, y), ysum8);
+    return kx_dot_i8(q, y);
+}
+
+/* NR rows x nt tokens (both compile-time after inlining; NR * nt <= 4).
+ * Two accumulators per (row, token), for even and odd blocks, hide the FMA
+ * latency. The operations per (row, token) are the same for every NR and nt,
+ * so any tiling gives identical bits. Rows: row0 + i * row_bytes. */
+KX_INLINE void kx_b32_tile(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, int NR, int64_t nb,
+                           const uint8_t *xq, size_t xs, int nt, float *out, int64_t ldy) {
     const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(
         (const __m128i *)(k == KX_MXFP4 ? kern_kvalues_mxfp4 : kern_kvalues_iq4nl)));
+    const __m256i eight = _mm256_set1_epi8(8);
     const size_t bsz = kx_b32_size(k);
-    __m256 acc0[KX_TILE], acc1[KX_TILE];
-    for (int t = 0; t < nt; t++)
-        acc0[t] = acc1[t] = _mm256_setzero_ps();
-    int64_t b = 0;
-    for (; b + 1 < nb; b += 2) {
-        float d0, d1;
-        __m256i q0 = kx_b32_decode(k, row + (size_t)b * bsz, table, &d0);
-        __m256i q1 = kx_b32_decode(k, row + (size_t)(b + 1) * bsz, table, &d1);
+    __m256 acc[2][4][KX_TILE];
+    for (int i = 0; i < NR; i++)
+        for (int t = 0; t < nt; t++)
+            acc[0][i][t] = acc[1][i][t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const int par = (int)(b & 1);
+        __m256i yv[KX_TILE], ys8[KX_TILE];
+        float dy[KX_TILE];
         for (int t = 0; t < nt; t++) {
             const block_q8_0 *a = (const block_q8_0 *)(xq + (size_t)t * xs) + b;
-            __m256i s0 = kx_dot_i8(q0, _mm256_loadu_si256((const __m256i *)a[0].qs));
-            __m256i s1 = kx_dot_i8(q1, _mm256_loadu_si256((const __m256i *)a[1].qs));
-            acc0[t] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * kx_f16(a[0].d)), _mm256_cvtepi32_ps(s0),
-                                      acc0[t]);
-            acc1[t] = _mm256_fmadd_ps(_mm256_set1_ps(d1 * kx_f16(a[1].d)), _mm256_cvtepi32_ps(s1),
-                                      acc1[t]);
+            yv[t] = _mm256_loadu_si256((const __m256i *)a->qs);
+            dy[t] = kx_f16(a->d);
+            ys8[t] = k == KX_Q4_0 ? kx_dot_u8(eight, yv[t]) : _mm256_setzero_si256();
+        }
+        for (int i = 0; i < NR; i++) {
+            float dx;
+            __m256i q =
+                kx_b32_decode(k, row0 + (size_t)i * row_bytes + (size_t)b * bsz, table, &dx);
+            for (int t = 0; t < nt; t++) {
+                __m256i s = kx_b32_dot(k, q, yv[t], ys8[t]);
+                acc[par][i][t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy[t]), _mm256_cvtepi32_ps(s),
+                                                 acc[par][i][t]);
+            }
         }
     }
-    if (b < nb) {
-        float d0;
-        __m256i q0 = kx_b32_decode(k, row + (size_t)b * bsz, table, &d0);
-        for (int t = 0; t < nt; t++) {
-            const block_q8_0 *a = (const block_q8_0 *)(xq + (size_t)t * xs) + b;
-            __m256i s0 = kx_dot_i8(q0, _mm256_loadu_si256((const __m256i *)a->qs));
-            acc0[t] =
-                _mm256_fmadd_ps(_mm256_set1_ps(d0 * kx_f16(a->d)), _mm256_cvtepi32_ps(s0), acc0[t]);
-        }
-    }
-    for (int t = 0; t < nt; t++)
-        out[t * ldy] = kx_hsum(_mm256_add_ps(acc0[t], acc1[t]));
+    for (int i = 0; i < NR; i++)
+        for (int t = 0; t < nt; t++)
+            out[t * ldy + i] = kx_hsum(_mm256_add_ps(acc[0][i][t], acc[1][i][t]));
 }
 
 KX_INLINE void kx_b32_matmul(enum kx_b32 k, const struct kern_mat *w, const void *xq, size_t xs,
                              int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     const int64_t nb = w->n_cols / 32;
-    for (int64_t r = r0; r < r1; r++) {
+    const uint8_t *x8 = xq;
+    int64_t r = r0;
+    if (n_tok == 1) {
+        /* Decode: 4 rows share each activation block's load and scale. */
+        for (; r + 4 <= r1; r += 4)
+            kx_b32_tile(k, (const uint8_t *)w->data + (size_t)r * w->row_bytes, w->row_bytes, 4, nb,
+                        x8, xs, 1, y + r, ldy);
+    }
+    for (; r < r1; r++) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
         int64_t t = 0;
         for (; t + KX_TILE <= n_tok; t += KX_TILE)
-            kx_b32_row(k, row, nb, (const uint8_t *)xq + t * xs, xs, KX_TILE, y + t * ldy + r, ldy);
+            kx_b32_tile(k, row, 0, 1, nb, x8 + t * xs, xs, KX_TILE, y + t * ldy + r, ldy);
         switch (n_tok - t) {
         case 3:
-            kx_b32_row(k, row, nb, (const uint8_t *)xq + t * xs, xs, 3, y + t * ldy + r, ldy);
+            kx_b32_tile(k, row, 0, 1, nb, x8 + t * xs, xs, 3, y + t * ldy + r, ldy);
             break;
         case 2:
-            kx_b32_row(k, row, nb, (const uint8_t *)xq + t * xs, xs, 2, y + t * ldy + r, ldy);
+            kx_b32_tile(k, row, 0, 1, nb, x8 + t * xs, xs, 2, y + t * ldy + r, ldy);
             break;
         case 1:
-            kx_b32_row(k, row, nb, (const uint8_t *)xq + t * xs, xs, 1, y + t * ldy + r, ldy);
+            kx_b32_tile(k, row, 0, 1, nb, x8 + t * xs, xs, 1, y + t * ldy + r, ldy);
             break;
         default:
             break;

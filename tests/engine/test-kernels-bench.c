@@ -3,8 +3,11 @@
  * on the box); build it in a release build directory and run it by hand:
  *
  *   meson setup build-rel --buildtype=release && ninja -C build-rel tests/kernels-bench
- *   build-rel/tests/kernels-bench [MB=128] [threads=2] [isa=best]
+ *   build-rel/tests/kernels-bench [MB=128] [threads=2] [isa=best] [reps=5]
  *
+ * Times are the best of `reps` runs (on a shared box the best run is the one
+ * nobody preempted). MB=1 keeps the matrix in L2: the kernel's compute
+ * ceiling; MB=128 is far beyond the 32 MB L3: the memory stream.
  * Prints, per type: GB/s of weights streamed for n_tok = 1 (decode) with one
  * thread and with `threads` threads, and tokens*rows/s for n_tok = 8. */
 #include <math.h>
@@ -61,8 +64,11 @@ int main(int argc, char **argv) {
     double mb = argc > 1 ? atof(argv[1]) : 128.0;
     int nt = argc > 2 ? atoi(argv[2]) : 2;
     kernels_init();
-    if (argc > 3)
+    if (argc > 3 && atoi(argv[3]) >= 0)
         kernels_isa_force((enum kernels_isa)atoi(argv[3]));
+    int reps = argc > 4 ? atoi(argv[4]) : 5;
+    if (reps < 1)
+        reps = 1;
     printf("isa %s, %.0f MB of weights per type, 4096 columns\n",
            kernels_isa_name(kernels_isa_active()), mb);
     static const enum quant_type types[] = {QUANT_Q4_0, QUANT_Q8_0,  QUANT_Q4_K,   QUANT_Q5_K,
@@ -112,9 +118,9 @@ int main(int argc, char **argv) {
         struct mm_job j = {&m, xq, ab, 1, y};
         run(pn, &j, 1); /* fault the pages in */
         double bytes = (double)n_rows * (double)rb;
-        double t1 = run(p1, &j, 5), tn = run(pn, &j, 5);
+        double t1 = run(p1, &j, reps), tn = run(pn, &j, reps);
         j.n_tok = 8;
-        double t8 = run(pn, &j, 3);
+        double t8 = run(pn, &j, reps);
         printf("%-7s decode 1 thread %6.1f GB/s   %d threads %6.1f GB/s   n_tok=8 %d threads "
                "%6.1f GB/s (%.0f M row-tok/s)\n",
                quant_type_name(t), bytes / t1 / 1e9, nt, bytes / tn / 1e9, nt, bytes / t8 / 1e9,

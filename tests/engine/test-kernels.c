@@ -272,6 +272,36 @@ START_TEST(test_act_edge_cases) {
 }
 END_TEST
 
+/* Our reference dot agrees with quant.c's (engineer b's independent scalar
+ * reference) on random rows of every type. */
+START_TEST(test_ref_vs_quant_ref) {
+    enum quant_type t = all_types[_i];
+    const int64_t n_cols = 1024;
+    size_t rb = quant_row_size(t, n_cols), ab = kernels_act_row_size(t, n_cols);
+    uint8_t *w = malloc(8 * rb), *xq = malloc(ab);
+    float x[1024];
+    fill_weights(t, w, 8, n_cols);
+    for (int i = 0; i < 1024; i++)
+        x[i] = rng_uniform();
+    kernels_quantize_act(t, x, xq, n_cols);
+    float mine[8];
+    double ss = 0;
+    struct kern_mat m = {w, t, 8, n_cols, rb};
+    kernels_matmul_ref(&m, xq, ab, 1, mine, 8, 0, 8);
+    for (int r = 0; r < 8; r++)
+        ss += (double)mine[r] * mine[r];
+    double rms = sqrt(ss / 8);
+    for (int r = 0; r < 8; r++) {
+        float theirs = quant_vec_dot_ref(t, n_cols, w + r * rb, xq);
+        ck_assert_msg(fabs((double)mine[r] - theirs) <= TOL_QUANT_TYPES * fmax(fabs(theirs), rms),
+                      "%s row %d: kernels ref %.9g, quant ref %.9g", quant_type_name(t), r, mine[r],
+                      theirs);
+    }
+    free(w);
+    free(xq);
+}
+END_TEST
+
 static Suite *kernels_suite(void) {
     Suite *s = suite_create("kernels");
     TCase *tc = tcase_create("core");
@@ -279,6 +309,7 @@ static Suite *kernels_suite(void) {
     tcase_add_loop_test(tc, test_isa_vs_ref, 0, N_TYPES);
     tcase_add_loop_test(tc, test_fixture, 0, N_FIXTURES);
     tcase_add_test(tc, test_act_edge_cases);
+    tcase_add_loop_test(tc, test_ref_vs_quant_ref, 0, N_TYPES);
     suite_add_tcase(s, tc);
     return s;
 }
