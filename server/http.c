@@ -276,7 +276,7 @@ void http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     pthread_mutex_lock(&ex->mu);
     ex->conn_gone = true;
     ex->suspended = false;
-    struct gen_job *job = ex->gen_done ? NULL : ex->job;
+    struct gen_job *job = ex->gen_done || ex->peer_gone ? NULL : ex->job;
     pthread_mutex_unlock(&ex->mu);
     if (job) {
         /* Still generating: the client left (or the daemon stops). The job

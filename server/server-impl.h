@@ -52,6 +52,7 @@ struct exchange {
     struct gen_job *job; /* set after submit; released at free */
     bool stream;
     bool conn_gone;   /* completed callback ran */
+    bool peer_gone;   /* the ticker saw the client close while suspended; job cancelled */
     bool suspended;   /* we suspended the connection and nobody resumed it yet */
     bool gen_done;    /* GEN_EV_DONE seen */
     bool aborted;     /* shutdown gave up on the generation layer */

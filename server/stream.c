@@ -5,8 +5,10 @@
  * flips it to false (under exchange.mu) calls MHD_resume_connection, after
  * unlocking. A suspended connection is never closed by MHD, so the
  * connection and the exchange stay alive until that resume. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "server/server-impl.h"
@@ -168,6 +170,21 @@ enum MHD_Result stream_start(struct exchange *ex) {
     return rc;
 }
 
+/* A suspended connection is not polled by MHD, so a client that leaves
+ * while its request waits (non-stream, or a quiet stream) would go unnoticed
+ * until the answer is written. While suspended MHD does not touch the
+ * socket, so the ticker may peek at it: EOF or an error means the peer is
+ * gone. Pipelined bytes read as "still there". */
+static bool peer_closed(struct MHD_Connection *conn) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return false;
+    char b;
+    ssize_t r = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 /* Writes ": keep-alive" into streams that have been quiet for keepalive_ms
  * (a request waiting in the queue, a slow prefill) and resumes them; this
  * also makes a vanished client visible (the write fails, MHD closes the
@@ -196,7 +213,17 @@ void *stream_ticker_main(void *arg) {
                 resume = ex->suspended;
                 ex->suspended = false;
             }
+            struct gen_job *cancel = NULL;
+            if (!resume && ex->suspended && !ex->conn_gone && !ex->peer_gone && ex->job &&
+                peer_closed(ex->conn)) {
+                ex->peer_gone = true;
+                cancel = ex->job;
+            }
             pthread_mutex_unlock(&ex->mu);
+            if (cancel) { /* listed, so not released; cancel never blocks (gen.h) */
+                metrics_count_disconnect(s->metrics);
+                s->p.gen.ops->cancel(s->p.gen.self, cancel);
+            }
             if (resume) /* ex stays listed (alive) while we hold s->mu */
                 MHD_resume_connection(ex->conn);
         }

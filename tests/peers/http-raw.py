@@ -37,9 +37,9 @@ def check(name, cond, detail=""):
         print(f"FAIL {name} {detail}", flush=True)
 
 
-def start(*extra):
+def start(*extra, env=None):
     proc = subprocess.Popen([BIN, "--port", "0", *extra], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
     port = None
     deadline = time.time() + 30
     while time.time() < deadline:
@@ -283,6 +283,30 @@ def test_disconnect(port):
     check("disconnect counted in /metrics", mm and int(mm.group(1)) >= 1, m[:0])
 
 
+def test_disconnect_waiting(port):
+    # A non-stream request whose client leaves while it is generating: the
+    # suspended connection is noticed by the ticker and the job cancelled.
+    before = status_json(port).get("tokens", {}).get("generated", 0)
+    body = json.dumps({"messages": [], "max_tokens": 200, "fake_delay_ms": 50}).encode()
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+              b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    time.sleep(0.5)
+    s.close()
+    ok = False
+    deadline = time.time() + 5
+    st = {}
+    while time.time() < deadline:
+        st = status_json(port)
+        if st.get("sessions", {}).get("active") == 0 and st["sessions"]["http_pending"] == 0:
+            ok = True
+            break
+        time.sleep(0.05)
+    check("non-stream disconnect frees the session", ok, st.get("sessions"))
+    gen = st.get("tokens", {}).get("generated", 10**9) - before
+    check("non-stream disconnect cancelled early", gen < 150, gen)
+
+
 def test_mixed(port, n=200):
     kinds = [
         ("GET", "/health", None, None, 200),
@@ -395,15 +419,54 @@ def test_key_file():
     path = f"/tmp/strata-http-raw-keys-{os.getpid()}"
     with open(path, "w") as f:
         f.write("# keys\nsk-one\n\n  sk-two  \n")
-    proc, port, log = start("--api-key-file", path)
+    proc, port, log = start("--api-key-file", path, "--parallel", "1", "--queue", "0",
+                            "--max-connections", "6", "--shutdown-timeout", "1")
+    rc = None
     try:
         a = request(port, "GET", "/v1/models", key="sk-one")[0]
         b = request(port, "GET", "/v1/models", key="sk-two")[0]
         c = request(port, "GET", "/v1/models", key="sk-three")[0]
         check("several keys from a file", (a, b, c) == (200, 200, 401), (a, b, c))
-    finally:
+        # queue 0, parallel 1: a second concurrent request gets 429
+        out = {}
+        def long_stream():
+            out["r"] = request(port, "POST", "/v1/chat/completions", key="sk-one", timeout=30,
+                               body={"messages": [], "max_tokens": 200, "fake_delay_ms": 50, "stream": True})
+        t = threading.Thread(target=long_stream)
+        t.start()
+        time.sleep(0.4)
+        st, _, d = request(port, "POST", "/v1/chat/completions", key="sk-one", body={"messages": []})
+        check("queue full 429", st == 429 and error_shape_ok(d, "rate_limit_error"), d)
+        # connection limit 6: the long stream holds one; 5 idle sockets fill the
+        # rest; a 7th client is not served (refused or held in the backlog)
+        socks = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(5)]
+        time.sleep(0.3)
+        served = False
+        try:
+            so = socket.create_connection(("127.0.0.1", port), timeout=1)
+            so.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            served = so.recv(4096).startswith(b"HTTP/1.1 200")
+            so.close()
+        except OSError:
+            pass
+        for so in socks:
+            so.close()
+        check("connection limit enforced", not served)
+        time.sleep(0.3)
+        check("serving after connection flood", request(port, "GET", "/health", key=None)[0] == 200)
+        # SIGTERM with a long stream in flight: drain deadline 1 s, then cancel
+        t0 = time.time()
         proc.send_signal(signal.SIGTERM)
+        t.join(30)
         rc = proc.wait(timeout=30)
+        dt = time.time() - t0
+        d = out.get("r", (0, {}, b""))[2]
+        n_tok = d.count(b'"content"')
+        check("shutdown deadline cancels long work", dt < 6 and 0 < n_tok < 200, (dt, n_tok))
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            rc = proc.wait(timeout=30)
         os.unlink(path)
     check("key-file daemon exits 0", rc == 0, "".join(log)[-2000:])
 
@@ -441,17 +504,22 @@ def test_sigterm(proc, port, log):
 def main():
     timeout_s = 2
     proc, port, log = start("--api-key", KEY, "--timeout", str(timeout_s), "--parallel", "2",
-                            "--queue", "256", "--keepalive-ms", "200", "--shutdown-timeout", "10")
+                            "--queue", "256", "--keepalive-ms", "200", "--shutdown-timeout", "10",
+                            env={"STRATA_FAKE_LOAD_MS": "1000"})
     try:
-        # /health may say 503 for a moment while the backend loads
-        for _ in range(100):
+        # the fake backend "loads" for 1 s (STRATA_FAKE_LOAD_MS): /health says 503
+        n_503 = 0
+        for _ in range(200):
             st, _, d = request(port, "GET", "/health", key=None)
             if st == 200:
                 break
-            check("health while loading is an OpenAI error", st == 503 and error_shape_ok(d), d)
+            check("health while loading is an OpenAI error", st == 503 and error_shape_ok(d, "server_error"), d)
+            n_503 += 1
             time.sleep(0.05)
+        check("health 503 while loading, then 200", n_503 > 0 and st == 200, (n_503, st))
         for fn in (test_basics, test_stream, test_keepalive, test_too_large,
-                   lambda p: test_slowloris(p, timeout_s), test_disconnect, test_mixed, test_metrics):
+                   lambda p: test_slowloris(p, timeout_s), test_disconnect, test_disconnect_waiting,
+                   test_mixed, test_metrics):
             try:
                 fn(port)
             except Exception as e:  # noqa: BLE001

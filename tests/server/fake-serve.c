@@ -1,11 +1,21 @@
 /* tests/server/fake-serve.c: the real daemon path (server/daemon.c) with the
  * FAKE generation layer, for the raw HTTP tests (tests/peers/http-raw.py). */
 #include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
 
 #include "server/daemon.h"
 #include "tests/server/fake-gen.h"
 
 static int fake_open(const struct config *cfg, struct gen_backend *out, struct strata_error *err) {
+    /* STRATA_FAKE_LOAD_MS (tests only): pretend loading takes this long, so
+     * the test sees /health answer 503 first. */
+    const char *load_ms = getenv("STRATA_FAKE_LOAD_MS");
+    if (load_ms && atoi(load_ms) > 0) {
+        long ms = atoi(load_ms);
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     struct fake_gen *g =
         fake_gen_init((int)config_int(cfg, CONFIG_PARALLEL), (int)config_int(cfg, CONFIG_QUEUE));
     if (!g)
