@@ -143,7 +143,9 @@ int model_batch_n_outputs(const struct model_batch *batch);
 /* Runs the batch: appends each entry's K/V to its sequence in kv and writes
  * logits (n_outputs, n_vocab) f32, one row per want_logits entry in batch
  * order (logits may be NULL when n_outputs == 0). Validates every entry
- * before touching kv: on error nothing is written. Errors: STRATA_E_INVALID
+ * before touching kv: on a validation error nothing is written. On a later
+ * error (an expert source failing) sequence lengths stay as they were,
+ * except that a rewind (pos < len) has already truncated to pos. Errors: STRATA_E_INVALID
  * (bad token/seq/order), STRATA_E_CONTEXT_LENGTH, STRATA_E_RANGE (batch too
  * large), STRATA_E_NOMEM. */
 int model_forward(struct model *m, struct kv_cache *kv, const struct model_batch *batch,
