@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "config/config.h"
 
 static const struct cli_command commands[] = {
     {"serve", "run the OpenAI-compatible HTTP daemon (serve [MODEL.gguf] [options]; --help)",
@@ -18,6 +19,8 @@ static void usage(FILE *out) {
     for (size_t i = 0; i < N_COMMANDS; i++)
         fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "\n`strata <command> --help` describes each command.\n");
+    fprintf(out, "\nserve options (also STRATA_* env vars and a config file):\n");
+    config_print_help(out);
 }
 
 int main(int argc, char **argv) {

@@ -182,11 +182,17 @@ static struct tv binop(struct trender *r, int op, struct tv a, struct tv b) {
         }
     }
     if (op == OP_ADD && a.kind == TV_STR && b.kind == TV_STR) {
+        /* Markup + str escapes the str (markupsafe), and the result is Markup */
+        bool safe = a.s->safe || b.s->safe;
+        struct tstr *x = safe && !a.s->safe ? thtml_escape(r, a.s) : a.s;
+        struct tstr *y = safe && !b.s->safe ? thtml_escape(r, b.s) : b.s;
         struct tbuf o;
         tbuf_init(&o, r->a, r->lim->max_output_bytes);
-        tbuf_put_str(&o, a.s);
-        tbuf_put_str(&o, b.s);
-        return tv_strv(tbuf_finish(&o));
+        tbuf_put_str(&o, x);
+        tbuf_put_str(&o, y);
+        struct tstr *res = tbuf_finish(&o);
+        res->safe = safe;
+        return tv_strv(res);
     }
     if (op == OP_ADD && a.kind == TV_LIST && b.kind == TV_LIST && a.l->is_tuple == b.l->is_tuple) {
         struct tv l = tv_list(r->a, a.l->n + b.l->n + 1);

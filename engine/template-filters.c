@@ -526,6 +526,12 @@ struct tv titem_get(struct trender *r, struct tv obj, struct tv key) {
 /* ---- filters ---------------------------------------------------------------- */
 
 static struct tv items_of(struct trender *r, struct tv v) {
+    if (v.kind == TV_LIST && v.l->is_gen) {
+        struct tv l = tv_list(r->a, v.l->n + 1);
+        for (size_t i = 0; i < v.l->n; i++)
+            tv_list_push(r->a, l, v.l->items[i]);
+        return l;
+    }
     if (v.kind == TV_LIST)
         return v;
     struct tv l = tv_list(r->a, 4);
@@ -657,8 +663,11 @@ static struct tv do_tojson(struct trender *r, struct tv v, struct targs *a) {
 
 static struct tv select_impl(struct trender *r, struct tv v, struct targs *a, bool by_attr,
                              bool reject) {
+    struct tv out = tv_list(r->a, 4);
+    out.l->is_gen = true;
+    if (!tv_truthy(v)) /* Jinja: `if value:` before iterating */
+        return out;
     struct tv l = items_of(r, v);
-    struct tv out = tv_list(r->a, l.l->n + 1);
     size_t first = 0;
     const char *attr = NULL;
     if (by_attr) {
@@ -688,8 +697,11 @@ static struct tv select_impl(struct trender *r, struct tv v, struct targs *a, bo
 }
 
 static struct tv do_map(struct trender *r, struct tv v, struct targs *a) {
+    struct tv out = tv_list(r->a, 4);
+    out.l->is_gen = true;
+    if (!tv_truthy(v))
+        return out;
     struct tv l = items_of(r, v);
-    struct tv out = tv_list(r->a, l.l->n + 1);
     struct tv at = arg(a, 99, "attribute", tv_undef_v);
     for (size_t i = 0; i < l.l->n; i++) {
         trender_step(r);
@@ -742,6 +754,8 @@ struct tv tfilter_apply(struct trender *r, const char *name, struct tv v, struct
         case TV_STR:
             return tv_int((int64_t)utf8_len(v.s->s, v.s->len));
         case TV_LIST:
+            if (v.l->is_gen)
+                FAIL("object of type 'generator' has no len()");
             return tv_int((int64_t)v.l->n);
         case TV_DICT:
             return tv_int((int64_t)v.d->n);
@@ -753,8 +767,12 @@ struct tv tfilter_apply(struct trender *r, const char *name, struct tv v, struct
     }
     if (!strcmp(name, "tojson"))
         return do_tojson(r, v, a);
-    if (!strcmp(name, "safe"))
-        return v;
+    if (!strcmp(name, "safe")) {
+        struct tstr *s = tarena_alloc(r->a, sizeof(*s));
+        *s = *tstr_of(r, v);
+        s->safe = true;
+        return tv_strv(s);
+    }
     if (!strcmp(name, "string"))
         return tv_strv(tstr_of(r, v));
     if (!strcmp(name, "list"))
@@ -892,22 +910,9 @@ struct tv tfilter_apply(struct trender *r, const char *name, struct tv v, struct
     }
     if (!strcmp(name, "e") || !strcmp(name, "escape")) {
         struct tstr *s = tstr_of(r, v);
-        struct tbuf b;
-        tbuf_init(&b, r->a, r->lim->max_output_bytes);
-        bool t = s->nr != 0;
-        for (size_t i = 0; i < s->len; i++) {
-            const char *e = s->s[i] == '&'    ? "&amp;"
-                            : s->s[i] == '<'  ? "&lt;"
-                            : s->s[i] == '>'  ? "&gt;"
-                            : s->s[i] == '"'  ? "&#34;"
-                            : s->s[i] == '\'' ? "&#39;"
-                                              : NULL;
-            if (e)
-                tbuf_put(&b, e, strlen(e), t);
-            else
-                tbuf_put(&b, s->s + i, 1, t);
-        }
-        return tv_strv(tbuf_finish(&b));
+        if (s->safe)
+            return tv_strv(s);
+        return tv_strv(thtml_escape(r, s));
     }
     if (!strcmp(name, "sort")) {
         bool reverse = tv_truthy(arg(a, 0, "reverse", tv_bool(false)));
@@ -968,6 +973,27 @@ struct tv tfilter_apply(struct trender *r, const char *name, struct tv v, struct
     FAIL("no filter named '%s'", name);
 }
 
+struct tstr *thtml_escape(struct trender *r, const struct tstr *s) {
+    struct tbuf b;
+    tbuf_init(&b, r->a, r->lim->max_output_bytes);
+    bool t = s->nr != 0;
+    for (size_t i = 0; i < s->len; i++) {
+        const char *e = s->s[i] == '&'    ? "&amp;"
+                        : s->s[i] == '<'  ? "&lt;"
+                        : s->s[i] == '>'  ? "&gt;"
+                        : s->s[i] == '"'  ? "&#34;"
+                        : s->s[i] == '\'' ? "&#39;"
+                                          : NULL;
+        if (e)
+            tbuf_put(&b, e, strlen(e), t);
+        else
+            tbuf_put(&b, s->s + i, 1, t);
+    }
+    struct tstr *o = tbuf_finish(&b);
+    o->safe = true;
+    return o;
+}
+
 /* ---- tests ---------------------------------------------------------------------- */
 
 bool ttest_apply(struct trender *r, const char *name, struct tv v, struct targs *a) {
@@ -984,7 +1010,8 @@ bool ttest_apply(struct trender *r, const char *name, struct tv v, struct targs 
     if (!strcmp(name, "mapping"))
         return v.kind == TV_DICT && !v.d->is_ns;
     if (!strcmp(name, "sequence"))
-        return v.kind == TV_STR || v.kind == TV_LIST || (v.kind == TV_DICT && !v.d->is_ns);
+        return v.kind == TV_STR || (v.kind == TV_LIST && !v.l->is_gen) ||
+               (v.kind == TV_DICT && !v.d->is_ns);
     if (!strcmp(name, "iterable"))
         return v.kind == TV_STR || v.kind == TV_LIST || (v.kind == TV_DICT && !v.d->is_ns) ||
                v.kind == TV_UNDEF;

@@ -60,6 +60,7 @@ struct tstr {
     size_t len;
     struct trange *r; /* untrusted ranges: sorted, disjoint, non-adjacent */
     size_t nr;
+    bool safe; /* Markup (|safe, |e): `+` with a plain str HTML-escapes the plain one */
 };
 
 struct tv {
@@ -80,6 +81,7 @@ struct tlist {
     struct tv *items;
     size_t n, cap;
     bool is_tuple;
+    bool is_gen; /* a Jinja generator (map, select...): no len(), not JSON */
 };
 
 struct tdict {
@@ -310,5 +312,6 @@ struct tv tattr_get(struct trender *r, struct tv obj, const char *name); /* obj.
 struct tv titem_get(struct trender *r, struct tv obj, struct tv key);    /* obj[key] */
 struct tv tglobal_builtin(const char *name); /* range, namespace, dict, ...; undef if none */
 struct tstr *tstr_of(struct trender *r, struct tv v); /* str(v) bounded by the output limit */
+struct tstr *thtml_escape(struct trender *r, const struct tstr *s); /* markupsafe.escape */
 
 #endif

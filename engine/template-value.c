@@ -330,6 +330,8 @@ const char *tv_type_name(struct tv v) {
         return "tuple";
     if (v.kind == TV_DICT && v.d->is_ns)
         return "Namespace";
+    if (v.kind == TV_LIST && v.l->is_gen)
+        return "generator";
     return names[v.kind];
 }
 
@@ -528,6 +530,8 @@ void tv_write_repr(struct tbuf *b, struct tv v) {
         write_str_repr(b, v.s);
         return;
     case TV_LIST: {
+        if (v.l->is_gen)
+            tarena_fail(b->a, STRATA_E_TEMPLATE, "cannot print a generator (add |list)");
         tbuf_puts(b, v.l->is_tuple ? "(" : "[");
         for (size_t i = 0; i < v.l->n; i++) {
             if (i)
@@ -674,6 +678,8 @@ void tv_write_json(struct tbuf *b, struct tv v, const char *indent, const char *
         json_write_string(b, v.s);
         return;
     case TV_LIST:
+        if (v.l->is_gen)
+            break;
         if (!v.l->n) {
             tbuf_puts(b, "[]");
             return;
