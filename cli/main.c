@@ -10,6 +10,8 @@ static const struct cli_command commands[] = {
      cli_serve_main},
     {"gguf", "inspect, synthesize and quantize GGUF files (gguf info|synth|quantize|vocab-from-hf)",
      cli_gguf_main},
+    {"tokenize", "text -> token ids (tokenize -m MODEL.gguf [--json] TEXT|-)", cli_tokenize_main},
+    {"detokenize", "token ids -> text (detokenize -m MODEL.gguf ID...)", cli_detokenize_main},
 };
 
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
