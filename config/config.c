@@ -42,23 +42,18 @@ const char *config_source_name(enum config_source src) {
     return "?";
 }
 
+/* Where a value came from, for messages: "--port", "STRATA_PORT", ... */
 static const char *where(enum config_source src, const struct config_option *o) {
-    static _Thread_local char buf[96];
     switch (src) {
     case CONFIG_SOURCE_CLI:
-        snprintf(buf, sizeof(buf), "%s", o->flag);
-        break;
+        return o->flag;
     case CONFIG_SOURCE_ENV:
-        snprintf(buf, sizeof(buf), "%s", o->env);
-        break;
+        return o->env;
     case CONFIG_SOURCE_FILE:
-        snprintf(buf, sizeof(buf), "'%s' in the config file", o->name);
-        break;
+        return "the config file";
     default:
-        snprintf(buf, sizeof(buf), "default of %s", o->name);
-        break;
+        return "the default";
     }
-    return buf;
 }
 
 static int parse_int(const char *s, long long *out) {

@@ -52,6 +52,7 @@ int daemon_main(int argc, char **argv, const struct daemon_hooks *hooks) {
     }
 
     int rc = 1;
+    bool info = config_int(cfg, CONFIG_LOG_LEVEL) >= 2; /* error 0, warn 1, info 2, debug 3 */
     struct auth_keys *keys = NULL;
     struct server *srv = NULL;
     struct gen_backend be = {NULL, NULL};
@@ -86,8 +87,9 @@ int daemon_main(int argc, char **argv, const struct daemon_hooks *hooks) {
         fprintf(stderr, "%s: %s\n", prog, err.message);
         goto out;
     }
-    fprintf(stderr, "%s: listening on http://%s:%d%s\n", prog, p.host, server_port(srv),
-            auth_keys_enabled(keys) ? " (API key required)" : "");
+    if (info)
+        fprintf(stderr, "%s: listening on http://%s:%d%s\n", prog, p.host, server_port(srv),
+                auth_keys_enabled(keys) ? " (API key required)" : "");
     fflush(stderr);
     if (hooks && hooks->open) {
         if (hooks->open(cfg, &be, &err)) {
@@ -107,10 +109,12 @@ int daemon_main(int argc, char **argv, const struct daemon_hooks *hooks) {
     sigaddset(&wait_set, SIGINT);
     while (sigwait(&wait_set, &sig) != 0)
         ;
-    fprintf(stderr, "%s: signal %d: draining (up to %llds)\n", prog, sig,
-            config_int(cfg, CONFIG_SHUTDOWN_TIMEOUT));
+    if (info)
+        fprintf(stderr, "%s: signal %d: draining (up to %llds)\n", prog, sig,
+                config_int(cfg, CONFIG_SHUTDOWN_TIMEOUT));
     int n_cancelled = server_shutdown(srv, (int)config_int(cfg, CONFIG_SHUTDOWN_TIMEOUT) * 1000);
-    fprintf(stderr, "%s: stopped (%d request(s) cancelled)\n", prog, n_cancelled);
+    if (info)
+        fprintf(stderr, "%s: stopped (%d request(s) cancelled)\n", prog, n_cancelled);
     rc = 0;
 out:
     server_shutdown(srv, 0); /* no-op after a drain; needed on the error paths */

@@ -53,6 +53,9 @@ void server_set_ready(struct server *s, bool ready);
  * cancels what is left and closes every connection. Returns the number of
  * requests that had to be cancelled. Idempotent. */
 int server_shutdown(struct server *s, int deadline_ms);
-void server_free(struct server *s); /* shuts down first if needed */
+/* Shuts down first if needed. The generation layer must have delivered
+ * GEN_EV_DONE for every job before this (stop it between server_shutdown
+ * and server_free): a late event would reach freed memory. */
+void server_free(struct server *s);
 
 #endif
