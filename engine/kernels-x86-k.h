@@ -5,152 +5,190 @@
 
 /* ---- K-quants ---------------------------------------------------------------- */
 
-/* 6-bit scales and mins of Q4_K / Q5_K (8 of each). */
-KX_INLINE void kx_scales_k4(const uint8_t *q, int16_t *sc, int16_t *m) {
-    for (int j = 0; j < 4; j++) {
-        sc[j] = q[j] & 63;
-        m[j] = q[j + 4] & 63;
-        sc[j + 4] = (int16_t)((q[j + 8] & 0xF) | ((q[j] >> 6) << 4));
-        m[j + 4] = (int16_t)((q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4));
-    }
+/* Byte-shuffle masks that broadcast int16 element j of a 128-bit lane. */
+KX_INLINE __m256i kx_bcast16_mask(int j_lo, int j_hi) {
+    __m128i lo = _mm_set1_epi16((short)((2 * j_lo) | ((2 * j_lo + 1) << 8)));
+    __m128i hi = _mm_set1_epi16((short)((2 * j_hi) | ((2 * j_hi + 1) << 8)));
+    return _mm256_set_m128i(hi, lo);
 }
 
-/* Q4_K (hbits = 0) and Q5_K (hbits = 1): one row, nt tokens. The integer sum
- * of a super-block is exact; the mins term goes to a separate float sum. */
-KX_INLINE void kx_q45k_row(const struct kern_mat *w, int64_t r, const uint8_t *xq, size_t xs,
-                           int nt, float *out, int64_t ldy, int hbits) {
+/* The 8 6-bit scales and 8 mins of a Q4_K / Q5_K block as int16:
+ * returns scales (8 x int16) and sets *mins. */
+KX_INLINE __m128i kx_scales_k4(const uint8_t *q, __m128i *mins) {
+    uint32_t u[4];
+    memcpy(u, q, 12);
+    const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
+    u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
+    const uint32_t m_lo = u[1] & k1;
+    u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
+    u[2] = m_lo;
+    u[0] &= k1;
+    /* u[0..1]: scales 0..7, u[2..3]: mins 0..7 (bytes) */
+    __m256i all = _mm256_cvtepu8_epi16(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]));
+    *mins = _mm256_extracti128_si256(all, 1);
+    return _mm256_castsi256_si128(all);
+}
+
+/* Q4_K (hbits = 0) and Q5_K (hbits = 1): NR rows x nt tokens (NR * nt <= 4).
+ * The integer sum of a super-block is exact; the mins term goes to its own
+ * float accumulator. Same operations per (row, token) for every tiling. */
+KX_INLINE void kx_q45k_tile(const struct kern_mat *w, int64_t r, int NR, const uint8_t *xq,
+                            size_t xs, int nt, float *out, int64_t ldy, int hbits) {
     const int64_t nb = w->n_cols / QK_K;
-    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc[KX_TILE];
-    float accm[KX_TILE];
-    for (int t = 0; t < nt; t++) {
-        acc[t] = _mm256_setzero_ps();
-        accm[t] = 0.0f;
-    }
+    __m256 acc[4][KX_TILE];
+    __m128 accm[4][KX_TILE];
+    for (int i = 0; i < NR; i++)
+        for (int t = 0; t < nt; t++) {
+            acc[i][t] = _mm256_setzero_ps();
+            accm[i][t] = _mm_setzero_ps();
+        }
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *scales, *qs, *qh = NULL;
-        quant_f16 dh, dminh;
-        if (hbits) {
-            const block_q5_K *x = (const block_q5_K *)row + b;
-            scales = x->scales;
-            qs = x->qs;
-            qh = x->qh;
-            dh = x->d;
-            dminh = x->dmin;
-        } else {
-            const block_q4_K *x = (const block_q4_K *)row + b;
-            scales = x->scales;
-            qs = x->qs;
-            dh = x->d;
-            dminh = x->dmin;
-        }
-        int16_t sc[8], mn[8];
-        kx_scales_k4(scales, sc, mn);
-        const float d = kx_f16(dh), dmin = kx_f16(dminh);
-        __m256i isum[KX_TILE];
-        for (int t = 0; t < nt; t++)
-            isum[t] = _mm256_setzero_si256();
-        const __m256i hb = hbits ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
-        for (int p = 0; p < 4; p++) {
-            __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
-            __m256i lo = _mm256_and_si256(raw, m4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-            if (hbits) {
-                const __m256i one = _mm256_set1_epi8(1);
-                __m256i h0 = _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * p)), one);
-                __m256i h1 =
-                    _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * p + 1)), one);
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
-            }
-            const __m256i s_lo = _mm256_set1_epi16(sc[2 * p]);
-            const __m256i s_hi = _mm256_set1_epi16(sc[2 * p + 1]);
-            for (int t = 0; t < nt; t++) {
-                const block_q8_K *a = (const block_q8_K *)(xq + (size_t)t * xs) + b;
-                __m256i ya = _mm256_loadu_si256((const __m256i *)(a->qs + 64 * p));
-                __m256i yb = _mm256_loadu_si256((const __m256i *)(a->qs + 64 * p + 32));
-                isum[t] = _mm256_add_epi32(isum[t], kx_dot_u8_scaled(lo, ya, s_lo));
-                isum[t] = _mm256_add_epi32(isum[t], kx_dot_u8_scaled(hi, yb, s_hi));
-            }
-        }
+        float ad[KX_TILE];
+        __m128i bs8[KX_TILE];
         for (int t = 0; t < nt; t++) {
             const block_q8_K *a = (const block_q8_K *)(xq + (size_t)t * xs) + b;
-            int summ = 0;
-            for (int j = 0; j < 8; j++)
-                summ += mn[j] * (a->bsums[2 * j] + a->bsums[2 * j + 1]);
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
-            accm[t] += dmin * a->d * (float)summ;
+            ad[t] = a->d;
+            __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+            bs8[t] = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+        }
+        for (int i = 0; i < NR; i++) {
+            const uint8_t *row = (const uint8_t *)w->data + (size_t)(r + i) * w->row_bytes;
+            const uint8_t *scales, *qs, *qh = NULL;
+            quant_f16 dh, dminh;
+            if (hbits) {
+                const block_q5_K *x = (const block_q5_K *)row + b;
+                scales = x->scales;
+                qs = x->qs;
+                qh = x->qh;
+                dh = x->d;
+                dminh = x->dmin;
+            } else {
+                const block_q4_K *x = (const block_q4_K *)row + b;
+                scales = x->scales;
+                qs = x->qs;
+                dh = x->d;
+                dminh = x->dmin;
+            }
+            __m128i mins;
+            const __m128i sc128 = kx_scales_k4(scales, &mins);
+            const __m256i sc256 = _mm256_set_m128i(sc128, sc128);
+            const float d = kx_f16(dh), dmin = kx_f16(dminh);
+            __m256i isum[KX_TILE];
+            for (int t = 0; t < nt; t++)
+                isum[t] = _mm256_setzero_si256();
+            const __m256i hb =
+                hbits ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+            for (int p = 0; p < 4; p++) {
+                __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
+                __m256i lo = _mm256_and_si256(raw, m4);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+                if (hbits) {
+                    const __m256i one = _mm256_set1_epi8(1);
+                    __m256i h0 =
+                        _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * p)), one);
+                    __m256i h1 =
+                        _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * p + 1)), one);
+                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
+                    hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
+                }
+                const __m256i s_lo = _mm256_shuffle_epi8(sc256, kx_bcast16_mask(2 * p, 2 * p));
+                const __m256i s_hi =
+                    _mm256_shuffle_epi8(sc256, kx_bcast16_mask(2 * p + 1, 2 * p + 1));
+                for (int t = 0; t < nt; t++) {
+                    const block_q8_K *a = (const block_q8_K *)(xq + (size_t)t * xs) + b;
+                    __m256i ya = _mm256_loadu_si256((const __m256i *)(a->qs + 64 * p));
+                    __m256i yb = _mm256_loadu_si256((const __m256i *)(a->qs + 64 * p + 32));
+                    isum[t] = _mm256_add_epi32(isum[t], kx_dot_u8_scaled(lo, ya, s_lo));
+                    isum[t] = _mm256_add_epi32(isum[t], kx_dot_u8_scaled(hi, yb, s_hi));
+                }
+            }
+            for (int t = 0; t < nt; t++) {
+                acc[i][t] = _mm256_fmadd_ps(_mm256_set1_ps(d * ad[t]), _mm256_cvtepi32_ps(isum[t]),
+                                            acc[i][t]);
+                __m128i pm = _mm_madd_epi16(mins, bs8[t]);
+                accm[i][t] =
+                    _mm_fmadd_ps(_mm_set1_ps(dmin * ad[t]), _mm_cvtepi32_ps(pm), accm[i][t]);
+            }
         }
     }
-    for (int t = 0; t < nt; t++)
-        out[t * ldy] = kx_hsum(acc[t]) - accm[t];
+    for (int i = 0; i < NR; i++)
+        for (int t = 0; t < nt; t++) {
+            __m128 m = accm[i][t];
+            m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+            m = _mm_add_ss(m, _mm_movehdup_ps(m));
+            out[t * ldy + i] = kx_hsum(acc[i][t]) - _mm_cvtss_f32(m);
+        }
 }
 
-KX_INLINE void kx_q4k_row(const struct kern_mat *w, int64_t r, const uint8_t *xq, size_t xs, int nt,
-                          float *out, int64_t ldy) {
-    kx_q45k_row(w, r, xq, xs, nt, out, ldy, 0);
+KX_INLINE void kx_q4k_tile(const struct kern_mat *w, int64_t r, int NR, const uint8_t *xq,
+                           size_t xs, int nt, float *out, int64_t ldy) {
+    kx_q45k_tile(w, r, NR, xq, xs, nt, out, ldy, 0);
 }
-KX_INLINE void kx_q5k_row(const struct kern_mat *w, int64_t r, const uint8_t *xq, size_t xs, int nt,
-                          float *out, int64_t ldy) {
-    kx_q45k_row(w, r, xq, xs, nt, out, ldy, 1);
+KX_INLINE void kx_q5k_tile(const struct kern_mat *w, int64_t r, int NR, const uint8_t *xq,
+                           size_t xs, int nt, float *out, int64_t ldy) {
+    kx_q45k_tile(w, r, NR, xq, xs, nt, out, ldy, 1);
 }
 
 /* Q6_K: 6-bit unsigned quants (0..63) dotted as is; the -32 offset is folded
  * in exactly through the activation's 16-element sums (bsums). */
-KX_INLINE void kx_q6k_row(const struct kern_mat *w, int64_t r, const uint8_t *xq, size_t xs, int nt,
-                          float *out, int64_t ldy) {
+KX_INLINE void kx_q6k_tile(const struct kern_mat *w, int64_t r, int NR, const uint8_t *xq,
+                           size_t xs, int nt, float *out, int64_t ldy) {
     const int64_t nb = w->n_cols / QK_K;
-    const block_q6_K *x = (const block_q6_K *)((const uint8_t *)w->data + (size_t)r * w->row_bytes);
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    __m256 acc[KX_TILE];
-    float accm[KX_TILE];
-    for (int t = 0; t < nt; t++) {
-        acc[t] = _mm256_setzero_ps();
-        accm[t] = 0.0f;
-    }
-    for (int64_t b = 0; b < nb; b++) {
-        const float d = kx_f16(x[b].d);
-        __m256i isum[KX_TILE];
+    __m256 acc[4][KX_TILE], accm[4][KX_TILE];
+    for (int i = 0; i < NR; i++)
         for (int t = 0; t < nt; t++)
-            isum[t] = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = x[b].ql + 64 * h;
-            const int8_t *sc = x[b].scales + 8 * h;
-            __m256i qa = _mm256_loadu_si256((const __m256i *)ql);
-            __m256i qb = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            __m256i hh = _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * h));
-            __m256i q[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(qa, m4),
-                                   _mm256_and_si256(_mm256_slli_epi16(hh, 4), m30));
-            q[1] = _mm256_or_si256(_mm256_and_si256(qb, m4),
-                                   _mm256_and_si256(_mm256_slli_epi16(hh, 2), m30));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4),
-                                   _mm256_and_si256(hh, m30));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
-                                   _mm256_and_si256(_mm256_srli_epi16(hh, 2), m30));
-            __m256i s16[4];
-            for (int g = 0; g < 4; g++)
-                s16[g] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * g + 1]), _mm_set1_epi16(sc[2 * g]));
-            for (int t = 0; t < nt; t++) {
-                const int8_t *y8 = ((const block_q8_K *)(xq + (size_t)t * xs) + b)->qs + 128 * h;
+            acc[i][t] = accm[i][t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        for (int i = 0; i < NR; i++) {
+            const block_q6_K *x =
+                (const block_q6_K *)((const uint8_t *)w->data + (size_t)(r + i) * w->row_bytes) + b;
+            const float d = kx_f16(x->d);
+            /* 16 scales as int16; per half h, lane 0 gets scale 2g, lane 1 2g+1 */
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+            __m256i isum[KX_TILE];
+            for (int t = 0; t < nt; t++)
+                isum[t] = _mm256_setzero_si256();
+            for (int h = 0; h < 2; h++) {
+                const uint8_t *ql = x->ql + 64 * h;
+                __m128i sh = h ? _mm256_extracti128_si256(sc16, 1) : _mm256_castsi256_si128(sc16);
+                __m256i shh = _mm256_set_m128i(sh, sh);
+                __m256i qa = _mm256_loadu_si256((const __m256i *)ql);
+                __m256i qb = _mm256_loadu_si256((const __m256i *)(ql + 32));
+                __m256i hh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+                __m256i q[4];
+                q[0] = _mm256_or_si256(_mm256_and_si256(qa, m4),
+                                       _mm256_and_si256(_mm256_slli_epi16(hh, 4), m30));
+                q[1] = _mm256_or_si256(_mm256_and_si256(qb, m4),
+                                       _mm256_and_si256(_mm256_slli_epi16(hh, 2), m30));
+                q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4),
+                                       _mm256_and_si256(hh, m30));
+                q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
+                                       _mm256_and_si256(_mm256_srli_epi16(hh, 2), m30));
                 for (int g = 0; g < 4; g++) {
-                    __m256i yv = _mm256_loadu_si256((const __m256i *)(y8 + 32 * g));
-                    isum[t] = _mm256_add_epi32(isum[t], kx_dot_u8_scaled(q[g], yv, s16[g]));
+                    const __m256i s16 = _mm256_shuffle_epi8(shh, kx_bcast16_mask(2 * g, 2 * g + 1));
+                    for (int t = 0; t < nt; t++) {
+                        const int8_t *y8 =
+                            ((const block_q8_K *)(xq + (size_t)t * xs) + b)->qs + 128 * h;
+                        __m256i yv = _mm256_loadu_si256((const __m256i *)(y8 + 32 * g));
+                        isum[t] = _mm256_add_epi32(isum[t], kx_dot_u8_scaled(q[g], yv, s16));
+                    }
                 }
             }
-        }
-        for (int t = 0; t < nt; t++) {
-            const block_q8_K *a = (const block_q8_K *)(xq + (size_t)t * xs) + b;
-            int corr = 0;
-            for (int s = 0; s < 16; s++)
-                corr += x[b].scales[s] * a->bsums[s];
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
-            accm[t] += d * a->d * (float)(32 * corr);
+            for (int t = 0; t < nt; t++) {
+                const block_q8_K *a = (const block_q8_K *)(xq + (size_t)t * xs) + b;
+                __m256i corr =
+                    _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)a->bsums));
+                const __m256 dd = _mm256_set1_ps(d * a->d);
+                acc[i][t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum[t]), acc[i][t]);
+                accm[i][t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(corr), accm[i][t]);
+            }
         }
     }
-    for (int t = 0; t < nt; t++)
-        out[t * ldy] = kx_hsum(acc[t]) - accm[t];
+    for (int i = 0; i < NR; i++)
+        for (int t = 0; t < nt; t++)
+            out[t * ldy + i] = kx_hsum(acc[i][t]) - 32.0f * kx_hsum(accm[i][t]);
 }
 
 /* ---- plain floats: F32, F16, BF16 (activation in the weight's format) ------- */
@@ -219,17 +257,20 @@ KX_INLINE void kx_flt_row(enum kx_flt k, const struct kern_mat *w, int64_t r, co
     }
 }
 
-KX_INLINE void kx_f32_row(const struct kern_mat *w, int64_t r, const uint8_t *xq, size_t xs, int nt,
-                          float *out, int64_t ldy) {
-    kx_flt_row(KX_F32, w, r, xq, xs, nt, out, ldy);
+KX_INLINE void kx_f32_tile(const struct kern_mat *w, int64_t r, int NR, const uint8_t *xq,
+                           size_t xs, int nt, float *out, int64_t ldy) {
+    for (int i = 0; i < NR; i++)
+        kx_flt_row(KX_F32, w, r + i, xq, xs, nt, out + i, ldy);
 }
-KX_INLINE void kx_f16_row(const struct kern_mat *w, int64_t r, const uint8_t *xq, size_t xs, int nt,
-                          float *out, int64_t ldy) {
-    kx_flt_row(KX_F16, w, r, xq, xs, nt, out, ldy);
+KX_INLINE void kx_f16_tile(const struct kern_mat *w, int64_t r, int NR, const uint8_t *xq,
+                           size_t xs, int nt, float *out, int64_t ldy) {
+    for (int i = 0; i < NR; i++)
+        kx_flt_row(KX_F16, w, r + i, xq, xs, nt, out + i, ldy);
 }
-KX_INLINE void kx_bf16_row(const struct kern_mat *w, int64_t r, const uint8_t *xq, size_t xs,
-                           int nt, float *out, int64_t ldy) {
-    kx_flt_row(KX_BF16, w, r, xq, xs, nt, out, ldy);
+KX_INLINE void kx_bf16_tile(const struct kern_mat *w, int64_t r, int NR, const uint8_t *xq,
+                            size_t xs, int nt, float *out, int64_t ldy) {
+    for (int i = 0; i < NR; i++)
+        kx_flt_row(KX_BF16, w, r + i, xq, xs, nt, out + i, ldy);
 }
 
 #define KX_TILED_FN(name, row_fn)                                                                  \
@@ -237,12 +278,12 @@ KX_INLINE void kx_bf16_row(const struct kern_mat *w, int64_t r, const uint8_t *x
                      int64_t ldy, int64_t r0, int64_t r1) {                                        \
         KX_TILED(row_fn)                                                                           \
     }
-KX_TILED_FN(kx_matmul_q4_K, kx_q4k_row)
-KX_TILED_FN(kx_matmul_q5_K, kx_q5k_row)
-KX_TILED_FN(kx_matmul_q6_K, kx_q6k_row)
-KX_TILED_FN(kx_matmul_f32, kx_f32_row)
-KX_TILED_FN(kx_matmul_f16, kx_f16_row)
-KX_TILED_FN(kx_matmul_bf16, kx_bf16_row)
+KX_TILED_FN(kx_matmul_q4_K, kx_q4k_tile)
+KX_TILED_FN(kx_matmul_q5_K, kx_q5k_tile)
+KX_TILED_FN(kx_matmul_q6_K, kx_q6k_tile)
+KX_TILED_FN(kx_matmul_f32, kx_f32_tile)
+KX_TILED_FN(kx_matmul_f16, kx_f16_tile)
+KX_TILED_FN(kx_matmul_bf16, kx_bf16_tile)
 
 /* Fills the table with this file's kernels. */
 static void kx_fill(struct kern_table *t) {

@@ -196,24 +196,31 @@ KX_B32_FN(kx_matmul_q8_0, KX_Q8_0)
 KX_B32_FN(kx_matmul_iq4_nl, KX_IQ4_NL)
 KX_B32_FN(kx_matmul_mxfp4, KX_MXFP4)
 
-/* Runs ROW_FN(w, row index, token pointer, nt, out) over token tiles of
- * KX_TILE with compile-time nt for every tail. */
-#define KX_TILED(ROW_FN)                                                                           \
-    for (int64_t r = r0; r < r1; r++) {                                                            \
+/* Runs TILE_FN(w, r, NR, xq, xs, nt, out, ldy) over [r0, r1) x [0, n_tok):
+ * decode (n_tok = 1) in tiles of 4 rows that share the activation loads,
+ * otherwise one row at a time in token tiles of KX_TILE, with compile-time
+ * NR and nt for every case. */
+#define KX_TILED(TILE_FN)                                                                          \
+    const uint8_t *x8 = xq;                                                                        \
+    int64_t r = r0;                                                                                \
+    if (n_tok == 1)                                                                                \
+        for (; r + 4 <= r1; r += 4)                                                                \
+            TILE_FN(w, r, 4, x8, xs, 1, y + r, ldy);                                               \
+    for (; r < r1; r++) {                                                                          \
         int64_t t = 0;                                                                             \
         for (; t + KX_TILE <= n_tok; t += KX_TILE)                                                 \
-            ROW_FN(w, r, (const uint8_t *)xq + t * xs, xs, KX_TILE, y + t * ldy + r, ldy);         \
-        const uint8_t *xt = (const uint8_t *)xq + t * xs;                                          \
+            TILE_FN(w, r, 1, x8 + t * xs, xs, KX_TILE, y + t * ldy + r, ldy);                      \
+        const uint8_t *xt = x8 + t * xs;                                                           \
         float *yt = y + t * ldy + r;                                                               \
         switch (n_tok - t) {                                                                       \
         case 3:                                                                                    \
-            ROW_FN(w, r, xt, xs, 3, yt, ldy);                                                      \
+            TILE_FN(w, r, 1, xt, xs, 3, yt, ldy);                                                  \
             break;                                                                                 \
         case 2:                                                                                    \
-            ROW_FN(w, r, xt, xs, 2, yt, ldy);                                                      \
+            TILE_FN(w, r, 1, xt, xs, 2, yt, ldy);                                                  \
             break;                                                                                 \
         case 1:                                                                                    \
-            ROW_FN(w, r, xt, xs, 1, yt, ldy);                                                      \
+            TILE_FN(w, r, 1, xt, xs, 1, yt, ldy);                                                  \
             break;                                                                                 \
         default:                                                                                   \
             break;                                                                                 \
