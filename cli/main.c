@@ -8,6 +8,8 @@
 static const struct cli_command commands[] = {
     {"serve", "run the OpenAI-compatible HTTP daemon (serve [MODEL.gguf] [options]; --help)",
      cli_serve_main},
+    {"template", "render a chat template over request messages (template -m MODEL MSGS.json)",
+     cli_template_main},
     {"gguf", "inspect, synthesize and quantize GGUF files (gguf info|synth|quantize|vocab-from-hf)",
      cli_gguf_main},
     {"tokenize", "text -> token ids (tokenize -m MODEL.gguf [--json] TEXT|-)", cli_tokenize_main},
