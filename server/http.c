@@ -248,9 +248,14 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, const ch
             size_t n = *upload_size;
             *upload_size = 0;
             if (ex->body_too_large || ex->body.len + n > s->p.max_body) {
-                ex->body_too_large = true; /* keep draining, keep nothing */
+                /* MHD 0.9.75 accepts a response only before or after the
+                 * upload, so the rest is drained (kept: nothing) and 413 is
+                 * answered at its end; a body that keeps coming past 4x the
+                 * limit gets the connection closed instead. */
+                ex->body_too_large = true;
+                ex->n_dropped += n;
                 sbuf_free(&ex->body);
-                return MHD_YES;
+                return ex->n_dropped > 4 * s->p.max_body ? MHD_NO : MHD_YES;
             }
             if (sbuf_append(&ex->body, upload, n))
                 return MHD_NO;

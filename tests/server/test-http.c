@@ -1,0 +1,158 @@
+/* tests/server/test-http.c: unit tests of the HTTP layer's pure parts:
+ * UTF-8 validation, content types, OpenAI error bodies, API keys, metrics
+ * text. The daemon itself is driven over sockets by tests/peers/http-raw.py. */
+#include <jansson.h>
+#include <unistd.h>
+
+#include "server/server-impl.h"
+#include "tests/harness.h"
+
+START_TEST(utf8) {
+    struct {
+        const char *s;
+        size_t n;
+        bool ok;
+    } cases[] = {
+        {"plain ascii", 11, true},
+        {"\xc3\xa9t\xc3\xa9", 6, true},        /* été */
+        {"\xe6\x97\xa5\xe6\x9c\xac", 6, true}, /* 日本 */
+        {"\xf0\x9f\x8e\x89", 4, true},         /* 🎉 */
+        {"\xf4\x8f\xbf\xbf", 4, true},         /* U+10FFFF */
+        {"\xff", 1, false},                    /* never valid */
+        {"\xc0\xaf", 2, false},                /* overlong '/' */
+        {"\xe0\x80\xaf", 3, false},            /* overlong */
+        {"\xed\xa0\x80", 3, false},            /* surrogate D800 */
+        {"\xf4\x90\x80\x80", 4, false},        /* above U+10FFFF */
+        {"\xe6\x97", 2, false},                /* truncated */
+        {"a\x80", 2, false},                   /* lone continuation */
+        {"\xc3\x28", 2, false},                /* bad continuation */
+        {"a\0b", 3, true},                     /* NUL is valid UTF-8 (JSON rejects it) */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        size_t bad = 99;
+        ck_assert_msg(http_utf8_valid(cases[i].s, cases[i].n, &bad) == cases[i].ok, "case %zu", i);
+        if (!cases[i].ok)
+            ck_assert_uint_lt(bad, cases[i].n);
+    }
+}
+END_TEST
+
+START_TEST(content_type) {
+    ck_assert(http_content_type_is_json("application/json"));
+    ck_assert(http_content_type_is_json("Application/JSON; charset=utf-8"));
+    ck_assert(http_content_type_is_json("application/json ;charset=utf-8"));
+    ck_assert(!http_content_type_is_json(NULL));
+    ck_assert(!http_content_type_is_json("text/plain"));
+    ck_assert(!http_content_type_is_json("application/jsonx"));
+    ck_assert(!http_content_type_is_json("application/x-www-form-urlencoded"));
+}
+END_TEST
+
+START_TEST(error_body) {
+    int codes[] = {STRATA_E_INVALID,       STRATA_E_AUTH,       STRATA_E_NOT_FOUND,
+                   STRATA_E_TOO_LARGE,     STRATA_E_QUEUE_FULL, STRATA_E_UNAVAILABLE,
+                   STRATA_E_CONTEXT_LENGTH};
+    for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
+        char *s = http_error_json(codes[i], "msg \"quoted\" \xc3\xa9", i % 2 ? "messages" : NULL);
+        ck_assert_ptr_nonnull(s);
+        json_t *j = json_loads(s, 0, NULL);
+        ck_assert_ptr_nonnull(j);
+        json_t *e = json_object_get(j, "error");
+        ck_assert(json_is_object(e));
+        ck_assert_str_eq(json_string_value(json_object_get(e, "message")),
+                         "msg \"quoted\" \xc3\xa9");
+        ck_assert_str_eq(json_string_value(json_object_get(e, "type")),
+                         strata_error_openai_type(codes[i]));
+        ck_assert(i % 2 ? json_is_string(json_object_get(e, "param"))
+                        : json_is_null(json_object_get(e, "param")));
+        ck_assert(json_is_string(json_object_get(e, "code")));
+        json_decref(j);
+        free(s);
+    }
+    char *s = http_error_json(STRATA_E_AUTH, NULL, NULL);
+    ck_assert_ptr_nonnull(strstr(s, "\"code\":\"invalid_api_key\""));
+    free(s);
+}
+END_TEST
+
+START_TEST(api_keys) {
+    ck_assert(auth_check(NULL, NULL)); /* no keys: open */
+    struct strata_error err = {0};
+    struct auth_keys *k = auth_keys_init("sk-abc", NULL, &err);
+    ck_assert_ptr_nonnull(k);
+    ck_assert(auth_keys_enabled(k));
+    ck_assert(auth_check(k, "Bearer sk-abc"));
+    ck_assert(auth_check(k, "bearer  sk-abc "));
+    ck_assert(!auth_check(k, NULL));
+    ck_assert(!auth_check(k, "sk-abc"));
+    ck_assert(!auth_check(k, "Bearer sk-ab"));
+    ck_assert(!auth_check(k, "Bearer sk-abcd"));
+    ck_assert(!auth_check(k, "Bearer sk-abd"));
+    ck_assert(!auth_check(k, "Bearer "));
+    ck_assert(!auth_check(k, "Basic c2stYWJj"));
+    auth_keys_free(k);
+
+    char path[] = "/tmp/strata-test-keys-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    const char text[] = "# two keys\nsk-one\n\n   sk-two\t\n";
+    ck_assert_int_eq(write(fd, text, sizeof(text) - 1), (ssize_t)(sizeof(text) - 1));
+    close(fd);
+    k = auth_keys_init("", path, &err);
+    ck_assert_msg(k != NULL, "%s", err.message);
+    ck_assert(auth_check(k, "Bearer sk-one"));
+    ck_assert(auth_check(k, "Bearer sk-two"));
+    ck_assert(!auth_check(k, "Bearer # two keys"));
+    auth_keys_free(k);
+    unlink(path);
+    ck_assert_ptr_null(auth_keys_init(NULL, "/nonexistent/keys", &err));
+    ck_assert_int_eq(err.code, STRATA_E_CONFIG);
+}
+END_TEST
+
+START_TEST(metrics_text) {
+    struct metrics *m = metrics_init();
+    ck_assert_ptr_nonnull(m);
+    metrics_count_request(m, METRICS_ROUTE_CHAT, 200);
+    metrics_count_request(m, METRICS_ROUTE_CHAT, 200);
+    metrics_count_request(m, METRICS_ROUTE_OTHER, 404);
+    metrics_count_request(m, METRICS_ROUTE_HEALTH, 418); /* "other" status */
+    metrics_observe_ttft(m, 0.02);
+    metrics_observe_ttft(m, 100.0);  /* +Inf bucket */
+    metrics_observe_itl(m, 0.03, 3); /* 3 samples of 10 ms */
+    metrics_add_tokens(m, 5, 7);
+    struct gen_stats st = {.n_queued = 3, .n_active = 2, .cache_hits = 9};
+    char *t = metrics_render(m, &st, 4);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_ptr_nonnull(
+        strstr(t, "strata_http_requests_total{route=\"/v1/chat/completions\",status=\"200\"} 2\n"));
+    ck_assert_ptr_nonnull(strstr(t, "{route=\"other\",status=\"404\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(t, "{route=\"/health\",status=\"other\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(t, "strata_time_to_first_token_seconds_bucket{le=\"0.025\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(t, "strata_time_to_first_token_seconds_bucket{le=\"60\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(t, "strata_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n"));
+    ck_assert_ptr_nonnull(strstr(t, "strata_time_to_first_token_seconds_count 2\n"));
+    ck_assert_ptr_nonnull(strstr(t, "strata_inter_token_seconds_bucket{le=\"0.01\"} 3\n"));
+    ck_assert_ptr_nonnull(strstr(t, "strata_inter_token_seconds_sum 0.03"));
+    ck_assert_ptr_nonnull(strstr(t, "strata_tokens_completion_total 7\n"));
+    ck_assert_ptr_nonnull(strstr(t, "strata_queue_depth 3\n"));
+    ck_assert_ptr_nonnull(strstr(t, "strata_prefix_cache_hits_total 9\n"));
+    ck_assert_uint_eq(metrics_requests_total(m), 4);
+    free(t);
+    metrics_free(m);
+}
+END_TEST
+
+static Suite *http_suite(void) {
+    Suite *s = suite_create("http");
+    TCase *tc = tcase_create("unit");
+    tcase_add_test(tc, utf8);
+    tcase_add_test(tc, content_type);
+    tcase_add_test(tc, error_body);
+    tcase_add_test(tc, api_keys);
+    tcase_add_test(tc, metrics_text);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+STRATA_TEST_MAIN("http", http_suite)
