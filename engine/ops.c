@@ -109,6 +109,32 @@ void ops_swiglu(const float *g, const float *u, float *y, int64_t n) {
         y[i] = ops_silu(g[i]) * u[i];
 }
 
+/* f16 -> f32, exact for every input (normals, subnormals, inf, NaN): the
+ * exponent is re-biased by a multiply with 2^(127-15), which is exact, and
+ * also turns f16 subnormals into the right f32 normals. Inline because the
+ * call to quant_f16_to_f32 per element was 34% of stories260K decode time at
+ * 8 sequences x ~200 positions (perf, bench-model 1 thread). Checked against
+ * quant_f16_to_f32 for all 65536 inputs in test-ops. */
+static inline float f16_to_f32(uint16_t h) {
+    union {
+        uint32_t u;
+        float f;
+    } v;
+    const uint32_t em = h & 0x7fffu;
+    if (em >= 0x7c00u) {
+        v.u = 0x7f800000u | ((em & 0x3ffu) << 13);
+    } else {
+        v.u = em << 13;
+        v.f *= 0x1p112f;
+    }
+    v.u |= (uint32_t)(h & 0x8000u) << 16;
+    return v.f;
+}
+
+float ops_f16_to_f32(uint16_t h) {
+    return f16_to_f32(h);
+}
+
 void ops_attn_head(const float *q, const uint16_t *const *k_rows, const uint16_t *const *v_rows,
                    int n_kv, int head_dim_k, int head_dim_v, float scale, float *scores,
                    float *out) {
@@ -120,7 +146,7 @@ void ops_attn_head(const float *q, const uint16_t *const *k_rows, const uint16_t
         const uint16_t *k = k_rows[p];
         float s = 0.0f;
         for (int i = 0; i < head_dim_k; i++)
-            s += qh[i] * quant_f16_to_f32(k[i]);
+            s += qh[i] * f16_to_f32(k[i]);
         scores[p] = s * scale;
     }
     ops_softmax(scores, n_kv);
@@ -130,6 +156,6 @@ void ops_attn_head(const float *q, const uint16_t *const *k_rows, const uint16_t
         const uint16_t *v = v_rows[p];
         const float w = scores[p];
         for (int i = 0; i < head_dim_v; i++)
-            out[i] += w * quant_f16_to_f32(v[i]);
+            out[i] += w * f16_to_f32(v[i]);
     }
 }

@@ -36,6 +36,8 @@ void ops_softmax(float *x, int64_t n);
 /* y[i] = silu(g[i]) * u[i]; y may alias g or u. */
 void ops_swiglu(const float *g, const float *u, float *y, int64_t n);
 float ops_silu(float x);
+/* IEEE binary16 bits to f32, exact (same results as quant_f16_to_f32). */
+float ops_f16_to_f32(uint16_t h);
 
 /* One query head against n_kv cached positions:
  *   out = sum_p softmax_p(scale * q.k_p) v_p

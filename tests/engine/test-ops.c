@@ -138,6 +138,15 @@ START_TEST(test_attn_head) {
 }
 END_TEST
 
+START_TEST(test_f16_all_values) {
+    for (uint32_t h = 0; h < 65536; h++) {
+        float a = ops_f16_to_f32((uint16_t)h), b = quant_f16_to_f32((uint16_t)h);
+        ck_assert_msg(memcmp(&a, &b, 4) == 0 || (isnan(a) && isnan(b)), "f16 %04x: %g vs %g", h, a,
+                      b);
+    }
+}
+END_TEST
+
 START_TEST(test_kv) {
     struct strata_error err = {0};
     struct kv_params kp = {.n_layer = 2, .n_seq_max = 3, .n_ctx = 4, .n_embd_k = 4, .n_embd_v = 2};
@@ -255,6 +264,7 @@ static Suite *ops_suite(void) {
     tcase_add_test(tc, test_rope_modes);
     tcase_add_test(tc, test_yarn_corr_dims);
     tcase_add_test(tc, test_attn_head);
+    tcase_add_test(tc, test_f16_all_values);
     tcase_add_test(tc, test_kv);
     tcase_add_test(tc, test_profile_roundtrip);
     tcase_add_test(tc, test_experts_mmap_dense_file);
