@@ -274,6 +274,10 @@ static void moe_route(struct model *m, int il, int n) {
         if (hp->norm_topk_prob)
             for (int j = 0; j < K; j++)
                 w[j] /= sum;
+        const float ws = hp->expert_weights_scale;
+        if (ws != 0.0f && ws != 1.0f)
+            for (int j = 0; j < K; j++)
+                w[j] *= ws;
     }
 }
 

@@ -319,15 +319,19 @@ static int read_hparams(struct model *m, const struct arch_info *ai, struct stra
         if (!t || t->ne[1] < 1 || t->ne[1] > (1 << 20))
             return strata_error_set(err, STRATA_E_FORMAT, "model: blk.0.ffn_gate_exps missing");
         hp->n_ff_exp = (int)t->ne[1];
-        if (ai->shexp && (rc = key_uint(m, "expert_shared_feed_forward_length", 0, 1, 1 << 20,
-                                        &hp->n_ff_shexp, true, err)))
-            return rc;
+        if (ai->shexp) { /* width from the tensor; the key is optional in llama.cpp */
+            const struct gguf_tensor_info *ts =
+                gguf_find_tensor(m->gguf, "blk.0.ffn_gate_shexp.weight");
+            if (!ts || ts->ne[1] < 1 || ts->ne[1] > (1 << 20))
+                return strata_error_set(err, STRATA_E_FORMAT,
+                                        "model: blk.0.ffn_gate_shexp.weight missing");
+            hp->n_ff_shexp = (int)ts->ne[1];
+        }
+        /* Renormalisation is fixed per architecture in llama.cpp (build_moe_ffn
+         * norm_w); expert_weights_scale multiplies the weights when not 0 or 1. */
         hp->norm_topk_prob = ai->norm_topk;
-        char key[128];
-        snprintf(key, sizeof key, "%s.expert_weights_norm", hp->arch);
-        bool b;
-        if (gguf_get_bool(m->gguf, key, &b, NULL) == 0)
-            hp->norm_topk_prob = b;
+        if ((rc = key_float(m, "expert_weights_scale", 0.0f, &hp->expert_weights_scale, err)))
+            return rc;
     } else if (hp->n_ff < 1) {
         return strata_error_set(err, STRATA_E_FORMAT, "model: feed_forward_length missing");
     }

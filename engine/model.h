@@ -61,25 +61,26 @@ enum model_rope_scaling {
 };
 
 struct model_hparams {
-    char arch[32];         /* general.architecture: "llama", "qwen2", ... */
-    int n_vocab;           /* rows of token_embd */
-    int n_ctx_train;       /* <arch>.context_length */
-    int n_embd;            /* <arch>.embedding_length */
-    int n_layer;           /* <arch>.block_count */
-    int n_head;            /* <arch>.attention.head_count */
-    int n_head_kv;         /* <arch>.attention.head_count_kv (GQA), default n_head */
-    int head_dim_k;        /* <arch>.attention.key_length, default n_embd / n_head */
-    int head_dim_v;        /* <arch>.attention.value_length, default head_dim_k */
-    int n_ff;              /* <arch>.feed_forward_length (dense FFN), 0 if MoE only */
-    int n_rot;             /* <arch>.rope.dimension_count, default head_dim_k */
-    int n_expert;          /* <arch>.expert_count, 0 = dense */
-    int n_expert_used;     /* <arch>.expert_used_count (top-k) */
-    int n_ff_exp;          /* per-expert FFN width (expert_feed_forward_length or tensor shape) */
-    int n_ff_shexp;        /* shared-expert FFN width (qwen2moe), 0 if none */
-    bool norm_topk_prob;   /* renormalise the top-k weights (qwen3moe, mixtral; not qwen2moe) */
-    float norm_eps;        /* <arch>.attention.layer_norm_rms_epsilon */
-    float rope_freq_base;  /* <arch>.rope.freq_base, default 10000 */
-    float rope_freq_scale; /* 1 / rope.scaling.factor (linear, YaRN), else 1 */
+    char arch[32];       /* general.architecture: "llama", "qwen2", ... */
+    int n_vocab;         /* rows of token_embd */
+    int n_ctx_train;     /* <arch>.context_length */
+    int n_embd;          /* <arch>.embedding_length */
+    int n_layer;         /* <arch>.block_count */
+    int n_head;          /* <arch>.attention.head_count */
+    int n_head_kv;       /* <arch>.attention.head_count_kv (GQA), default n_head */
+    int head_dim_k;      /* <arch>.attention.key_length, default n_embd / n_head */
+    int head_dim_v;      /* <arch>.attention.value_length, default head_dim_k */
+    int n_ff;            /* <arch>.feed_forward_length (dense FFN), 0 if MoE only */
+    int n_rot;           /* <arch>.rope.dimension_count, default head_dim_k */
+    int n_expert;        /* <arch>.expert_count, 0 = dense */
+    int n_expert_used;   /* <arch>.expert_used_count (top-k) */
+    int n_ff_exp;        /* per-expert FFN width (expert_feed_forward_length or tensor shape) */
+    int n_ff_shexp;      /* shared-expert FFN width (qwen2moe), 0 if none */
+    bool norm_topk_prob; /* renormalise the top-k weights (qwen3moe, mixtral; not qwen2moe) */
+    float expert_weights_scale; /* <arch>.expert_weights_scale; 0 or 1 = no scaling */
+    float norm_eps;             /* <arch>.attention.layer_norm_rms_epsilon */
+    float rope_freq_base;       /* <arch>.rope.freq_base, default 10000 */
+    float rope_freq_scale;      /* 1 / rope.scaling.factor (linear, YaRN), else 1 */
     enum model_rope_type rope_type;
     enum model_rope_scaling rope_scaling;
     int rope_n_ctx_orig;  /* rope.scaling.original_context_length (YaRN), else n_ctx_train */
