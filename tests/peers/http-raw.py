@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tests/peers/http-raw.py: raw-socket HTTP tests of strata's HTTP layer.
 
-Usage: http-raw.py PATH/TO/strata-fake-serve
+Usage: http-raw.py PATH/TO/strata-fake-serve [PATH/TO/strata]
 
 Starts the real daemon path (server/daemon.c) with the FAKE generation
 backend of tests/server/fake-gen.c on 127.0.0.1 and a free port, then checks
@@ -23,6 +23,8 @@ import threading
 import time
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else "build/tests/strata-fake-serve"
+STRATA = sys.argv[2] if len(sys.argv) > 2 else None
+SHARED = os.environ.get("STRATA_SHARED_DIR") or os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared")
 KEY = "sk-test-key"
 passed = 0
 failed = 0
@@ -38,7 +40,11 @@ def check(name, cond, detail=""):
 
 
 def start(*extra, env=None):
-    proc = subprocess.Popen([BIN, "--port", "0", *extra], stdout=subprocess.PIPE,
+    return start_cmd([BIN, "--port", "0", *extra], env)
+
+
+def start_cmd(cmd, env=None):
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
     port = None
     deadline = time.time() + 30
@@ -502,6 +508,41 @@ def test_sigterm(proc, port, log):
     check("not accepting after exit", refused)
 
 
+def test_strata_serve():
+    """`strata serve` itself: exit codes, model check, answers, SIGTERM."""
+    r = subprocess.run([STRATA, "serve", "--port", "0"], capture_output=True, text=True, timeout=30)
+    check("strata serve without a model exits 2", r.returncode == 2 and "no model" in r.stderr, r.stderr)
+    r = subprocess.run([STRATA, "serve", "--port", "0", "/nonexistent/m.gguf"], capture_output=True,
+                       text=True, timeout=30)
+    check("strata serve with a missing model exits 1", r.returncode == 1 and "m.gguf" in r.stderr, r.stderr)
+    r = subprocess.run([STRATA, "serve", "--ctx-size", "-5"], capture_output=True, text=True, timeout=30)
+    check("strata serve bad option exits 2", r.returncode == 2 and "ctx-size" in r.stderr, r.stderr)
+    model = os.path.join(SHARED, "models", "stories260K.gguf")
+    if not os.path.exists(model):
+        check("shared model present: " + model, False)
+        return
+    global BIN
+    saved, BIN = BIN, STRATA
+    try:
+        proc, port, log = start_cmd([STRATA, "serve", model, "--port", "0"])
+        try:
+            st = 0
+            for _ in range(200):
+                st, _, d = request(port, "GET", "/health", key=None)
+                if st == 200:
+                    break
+                time.sleep(0.05)
+            check("strata serve health 200", st == 200)
+            st, _, d = request(port, "POST", "/v1/chat/completions", body={"messages": []})
+            check("strata serve chat answers 200 or an OpenAI 503", st == 200 or (st == 503 and error_shape_ok(d)), d)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            rc = proc.wait(timeout=60)
+        check("strata serve SIGTERM exits 0", rc == 0, "".join(log)[-2000:])
+    finally:
+        BIN = saved
+
+
 def main():
     timeout_s = 2
     proc, port, log = start("--api-key", KEY, "--timeout", str(timeout_s), "--parallel", "2",
@@ -529,7 +570,7 @@ def main():
     finally:
         if proc.poll() is None:
             proc.kill()
-    for fn in (test_config_errors, test_key_file):
+    for fn in (test_config_errors, test_key_file) + ((test_strata_serve,) if STRATA else ()):
         try:
             fn()
         except Exception as e:  # noqa: BLE001
