@@ -40,7 +40,7 @@ grep -E '^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)|cov:
 if [ $rc -ne 0 ]; then
     grep -E 'ERROR|SUMMARY|Test unit written' "$log" | head -10
     for a in "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-*; do
-        [ -f "$a" ] && cp "$a" . && echo "kept $(basename "$a")"
+        [ -f "$a" ] && cp "$a" fuzz/ && echo "kept fuzz/$(basename "$a")"
     done
     fail "libFuzzer exited with $rc"
 fi
