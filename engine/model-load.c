@@ -117,7 +117,7 @@ static int bind_mat(struct model *m, int layer, const char *name, int64_t n_cols
     const struct quant_traits *tr = quant_type_traits(t->type);
     size_t rb = tr ? quant_row_size((enum quant_type)t->type, n_cols) : 0;
     size_t ab = rb ? kernels_act_row_size((enum quant_type)t->type, n_cols) : 0;
-    if (!rb || !ab)
+    if (!rb || !ab || !kernels_supports((enum quant_type)t->type))
         return strata_error_set(err, STRATA_E_UNSUPPORTED,
                                 "model: tensor %.*s has unsupported type %s for matmul",
                                 (int)t->name.len, t->name.ptr, quant_type_name(t->type));
@@ -210,7 +210,8 @@ static int bind_layer(struct model *m, int il, const struct arch_info *ai,
                                         "model: blk.%d.%s missing or not [%lld, %lld, %d]", il,
                                         exps[w], (long long)c, (long long)r, hp->n_expert);
             size_t ab = kernels_act_row_size((enum quant_type)t->type, c);
-            if (!quant_type_traits(t->type) || !quant_row_size((enum quant_type)t->type, c) || !ab)
+            if (!quant_type_traits(t->type) || !quant_row_size((enum quant_type)t->type, c) ||
+                !ab || !kernels_supports((enum quant_type)t->type))
                 return strata_error_set(err, STRATA_E_UNSUPPORTED, "model: blk.%d.%s: type %s", il,
                                         exps[w], quant_type_name(t->type));
             if (ab > m->max_act_row)
