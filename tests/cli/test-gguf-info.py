@@ -5,6 +5,7 @@ Prints `RESULT gguf-info: N passed, M failed`."""
 import glob
 import os
 import re
+import struct
 import subprocess
 import sys
 import tempfile
@@ -67,7 +68,58 @@ for path in files:
     for fact in expect.get(rel, []):
         check(fact in out, "%s: output lacks %r" % (rel, fact))
 
+
+def gguf_bytes(kvs, tensors, align=32):
+    """A small GGUF v3 file. kvs: list of (key, type, packed value bytes);
+    tensors: list of (name, dims, ggml type, byte size)."""
+    def st(x):
+        x = x.encode()
+        return struct.pack("<Q", len(x)) + x
+    out = bytearray(struct.pack("<IIQQ", 0x46554747, 3, len(tensors), len(kvs)))
+    for k, t, v in kvs:
+        out += st(k) + struct.pack("<I", t) + v
+    off = 0
+    for name, dims, typ, nbytes in tensors:
+        out += st(name) + struct.pack("<I", len(dims)) + struct.pack("<%dQ" % len(dims), *dims)
+        out += struct.pack("<IQ", typ, off)
+        off += (nbytes + align - 1) // align * align
+    out += bytes((-len(out)) % align) + bytes(off)
+    return bytes(out)
+
+
+def u32(v):
+    return struct.pack("<I", v)
+
+
+def strs(items):
+    return struct.pack("<IQ", 8, len(items)) + b"".join(
+        struct.pack("<Q", len(x)) + x.encode() for x in items)
+
+
 with tempfile.TemporaryDirectory() as tmp:
+    # A MoE-shaped file with tied output and a q4_0 tensor: the summary
+    # reports experts, rope settings and "tied"; totals give q4_0's 4.5 bits.
+    moe = os.path.join(tmp, "moe.gguf")
+    open(moe, "wb").write(gguf_bytes(
+        [("general.architecture", 8, struct.pack("<Q", 8) + b"qwen3moe"),
+         ("qwen3moe.block_count", 4, u32(2)),
+         ("qwen3moe.expert_count", 4, u32(8)),
+         ("qwen3moe.expert_used_count", 4, u32(2)),
+         ("qwen3moe.rope.freq_base", 6, struct.pack("<f", 1000000.0)),
+         ("tokenizer.ggml.model", 8, struct.pack("<Q", 4) + b"gpt2"),
+         ("tokenizer.ggml.tokens", 9, strs(["t%d" % i for i in range(16)]))],
+        [("token_embd.weight", (32, 16), 2, 16 * 18),
+         ("blk.0.ffn_gate_exps.weight", (32, 4, 8), 0, 32 * 4 * 8 * 4)]))
+    rc, out, err = run("info", moe)
+    check(rc == 0, "moe file: exit %d %s" % (rc, err))
+    for fact in ["architecture: qwen3moe", "layers: 2", "experts: 8", "experts used: 2",
+                 "rope freq base: 1000000", "vocabulary: 16 tokens, tokenizer model gpt2",
+                 "token_embd.weight: 16 rows of 32 (rows = vocabulary size)",
+                 "output: tied (no output.weight; uses token_embd.weight)",
+                 "32 x 4 x 8", "parameters: 1536"]:
+        check(fact in out, "moe file: output lacks %r" % fact)
+    check(re.search(r"q4_0\s+1 tensors\s+288 bytes\s+512 elements", out) is not None,
+          "moe file: q4_0 totals")
     stories = open(os.path.join(shared, "models", "stories260K.gguf"), "rb").read()
     bad = os.path.join(tmp, "trunc.gguf")
     open(bad, "wb").write(stories[:5000])
