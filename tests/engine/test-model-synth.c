@@ -344,6 +344,12 @@ START_TEST(test_arch_consistency) {
                   "%s: batch with other sequences differs from alone", kind);
     float d = rel_diff(b, a, (size_t)n * V);
     ck_assert_msg(d < 1e-4f, "%s: chunked prefill vs token by token %g", kind, d);
+    struct model *m1 = load_path(path, NULL, NULL); /* caller thread only */
+    float *b1 = run(m1, 1);
+    ck_assert_msg(memcmp(b, b1, (size_t)n * V * sizeof(float)) == 0,
+                  "%s: 1 thread differs from 2 threads", kind);
+    free(b1);
+    model_free(m1);
     if (prof) /* each run routes every token of every sequence through every layer */
         ck_assert_int_eq(profile_total(prof),
                          (uint64_t)(12 + 12 + 36) * s.n_layer * s.n_expert_used);
