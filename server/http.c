@@ -144,7 +144,12 @@ static enum MHD_Result on_body(struct exchange *ex) {
         return http_respond_error(ex, STRATA_E_UNAVAILABLE, why, NULL, NULL);
     }
 
-    /* Register before submit: events may arrive before submit returns. */
+    /* Fields the ticker and the scheduler read are set before the exchange
+     * is listed; it is listed before submit since events may arrive before
+     * submit returns. */
+    ex->t_submit = server_now();
+    ex->next_keepalive = ex->t_submit + s->p.keepalive_ms / 1000.0;
+    ex->stream = json_is_true(json_object_get(body, "stream"));
     pthread_mutex_lock(&s->mu);
     ex->refs++; /* the job's */
     ex->next = s->pending;
@@ -153,10 +158,7 @@ static enum MHD_Result on_body(struct exchange *ex) {
     s->pending = ex;
     s->n_pending++;
     pthread_mutex_unlock(&s->mu);
-    ex->t_submit = server_now();
-    ex->next_keepalive = ex->t_submit + s->p.keepalive_ms / 1000.0;
 
-    ex->stream = json_is_true(json_object_get(body, "stream"));
     struct gen_submit req = {ex->gen_route, body, ex->stream, s->p.always_usage};
     struct gen_submit_out out = {0};
     struct strata_error err = {0};

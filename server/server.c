@@ -133,9 +133,10 @@ int server_shutdown(struct server *s, int deadline_ms) {
         return 0;
     s->shut = true;
     atomic_store(&s->draining, true);
-    MHD_socket fd = MHD_quiesce_daemon(s->mhd); /* no new connections */
-    if (fd != MHD_INVALID_SOCKET)
-        close(fd);
+    /* No new connections. The listen socket is closed only after
+     * MHD_stop_daemon: MHD's thread may still touch it (its docs; TSan saw
+     * epoll_ctl race a close here). */
+    MHD_socket listen_fd = MHD_quiesce_daemon(s->mhd);
 
     pthread_mutex_lock(&s->mu);
     wait_pending(s, server_now() + deadline_ms / 1000.0);
@@ -170,6 +171,8 @@ int server_shutdown(struct server *s, int deadline_ms) {
         usleep(10 * 1000);
     MHD_stop_daemon(s->mhd);
     s->mhd = NULL;
+    if (listen_fd != MHD_INVALID_SOCKET)
+        close(listen_fd);
     return n_cancelled;
 }
 
