@@ -70,6 +70,8 @@ KX_INLINE void kx_q45k_tile(const struct kern_mat *w, int64_t r, int NR, const u
                 dh = x->d;
                 dminh = x->dmin;
             }
+            kx_prefetch(row + (size_t)b * (hbits ? sizeof(block_q5_K) : sizeof(block_q4_K)));
+            kx_prefetch(row + (size_t)b * (hbits ? sizeof(block_q5_K) : sizeof(block_q4_K)) + 64);
             __m128i mins;
             const __m128i sc128 = kx_scales_k4(scales, &mins);
             const __m256i sc256 = _mm256_set_m128i(sc128, sc128);
@@ -144,6 +146,9 @@ KX_INLINE void kx_q6k_tile(const struct kern_mat *w, int64_t r, int NR, const ui
         for (int i = 0; i < NR; i++) {
             const block_q6_K *x =
                 (const block_q6_K *)((const uint8_t *)w->data + (size_t)(r + i) * w->row_bytes) + b;
+            kx_prefetch((const uint8_t *)x);
+            kx_prefetch((const uint8_t *)x + 64);
+            kx_prefetch((const uint8_t *)x + 128);
             const float d = kx_f16(x->d);
             /* 16 scales as int16; per half h, lane 0 gets scale 2g, lane 1 2g+1 */
             const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
@@ -235,6 +240,8 @@ KX_INLINE void kx_flt_row(enum kx_flt k, const struct kern_mat *w, int64_t r, co
         acc0[t] = acc1[t] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
+        if (!(i & 31))
+            kx_prefetch(row + i * es);
         __m256 w0 = kx_load8(k, row + i * es), w1 = kx_load8(k, row + (i + 8) * es);
         for (int t = 0; t < nt; t++) {
             const uint8_t *a = xq + (size_t)t * xs;

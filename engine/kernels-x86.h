@@ -26,6 +26,19 @@
  * 16; the weight row (a few KB) stays in L1 for the next tile. */
 #define KX_TILE 4
 #define KX_INLINE static inline __attribute__((always_inline))
+/* Software prefetch distance into each weight row, in bytes (0 = off). Decode
+ * streams 4 rows at once; the hardware prefetchers alone left one thread
+ * latency-bound (see the measurements in kernels.c). */
+#ifndef KX_PF_BYTES
+#define KX_PF_BYTES 512
+#endif
+KX_INLINE void kx_prefetch(const uint8_t *p) {
+#if KX_PF_BYTES > 0
+    _mm_prefetch((const char *)p + KX_PF_BYTES, _MM_HINT_T0);
+#else
+    (void)p;
+#endif
+}
 
 KX_INLINE float kx_hsum(__m256 v) {
     __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -118,40 +131,56 @@ KX_INLINE __m256i kx_b32_dot(enum kx_b32 k, __m256i q, __m256i y, __m256i ysum8)
  * Two accumulators per (row, token), for even and odd blocks, hide the FMA
  * latency. The operations per (row, token) are the same for every NR and nt,
  * so any tiling gives identical bits. Rows: row0 + i * row_bytes. */
+/* One block b of the tile into accumulators acc (the even or the odd set). */
+KX_INLINE void kx_b32_step(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, int NR, int64_t b,
+                           const uint8_t *xq, size_t xs, int nt, __m256i table,
+                           __m256 acc[4][KX_TILE], int pf) {
+    const size_t bsz = kx_b32_size(k);
+    __m256i yv[KX_TILE], ys8[KX_TILE];
+    float dy[KX_TILE];
+    for (int t = 0; t < nt; t++) {
+        const block_q8_0 *a = (const block_q8_0 *)(xq + (size_t)t * xs) + b;
+        yv[t] = _mm256_loadu_si256((const __m256i *)a->qs);
+        dy[t] = kx_f16(a->d);
+        ys8[t] = k == KX_Q4_0 ? kx_dot_u8(_mm256_set1_epi8(8), yv[t]) : _mm256_setzero_si256();
+    }
+    for (int i = 0; i < NR; i++) {
+        float dx;
+        const uint8_t *blk = row0 + (size_t)i * row_bytes + (size_t)b * bsz;
+        if (pf)
+            kx_prefetch(blk);
+        __m256i q = kx_b32_decode(k, blk, table, &dx);
+        for (int t = 0; t < nt; t++) {
+            __m256i s = kx_b32_dot(k, q, yv[t], ys8[t]);
+            acc[i][t] =
+                _mm256_fmadd_ps(_mm256_set1_ps(dx * dy[t]), _mm256_cvtepi32_ps(s), acc[i][t]);
+        }
+    }
+}
+
+/* NR rows x nt tokens (both compile-time after inlining; NR * nt <= 4).
+ * Two accumulator sets per (row, token), for even and odd blocks, hide the
+ * FMA latency; the loop is unrolled by two so both sets stay in registers.
+ * The operations per (row, token) are the same for every NR and nt, so any
+ * tiling gives identical bits. Rows: row0 + i * row_bytes. */
 KX_INLINE void kx_b32_tile(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, int NR, int64_t nb,
                            const uint8_t *xq, size_t xs, int nt, float *out, int64_t ldy) {
     const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(
         (const __m128i *)(k == KX_MXFP4 ? kern_kvalues_mxfp4 : kern_kvalues_iq4nl)));
-    const __m256i eight = _mm256_set1_epi8(8);
-    const size_t bsz = kx_b32_size(k);
-    __m256 acc[2][4][KX_TILE];
+    __m256 acc0[4][KX_TILE], acc1[4][KX_TILE];
     for (int i = 0; i < NR; i++)
         for (int t = 0; t < nt; t++)
-            acc[0][i][t] = acc[1][i][t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const int par = (int)(b & 1);
-        __m256i yv[KX_TILE], ys8[KX_TILE];
-        float dy[KX_TILE];
-        for (int t = 0; t < nt; t++) {
-            const block_q8_0 *a = (const block_q8_0 *)(xq + (size_t)t * xs) + b;
-            yv[t] = _mm256_loadu_si256((const __m256i *)a->qs);
-            dy[t] = kx_f16(a->d);
-            ys8[t] = k == KX_Q4_0 ? kx_dot_u8(eight, yv[t]) : _mm256_setzero_si256();
-        }
-        for (int i = 0; i < NR; i++) {
-            float dx;
-            __m256i q =
-                kx_b32_decode(k, row0 + (size_t)i * row_bytes + (size_t)b * bsz, table, &dx);
-            for (int t = 0; t < nt; t++) {
-                __m256i s = kx_b32_dot(k, q, yv[t], ys8[t]);
-                acc[par][i][t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy[t]), _mm256_cvtepi32_ps(s),
-                                                 acc[par][i][t]);
-            }
-        }
+            acc0[i][t] = acc1[i][t] = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        kx_b32_step(k, row0, row_bytes, NR, b, xq, xs, nt, table, acc0, 1);
+        kx_b32_step(k, row0, row_bytes, NR, b + 1, xq, xs, nt, table, acc1, 0);
     }
+    if (b < nb)
+        kx_b32_step(k, row0, row_bytes, NR, b, xq, xs, nt, table, acc0, 1);
     for (int i = 0; i < NR; i++)
         for (int t = 0; t < nt; t++)
-            out[t * ldy + i] = kx_hsum(_mm256_add_ps(acc[0][i][t], acc[1][i][t]));
+            out[t * ldy + i] = kx_hsum(_mm256_add_ps(acc0[i][t], acc1[i][t]));
 }
 
 KX_INLINE void kx_b32_matmul(enum kx_b32 k, const struct kern_mat *w, const void *xq, size_t xs,
