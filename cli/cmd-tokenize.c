@@ -2,6 +2,7 @@
  *
  *   strata tokenize -m MODEL.gguf [--no-special] [--no-bos] [--no-parse-special]
  *                   [--untrusted OFF:LEN]... [--json] TEXT|-
+ *   strata tokenize -m MODEL.gguf [options] --batch < LINES.jsonl
  *   strata detokenize -m MODEL.gguf [--special] [--keep-space] ID...
  *
  * tokenize prints the ids on one line, separated by spaces; --json prints
@@ -10,6 +11,8 @@
  * are added (--no-bos: not) and control-token text is recognised
  * (--no-parse-special: not); --no-special does both. --untrusted marks a byte
  * range in which control tokens are never recognised. "-" reads stdin.
+ * --batch reads one JSON string per stdin line and prints one line of ids per
+ * input (for cross-checks that tokenize thousands of strings in one process).
  * detokenize prints the decoded text (no newline added); --special keeps the
  * text of control tokens, --keep-space keeps the SentencePiece leading space.
  */
@@ -96,14 +99,51 @@ static json_t *json_text(const char *s, size_t n) {
     return j;
 }
 
+static struct tokenizer *load(const char *path);
+
+/* --batch: one JSON string per stdin line -> one line of ids per input. */
+static int tokenize_batch(const char *model, const struct tokenizer_encode_opts *eo) {
+    struct tokenizer *tok = load(model);
+    if (!tok)
+        return 1;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int rc = 0;
+    while (rc == 0 && (n = getline(&line, &cap, stdin)) > 0) {
+        json_error_t jerr;
+        json_t *j = json_loadb(line, (size_t)n, JSON_DECODE_ANY, &jerr);
+        if (!j || !json_is_string(j)) {
+            fprintf(stderr, "strata tokenize --batch: each line must be a JSON string\n");
+            json_decref(j);
+            rc = 2;
+            break;
+        }
+        struct tokenizer_ids ids = {0};
+        struct strata_error err = {0};
+        if (tokenizer_encode(tok, json_string_value(j), json_string_length(j), eo, &ids, &err)) {
+            fprintf(stderr, "strata tokenize: %s\n", err.message);
+            rc = 1;
+        }
+        for (size_t i = 0; i < ids.n; i++)
+            printf(i ? " %d" : "%d", ids.ids[i]);
+        printf("\n");
+        tokenizer_ids_free(&ids);
+        json_decref(j);
+    }
+    free(line);
+    tokenizer_free(tok);
+    return rc;
+}
+
 static void tokenize_usage(FILE *out) {
     fprintf(out, "usage: strata tokenize -m MODEL.gguf [--no-special] [--no-bos] "
-                 "[--no-parse-special] [--untrusted OFF:LEN]... [--json] TEXT|-\n");
+                 "[--no-parse-special] [--untrusted OFF:LEN]... [--json] TEXT|- | --batch\n");
 }
 
 int cli_tokenize_main(int argc, char **argv) {
     const char *model = NULL, *text_arg = NULL;
-    bool json = false;
+    bool json = false, batch = false;
     struct tokenizer_encode_opts eo = tokenizer_encode_opts_default();
     eo.parse_special = true;
     struct tokenizer_range ranges[64];
@@ -120,6 +160,8 @@ int cli_tokenize_main(int argc, char **argv) {
             eo.parse_special = false;
         } else if (!strcmp(a, "--json")) {
             json = true;
+        } else if (!strcmp(a, "--batch")) {
+            batch = true;
         } else if (!strcmp(a, "--untrusted") && i + 1 < argc) {
             unsigned long long off, len;
             if (n_ranges == 64 || sscanf(argv[++i], "%llu:%llu", &off, &len) != 2) {
@@ -137,10 +179,12 @@ int cli_tokenize_main(int argc, char **argv) {
             return 2;
         }
     }
-    if (!model || !text_arg) {
+    if (!model || (!text_arg && !batch)) {
         tokenize_usage(stderr);
         return 2;
     }
+    if (batch)
+        return tokenize_batch(model, &eo);
     eo.untrusted = ranges;
     eo.n_untrusted = n_ranges;
     size_t len = strlen(text_arg);

@@ -213,7 +213,9 @@ int tokenizer_encode(const struct tokenizer *tok, const char *text, size_t len,
     if (len && (rc = partition(tok, text, len, &o, &fl)))
         goto done;
 
-    bool add_bos = o.add_special && tok->add_bos && tok->bos >= 0;
+    /* bert: llama.cpp adds CLS and SEP whenever add_special is set */
+    bool add_bos =
+        o.add_special && tok->bos >= 0 && (tok->add_bos || tok->kind == TOKENIZER_KIND_WPM);
     if (add_bos && (rc = tok_ids_push(out, tok->bos)))
         goto done;
     bool prev_special = true; /* SPM: prefix space before the first fragment */
@@ -240,7 +242,7 @@ int tokenizer_encode(const struct tokenizer *tok, const char *text, size_t len,
     }
     if (rc == 0 && o.add_special) {
         if (tok->kind == TOKENIZER_KIND_WPM) {
-            if (tok->add_sep && tok->sep >= 0)
+            if (tok->sep >= 0)
                 rc = tok_ids_push(out, tok->sep);
         } else if (tok->add_eos && tok->eos >= 0) {
             rc = tok_ids_push(out, tok->eos);

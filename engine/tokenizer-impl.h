@@ -120,7 +120,8 @@ struct tokenizer {
 
     int32_t bos, eos, eot, eom, unk, sep, pad, nl;
     bool add_bos, add_eos, add_sep, add_space_prefix, clean_spaces;
-    int32_t *eog; /* (n_eog) sorted */
+    bool wpm_lowercase, wpm_strip_accents; /* tokenizer.ggml.normalizer.* (bert) */
+    int32_t *eog;                          /* (n_eog) sorted */
     size_t n_eog;
     int32_t *special; /* (n_special) control/user-defined/unknown ids, longest text first */
     size_t n_special;
@@ -131,6 +132,10 @@ static inline const char *tok_text(const struct tokenizer *tok, int32_t id) {
 }
 uint64_t tok_hash_bytes(const void *p, size_t n, uint64_t seed);
 int32_t tok_lookup(const struct tokenizer *tok, const char *text, size_t len); /* -1 if absent */
+/* tokenizer-special.c: control-looking tokens by text, eot/eom/eog ids, the
+ * special-token cache and per-model attributes, as llama.cpp's load. */
+struct gguf_file;
+int tok_setup_special(struct tokenizer *tok, const struct gguf_file *f);
 /* BPE merge rank of (left, right), -1 if none. */
 int32_t tok_merge_rank(const struct tokenizer *tok, const char *l, size_t ln, const char *r,
                        size_t rn);

@@ -37,7 +37,9 @@
 
 /* GPT-2 / most BPE models */
 #define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
-/* Llama 3: case-insensitive contractions written out, as llama.cpp adapted them */
+/* case-insensitive contractions written out, as llama.cpp adapted (?i:'s|...) */
+#define RE_CONTR "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+/* Llama 3 */
 #define RE_LLAMA3                                                                                  \
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"     \
     "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
@@ -45,7 +47,13 @@
 #define RE_QWEN2                                                                                   \
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"     \
     "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define RE_CJK "[\xe4\xb8\x80-\xe9\xbe\xa5\xe0\xa0\x80-\xe4\xb8\x80\xea\xb0\x80-\xed\x9f\xbf]+"
+/* llama.cpp matches regexes without \p{..} with std::wregex after turning
+ * every non-ASCII whitespace code point into \x0B, so an explicit non-ASCII
+ * range never matches whitespace inside it (U+3000, U+2000..U+200A lie in
+ * U+0800..U+4E00): "(?!\s)" in front of such classes keeps that behaviour
+ * (measured: deepseek-llm "  U+3000" differed from llama.cpp without it). */
+#define RE_CJK                                                                                     \
+    "(?:(?!\\s)[\xe4\xb8\x80-\xe9\xbe\xa5\xe0\xa0\x80-\xe4\xb8\x80\xea\xb0\x80-\xed\x9f\xbf])+"
 #define RE_PORO                                                                                    \
     " ?[^(\\s|.,!?\xe2\x80\xa6\xe3\x80\x82\xef\xbc\x8c\xe3\x80\x81\xe0\xa5\xa4\xdb\x94\xd8\x8c)]+"
 
@@ -58,7 +66,10 @@ struct pre_def {
 
 static const struct pre_def k_pre[] = {
     {"default", false, true, {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}},
-    {"llama3|llama-v3|llama-bpe|falcon3|falcon-h1|pixtral|midm-2.0|lfm2", true, true, {RE_LLAMA3}},
+    {"llama3|llama-v3|llama-bpe|falcon3|falcon-h1|pixtral|midm-2.0|lfm2|jina-v5-nano",
+     true,
+     true,
+     {RE_LLAMA3}},
     {"dbrx|smaug-bpe", false, true, {RE_LLAMA3}},
     {"chatglm-bpe|glm4", false, true, {RE_LLAMA3}},
     {"deepseek-llm",
@@ -87,8 +98,8 @@ static const struct pre_def k_pre[] = {
       "\xf0\x90\x92\xb0-\xf0\x90\x93\x93\xf0\x90\x93\x98-\xf0\x90\x93\xbb\xf0\x90\xb2\x80-"
       "\xf0\x90\xb2\xb2\xf0\x90\xb3\x80-\xf0\x90\xb3\xb2\xf0\x91\xa2\xa0-\xf0\x91\xa3\x9f"
       "\xf0\x9e\xa4\x80-\xf0\x9e\xa5\x83]+",
-      "\\s?[!-/:-~\xef\xbc\x81-\xef\xbc\x8f\xef\xbc\x9a-\xef\xbd\x9e\xe2\x80\x98-\xe2\x80\x9f"
-      "\xe3\x80\x80-\xe3\x80\x82]+",
+      "\\s?(?:(?!\\s)[!-/:-~\xef\xbc\x81-\xef\xbc\x8f\xef\xbc\x9a-\xef\xbd\x9e\xe2\x80\x98-"
+      "\xe2\x80\x9f\xe3\x80\x80-\xe3\x80\x82])+",
       "\\s+$", RE_CJK, "\\p{N}+"}},
     {"deepseek-coder", false, false, {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", RE_CJK, "\\p{N}"}},
     {"deepseek-v3|hunyuan-dense",
@@ -104,29 +115,42 @@ static const struct pre_def k_pre[] = {
     {"command-r|smollm", false, false, {"\\p{N}", RE_GPT2}},
     /* gpt-neox: not a llama.cpp name; HF GPT-NeoX uses the GPT-2 ByteLevel regex */
     {"gpt-2|phi-2|jina-es|jina-de|gigachat|jina-v1-en|jina-v2-es|jina-v2-de|jina-v2-code|"
-     "roberta-bpe|mpt|olmo|jais|gpt-neox",
+     "roberta-bpe|mpt|olmo|jais|a.x-4.0|mellum|modern-bert|exaone4|gpt-neox",
      false,
      true,
      {RE_GPT2}},
     {"trillion", false, false, {RE_GPT2}},
-    {"qwen2|deepseek-r1-qwen|megrez", false, false, {RE_QWEN2}},
+    {"qwen2|deepseek-r1-qwen|kormo|f2llmv2", false, false, {RE_QWEN2}},
+    {"megrez", false, true, {RE_QWEN2}},
     {"stablelm2|hunyuan", false, true, {RE_QWEN2}},
     {"poro-chat", false, false, {RE_PORO}},
     {"bloom|gpt3-finnish", false, true, {RE_PORO}},
     {"viking", false, false, {RE_PORO, "\\p{N}"}},
+    /* tekken / gpt-4o: llama.cpp's adaptation of the HF regexes (std::regex has no
+     * \p{Lu}): "upper" = a letter that is not a-z, "lower" = a letter not A-Z */
     {"tekken",
      true,
      false,
-     {"[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|"
-      "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|"
+     {"[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+|"
+      "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*|"
       "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
-    {"gpt-4o|llama4",
+    {"gpt-4o|llama4|kanana2|talkie",
      false,
      false,
-     {"[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
-      "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"
-      "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}|"
-      " ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
+     {"[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+" RE_CONTR "?|"
+      "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*" RE_CONTR "?|"
+      "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
+    /* Qwen3.5: letters take combining marks */
+    {"qwen35",
+     false,
+     false,
+     {RE_CONTR "|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"
+               "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
+    {"seed-coder",
+     false,
+     false,
+     {RE_CONTR "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1}| ?[^\\s\\p{L}\\p{N}\\r\\n]+|"
+               "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
     {"chameleon",
      false,
      false,

@@ -2,9 +2,12 @@
  * Unicode lookups it needs.
  *
  * As llama.cpp's llm_tokenizer_wpm: the text is decoded (invalid bytes ->
- * U+FFFD), each code point replaced by the first code point of its NFD form
- * (which strips accents: "é" -> "e"), whitespace ends a word, NUL, U+FFFD and
- * control characters are dropped, everything is lowercased, and punctuation,
+ * U+FFFD); with strip_accents (tokenizer.ggml.normalizer.strip_accents, default
+ * = lowercase) each code point is replaced by the first code point of its NFD
+ * form ("é" -> "e") and combining marks are dropped; whitespace ends a word;
+ * NUL, U+FFFD and control characters are dropped; with lowercase
+ * (tokenizer.ggml.normalizer.lowercase, default true) letters are lowercased;
+ * punctuation,
  * ASCII symbols and CJK ideographs become one-character words. Each word,
  * prefixed with U+2581 (the GGUF form of a word start; "##" continuations are
  * stored bare), is cut greedily into the longest vocab matches from the
@@ -102,12 +105,15 @@ int tok_wpm_encode(const struct tokenizer *tok, const char *text, size_t len,
             tok_utf8_decode((const uint8_t *)text, len, &off, &cp);
         else
             off++; /* end: flush the last word */
-        cp = tok_nfd_head(cp);
+        if (tok->wpm_strip_accents)
+            cp = tok_nfd_head(cp);
         uint32_t cat = tok_ucat(cp);
         bool split = false, single = false;
         if (tok_is_whitespace(cp))
             split = true;
         else if (cp == 0 || cp == 0xfffd || (cat & TOK_UCAT_CONTROL))
+            continue;
+        else if (tok->wpm_strip_accents && (cat & TOK_UCAT_MARK))
             continue;
         else if ((cat & TOK_UCAT_PUNCT) || (cp < 0x7f && (cat & TOK_UCAT_SYMBOL)) || is_chinese(cp))
             split = single = true;
@@ -118,7 +124,7 @@ int tok_wpm_encode(const struct tokenizer *tok, const char *text, size_t len,
         if (rc || (split && !single))
             continue;
         char buf[4];
-        size_t k = tok_utf8_encode(tok_lower(cp), buf);
+        size_t k = tok_utf8_encode(tok->wpm_lowercase ? tok_lower(cp) : cp, buf);
         if (tok_buf_put(&w, buf, k)) {
             rc = STRATA_E_NOMEM;
             break;

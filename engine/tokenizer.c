@@ -363,115 +363,6 @@ static int cmp_i32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static const struct tokenizer *g_sort_tok; /* only during qsort in tokenizer_init_gguf */
-
-static int cmp_special(const void *a, const void *b) {
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    uint32_t lx = g_sort_tok->tokens[x].len, ly = g_sort_tok->tokens[y].len;
-    if (lx != ly)
-        return lx > ly ? -1 : 1;
-    return (x > y) - (x < y);
-}
-
-/* Token texts llama.cpp treats as end of turn / end of generation (by text);
- * the first present in this order becomes eot when the file names none
- * (llama.cpp takes whichever its hash map yields first). */
-static const char *const k_eot_texts[] = {
-    "<|eot_id|>",
-    "<|im_end|>",
-    "<|end|>",
-    "<end_of_turn>",
-    "<|endoftext|>",
-    "<|end_of_text|>",
-    "<EOT>",
-    "_<EOT>",
-    "<\xef\xbd\x9c"
-    "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
-    "<end_of_utterance>",
-};
-static const char *const k_eog_texts[] = {
-    "<|eot_id|>",    "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",        "<end_of_turn>",
-    "<|endoftext|>", "<|eom_id|>", "<EOT>",   "_<EOT>",     "<|end_of_text|>", "<end_of_utterance>",
-};
-
-static int32_t find_cstr(const struct tokenizer *tok, const char *s) {
-    return tok_lookup(tok, s, strlen(s));
-}
-
-static int setup_special(struct tokenizer *tok, const struct gguf_file *f) {
-    /* eot / eom by text, made control */
-    for (size_t i = 0; tok->eot < 0 && i < sizeof(k_eot_texts) / sizeof(*k_eot_texts); i++)
-        tok->eot = find_cstr(tok, k_eot_texts[i]);
-    if (tok->eot >= 0)
-        tok->tokens[tok->eot].attr = tok->tokens[tok->eot].attr & TOKENIZER_ATTR_CONTROL
-                                         ? tok->tokens[tok->eot].attr
-                                         : TOKENIZER_ATTR_CONTROL;
-    if (tok->eom < 0)
-        tok->eom = find_cstr(tok, "<|eom_id|>");
-    if (tok->eom >= 0 && !(tok->tokens[tok->eom].attr & TOKENIZER_ATTR_CONTROL))
-        tok->tokens[tok->eom].attr = TOKENIZER_ATTR_CONTROL;
-
-    size_t n_eog_max = sizeof(k_eog_texts) / sizeof(*k_eog_texts) + 3;
-    tok->eog = malloc(n_eog_max * sizeof(int32_t));
-    if (!tok->eog)
-        return STRATA_E_NOMEM;
-    for (size_t i = 0; i < sizeof(k_eog_texts) / sizeof(*k_eog_texts); i++) {
-        int32_t id = find_cstr(tok, k_eog_texts[i]);
-        if (id < 0)
-            continue;
-        tok->eog[tok->n_eog++] = id;
-        if (!(tok->tokens[id].attr & TOKENIZER_ATTR_CONTROL))
-            tok->tokens[id].attr = TOKENIZER_ATTR_CONTROL;
-    }
-    int32_t extra[3] = {tok->eos, tok->eot, tok->eom};
-    for (int i = 0; i < 3; i++)
-        if (extra[i] >= 0)
-            tok->eog[tok->n_eog++] = extra[i];
-    qsort(tok->eog, tok->n_eog, sizeof(int32_t), cmp_i32);
-
-    /* special-token cache: control, user-defined and unknown tokens, longest first */
-    size_t n = 0;
-    for (int32_t id = 0; id < tok->n_vocab; id++)
-        if (tok->tokens[id].attr &
-            (TOKENIZER_ATTR_CONTROL | TOKENIZER_ATTR_USER_DEFINED | TOKENIZER_ATTR_UNKNOWN))
-            n++;
-    tok->special = malloc((n ? n : 1) * sizeof(int32_t));
-    if (!tok->special)
-        return STRATA_E_NOMEM;
-    for (int32_t id = 0; id < tok->n_vocab; id++)
-        if (tok->tokens[id].attr &
-            (TOKENIZER_ATTR_CONTROL | TOKENIZER_ATTR_USER_DEFINED | TOKENIZER_ATTR_UNKNOWN))
-            tok->special[tok->n_special++] = id;
-    g_sort_tok = tok;
-    qsort(tok->special, tok->n_special, sizeof(int32_t), cmp_special);
-    g_sort_tok = NULL;
-
-    /* per-model attributes llama.cpp sets by name: Phi-3 special tokens eat the
-     * whitespace on their right, except <unk>, <s>, <|endoftext|> */
-    char name[256] = "";
-    gguf_get_str_buf(f, "general.name", name, sizeof(name), NULL);
-    for (char *p = name; *p; p++)
-        *p = (char)tolower((unsigned char)*p);
-    if (strstr(name, "phi-3") || strstr(name, "phi3")) {
-        for (size_t i = 0; i < tok->n_special; i++)
-            tok->tokens[tok->special[i]].attr |= TOKENIZER_ATTR_RSTRIP;
-        int32_t id = find_cstr(tok, "</s>");
-        if (id >= 0)
-            tok->tokens[id].attr |= TOKENIZER_ATTR_RSTRIP;
-        const char *keep[] = {"<unk>", "<s>", "<|endoftext|>"};
-        for (int i = 0; i < 3; i++)
-            if ((id = find_cstr(tok, keep[i])) >= 0)
-                tok->tokens[id].attr &= ~(uint32_t)TOKENIZER_ATTR_RSTRIP;
-    }
-    if (strstr(tok->pre_name, "jina-v2-de") || strstr(tok->pre_name, "jina-v2-es") ||
-        strstr(tok->pre_name, "jina-v2-code")) {
-        int32_t id = find_cstr(tok, "<mask>");
-        if (id >= 0)
-            tok->tokens[id].attr |= TOKENIZER_ATTR_LSTRIP;
-    }
-    return 0;
-}
-
 struct tokenizer *tokenizer_init_gguf(const struct gguf_file *f, struct strata_error *err) {
     if (!f) {
         strata_error_set(err, STRATA_E_INVALID, "tokenizer_init_gguf: NULL file");
@@ -546,19 +437,24 @@ struct tokenizer *tokenizer_init_gguf(const struct gguf_file *f, struct strata_e
     get_flag(f, "tokenizer.ggml.add_eos_token", &tok->add_eos);
     get_flag(f, "tokenizer.ggml.add_sep_token", &add_sep);
     tok->add_sep = add_sep;
+    /* BertNormalizer options: lowercase (default true); strip_accents defaults to it */
+    tok->wpm_lowercase = true;
+    get_flag(f, "tokenizer.ggml.normalizer.lowercase", &tok->wpm_lowercase);
+    tok->wpm_strip_accents = tok->wpm_lowercase;
+    get_flag(f, "tokenizer.ggml.normalizer.strip_accents", &tok->wpm_strip_accents);
 
     if (tok->kind == TOKENIZER_KIND_SPM) {
         for (int b = 0; b < 256; b++) {
             char buf[8];
             snprintf(buf, sizeof(buf), "<0x%02X>", b);
-            tok->byte_ids[b] = find_cstr(tok, buf);
+            tok->byte_ids[b] = tok_lookup(tok, buf, strlen(buf));
             if (tok->byte_ids[b] < 0) {
                 char raw = (char)b;
                 tok->byte_ids[b] = tok_lookup(tok, &raw, 1);
             }
         }
     }
-    if (setup_special(tok, f)) {
+    if (tok_setup_special(tok, f)) {
         strata_error_set(err, STRATA_E_NOMEM, "tokenizer: out of memory");
         goto fail;
     }
