@@ -6,31 +6,40 @@
 #include "cli/cli.h"
 #include "engine/gguf.h"
 #include "server/daemon.h"
+#include "server/sched.h"
 
-/* Checks the model file before the daemon says ready. The generation layer
- * (server/sched*.c, engineer g2) is not in the tree yet: until it is, this
- * returns no backend, so /v1/models lists nothing and completions answer 503
- * with an OpenAI error body. g2: build the scheduler here and fill *out. */
+/* Builds the generation layer (server/sched*.c, engineer g2): loads the
+ * model, warms it up and starts the scheduler thread before the daemon says
+ * ready. */
 static int serve_open(const struct config *cfg, struct gen_backend *out, struct strata_error *err) {
     const char *path = config_str(cfg, CONFIG_MODEL);
     if (!*path)
         return strata_error_set(err, STRATA_E_CONFIG,
                                 "no model: pass MODEL.gguf, --model or STRATA_MODEL");
-    struct gguf_file *f = gguf_open(path, err);
-    if (!f) {
+    struct sched_params sp = sched_params_default();
+    sp.model_path = path;
+    sp.n_threads = (int)config_int(cfg, CONFIG_THREADS);
+    sp.threads_source = config_source_name(config_source_of(cfg, CONFIG_THREADS));
+    sp.pool_spin = (int)config_int(cfg, CONFIG_POOL_SPIN);
+    sp.n_ctx = (int)config_int(cfg, CONFIG_CTX_SIZE);
+    sp.parallel = (int)config_int(cfg, CONFIG_PARALLEL);
+    sp.queue = (int)config_int(cfg, CONFIG_QUEUE);
+    struct sched *s = sched_init(&sp, err);
+    if (!s) {
         strata_error_prefix(err, "model '%s'", path);
-        return err ? err->code : STRATA_E_FORMAT;
+        return err && err->code ? err->code : STRATA_E_FORMAT;
     }
-    char arch[64] = "?";
-    gguf_get_str_buf(f, "general.architecture", arch, sizeof(arch), NULL);
-    fprintf(stderr, "strata serve: model %s (architecture %s) checked\n", path, arch);
-    fprintf(stderr, "strata serve: generation layer not built yet: completions answer 503\n");
-    gguf_close(f);
-    *out = (struct gen_backend){NULL, NULL};
+    fprintf(stderr, "strata serve: model %s loaded\n", path);
+    *out = (struct gen_backend){sched_gen_ops(), s};
     return 0;
 }
 
+static void serve_close(struct gen_backend *be) {
+    sched_free(be->self);
+    *be = (struct gen_backend){NULL, NULL};
+}
+
 int cli_serve_main(int argc, char **argv) {
-    static const struct daemon_hooks hooks = {"strata serve", serve_open, NULL};
+    static const struct daemon_hooks hooks = {"strata serve", serve_open, serve_close};
     return daemon_main(argc, argv, &hooks);
 }

@@ -1,0 +1,111 @@
+/* server/openai.h: the OpenAI protocol: request parsing/validation and the
+ * JSON of responses and stream chunks (chat.completion, text_completion,
+ * chat.completion.chunk).
+ *
+ *   struct openai_request rq;
+ *   char param[64];
+ *   if (openai_parse(&submit, "stories260K", n_vocab, &rq, param, sizeof(param), &err) < 0)
+ *       ... 400/404 with err.message and param ...
+ *   struct openai_ctx oc;
+ *   openai_ctx_init(&oc, rq.route, "stories260K", rq.stream_usage);
+ *   char *j = openai_chunk_delta(&oc, "Once", 4, NULL);   // owned: free()
+ *
+ * Validation follows OpenAI: wrong types and out-of-range values give
+ * STRATA_E_INVALID / STRATA_E_RANGE (400 invalid_request_error) with
+ * error.param naming the field ("messages[2].role", "temperature"); an
+ * unknown model gives STRATA_E_NOT_FOUND (404); fields strata does not
+ * implement (tools, functions, response_format other than text, n > 1,
+ * several prompts, echo, suffix, best_of > 1) give STRATA_E_UNSUPPORTED
+ * (400, code "unsupported") rather than being ignored. Unknown fields are
+ * ignored, as OpenAI does. JSON null counts as absent.
+ *
+ * Ownership: an openai_request owns its strings and a reference to the
+ * messages array (openai_request_free). Builders return malloc'd JSON text.
+ * Threading: no shared state; any thread.
+ */
+#ifndef STRATA_SERVER_OPENAI_H
+#define STRATA_SERVER_OPENAI_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/error.h"
+#include "engine/sampler.h"
+#include "server/gen.h"
+
+#define OPENAI_MAX_STOPS 4
+
+struct tokenizer;
+
+struct openai_request {
+    enum gen_route route;
+    bool stream;
+    bool stream_usage;             /* stream_options.include_usage (or the server's always-usage) */
+    json_t *messages;              /* chat: owned reference to the validated array; else NULL */
+    char *prompt;                  /* completion: owned, NUL-terminated; else NULL */
+    size_t prompt_len;             /* bytes */
+    int64_t max_tokens;            /* max_tokens / max_completion_tokens; -1 = up to the context */
+    bool logprobs;                 /* report logprobs */
+    int top_logprobs;              /* alternatives per token, 0..20 (completions: 0..5) */
+    struct sampler_params sp;      /* sp.bias points into bias */
+    struct sampler_bias *bias;     /* owned: (sp.n_bias) */
+    bool has_seed;                 /* false: the caller picks a fresh seed */
+    char *stops[OPENAI_MAX_STOPS]; /* owned */
+    int n_stops;
+};
+
+/* Parses and validates req->body. model_id: the served id; n_vocab bounds
+ * logit_bias keys. On failure: negative STRATA_E_*, err message, and param
+ * (the offending field, "" if none). On success *out must be released with
+ * openai_request_free(). */
+int openai_parse(const struct gen_submit *req, const char *model_id, int n_vocab,
+                 struct openai_request *out, char *param, size_t param_cap,
+                 struct strata_error *err);
+void openai_request_free(struct openai_request *rq); /* zeroes; NULL is a no-op */
+
+/* Identity shared by every chunk of one response. */
+struct openai_ctx {
+    enum gen_route route;
+    char id[48];     /* "chatcmpl-<hex>" / "cmpl-<hex>" */
+    int64_t created; /* unix seconds, fixed for the whole response */
+    char model[128];
+    bool usage_null; /* stream with usage: every chunk carries "usage": null */
+};
+void openai_ctx_init(struct openai_ctx *oc, enum gen_route route, const char *model,
+                     bool usage_null, uint64_t id_bits);
+
+/* Logprobs of the tokens of a response or chunk, in OpenAI's shape for the
+ * route: chat {content:[{token, logprob, bytes, top_logprobs}], refusal:null},
+ * completions {tokens, token_logprobs, top_logprobs:[{tok: lp}], text_offset}. */
+struct openai_logprobs;
+struct openai_logprobs *openai_logprobs_init(enum gen_route route); /* owned: _free */
+void openai_logprobs_free(struct openai_logprobs *lp);
+/* Adds one token: its sampler result; text_offset is the byte offset of the
+ * token's text in the completion (completions only). */
+int openai_logprobs_add(struct openai_logprobs *lp, const struct tokenizer *tok,
+                        const struct sampler_result *r, int n_top, size_t text_offset);
+bool openai_logprobs_empty(const struct openai_logprobs *lp);
+/* The JSON value built so far (borrowed) and a reset for the next chunk. */
+json_t *openai_logprobs_json(struct openai_logprobs *lp);
+void openai_logprobs_clear(struct openai_logprobs *lp);
+
+struct openai_usage {
+    int64_t prompt_tokens, completion_tokens, cached_tokens;
+};
+
+/* Builders (owned: free()); NULL on out of memory. lp may be NULL. */
+char *openai_chunk_role(const struct openai_ctx *oc);
+char *openai_chunk_delta(const struct openai_ctx *oc, const char *text, size_t len,
+                         struct openai_logprobs *lp);
+char *openai_chunk_finish(const struct openai_ctx *oc, const char *finish_reason);
+char *openai_chunk_usage(const struct openai_ctx *oc, const struct openai_usage *u);
+char *openai_response(const struct openai_ctx *oc, const char *text, size_t len,
+                      const char *finish_reason, struct openai_logprobs *lp,
+                      const struct openai_usage *u);
+
+/* The served model id for a file path: its basename without ".gguf". */
+void openai_model_id(const char *path, char *buf, size_t cap);
+
+#endif

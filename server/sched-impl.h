@@ -1,0 +1,103 @@
+/* server/sched-impl.h: scheduler internals shared by sched.c (thread, queue,
+ * batching, stats) and sched-session.c (prompt, sampling, events). */
+#ifndef STRATA_SERVER_SCHED_IMPL_H
+#define STRATA_SERVER_SCHED_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
+#include "server/openai.h"
+#include "server/sched.h"
+
+enum job_state { JOB_WAITING, JOB_PREFILL, JOB_DECODE };
+
+struct gen_job {
+    struct gen_job *next; /* incoming / waiting / active list link (scheduler) */
+    struct gen_sink sink;
+    atomic_bool cancelled;
+    struct openai_request rq;
+    struct openai_ctx oc;
+    enum job_state state;
+    /* session (scheduler thread only) */
+    int seq;         /* KV sequence, -1 while waiting */
+    int32_t *prompt; /* (n_prompt) token ids, owned */
+    int n_prompt;
+    int n_past;         /* positions in the KV sequence */
+    int64_t n_gen;      /* tokens generated */
+    int64_t max_tokens; /* effective limit */
+    int32_t last;       /* token to feed next */
+    int n_unsent;       /* tokens since the last DELTA */
+    size_t text_total;  /* bytes of detokenized text so far (logprob text_offset) */
+    struct sampler *smp;
+    struct stop_matcher *stop;
+    struct tokenizer_stream *detok;
+    struct openai_logprobs *lp;
+    char *text; /* non-stream: the completion so far */
+    size_t text_len, text_cap;
+    double t_first;            /* monotonic seconds of the first token */
+    const char *finish_reason; /* static: "stop" / "length"; NULL after an error */
+};
+
+struct sched_stats_rec {
+    pthread_mutex_t mu; /* held only to copy */
+    struct gen_stats st;
+};
+
+struct sched {
+    struct sched_params p;
+    char model_id[128];
+    struct pool *pool;
+    struct model *model;
+    struct kv_cache *kv;
+    struct tokenizer *tok;
+    struct chat_template *tmpl;
+    char bos_text[64], eos_text[64];
+    int n_vocab, n_ctx, n_batch;
+    float *logits;                     /* (n_batch, n_vocab) f32 */
+    struct model_batch_entry *entries; /* (n_batch) */
+    struct gen_job **row_job;          /* (n_batch) job of each logits row */
+    bool *seq_used;                    /* (parallel) */
+
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu; /* guards incoming and stop */
+    pthread_cond_t cond;
+    struct gen_job *incoming, *incoming_tail;
+    bool stop;
+    atomic_int n_inflight; /* submitted and not yet DONE */
+    atomic_uint_fast64_t id_counter;
+
+    /* scheduler thread only */
+    struct gen_job *waiting; /* FIFO */
+    struct gen_job *active;  /* list */
+    int n_active;
+    uint64_t tokens_prompt, tokens_generated;
+    double rate_t[32]; /* ring of (time, tokens_generated) samples for recent tok/s */
+    uint64_t rate_n[32];
+    int rate_head;
+
+    struct sched_stats_rec stats;
+};
+
+double sched_now(void);
+
+/* sched-session.c */
+/* Tokenizes the prompt, makes the sampler/detokenizer/stop matcher. On
+ * error sends ERROR (the caller then sends DONE). */
+int session_prepare(struct sched *s, struct gen_job *j, struct strata_error *err, char *param,
+                    size_t param_cap);
+/* One sampled logits row for a decoding job. Returns true when the job finished
+ * (FINISH/USAGE sent; the caller sends DONE). */
+bool session_on_logits(struct sched *s, struct gen_job *j, const float *logits);
+/* Sends ERROR then nothing else (the caller sends DONE). */
+void session_error(struct gen_job *j, int code, const char *msg, const char *param);
+/* Frees session state (not the job). */
+void session_clear(struct gen_job *j);
+void session_emit(struct gen_job *j, const struct gen_event *ev);
+/* Non-stream response body (owned: free()). */
+char *session_response(struct gen_job *j, const char *reason);
+
+#endif

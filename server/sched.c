@@ -1,0 +1,450 @@
+/* server/sched.c: the scheduler thread, the request queue, continuous
+ * batching and the gen_ops (see sched.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/gguf.h"
+#include "engine/kv.h"
+#include "engine/pool.h"
+#include "engine/template.h"
+#include "server/sched-impl.h"
+
+double sched_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+struct sched_params sched_params_default(void) {
+    return (struct sched_params){.pool_spin = 4000, .parallel = 4, .queue = 64};
+}
+
+/* ---- events that end a job ----------------------------------------------- */
+
+/* Sends DONE (with the body for a non-stream success) and forgets the job:
+ * after this the HTTP layer may release it at any moment. */
+static void job_done(struct sched *s, struct gen_job *j, bool ok) {
+    char *body = NULL;
+    if (ok && !j->rq.stream && j->finish_reason)
+        body = session_response(j, j->finish_reason);
+    if (j->seq >= 0) {
+        s->seq_used[j->seq] = false;
+        kv_seq_clear(s->kv, j->seq, NULL);
+        j->seq = -1;
+    }
+    session_clear(j);
+    atomic_fetch_sub(&s->n_inflight, 1);
+    struct gen_event ev = {.type = GEN_EV_DONE, .json = body, .json_len = body ? strlen(body) : 0};
+    session_emit(j, &ev);
+    free(body);
+}
+
+static void job_fail(struct sched *s, struct gen_job *j, int code, const char *msg,
+                     const char *param) {
+    session_error(j, code, msg, param);
+    j->finish_reason = NULL;
+    job_done(s, j, false);
+}
+
+/* ---- stats --------------------------------------------------------------- */
+
+static void publish_stats(struct sched *s, int n_waiting) {
+    double now = sched_now();
+    s->rate_t[s->rate_head] = now;
+    s->rate_n[s->rate_head] = s->tokens_generated;
+    s->rate_head = (s->rate_head + 1) % 32;
+    /* oldest sample within the last 5 s (the ring holds the last 32 steps) */
+    double rate = 0.0;
+    for (int k = 0; k < 32; k++) {
+        int i = (s->rate_head + k) % 32;
+        if (s->rate_t[i] > 0 && now - s->rate_t[i] <= 5.0) {
+            if (now > s->rate_t[i])
+                rate = (double)(s->tokens_generated - s->rate_n[i]) / (now - s->rate_t[i]);
+            break;
+        }
+    }
+    int64_t kv_used = 0;
+    for (struct gen_job *j = s->active; j; j = j->next)
+        kv_used += j->n_past;
+    pthread_mutex_lock(&s->stats.mu);
+    s->stats.st.n_active = s->n_active;
+    s->stats.st.n_queued = n_waiting;
+    s->stats.st.tokens_prompt = s->tokens_prompt;
+    s->stats.st.tokens_generated = s->tokens_generated;
+    s->stats.st.recent_tok_s = rate;
+    s->stats.st.kv_used = kv_used;
+    s->stats.st.pool_dispatches = s->pool ? pool_dispatch_count(s->pool) : 0;
+    pthread_mutex_unlock(&s->stats.mu);
+}
+
+/* ---- one step ------------------------------------------------------------ */
+
+static int count(const struct gen_job *j) {
+    int n = 0;
+    for (; j; j = j->next)
+        n++;
+    return n;
+}
+
+/* Drops cancelled jobs from a list (sending ERROR + DONE). */
+static void reap_cancelled(struct sched *s, struct gen_job **list, bool active) {
+    for (struct gen_job **pp = list; *pp;) {
+        struct gen_job *j = *pp;
+        if (atomic_load(&j->cancelled)) {
+            *pp = j->next;
+            if (active)
+                s->n_active--;
+            job_fail(s, j, STRATA_E_CANCELLED, "request cancelled", NULL);
+        } else {
+            pp = &j->next;
+        }
+    }
+}
+
+/* Moves waiting jobs into free KV sequences (tokenizing their prompts). */
+static void admit(struct sched *s) {
+    while (s->waiting && s->n_active < s->p.parallel) {
+        struct gen_job *j = s->waiting;
+        s->waiting = j->next;
+        j->next = NULL;
+        struct strata_error err = {0};
+        char param[64] = "";
+        if (session_prepare(s, j, &err, param, sizeof(param)) < 0) {
+            job_fail(s, j, err.code ? err.code : STRATA_E_INTERNAL, err.message, param);
+            continue;
+        }
+        int seq = 0;
+        while (s->seq_used[seq])
+            seq++;
+        s->seq_used[seq] = true;
+        j->seq = seq;
+        kv_seq_clear(s->kv, seq, NULL);
+        j->n_past = 0;
+        j->state = JOB_PREFILL;
+        /* append to the active list (admission order = prefill order) */
+        struct gen_job **pp = &s->active;
+        while (*pp)
+            pp = &(*pp)->next;
+        *pp = j;
+        s->n_active++;
+    }
+}
+
+/* Builds and runs one batch; then samples every output row. */
+static void step(struct sched *s) {
+    int n = 0, n_rows = 0;
+    for (struct gen_job *j = s->active; j; j = j->next) {
+        if (j->state != JOB_DECODE)
+            continue;
+        s->entries[n++] = (struct model_batch_entry){j->seq, j->n_past, j->last, true};
+        s->row_job[n_rows++] = j;
+    }
+    for (struct gen_job *j = s->active; j && n < s->n_batch; j = j->next) {
+        if (j->state != JOB_PREFILL)
+            continue;
+        int chunk = j->n_prompt - j->n_past;
+        if (chunk > s->n_batch - n)
+            chunk = s->n_batch - n;
+        for (int i = 0; i < chunk; i++) {
+            int pos = j->n_past + i;
+            bool last = pos == j->n_prompt - 1;
+            s->entries[n++] = (struct model_batch_entry){j->seq, pos, j->prompt[pos], last};
+            if (last)
+                s->row_job[n_rows++] = j;
+        }
+    }
+    if (n == 0)
+        return;
+    struct model_batch b = {s->entries, n};
+    struct strata_error err = {0};
+    int rc = model_forward(s->model, s->kv, &b, s->logits, &err);
+    if (rc < 0) {
+        /* fail every job that had entries in the batch */
+        for (struct gen_job **pp = &s->active; *pp;) {
+            struct gen_job *j = *pp;
+            *pp = j->next;
+            s->n_active--;
+            job_fail(s, j, rc, err.message, NULL);
+        }
+        return;
+    }
+    /* advance positions */
+    for (int i = 0; i < n; i++) {
+        for (struct gen_job *j = s->active; j; j = j->next) {
+            if (j->seq == s->entries[i].seq_id) {
+                j->n_past++;
+                if (j->state == JOB_PREFILL)
+                    s->tokens_prompt++;
+                break;
+            }
+        }
+    }
+    for (int r = 0; r < n_rows; r++) {
+        struct gen_job *j = s->row_job[r];
+        j->state = JOB_DECODE;
+        if (session_on_logits(s, j, s->logits + (size_t)r * s->n_vocab)) {
+            for (struct gen_job **pp = &s->active; *pp; pp = &(*pp)->next) {
+                if (*pp == j) {
+                    *pp = j->next;
+                    break;
+                }
+            }
+            s->n_active--;
+            if (j->finish_reason)
+                job_done(s, j, true);
+            else
+                job_done(s, j, false); /* ERROR already sent */
+        }
+    }
+}
+
+static void *sched_thread(void *arg) {
+    struct sched *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->stop && !s->incoming && !s->active && !s->waiting)
+            pthread_cond_wait(&s->cond, &s->mu);
+        bool stop = s->stop;
+        struct gen_job *in = s->incoming;
+        s->incoming = s->incoming_tail = NULL;
+        pthread_mutex_unlock(&s->mu);
+        /* append the new jobs to the waiting FIFO */
+        struct gen_job **pp = &s->waiting;
+        while (*pp)
+            pp = &(*pp)->next;
+        *pp = in;
+        if (stop) {
+            struct gen_job **lists[2] = {&s->waiting, &s->active};
+            for (int l = 0; l < 2; l++) {
+                while (*lists[l]) {
+                    struct gen_job *j = *lists[l];
+                    *lists[l] = j->next;
+                    job_fail(s, j, STRATA_E_CANCELLED, "server shutting down", NULL);
+                }
+            }
+            s->n_active = 0;
+            publish_stats(s, 0);
+            return NULL;
+        }
+        reap_cancelled(s, &s->waiting, false);
+        reap_cancelled(s, &s->active, true);
+        admit(s);
+        step(s);
+        publish_stats(s, count(s->waiting));
+    }
+}
+
+/* ---- gen_ops --------------------------------------------------------------- */
+
+static int op_submit(void *self, const struct gen_submit *req, struct gen_sink sink,
+                     struct gen_submit_out *out, struct strata_error *err) {
+    struct sched *s = self;
+    out->job = NULL;
+    out->error_param[0] = '\0';
+    struct gen_job *j = calloc(1, sizeof(*j));
+    if (!j)
+        return strata_error_set(err, STRATA_E_NOMEM, "out of memory");
+    int rc = openai_parse(req, s->model_id, s->n_vocab, &j->rq, out->error_param,
+                          sizeof(out->error_param), err);
+    if (rc < 0) {
+        free(j);
+        return rc;
+    }
+    int limit = s->p.parallel + s->p.queue;
+    int cur = atomic_load(&s->n_inflight);
+    do {
+        if (cur >= limit) {
+            openai_request_free(&j->rq);
+            free(j);
+            return strata_error_set(err, STRATA_E_QUEUE_FULL,
+                                    "server busy: %d requests in flight (parallel %d + queue %d)",
+                                    cur, s->p.parallel, s->p.queue);
+        }
+    } while (!atomic_compare_exchange_weak(&s->n_inflight, &cur, cur + 1));
+    j->sink = sink;
+    j->seq = -1;
+    atomic_init(&j->cancelled, false);
+    openai_ctx_init(&j->oc, req->route, s->model_id, j->rq.stream_usage,
+                    (uint64_t)time(NULL) << 24 ^ atomic_fetch_add(&s->id_counter, 1) * 2654435761u);
+    out->job = j;
+    pthread_mutex_lock(&s->mu);
+    if (s->incoming_tail)
+        s->incoming_tail->next = j;
+    else
+        s->incoming = j;
+    s->incoming_tail = j;
+    pthread_cond_signal(&s->cond);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+static void op_cancel(void *self, struct gen_job *job) {
+    (void)self;
+    if (job)
+        atomic_store(&job->cancelled, true);
+}
+
+static void op_release(void *self, struct gen_job *job) {
+    (void)self;
+    if (!job)
+        return;
+    session_clear(job); /* no-op after DONE; safety for a job that never ran */
+    free(job);
+}
+
+static void op_stats(void *self, struct gen_stats *out) {
+    struct sched *s = self;
+    pthread_mutex_lock(&s->stats.mu);
+    *out = s->stats.st;
+    pthread_mutex_unlock(&s->stats.mu);
+}
+
+static const struct gen_ops sched_ops = {op_submit, op_cancel, op_release, op_stats};
+const struct gen_ops *sched_gen_ops(void) {
+    return &sched_ops;
+}
+
+/* ---- life cycle ------------------------------------------------------------ */
+
+static void token_text(const struct tokenizer *tok, int32_t id, char *buf, size_t cap) {
+    buf[0] = '\0';
+    if (id == TOKENIZER_NULL)
+        return;
+    size_t len = 0;
+    const char *p = tokenizer_piece(tok, id, &len);
+    if (p && len < cap) {
+        memcpy(buf, p, len);
+        buf[len] = '\0';
+    }
+}
+
+static void quant_mix(const struct gguf_file *f, char *buf, size_t cap) {
+    (void)f;
+    snprintf(buf, cap, "%s", "");
+}
+
+struct sched *sched_init(const struct sched_params *params, struct strata_error *err) {
+    if (!params || !params->model_path || params->parallel < 1 || params->queue < 0) {
+        strata_error_set(err, STRATA_E_INVALID, "sched: model path and parallel >= 1 required");
+        return NULL;
+    }
+    struct sched *s = calloc(1, sizeof(*s));
+    if (!s) {
+        strata_error_set(err, STRATA_E_NOMEM, "out of memory");
+        return NULL;
+    }
+    s->p = *params;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cond, NULL);
+    pthread_mutex_init(&s->stats.mu, NULL);
+    atomic_init(&s->n_inflight, 0);
+    atomic_init(&s->id_counter, 1);
+    if (params->model_id && *params->model_id)
+        snprintf(s->model_id, sizeof(s->model_id), "%s", params->model_id);
+    else
+        openai_model_id(params->model_path, s->model_id, sizeof(s->model_id));
+    int n_threads = params->n_threads;
+    if (n_threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = n > 1 ? (int)n - 1 : 1;
+    }
+    if (n_threads > 32)
+        n_threads = 32;
+    struct pool_params pp = pool_params_default();
+    pp.n_threads = n_threads;
+    pp.spin = params->pool_spin;
+    if (!(s->pool = pool_init(&pp, err)))
+        goto fail;
+    struct model_params mp = model_params_default();
+    mp.pool = s->pool;
+    mp.n_ctx_max = params->n_ctx;
+    if (!(s->model = model_load(params->model_path, &mp, err)))
+        goto fail;
+    s->n_vocab = model_n_vocab(s->model);
+    s->n_ctx = model_n_ctx_max(s->model);
+    s->n_batch = params->n_batch > 0 ? params->n_batch : 512;
+    if (s->n_batch > model_n_batch_max(s->model))
+        s->n_batch = model_n_batch_max(s->model);
+    if (s->n_batch < s->p.parallel + 1)
+        s->p.parallel = s->n_batch - 1 > 0 ? s->n_batch - 1 : 1;
+    if (!(s->kv = model_kv_init(s->model, s->p.parallel, 0, err)))
+        goto fail;
+    const struct gguf_file *gf = model_gguf(s->model);
+    if (!(s->tok = tokenizer_init_gguf(gf, err)))
+        goto fail;
+    struct gguf_str src = {0};
+    if (gguf_find_kv(gf, "tokenizer.chat_template") >= 0 &&
+        gguf_get_str(gf, "tokenizer.chat_template", &src, NULL) == 0)
+        s->tmpl = template_parse(src.ptr, (size_t)src.len, NULL);
+    if (!s->tmpl) /* absent or unparsable: ChatML, as llama.cpp falls back */
+        s->tmpl = template_parse(template_chatml_source(), strlen(template_chatml_source()), err);
+    if (!s->tmpl)
+        goto fail;
+    token_text(s->tok, tokenizer_bos(s->tok), s->bos_text, sizeof(s->bos_text));
+    token_text(s->tok, tokenizer_eos(s->tok), s->eos_text, sizeof(s->eos_text));
+    s->logits = malloc((size_t)s->n_batch * (size_t)s->n_vocab * sizeof(float));
+    s->entries = malloc((size_t)s->n_batch * sizeof(*s->entries));
+    s->row_job = malloc((size_t)s->n_batch * sizeof(*s->row_job));
+    s->seq_used = calloc((size_t)s->p.parallel, sizeof(bool));
+    if (!s->logits || !s->entries || !s->row_job || !s->seq_used) {
+        strata_error_set(err, STRATA_E_NOMEM, "sched: out of memory for %d x %d logits", s->n_batch,
+                         s->n_vocab);
+        goto fail;
+    }
+    /* warm-up: one forward step before saying ready (STYLE.md 16) */
+    int32_t warm = tokenizer_bos(s->tok) != TOKENIZER_NULL ? tokenizer_bos(s->tok) : 0;
+    struct model_batch_entry e = {0, 0, warm, true};
+    struct model_batch b = {&e, 1};
+    if (model_forward(s->model, s->kv, &b, s->logits, err) < 0)
+        goto fail;
+    kv_seq_clear(s->kv, 0, NULL);
+
+    struct gen_stats *st = &s->stats.st;
+    st->ready = true;
+    snprintf(st->model_id, sizeof(st->model_id), "%s", s->model_id);
+    snprintf(st->architecture, sizeof(st->architecture), "%s", model_arch_name(s->model));
+    quant_mix(gf, st->quant_mix, sizeof(st->quant_mix));
+    st->n_ctx = s->n_ctx;
+    st->n_threads = n_threads;
+    snprintf(st->threads_source, sizeof(st->threads_source), "%s",
+             params->n_threads > 0 && params->threads_source ? params->threads_source
+                                                             : "available-1");
+    st->kv_total = (int64_t)s->n_ctx * s->p.parallel;
+    if (pthread_create(&s->thread, NULL, sched_thread, s) != 0) {
+        strata_error_set(err, STRATA_E_INTERNAL, "sched: cannot start the scheduler thread");
+        goto fail;
+    }
+    s->thread_started = true;
+    return s;
+fail:
+    sched_free(s);
+    return NULL;
+}
+
+void sched_free(struct sched *s) {
+    if (!s)
+        return;
+    if (s->thread_started) {
+        pthread_mutex_lock(&s->mu);
+        s->stop = true;
+        pthread_cond_signal(&s->cond);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->thread, NULL);
+    }
+    free(s->seq_used);
+    free(s->row_job);
+    free(s->entries);
+    free(s->logits);
+    template_free(s->tmpl);
+    tokenizer_free(s->tok);
+    kv_free(s->kv);
+    model_free(s->model);
+    pool_free(s->pool);
+    pthread_cond_destroy(&s->cond);
+    pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->stats.mu);
+    free(s);
+}

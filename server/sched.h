@@ -1,0 +1,51 @@
+/* server/sched.h: the scheduler: one thread that owns the engine (model,
+ * KV cache, worker pool) and serves every generation request through
+ * continuous batching. It implements server/gen.h's gen_ops.
+ *
+ *   struct sched_params sp = sched_params_default();
+ *   sp.model_path = "stories260K.gguf"; sp.parallel = 4; sp.queue = 64;
+ *   struct sched *s = sched_init(&sp, &err);      // loads, warms up, starts the thread
+ *   struct gen_backend be = {sched_gen_ops(), s};
+ *   ... serve ...
+ *   sched_free(s);   // every live job gets GEN_EV_DONE (after ERROR "cancelled")
+ *
+ * Each step builds one model_forward batch: one token for every decoding
+ * session plus prefill chunks of admitted sessions, at most n_batch entries
+ * in all (decoders first, so a long prompt never stalls running streams).
+ * Sessions join and leave between steps. At most `parallel` sessions hold a
+ * KV sequence; up to `queue` more requests wait; beyond that submit answers
+ * STRATA_E_QUEUE_FULL (HTTP 429). A cancelled job (client gone, shutdown) is
+ * dropped at the start of the next step and its sequence reused.
+ *
+ * Threading: sched_init/sched_free from one controlling thread; the gen_ops
+ * follow gen.h's contract (submit/cancel/release/stats from any thread,
+ * events on the scheduler thread).
+ */
+#ifndef STRATA_SERVER_SCHED_H
+#define STRATA_SERVER_SCHED_H
+
+#include "engine/error.h"
+#include "server/gen.h"
+
+struct sched_params {
+    const char *model_path;     /* borrowed for sched_init */
+    const char *model_id;       /* borrowed; NULL = file name without .gguf */
+    int n_threads;              /* compute threads; 0 = available CPUs - 1 (at least 1), max 32 */
+    const char *threads_source; /* for /status: "cli", "env", ... ("auto" when n_threads 0) */
+    int pool_spin;              /* worker spin before parking */
+    int n_ctx;                  /* per-session context; 0 = the model's trained context */
+    int parallel;               /* sessions decoding at once (KV sequences), >= 1 */
+    int queue;                  /* requests waiting beyond parallel */
+    int n_batch;                /* entries per step (token budget); 0 = min(512, model max) */
+};
+struct sched_params sched_params_default(void);
+
+struct sched;
+/* owned: free with sched_free() */
+struct sched *sched_init(const struct sched_params *params, struct strata_error *err);
+void sched_free(struct sched *s); /* NULL is a no-op */
+
+/* {submit, cancel, release, stats} for gen_backend.ops (static). */
+const struct gen_ops *sched_gen_ops(void);
+
+#endif
