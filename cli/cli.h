@@ -19,5 +19,6 @@ int cli_serve_main(int argc, char **argv); /* cli/cmd-serve.c */
 int cli_tokenize_main(int argc, char **argv);      /* cli/cmd-tokenize.c */
 int cli_detokenize_main(int argc, char **argv);    /* cli/cmd-tokenize.c */
 int cli_template_main(int argc, char **argv); /* cli/cmd-template.c */
+int cli_run_main(int argc, char **argv);       /* cli/cmd-run.c */
 
 #endif

@@ -14,6 +14,8 @@ static const struct cli_command commands[] = {
      cli_gguf_main},
     {"tokenize", "text -> token ids (tokenize -m MODEL.gguf [--json] TEXT|-)", cli_tokenize_main},
     {"detokenize", "token ids -> text (detokenize -m MODEL.gguf ID...)", cli_detokenize_main},
+    {"run", "generate from a prompt on the CPU engine (run -m MODEL.gguf -p PROMPT [-n N])",
+     cli_run_main},
 };
 
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
