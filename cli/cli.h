@@ -13,6 +13,7 @@ int cli_gguf_main(int argc, char **argv);
 /* `strata gguf synth` (cli/cmd-synth.c), `strata gguf quantize` (cli/cmd-quantize.c) */
 int cli_gguf_synth_main(int argc, char **argv);
 int cli_gguf_quantize_main(int argc, char **argv);
+int cli_gguf_vocab_main(int argc, char **argv); /* `strata gguf vocab-from-hf` (cli/cmd-vocab.c) */
 int cli_gguf_synth_main(int argc, char **argv);    /* cli/cmd-synth.c */
 int cli_gguf_quantize_main(int argc, char **argv); /* cli/cmd-quantize.c */
 int cli_serve_main(int argc, char **argv); /* cli/cmd-serve.c */

@@ -26,6 +26,8 @@ static const struct gguf_subcommand gguf_subcommands[] = {
     {"info", "FILE: metadata, tensors, totals and architecture summary", gguf_info_main},
     {"synth", "--preset P --type RECIPE --out FILE: random-weight model", cli_gguf_synth_main},
     {"quantize", "IN OUT TYPE: requantize with a llama-quantize recipe", cli_gguf_quantize_main},
+    {"vocab-from-hf", "TOKENIZER.json --out FILE: vocab-only GGUF from Hugging Face files",
+     cli_gguf_vocab_main},
 };
 
 #define N_GGUF_SUBCOMMANDS (sizeof(gguf_subcommands) / sizeof(gguf_subcommands[0]))
