@@ -133,10 +133,21 @@ int kernels_supports(enum quant_type wtype) {
     return kern_ref_has_dot(wtype);
 }
 
+/* Shapes a kernel can run on: a known type, whole blocks per row, rows at
+ * least that long, an in-range row interval. Anything else is a caller bug;
+ * the kernels then leave y untouched rather than read out of bounds. */
+static int kern_shape_ok(const struct kern_mat *w, int64_t n_tok, int64_t r0, int64_t r1) {
+    if (!w || (unsigned)w->type >= QUANT_TYPE_COUNT || n_tok <= 0 || r0 < 0 || r0 >= r1 ||
+        r1 > w->n_rows || w->n_cols <= 0)
+        return 0;
+    size_t rs = quant_row_size(w->type, w->n_cols);
+    return rs != 0 && w->row_bytes >= rs;
+}
+
 void kernels_matmul(const struct kern_mat *w, const void *xq, size_t xq_stride, int64_t n_tok,
                     float *y, int64_t ldy, int64_t r0, int64_t r1) {
     kernels_init();
-    if ((unsigned)w->type >= QUANT_TYPE_COUNT || r0 >= r1 || n_tok <= 0)
+    if (!kern_shape_ok(w, n_tok, r0, r1))
         return;
     kern_matmul_fn f =
         kern_tables[atomic_load_explicit(&kern_active, memory_order_relaxed)].matmul[w->type];
@@ -147,7 +158,7 @@ void kernels_matmul(const struct kern_mat *w, const void *xq, size_t xq_stride, 
 void kernels_matmul_ref(const struct kern_mat *w, const void *xq, size_t xq_stride, int64_t n_tok,
                         float *y, int64_t ldy, int64_t r0, int64_t r1) {
     kernels_init();
-    if ((unsigned)w->type >= QUANT_TYPE_COUNT || r0 >= r1 || n_tok <= 0)
+    if (!kern_shape_ok(w, n_tok, r0, r1))
         return;
     kern_matmul_fn f = kern_tables[KERNELS_ISA_REF].matmul[w->type];
     if (f)

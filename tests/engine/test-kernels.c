@@ -266,6 +266,20 @@ START_TEST(test_act_edge_cases) {
     for (uint32_t h = 0; h < 0x7c00; h++)
         ck_assert_uint_eq(kern_f32_to_f16(kern_f16_to_f32((uint16_t)h)), h);
     ck_assert_float_eq(kern_bf16_to_f32(kern_f32_to_bf16(1.5f)), 1.5f);
+    /* Malformed shapes leave y untouched instead of reading out of bounds. */
+    uint8_t wq[18 * 4] = {0};
+    float yy[4] = {7, 7, 7, 7};
+    struct kern_mat bad = {wq, QUANT_Q4_0, 2, 48, 36}; /* 48 is not a multiple of 32 */
+    kernels_matmul(&bad, q, 34, 1, yy, 2, 0, 2);
+    bad = (struct kern_mat){wq, QUANT_Q4_0, 2, 64, 20}; /* row_bytes < 36 */
+    kernels_matmul(&bad, q, 68, 1, yy, 2, 0, 2);
+    bad = (struct kern_mat){wq, QUANT_Q4_0, 2, 64, 36};
+    kernels_matmul(&bad, q, 68, 1, yy, 2, 1, 3); /* r1 > n_rows */
+    kernels_matmul(&bad, q, 68, 1, yy, 2, -1, 1);
+    bad.type = (enum quant_type)77;
+    kernels_matmul(&bad, q, 68, 1, yy, 2, 0, 2);
+    for (int i = 0; i < 4; i++)
+        ck_assert_float_eq(yy[i], 7.0f);
     /* Forcing above what the CPU has clamps. */
     kernels_isa_force(KERNELS_ISA_AVX512_VNNI);
     ck_assert_int_eq(kernels_isa_active(), kernels_isa_detected());
