@@ -18,7 +18,7 @@ static void synth_usage(FILE *out) {
             "         [--n-embd N] [--n-layer N] [--n-head N] [--n-head-kv N] [--head-dim N]\n"
             "         [--n-ff N] [--n-vocab N] [--n-expert N] [--n-expert-used N]\n"
             "         [--n-ff-exp N] [--ctx N] [--rope-base F] [--rms-eps F] [--tied|--untied]\n"
-            "         [--name S]\n\n"
+            "         [--name S] [--exact-quant]\n\n"
             "Writes a complete random-weight model (llama.cpp tensor names, shapes and\n"
             "keys). The preset (default tiny) sets arch and geometry; flags override.\n"
             "archs: llama (dense, or Mixtral-style MoE with --n-expert), qwen2 (QKV bias),\n"
@@ -33,7 +33,9 @@ static void synth_usage(FILE *out) {
                  "(tokenizer.ggml.model gpt2) of --n-vocab tokens is written.\n"
                  "--route-skew zipf:S (MoE): router weights are biased so expert popularity\n"
                  "follows ~rank^-S (a shared direction in the embeddings carries a per-expert\n"
-                 "logit bias -S*ln(rank); ranks are a seeded permutation per layer).\n");
+                 "logit bias -S*ln(rank); ranks are a seeded permutation per layer).\n"
+                 "--exact-quant: quantize every f32 row with ggml's reference quantizers\n"
+                 "(default: Q4_K/Q5_K/Q6_K matrices are drawn as random codes, ~10x faster).\n");
 }
 
 static int parse_i64(const char *flag, const char *s, int64_t *out) {
@@ -96,6 +98,10 @@ int cli_gguf_synth_main(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             synth_usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--exact-quant")) {
+            p.exact_quant = true;
+            continue;
         }
         if (!strcmp(a, "--tied") || !strcmp(a, "--untied")) {
             tied = !strcmp(a, "--tied");

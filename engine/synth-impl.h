@@ -20,6 +20,11 @@ static inline float synth_rng_sym(struct synth_rng *r) {
     return (float)((int64_t)synth_rng_next(r) >> 11) * (1.0f / 4503599627370496.0f);
 }
 
+/* Writes a uniform random row of a K-quant type (Q4_K, Q5_K, Q6_K) with
+ * standard deviation std directly as codes (synth-direct.c). Returns 0, or
+ * 1 when the type / length is not handled (use quant_quantize_row). */
+int synth_direct_row(uint32_t type, float std, struct synth_rng *r, void *dst, int64_t n);
+
 /* Writes the tokenizer.* KVs: copied from p->vocab_from when set, else the
  * built-in vocabulary of n_vocab tokens. *n_vocab_out is the token count. */
 int synth_vocab_write(struct gguf_writer *w, const struct synth_params *p, int64_t *n_vocab_out,

@@ -348,6 +348,10 @@ static int gen_row(void *vctx, int64_t row, float *x, void *dst) {
         scale = sqrt3 / sqrtf((float)n);
         break;
     }
+    if (!c->p->exact_quant &&
+        (t->kind == GEN_MAT || t->kind == GEN_MAT_OUT || (t->kind == GEN_EMBD && !c->u)) &&
+        synth_direct_row(t->type, scale / sqrt3, &r, dst, n) == 0)
+        return 0;
     for (int64_t i = 0; i < n; i++)
         x[i] = scale * synth_rng_sym(&r);
     if (t->kind == GEN_EMBD && c->u) {

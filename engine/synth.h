@@ -36,6 +36,10 @@
  * sublayer). The router's random part has logit std ~1, so top-k selection
  * behaves like sampling with weights ~exp(b) = r^-S: Zipf-like, not exact.
  *
+ * Speed: Q4_K/Q5_K/Q6_K matrices are drawn directly as random codes with the
+ * same standard deviation (engine/synth-direct.c) unless exact_quant is set:
+ * ggml's reference K-quant search costs 40-66 ns a weight.
+ *
  * Threading: functions are reentrant; synth_write uses p->n_threads threads.
  */
 #ifndef STRATA_SYNTH_H
@@ -69,6 +73,8 @@ struct synth_params {
     double route_skew;                  /* Zipf exponent S (MoE); 0 = no skew */
     const struct gguf_file *vocab_from; /* borrowed; NULL = built-in byte-level BPE vocab */
     int n_threads;                      /* >= 1 */
+    bool exact_quant; /* false: random K-quant rows are drawn as codes (synth-direct.c, ~10x
+                         faster); true: every row is f32 through quant_quantize_row */
 };
 
 struct synth_report {
