@@ -1,0 +1,188 @@
+/* tests/server/test-openai.c: OpenAI request validation and response JSON
+ * (server/openai.c, server/openai-json.c) without a model. */
+#include "server/openai.h"
+#include "tests/harness.h"
+
+/* Parses body text for route; returns the code, fills param. */
+static int parse(enum gen_route route, const char *text, struct openai_request *rq, char *param) {
+    json_error_t je;
+    json_t *body = json_loads(text, 0, &je);
+    ck_assert_msg(body != NULL, "bad test JSON: %s", text);
+    struct gen_submit req = {route, body, false, false};
+    struct strata_error err = {0};
+    int rc = openai_parse(&req, "m", 512, rq, param, 64, &err);
+    json_decref(body);
+    return rc;
+}
+
+static void expect_err(enum gen_route route, const char *text, int code, const char *param) {
+    struct openai_request rq;
+    char p[64];
+    int rc = parse(route, text, &rq, p);
+    ck_assert_msg(rc == code, "%s: rc %d, want %d", text, rc, code);
+    ck_assert_msg(strcmp(p, param) == 0, "%s: param '%s', want '%s'", text, p, param);
+}
+
+#define CHAT GEN_ROUTE_CHAT
+#define CMPL GEN_ROUTE_COMPLETION
+#define MSG "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
+
+START_TEST(valid_chat) {
+    struct openai_request rq;
+    char p[64];
+    ck_assert_int_eq(parse(CHAT,
+                           "{\"model\":\"m\"," MSG ",\"temperature\":0.5,\"top_p\":0.9,\"top_k\":7,"
+                           "\"min_p\":0.1,\"seed\":-3,\"stop\":[\"a\",\"b\"],\"max_tokens\":9,"
+                           "\"logprobs\":true,\"top_logprobs\":4,\"logit_bias\":{\"5\":-100},"
+                           "\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+                           "\"user\":\"u\",\"unknown_field\":{\"x\":1},\"tools\":[]}",
+                           &rq, p),
+                     0);
+    ck_assert(rq.stream && rq.stream_usage && rq.logprobs);
+    ck_assert_int_eq(rq.top_logprobs, 4);
+    ck_assert_int_eq(rq.sp.n_top_logprobs, 4);
+    ck_assert_int_eq(rq.sp.top_k, 7);
+    ck_assert_double_eq_tol(rq.sp.temperature, 0.5, 1e-6);
+    ck_assert(rq.has_seed && rq.sp.seed == (uint64_t)-3);
+    ck_assert_int_eq(rq.n_stops, 2);
+    ck_assert_int_eq(rq.max_tokens, 9);
+    ck_assert_int_eq(rq.sp.n_bias, 1);
+    ck_assert_int_eq(rq.sp.bias[0].token, 5);
+    ck_assert_ptr_nonnull(rq.messages);
+    openai_request_free(&rq);
+    /* content parts and a content-less assistant message */
+    ck_assert_int_eq(parse(CHAT,
+                           "{\"model\":\"m\",\"messages\":[{\"role\":\"developer\",\"content\":[{"
+                           "\"type\":\"text\",\"text\":\"a\"}]},{\"role\":\"assistant\"},{"
+                           "\"role\":\"user\",\"content\":\"x\"}],\"stream\":false,"
+                           "\"stream_options\":{\"include_usage\":true}}",
+                           &rq, p),
+                     0);
+    ck_assert(!rq.stream_usage); /* only streams carry a usage chunk */
+    openai_request_free(&rq);
+}
+END_TEST
+
+START_TEST(valid_completion) {
+    struct openai_request rq;
+    char p[64];
+    ck_assert_int_eq(
+        parse(CMPL, "{\"model\":\"m\",\"prompt\":[\"abc\"],\"logprobs\":3,\"stop\":\"x\"}", &rq, p),
+        0);
+    ck_assert_str_eq(rq.prompt, "abc");
+    ck_assert(rq.logprobs);
+    ck_assert_int_eq(rq.top_logprobs, 3);
+    ck_assert_int_eq(rq.max_tokens, -1);
+    ck_assert(!rq.has_seed);
+    openai_request_free(&rq);
+}
+END_TEST
+
+START_TEST(invalid_requests) {
+    expect_err(CHAT, "{\"model\":\"other\"," MSG "}", STRATA_E_NOT_FOUND, "model");
+    expect_err(CHAT, "{" MSG "}", STRATA_E_INVALID, "model");
+    expect_err(CHAT, "{\"model\":\"m\"}", STRATA_E_INVALID, "messages");
+    expect_err(CHAT, "{\"model\":\"m\",\"messages\":[]}", STRATA_E_INVALID, "messages");
+    expect_err(CHAT, "{\"model\":\"m\",\"messages\":{}}", STRATA_E_INVALID, "messages");
+    expect_err(CHAT,
+               "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":"
+               "\"bot\",\"content\":\"x\"}]}",
+               STRATA_E_INVALID, "messages[1].role");
+    expect_err(CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\"}]}", STRATA_E_INVALID,
+               "messages[0].content");
+    expect_err(CHAT,
+               "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_"
+               "url\"}]}]}",
+               STRATA_E_UNSUPPORTED, "messages[0].content[0].type");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"temperature\":2.5}", STRATA_E_RANGE,
+               "temperature");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"temperature\":\"hot\"}", STRATA_E_INVALID,
+               "temperature");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"top_p\":1.5}", STRATA_E_RANGE, "top_p");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"presence_penalty\":-3}", STRATA_E_RANGE,
+               "presence_penalty");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"frequency_penalty\":3}", STRATA_E_RANGE,
+               "frequency_penalty");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"max_tokens\":0}", STRATA_E_RANGE, "max_tokens");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"max_tokens\":1.5}", STRATA_E_INVALID,
+               "max_tokens");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"stream\":1}", STRATA_E_INVALID, "stream");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}",
+               STRATA_E_RANGE, "stop");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"stop\":[1]}", STRATA_E_INVALID, "stop");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"logit_bias\":{\"512\":1}}", STRATA_E_RANGE,
+               "logit_bias");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"logit_bias\":{\"1\":101}}", STRATA_E_RANGE,
+               "logit_bias");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"logit_bias\":{\"x\":1}}", STRATA_E_RANGE,
+               "logit_bias");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"top_logprobs\":3}", STRATA_E_INVALID,
+               "top_logprobs");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"logprobs\":true,\"top_logprobs\":21}",
+               STRATA_E_RANGE, "top_logprobs");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"n\":2}", STRATA_E_UNSUPPORTED, "n");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"tools\":[{\"type\":\"function\"}]}",
+               STRATA_E_UNSUPPORTED, "tools");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"response_format\":{\"type\":\"json_schema\"}}",
+               STRATA_E_UNSUPPORTED, "response_format");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"user\":5}", STRATA_E_INVALID, "user");
+    expect_err(CMPL, "{\"model\":\"m\"}", STRATA_E_INVALID, "prompt");
+    expect_err(CMPL, "{\"model\":\"m\",\"prompt\":[\"a\",\"b\"]}", STRATA_E_UNSUPPORTED, "prompt");
+    expect_err(CMPL, "{\"model\":\"m\",\"prompt\":[1,2]}", STRATA_E_UNSUPPORTED, "prompt");
+    expect_err(CMPL, "{\"model\":\"m\",\"prompt\":\"a\",\"logprobs\":6}", STRATA_E_RANGE,
+               "logprobs");
+    expect_err(CMPL, "{\"model\":\"m\",\"prompt\":\"a\",\"echo\":true}", STRATA_E_UNSUPPORTED,
+               "echo");
+}
+END_TEST
+
+START_TEST(chunk_json) {
+    struct openai_ctx oc;
+    openai_ctx_init(&oc, CHAT, "m", true, 0xabc);
+    char *s = openai_chunk_role(&oc);
+    json_t *j = json_loads(s, 0, NULL);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "object")), "chat.completion.chunk");
+    ck_assert_str_eq(json_string_value(json_object_get(j, "id")), "chatcmpl-0000000000000abc");
+    ck_assert(json_is_null(json_object_get(j, "usage")));
+    json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(ch, "delta"), "role")),
+                     "assistant");
+    ck_assert(json_is_null(json_object_get(ch, "finish_reason")));
+    json_decref(j);
+    free(s);
+    struct openai_usage u = {5, 7, 0};
+    s = openai_chunk_usage(&oc, &u);
+    j = json_loads(s, 0, NULL);
+    ck_assert_int_eq(json_array_size(json_object_get(j, "choices")), 0);
+    ck_assert_int_eq(
+        json_integer_value(json_object_get(json_object_get(j, "usage"), "total_tokens")), 12);
+    json_decref(j);
+    free(s);
+    openai_ctx_init(&oc, CMPL, "m", false, 1);
+    s = openai_response(&oc, "hi", 2, "stop", NULL, &u);
+    j = json_loads(s, 0, NULL);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "object")), "text_completion");
+    ch = json_array_get(json_object_get(j, "choices"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(ch, "text")), "hi");
+    ck_assert_str_eq(json_string_value(json_object_get(ch, "finish_reason")), "stop");
+    ck_assert_ptr_nonnull(json_object_get(json_object_get(j, "usage"), "prompt_tokens_details"));
+    json_decref(j);
+    free(s);
+    char id[64];
+    openai_model_id("/a/b/stories260K.gguf", id, sizeof(id));
+    ck_assert_str_eq(id, "stories260K");
+}
+END_TEST
+
+static Suite *openai_suite(void) {
+    Suite *s = suite_create("openai");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, valid_chat);
+    tcase_add_test(tc, valid_completion);
+    tcase_add_test(tc, invalid_requests);
+    tcase_add_test(tc, chunk_json);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+STRATA_TEST_MAIN("openai", openai_suite)
