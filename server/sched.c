@@ -162,7 +162,7 @@ static void step(struct sched *s) {
     struct strata_error err = {0};
     int rc = model_forward(s->model, s->kv, &b, s->logits, &err);
     if (rc < 0) {
-        /* fail every job that had entries in the batch */
+        /* the batch is all-or-nothing (model_forward validates first): fail every active job */
         for (struct gen_job **pp = &s->active; *pp;) {
             struct gen_job *j = *pp;
             *pp = j->next;
