@@ -38,6 +38,10 @@ const char *config_source_name(enum config_source src) {
         return "env";
     case CONFIG_SOURCE_CLI:
         return "cli";
+    case CONFIG_SOURCE_CGROUP:
+        return "cgroup";
+    case CONFIG_SOURCE_AFFINITY:
+        return "affinity";
     }
     return "?";
 }
@@ -51,6 +55,9 @@ static const char *where(enum config_source src, const struct config_option *o) 
         return o->env;
     case CONFIG_SOURCE_FILE:
         return "the config file";
+    case CONFIG_SOURCE_CGROUP:
+    case CONFIG_SOURCE_AFFINITY:
+        return "the CPU limits";
     default:
         return "the default";
     }
@@ -281,6 +288,13 @@ fail:
     config_free(cli);
     config_free(cfg);
     return NULL;
+}
+
+int config_derive(struct config *cfg, enum config_id id, const char *value, enum config_source src,
+                  struct strata_error *err) {
+    if (!cfg || id < 0 || id >= CONFIG_N_OPTIONS || !value)
+        return strata_error_set(err, STRATA_E_INVALID, "config_derive: bad arguments");
+    return config_set(cfg, id, value, src, err);
 }
 
 void config_free(struct config *cfg) {

@@ -80,7 +80,15 @@ enum config_type {
     X(POOL_SPIN, "pool-spin", "STRATA_POOL_SPIN", "--pool-spin", CONFIG_TYPE_INT, 0, 100000000,    \
       "4000", "worker spin iterations before parking (DESIGN.md: 4000 best)")                      \
     X(LOG_LEVEL, "log-level", "STRATA_LOG_LEVEL", "--log-level", CONFIG_TYPE_LEVEL, 0, 3, "info",  \
-      "error|warn|info|debug")
+      "error|warn|info|debug")                                                                     \
+    X(SYS_ROOT, "sys-root", "STRATA_SYS_ROOT", "--sys-root", CONFIG_TYPE_PATH, 0, 0, "/",          \
+      "where /proc and /sys/fs/cgroup are read from (CPU and memory limits; tests)")               \
+    X(NOTIFY_SOCKET, "notify-socket", "NOTIFY_SOCKET", "--notify-socket", CONFIG_TYPE_STRING, 0,   \
+      0, "", "systemd notify socket (set by systemd for Type=notify)")                             \
+    X(WATCHDOG_USEC, "watchdog-usec", "WATCHDOG_USEC", "--watchdog-usec", CONFIG_TYPE_INT, 0,      \
+      1000000000000000, "0", "systemd watchdog interval in us (set by WatchdogSec=)")              \
+    X(WATCHDOG_PID, "watchdog-pid", "WATCHDOG_PID", "--watchdog-pid", CONFIG_TYPE_INT, 0, 4194304, \
+      "0", "pid the watchdog is meant for (set by systemd; 0 = us)")
 
 enum config_id {
 #define CONFIG_ENUM(id, name, env, flag, type, min, max, def, doc) CONFIG_##id,
@@ -94,6 +102,9 @@ enum config_source {
     CONFIG_SOURCE_FILE,
     CONFIG_SOURCE_ENV,
     CONFIG_SOURCE_CLI,
+    /* Derived at start-up from the system (config_derive), e.g. threads: */
+    CONFIG_SOURCE_CGROUP,   /* the cgroup CPU quota */
+    CONFIG_SOURCE_AFFINITY, /* the CPU affinity mask */
 };
 
 struct config_option {
@@ -127,6 +138,13 @@ bool config_bool(const struct config *cfg, enum config_id id);
 const char *config_str(const struct config *cfg, enum config_id id); /* borrowed; any type */
 enum config_source config_source_of(const struct config *cfg, enum config_id id);
 const char *config_source_name(enum config_source src); /* "default", "file", "env", "cli" */
+/* Replaces an option's value with one derived from the system (an "auto"
+ * setting resolved at start-up: threads from the CPU limits), recorded with
+ * src (CONFIG_SOURCE_CGROUP / _AFFINITY) so --print-config and /status say
+ * where it came from. Validated like any value. Call before the config is
+ * shared with other threads. */
+int config_derive(struct config *cfg, enum config_id id, const char *value, enum config_source src,
+                  struct strata_error *err);
 
 /* `name = value  (source)` for every option; api keys are masked. */
 void config_print(const struct config *cfg, FILE *out);

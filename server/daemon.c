@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "engine/sysinfo.h"
 #include "server/auth.h"
+#include "server/notify.h"
 #include "server/server.h"
 
 static void usage(const char *prog, FILE *out) {
@@ -17,6 +19,24 @@ static void usage(const char *prog, FILE *out) {
             "  --print-config       print every effective value and its source, then exit\n",
             prog);
     config_print_help(out);
+}
+
+/* threads = 0 (auto) becomes available - 1 from the affinity mask and the
+ * cgroup CPU quota, with "cgroup"/"affinity" as its source (sysinfo.h). */
+static int resolve_threads(struct config *cfg, struct sysinfo_limits *lim,
+                           struct strata_error *err) {
+    struct sysinfo_params sp = sysinfo_params_default();
+    sp.root = config_str(cfg, CONFIG_SYS_ROOT);
+    if (sysinfo_read(&sp, lim, err))
+        return err ? err->code : STRATA_E_INVALID;
+    if (config_int(cfg, CONFIG_THREADS) > 0)
+        return 0;
+    const char *src = NULL;
+    char text[16];
+    snprintf(text, sizeof(text), "%d", sysinfo_effective_threads(0, NULL, lim, &src));
+    return config_derive(cfg, CONFIG_THREADS, text,
+                         !strcmp(src, "cgroup") ? CONFIG_SOURCE_CGROUP : CONFIG_SOURCE_AFFINITY,
+                         err);
 }
 
 int daemon_main(int argc, char **argv, const struct daemon_hooks *hooks) {
@@ -45,6 +65,12 @@ int daemon_main(int argc, char **argv, const struct daemon_hooks *hooks) {
         fprintf(stderr, "%s: %s\n", prog, err.message);
         return 2;
     }
+    struct sysinfo_limits lim;
+    if (resolve_threads(cfg, &lim, &err)) {
+        fprintf(stderr, "%s: %s\n", prog, err.message);
+        config_free(cfg);
+        return 2;
+    }
     if (print_config) {
         config_print(cfg, stdout);
         config_free(cfg);
@@ -57,12 +83,28 @@ int daemon_main(int argc, char **argv, const struct daemon_hooks *hooks) {
     struct server *srv = NULL;
     struct gen_backend be = {NULL, NULL};
     bool be_open = false;
+    struct notify *nt = NULL;
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGPIPE); /* a vanished client must not kill the daemon */
     pthread_sigmask(SIG_BLOCK, &set, NULL);
+    if (info)
+        fprintf(stderr,
+                "%s: %d CPU(s) available (%s), memory budget %lld MiB (%s), %lld thread(s) (%s)\n",
+                prog, lim.n_cpus, lim.cpu_source,
+                lim.mem_budget >= 0 ? (long long)(lim.mem_budget >> 20) : -1LL, lim.mem_source,
+                config_int(cfg, CONFIG_THREADS),
+                config_source_name(config_source_of(cfg, CONFIG_THREADS)));
+
+    /* systemd Type=notify (server/notify.h); a bad NOTIFY_SOCKET is a
+     * warning: the daemon still serves, systemd then times the start out. */
+    nt = notify_init(config_str(cfg, CONFIG_NOTIFY_SOCKET), config_int(cfg, CONFIG_WATCHDOG_USEC),
+                     (int)config_int(cfg, CONFIG_WATCHDOG_PID), &err);
+    if (!nt || notify_watchdog_start(nt, &err))
+        fprintf(stderr, "%s: warning: %s\n", prog, err.message);
+    strata_error_clear(&err);
 
     keys =
         auth_keys_init(config_str(cfg, CONFIG_API_KEY), config_str(cfg, CONFIG_API_KEY_FILE), &err);
@@ -92,6 +134,9 @@ int daemon_main(int argc, char **argv, const struct daemon_hooks *hooks) {
                 auth_keys_enabled(keys) ? " (API key required)" : "");
     fflush(stderr);
     if (hooks && hooks->open) {
+        /* the open hook loads the weights and runs one warm-up forward step */
+        notify_sendf(nt, NULL, "STATUS=loading model %s, then warming up",
+                     config_str(cfg, CONFIG_MODEL));
         if (hooks->open(cfg, &be, &err)) {
             fprintf(stderr, "%s: %s\n", prog, err.message);
             rc = err.code == STRATA_E_CONFIG ? 2 : 1;
@@ -101,6 +146,7 @@ int daemon_main(int argc, char **argv, const struct daemon_hooks *hooks) {
         server_set_gen(srv, be);
     }
     server_set_ready(srv, true);
+    notify_sendf(nt, NULL, "READY=1\nSTATUS=serving on %s:%d", p.host, server_port(srv));
 
     int sig = 0;
     sigset_t wait_set;
@@ -109,6 +155,8 @@ int daemon_main(int argc, char **argv, const struct daemon_hooks *hooks) {
     sigaddset(&wait_set, SIGINT);
     while (sigwait(&wait_set, &sig) != 0)
         ;
+    notify_sendf(nt, NULL, "STOPPING=1\nSTATUS=draining (up to %llds)",
+                 config_int(cfg, CONFIG_SHUTDOWN_TIMEOUT));
     if (info)
         fprintf(stderr, "%s: signal %d: draining (up to %llds)\n", prog, sig,
                 config_int(cfg, CONFIG_SHUTDOWN_TIMEOUT));
@@ -117,11 +165,14 @@ int daemon_main(int argc, char **argv, const struct daemon_hooks *hooks) {
         fprintf(stderr, "%s: stopped (%d request(s) cancelled)\n", prog, n_cancelled);
     rc = 0;
 out:
+    if (rc)
+        notify_sendf(nt, NULL, "STATUS=failed: %s", err.message);
     server_shutdown(srv, 0); /* no-op after a drain; needed on the error paths */
     if (be_open && hooks->close)
         hooks->close(&be); /* every job gets DONE: exchanges are freed */
     server_free(srv);
     auth_keys_free(keys);
+    notify_free(nt); /* last: the watchdog pings until the very end */
     config_free(cfg);
     return rc;
 }
