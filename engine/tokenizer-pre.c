@@ -243,12 +243,44 @@ static int piece_push(struct piece_list *l, size_t off, size_t len) {
 }
 
 /* Splits one piece with one regex: matches and the gaps between them. */
-static int split_piece(const pcre2_code *re, pcre2_match_data *md, const char *s, size_t off,
-                       size_t len, struct piece_list *out, struct strata_error *err) {
+/* Per-call matcher state: a JIT stack is created only when the default 32 KiB
+ * machine stack runs out (measured: deepseek-llm's letter class over 1 MB of
+ * letters), growing 8x per retry up to JIT_STACK_MAX. */
+#define JIT_STACK_MAX ((size_t)512 << 20)
+struct matcher {
+    pcre2_match_context *mc;
+    pcre2_jit_stack *js;
+    size_t js_size;
+};
+
+static void matcher_free(struct matcher *m) {
+    pcre2_jit_stack_free(m->js);
+    pcre2_match_context_free(m->mc);
+}
+
+static int match(const pcre2_code *re, PCRE2_SPTR subj, size_t len, size_t pos,
+                 pcre2_match_data *md, struct matcher *m) {
+    for (;;) {
+        int rc = pcre2_match(re, subj, len, pos, PCRE2_NO_UTF_CHECK, md, m->mc);
+        if (rc != PCRE2_ERROR_JIT_STACKLIMIT || m->js_size >= JIT_STACK_MAX)
+            return rc;
+        m->js_size = m->js_size ? m->js_size * 8 : (size_t)1 << 20;
+        pcre2_jit_stack_free(m->js);
+        m->js = pcre2_jit_stack_create(32 << 10, m->js_size, NULL);
+        if (!m->mc)
+            m->mc = pcre2_match_context_create(NULL);
+        if (!m->js || !m->mc)
+            return PCRE2_ERROR_NOMEMORY;
+        pcre2_jit_stack_assign(m->mc, NULL, m->js);
+    }
+}
+
+static int split_piece(const pcre2_code *re, pcre2_match_data *md, struct matcher *m, const char *s,
+                       size_t off, size_t len, struct piece_list *out, struct strata_error *err) {
     const PCRE2_SPTR subj = (PCRE2_SPTR)(s + off);
     size_t pos = 0, last = 0;
     while (pos < len) {
-        int rc = pcre2_match(re, subj, len, pos, PCRE2_NO_UTF_CHECK, md, NULL);
+        int rc = match(re, subj, len, pos, md, m);
         if (rc == PCRE2_ERROR_NOMATCH)
             break;
         if (rc < 0) {
@@ -298,6 +330,7 @@ int tok_pre_split(const struct tok_pre *pre, const char *text, size_t len, char 
 
     struct piece_list a = {0}, b = {0};
     pcre2_match_data *md = NULL;
+    struct matcher m = {0};
     int rc = 0;
     if (n && (rc = piece_push(&a, 0, n)))
         goto done;
@@ -309,7 +342,7 @@ int tok_pre_split(const struct tok_pre *pre, const char *text, size_t len, char 
         }
         b.n = 0;
         for (size_t i = 0; i < a.n && rc == 0; i++)
-            rc = split_piece(pre->re[r], md, c, a.v[i].offset, a.v[i].length, &b, err);
+            rc = split_piece(pre->re[r], md, &m, c, a.v[i].offset, a.v[i].length, &b, err);
         pcre2_match_data_free(md);
         md = NULL;
         struct piece_list t = a;
@@ -317,6 +350,7 @@ int tok_pre_split(const struct tok_pre *pre, const char *text, size_t len, char 
         b = t;
     }
 done:
+    matcher_free(&m);
     free(b.v);
     if (rc) {
         free(a.v);

@@ -138,11 +138,10 @@ static bool eog_has(const struct tokenizer *tok, const char *text) {
     return false;
 }
 
-static const struct tokenizer *g_sort_tok; /* only during the qsort below */
-
-static int cmp_special(const void *a, const void *b) {
+static int cmp_special(const void *a, const void *b, void *ctx) {
+    const struct tokenizer *tok = ctx;
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    uint32_t lx = g_sort_tok->tokens[x].len, ly = g_sort_tok->tokens[y].len;
+    uint32_t lx = tok->tokens[x].len, ly = tok->tokens[y].len;
     if (lx != ly)
         return lx > ly ? -1 : 1;
     return (x > y) - (x < y);
@@ -227,9 +226,7 @@ int tok_setup_special(struct tokenizer *tok, const struct gguf_file *f) {
     for (int32_t id = 0; id < tok->n_vocab; id++)
         if (tok->tokens[id].attr & want)
             tok->special[tok->n_special++] = id;
-    g_sort_tok = tok;
-    qsort(tok->special, tok->n_special, sizeof(int32_t), cmp_special);
-    g_sort_tok = NULL;
+    qsort_r(tok->special, tok->n_special, sizeof(int32_t), cmp_special, tok);
 
     /* attributes llama.cpp sets by model name: Phi-3 special tokens eat the
      * whitespace on their right, except <unk>, <s>, <|endoftext|> */

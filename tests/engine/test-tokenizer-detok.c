@@ -336,6 +336,38 @@ START_TEST(test_random_bytes) {
 }
 END_TEST
 
+/* Long single-class inputs finish and round-trip (a 1 MB run of letters once
+ * exhausted PCRE2's default 32 KiB JIT stack on deepseek-llm's letter class). */
+START_TEST(test_long_inputs) {
+    const char *files[] = {"fixtures/vocab/ggml-vocab-deepseek-llm.gguf", GPT2, SPM};
+    const size_t n = 300000;
+    char *buf = malloc(n + 1);
+    ck_assert_ptr_nonnull(buf);
+    for (int v = 0; v < 3; v++) {
+        struct tokenizer *tok = open_tok(files[v]);
+        for (int kind = 0; kind < 3; kind++) {
+            memset(buf, kind == 0 ? 'a' : kind == 1 ? ' ' : '7', n);
+            buf[n - 1] = kind == 1 ? '5' : 'x'; /* spaces then a digit: `\s+$` fails */
+            struct tokenizer_encode_opts eo = tokenizer_encode_opts_default();
+            eo.add_special = false;
+            struct tokenizer_ids ids = {0};
+            struct strata_error err = {0};
+            ck_assert_msg(tokenizer_encode(tok, buf, n, &eo, &ids, &err) == 0, "%s: %s", files[v],
+                          err.message);
+            ck_assert_uint_gt(ids.n, 0);
+            size_t len;
+            char *s = tokenizer_decode(tok, ids.ids, ids.n, NULL, &len, NULL);
+            ck_assert_uint_eq(len, n);
+            ck_assert_mem_eq(s, buf, n);
+            free(s);
+            tokenizer_ids_free(&ids);
+        }
+        tokenizer_free(tok);
+    }
+    free(buf);
+}
+END_TEST
+
 /* The real models: golden greedy ids decode to the golden text. */
 static void golden(const char *model, const char *golden_file) {
     char path[1024];
@@ -392,6 +424,7 @@ static Suite *detok_suite(void) {
     tcase_add_test(tc, test_add_special_and_accessors);
     tcase_add_test(tc, test_random_bytes);
     tcase_add_test(tc, test_golden_models);
+    tcase_add_test(tc, test_long_inputs);
     suite_add_tcase(s, tc);
     return s;
 }
