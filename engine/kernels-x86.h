@@ -172,6 +172,108 @@ KX_INLINE void kx_b32_tile(enum kx_b32 k, const uint8_t *row0, size_t row_bytes,
             out[t * ldy + i] = kx_hsum(acc[i][t]);
 }
 
+#if KX_VNNI
+/* ---- AVX-512 VNNI: two Q4_0 / Q8_0 blocks per 512-bit register ----------------
+ * Weights are made unsigned (Q4_0 nibbles 0..15 with offset 8; Q8_0 x ^ 0x80
+ * = x + 128 with offset 128) so one vpdpbusd does the dot, and the offset
+ * comes off through the activation sum (offset * sum(y), exact in int32).
+ * Register layout of a block pair (128-bit lanes): Q4_0 [b0 lo16, b1 lo16,
+ * b0 hi16, b1 hi16], Q8_0 [b0 0..15, b0 16..31, b1 0..15, b1 16..31]; the
+ * activations are arranged the same way. Lanes of block 0 and block 1 get
+ * their own scale; 16 float lanes accumulate per (row, token). */
+
+/* Pair (or, when `two` is 0, a single block with zeros for the second). */
+KX_INLINE __m512i kx_z_weights(enum kx_b32 k, const uint8_t *blk, int two, __m128 *dpair) {
+    if (k == KX_Q4_0) {
+        const block_q4_0 *x = (const block_q4_0 *)blk;
+        __m128i a = _mm_loadu_si128((const __m128i *)x[0].qs);
+        __m128i b = two ? _mm_loadu_si128((const __m128i *)x[1].qs) : _mm_setzero_si128();
+        __m256i ab = _mm256_set_m128i(b, a);
+        __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(ab), _mm256_srli_epi16(ab, 4), 1);
+        *dpair =
+            _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, 0, 0, two ? (short)x[1].d : 0, (short)x[0].d));
+        return _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
+    }
+    const block_q8_0 *x = (const block_q8_0 *)blk;
+    __m256i a = _mm256_loadu_si256((const __m256i *)x[0].qs);
+    __m256i b = two ? _mm256_loadu_si256((const __m256i *)x[1].qs) : _mm256_set1_epi8(-128);
+    *dpair = _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, 0, 0, two ? (short)x[1].d : 0, (short)x[0].d));
+    return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1),
+                            _mm512_set1_epi8((char)0x80));
+}
+
+/* Activation pair in the weights' layout; offset sum and scale pair. */
+KX_INLINE __m512i kx_z_act(enum kx_b32 k, const block_q8_0 *a, int two, __m512i *ysum,
+                           __m128 *dpair) {
+    __m256i y0 = _mm256_loadu_si256((const __m256i *)a[0].qs);
+    __m256i y1 = two ? _mm256_loadu_si256((const __m256i *)a[1].qs) : _mm256_setzero_si256();
+    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(y0), y1, 1);
+    if (k == KX_Q4_0)
+        z = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
+    const char off = k == KX_Q4_0 ? 8 : (char)0x80;
+    *ysum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(off), z);
+    *dpair = _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, 0, 0, two ? (short)a[1].d : 0, (short)a[0].d));
+    return z;
+}
+
+KX_INLINE __m512 kx_z_scales(enum kx_b32 k, __m128 s) {
+    /* Q4_0: lanes alternate block 0 / block 1 per 128 bits; Q8_0: halves. */
+    const __m512i idx = k == KX_Q4_0
+                            ? _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0)
+                            : _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(s));
+}
+
+KX_INLINE void kx_z_step(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, int NR, int64_t b,
+                         int two, const uint8_t *xq, size_t xs, int nt, __m512 acc[4][KX_TILE]) {
+    const size_t bsz = kx_b32_size(k);
+    __m512i yv[KX_TILE], ys[KX_TILE];
+    __m128 dy[KX_TILE];
+    for (int t = 0; t < nt; t++)
+        yv[t] = kx_z_act(k, (const block_q8_0 *)(xq + (size_t)t * xs) + b, two, &ys[t], &dy[t]);
+    for (int i = 0; i < NR; i++) {
+        const uint8_t *blk = row0 + (size_t)i * row_bytes + (size_t)b * bsz;
+        kx_prefetch(blk);
+        __m128 dx;
+        __m512i q = kx_z_weights(k, blk, two, &dx);
+        for (int t = 0; t < nt; t++) {
+            __m512i sum =
+                _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q, yv[t]), ys[t]);
+            acc[i][t] = _mm512_fmadd_ps(kx_z_scales(k, _mm_mul_ps(dx, dy[t])),
+                                        _mm512_cvtepi32_ps(sum), acc[i][t]);
+        }
+    }
+}
+
+KX_INLINE void kx_z_tile(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, int NR, int64_t nb,
+                         const uint8_t *xq, size_t xs, int nt, float *out, int64_t ldy) {
+    __m512 acc[4][KX_TILE];
+    for (int i = 0; i < NR; i++)
+        for (int t = 0; t < nt; t++)
+            acc[i][t] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2)
+        kx_z_step(k, row0, row_bytes, NR, b, 1, xq, xs, nt, acc);
+    if (b < nb)
+        kx_z_step(k, row0, row_bytes, NR, b, 0, xq, xs, nt, acc);
+    for (int i = 0; i < NR; i++)
+        for (int t = 0; t < nt; t++)
+            out[t * ldy + i] = _mm512_reduce_add_ps(acc[i][t]);
+}
+#endif
+
+/* The tile kernel for kind k in this build. */
+KX_INLINE void kx_b32_any(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, int NR, int64_t nb,
+                          const uint8_t *xq, size_t xs, int nt, float *out, int64_t ldy) {
+#if KX_VNNI
+    if (k == KX_Q4_0 || k == KX_Q8_0) {
+        kx_z_tile(k, row0, row_bytes, NR, nb, xq, xs, nt, out, ldy);
+        return;
+    }
+#endif
+    kx_b32_tile(k, row0, row_bytes, NR, nb, xq, xs, nt, out, ldy);
+}
+
 /* Rows per tile when n_tok > 1: the accumulators (KX_PF_ROWS x KX_TILE) plus
  * the tile's activations must fit the register file (16 ymm on AVX2, 32 with
  * AVX-512VL). */
@@ -190,8 +292,8 @@ KX_INLINE void kx_b32_matmul(enum kx_b32 k, const struct kern_mat *w, const void
     if (n_tok == 1) {
         /* Decode: 4 rows share each activation block's load and scale. */
         for (; r + 4 <= r1; r += 4)
-            kx_b32_tile(k, (const uint8_t *)w->data + (size_t)r * rb, rb, 4, nb, x8, xs, 1, y + r,
-                        ldy);
+            kx_b32_any(k, (const uint8_t *)w->data + (size_t)r * rb, rb, 4, nb, x8, xs, 1, y + r,
+                       ldy);
     } else {
         /* Prefill: KX_PF_ROWS rows x KX_TILE tokens; each weight block is
          * unpacked once per KX_TILE tokens, each activation block loaded once
@@ -200,17 +302,17 @@ KX_INLINE void kx_b32_matmul(enum kx_b32 k, const struct kern_mat *w, const void
             const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
             int64_t t = 0;
             for (; t + KX_TILE <= n_tok; t += KX_TILE)
-                kx_b32_tile(k, row, rb, KX_PF_ROWS, nb, x8 + t * xs, xs, KX_TILE, y + t * ldy + r,
-                            ldy);
+                kx_b32_any(k, row, rb, KX_PF_ROWS, nb, x8 + t * xs, xs, KX_TILE, y + t * ldy + r,
+                           ldy);
             switch (n_tok - t) {
             case 3:
-                kx_b32_tile(k, row, rb, KX_PF_ROWS, nb, x8 + t * xs, xs, 3, y + t * ldy + r, ldy);
+                kx_b32_any(k, row, rb, KX_PF_ROWS, nb, x8 + t * xs, xs, 3, y + t * ldy + r, ldy);
                 break;
             case 2:
-                kx_b32_tile(k, row, rb, KX_PF_ROWS, nb, x8 + t * xs, xs, 2, y + t * ldy + r, ldy);
+                kx_b32_any(k, row, rb, KX_PF_ROWS, nb, x8 + t * xs, xs, 2, y + t * ldy + r, ldy);
                 break;
             case 1:
-                kx_b32_tile(k, row, rb, KX_PF_ROWS, nb, x8 + t * xs, xs, 1, y + t * ldy + r, ldy);
+                kx_b32_any(k, row, rb, KX_PF_ROWS, nb, x8 + t * xs, xs, 1, y + t * ldy + r, ldy);
                 break;
             default:
                 break;
@@ -221,16 +323,16 @@ KX_INLINE void kx_b32_matmul(enum kx_b32 k, const struct kern_mat *w, const void
         const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
         int64_t t = 0;
         for (; t + KX_TILE <= n_tok; t += KX_TILE)
-            kx_b32_tile(k, row, 0, 1, nb, x8 + t * xs, xs, KX_TILE, y + t * ldy + r, ldy);
+            kx_b32_any(k, row, 0, 1, nb, x8 + t * xs, xs, KX_TILE, y + t * ldy + r, ldy);
         switch (n_tok - t) {
         case 3:
-            kx_b32_tile(k, row, 0, 1, nb, x8 + t * xs, xs, 3, y + t * ldy + r, ldy);
+            kx_b32_any(k, row, 0, 1, nb, x8 + t * xs, xs, 3, y + t * ldy + r, ldy);
             break;
         case 2:
-            kx_b32_tile(k, row, 0, 1, nb, x8 + t * xs, xs, 2, y + t * ldy + r, ldy);
+            kx_b32_any(k, row, 0, 1, nb, x8 + t * xs, xs, 2, y + t * ldy + r, ldy);
             break;
         case 1:
-            kx_b32_tile(k, row, 0, 1, nb, x8 + t * xs, xs, 1, y + t * ldy + r, ldy);
+            kx_b32_any(k, row, 0, 1, nb, x8 + t * xs, xs, 1, y + t * ldy + r, ldy);
             break;
         default:
             break;

@@ -3,7 +3,8 @@
  * on the box); build it in a release build directory and run it by hand:
  *
  *   meson setup build-rel --buildtype=release && ninja -C build-rel tests/kernels-bench
- *   build-rel/tests/kernels-bench [MB=128] [threads=2] [isa=best] [reps=5]
+ *   build-rel/tests/kernels-bench [MB=128] [threads=2] [isa=-1: best] [reps=5] [types=all]
+ *   (types: comma-separated ggml names, e.g. q4_0,q4_K)
  *
  * Times are the best of `reps` runs (on a shared box the best run is the one
  * nobody preempted). MB=1 keeps the matrix in L2: the kernel's compute
@@ -80,6 +81,8 @@ int main(int argc, char **argv) {
     const int64_t n_cols = 4096;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         enum quant_type t = types[ti];
+        if (argc > 5 && !strstr(argv[5], quant_type_name(t)))
+            continue;
         const struct quant_traits *tr = quant_type_traits(t);
         size_t rb = quant_row_size(t, n_cols);
         int64_t n_rows = (int64_t)(mb * 1048576.0 / (double)rb);
