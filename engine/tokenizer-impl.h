@@ -117,6 +117,7 @@ struct tokenizer {
     bool ignore_merges;  /* llama3/tekken: a word that is a token is not merged */
 
     int32_t byte_ids[256]; /* SPM <0xXX> (or the raw byte) token per byte, -1 if none */
+    bool spm_word_split;   /* SPM: no token has U+2581 after another character */
 
     int32_t bos, eos, eot, eom, unk, sep, pad, nl;
     bool add_bos, add_eos, add_sep, add_space_prefix, clean_spaces;

@@ -444,6 +444,16 @@ struct tokenizer *tokenizer_init_gguf(const struct gguf_file *f, struct strata_e
     get_flag(f, "tokenizer.ggml.normalizer.strip_accents", &tok->wpm_strip_accents);
 
     if (tok->kind == TOKENIZER_KIND_SPM) {
+        tok->spm_word_split = true;
+        for (int32_t id = 0; id < tok->n_vocab && tok->spm_word_split; id++) {
+            const char *t = tok_text(tok, id);
+            uint32_t n = tok->tokens[id].len;
+            for (const char *p = t; (p = memmem(p, n - (size_t)(p - t), "\xe2\x96\x81", 3)); p += 3)
+                if (p > t && (p - t < 3 || memcmp(p - 3, "\xe2\x96\x81", 3))) {
+                    tok->spm_word_split = false;
+                    break;
+                }
+        }
         for (int b = 0; b < 256; b++) {
             char buf[8];
             snprintf(buf, sizeof(buf), "<0x%02X>", b);
