@@ -26,15 +26,20 @@
  * 1/sqrt(n_embd) so their logits have std ~1 like untied ones.
  *
  * Route skew (--route-skew zipf:S, MoE only): expert popularity should follow
- * p(rank r) ~ r^-S. Each layer draws a seeded permutation giving every expert
- * a rank r and a router-logit bias b = -S*ln(r). The bias is carried by a
- * shared direction u (a seeded +-1/sqrt(n_embd) vector): every token
- * embedding gets a component sqrt(n_embd)*u (as large as its random part),
- * and router row e gets b_e * sqrt(1 + 1 + l/n_layer) / sqrt(n_embd) * u,
- * where the square root compensates the dilution of u by the residual
- * updates of the l layers before (each adds ~1/(2 n_layer) of variance per
- * sublayer). The router's random part has logit std ~1, so top-k selection
- * behaves like sampling with weights ~exp(b) = r^-S: Zipf-like, not exact.
+ * p(rank r) ~ r^-S. Per-rank router-logit biases are calibrated once per model
+ * (a seeded Monte Carlo of top-k over bias + N(0,1) logits, see
+ * calibrate_rank_bias in synth.c), and each layer assigns ranks to experts by
+ * a seeded permutation. The bias is carried by a shared direction u (a seeded
+ * +-1/sqrt(n_embd) vector): every token embedding gets a component
+ * sqrt(n_embd)*u (as large as its random part), and router row e gets
+ * b_e * sqrt(1 + 1 + l/n_layer) / sqrt(n_embd) * u, where the square root
+ * compensates the dilution of u by the residual updates of the l layers
+ * before (each sublayer adds ~1/(2 n_layer) of variance). The router's random
+ * part is made orthogonal to u and scaled so its logits have std ~1.
+ * Measured on layer 0 (tests/engine/test-synth.c, 16 experts, top-2, 2048
+ * tokens): count(rank 1) / count(rank 9) = 9.2 at S=1 (Zipf: 9), 25.1 at
+ * S=1.5 (Zipf: 27), 1.1 without skew. Deep layers are Zipf-like, not exact:
+ * the dilution estimate is rough and attention mixes tokens.
  *
  * Speed: Q4_K/Q5_K/Q6_K matrices are drawn directly as random codes with the
  * same standard deviation (engine/synth-direct.c) unless exact_quant is set:
