@@ -1,0 +1,172 @@
+// bench/cpu.mjs: strata vs llama.cpp (node-llama-cpp) on the CPU, side by side.
+// Run through bench/cpu (it builds the roofline probe); see bench/README.md.
+//
+//   node bench/cpu.mjs STRATA ROOFLINE MODELS_DIR [THREADS=2]
+//   node bench/cpu.mjs --llama MODEL THREADS        (child mode: one model in llama.cpp)
+//
+// Per model: decode tok/s (128 tokens after a 1-token prompt, greedy), prefill
+// tok/s (a 512-token prompt in one batch), peak RSS, and the decode roofline =
+// read bandwidth (bench/roofline, same threads, measured in this run) / weight
+// bytes read per token (every tensor but token_embd, whose one row is read;
+// expert tensors count n_expert_used / n_expert of their bytes).
+// node-llama-cpp's per-token JS overhead is measured on stories260K (compute
+// ~0) and subtracted from llama.cpp's decode time; both raw and corrected
+// figures are printed. llama.cpp's RSS is the node process's VmHWM minus its
+// VmRSS before the model was loaded (node's own heap excluded).
+import {spawnSync} from "node:child_process";
+import fs from "node:fs";
+import path from "node:path";
+
+const N_DECODE = 128, N_PREFILL = 512;
+
+function promptIds(nVocab, n) {
+    const ids = [];
+    for (let i = 0; i < n; i++) ids.push(100 + ((i * 7919) % (nVocab - 200)));
+    return ids;
+}
+
+function procStatus(key) {
+    const m = fs.readFileSync("/proc/self/status", "utf8").match(new RegExp(`${key}:\\s+(\\d+)`));
+    return m ? Number(m[1]) / 1024 : 0; // MiB
+}
+
+async function llamaChild(modelPath, threads) {
+    const {getLlama, LlamaLogLevel} = await import("node-llama-cpp");
+    const llama = await getLlama({gpu: false, build: "never", logLevel: LlamaLogLevel.error});
+    const base = procStatus("VmRSS");
+    const model = await llama.loadModel({modelPath});
+    const nVocab = model.tokens.length ?? model.fileInsights?.vocabularySize;
+    const ctx = await model.createContext({contextSize: 1024, threads, batchSize: N_PREFILL});
+    const seq = ctx.getSequence();
+    const next = {generateNext: {token: true, options: {temperature: 0}}};
+    const decode = async () => {
+        let input = [[1, next]];
+        await seq.controlledEvaluate(input); // warm-up
+        const t0 = performance.now();
+        for (let i = 0; i < N_DECODE; i++) {
+            const res = await seq.controlledEvaluate(input);
+            input = [[res[input.length - 1].next.token, next]];
+        }
+        return (performance.now() - t0) / N_DECODE; // ms per token
+    };
+    const msTok = await decode();
+    await seq.clearHistory();
+    let prefillMs = null;
+    if (nVocab > N_PREFILL) {
+        const ids = promptIds(nVocab, N_PREFILL);
+        const items = ids.map((t, i) => i === ids.length - 1 ? [t, next] : t);
+        const t0 = performance.now();
+        await seq.controlledEvaluate(items);
+        prefillMs = performance.now() - t0;
+    }
+    const rss = procStatus("VmHWM") - base;
+    console.log(JSON.stringify({msTok, prefillMs, rss, nVocab}));
+    await ctx.dispose();
+    await model.dispose();
+}
+
+function llamaRun(file, threads) {
+    const r = spawnSync(process.execPath, [new URL(import.meta.url).pathname, "--llama", file,
+                                           String(threads)], {encoding: "utf8"});
+    if (r.status !== 0) throw new Error(`llama.cpp child failed on ${file}: ${r.stderr}`);
+    return JSON.parse(r.stdout.trim().split("\n").pop());
+}
+
+function strata(bin, args) {
+    const r = spawnSync(bin, args, {encoding: "utf8", maxBuffer: 64 << 20});
+    if (r.status !== 0) throw new Error(`strata ${args.slice(0, 3).join(" ")}: ${r.stderr}`);
+    return r.stdout;
+}
+
+// Weight bytes read per decoded token, from `strata gguf info`.
+function bytesPerToken(bin, file) {
+    const info = strata(bin, ["gguf", "info", file]);
+    const kv = (k) => {
+        const m = info.match(new RegExp(`\\.${k}\\s+\\S+\\s+(\\d+)`));
+        return m ? Number(m[1]) : 0;
+    };
+    const nExp = kv("expert_count"), nUsed = kv("expert_used_count");
+    let total = 0, hasOutput = false, embd = 0;
+    for (const line of info.split("\n")) {
+        const m = line.match(/^\s+\d+\s+(\S+)\s+\S+\s+.*\s(\d+)\s+\d+$/);
+        if (!m) continue;
+        const [name, bytes] = [m[1], Number(m[2])];
+        if (name === "output.weight") hasOutput = true;
+        if (name === "token_embd.weight") {
+            embd = bytes;
+            continue;
+        }
+        total += name.includes("_exps") && nExp ? bytes * nUsed / nExp : bytes;
+    }
+    return hasOutput ? total : total + embd; // tied: the output matmul reads token_embd
+}
+
+async function main() {
+    const [bin, roofBin, dir, thr] = process.argv.slice(2);
+    const threads = Number(thr || 2);
+    const shared = process.env.STRATA_SHARED_DIR || "../shared";
+    fs.mkdirSync(dir, {recursive: true});
+    const models = [
+        {name: "llama-3.2-1b Q4_0", preset: "llama-3.2-1b", recipe: "q4_0"},
+        {name: "llama-3.2-1b Q4_K_M", preset: "llama-3.2-1b", recipe: "q4_k_m"},
+        {name: "qwen3-0.6b Q8_0", preset: "qwen3-0.6b", recipe: "q8_0"},
+        {name: "olmoe-1b-7b Q4_K_M", preset: "olmoe-1b-7b", recipe: "q4_k_m", moe: true},
+    ];
+    for (const m of models) {
+        m.file = path.join(dir, `${m.preset}-${m.recipe}.gguf`);
+        if (!fs.existsSync(m.file)) {
+            console.error(`synthesizing ${m.file} ...`);
+            strata(bin, ["gguf", "synth", "--preset", m.preset, "--type", m.recipe, "--out",
+                         m.file + ".tmp", "--seed", "1", "--threads", String(threads)]);
+            fs.renameSync(m.file + ".tmp", m.file);
+        }
+    }
+    const roof = spawnSync(roofBin, [String(threads), "1024", "5"], {encoding: "utf8"});
+    const gbs = Number((roof.stdout.match(/read_gbs ([\d.]+)/) || [])[1]);
+    console.error(`roofline probe: ${roof.stdout.trim()}`);
+    const tiny = path.join(shared, "models/stories260K.gguf");
+    const overhead = llamaRun(tiny, threads).msTok;
+    console.error(`node-llama-cpp per-token overhead (stories260K decode): ${overhead.toFixed(3)} ms`);
+
+    const rows = [];
+    for (const m of models) {
+        const bpt = bytesPerToken(bin, m.file);
+        const L = llamaRun(m.file, threads);
+        const ids = promptIds(L.nVocab, N_PREFILL);
+        const pre = JSON.parse(strata(bin, ["run", "-m", m.file, "--ids", ids.join(","), "-n", "1",
+                                            "--temp", "0", "-t", String(threads), "--json"]));
+        const dec = JSON.parse(strata(bin, ["run", "-m", m.file, "--ids", String(ids[0]), "-n",
+                                            String(N_DECODE + 1), "--temp", "0", "--ignore-eos",
+                                            "-t", String(threads), "--json"]));
+        const roofTok = gbs * 1e9 / bpt;
+        const r = {
+            model: m.name,
+            sDec: dec.timings.gen_tok_s,
+            lDecRaw: 1e3 / L.msTok,
+            lDec: 1e3 / Math.max(L.msTok - overhead, 1e-6),
+            sPre: pre.timings.prompt_tok_s,
+            lPre: L.prefillMs ? N_PREFILL * 1e3 / L.prefillMs : NaN,
+            sRss: Math.max(pre.timings.peak_rss_mb, dec.timings.peak_rss_mb),
+            lRss: L.rss,
+            bpt, roofTok,
+        };
+        rows.push(r);
+        console.error(JSON.stringify(r));
+    }
+    const f = (x, d = 1) => Number.isFinite(x) ? x.toFixed(d) : "n/a";
+    console.log(`threads ${threads}; read bandwidth ${f(gbs, 2)} GB/s (bench/roofline); ` +
+                `node-llama-cpp overhead ${f(overhead, 3)} ms/token subtracted (raw in brackets)`);
+    console.log("| model | MB/token | roofline tok/s | strata decode | llama.cpp decode | " +
+                "decode ratio | strata/roofline | strata prefill | llama.cpp prefill | " +
+                "prefill ratio | strata RSS MiB | llama.cpp RSS MiB | RSS ratio |");
+    console.log("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for (const r of rows)
+        console.log(`| ${r.model} | ${f(r.bpt / 1e6)} | ${f(r.roofTok)} | ${f(r.sDec)} | ` +
+                    `${f(r.lDec)} (${f(r.lDecRaw)}) | ${f(r.sDec / r.lDec, 2)} | ` +
+                    `${f(100 * r.sDec / r.roofTok, 0)}% | ${f(r.sPre)} | ${f(r.lPre)} | ` +
+                    `${f(r.sPre / r.lPre, 2)} | ${f(r.sRss)} | ${f(r.lRss)} | ` +
+                    `${f(r.sRss / r.lRss, 2)} |`);
+}
+
+if (process.argv[2] === "--llama") await llamaChild(process.argv[3], Number(process.argv[4]));
+else await main();
