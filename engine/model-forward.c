@@ -469,7 +469,7 @@ int model_forward(struct model *m, struct kv_cache *kv, const struct model_batch
     int max_kv = 0;
     for (int i = 0; i < n; i++) {
         const struct model_batch_entry *e = &batch->entries[i];
-        if ((rc = kv_seq_reserve(kv, e->seq_id, err)))
+        if ((rc = kv_seq_reserve_pos(kv, e->seq_id, e->pos, err)))
             return rc;
         f->seq[i] = e->seq_id;
         f->pos[i] = e->pos;

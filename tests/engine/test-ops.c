@@ -149,11 +149,14 @@ END_TEST
 
 START_TEST(test_kv) {
     struct strata_error err = {0};
-    struct kv_params kp = {.n_layer = 2, .n_seq_max = 3, .n_ctx = 4, .n_embd_k = 4, .n_embd_v = 2};
+    struct kv_params kp = {
+        .n_layer = 2, .n_seq_max = 3, .n_ctx = 4, .n_embd_k = 4, .n_embd_v = 2, .n_block = 4};
     struct kv_cache *kv = kv_init(&kp, &err);
     ck_assert(kv != NULL);
     ck_assert_int_eq(kv_bytes_allocated(kv), 0);
     ck_assert_int_eq(kv_seq_reserve(kv, 1, &err), 0);
+    for (int p = 0; p < 3; p++) /* paged (kv.h): blocks are taken per position */
+        ck_assert_int_eq(kv_seq_reserve_pos(kv, 1, p, &err), 0);
     ck_assert_int_eq(kv_bytes_allocated(kv), 2 * 4 * (4 + 2) * 2);
     for (int p = 0; p < 3; p++)
         kv_k_row(kv, 1, 1, p)[3] = (uint16_t)(100 + p);
