@@ -81,8 +81,8 @@ struct tokenizer_range {
 };
 
 struct tokenizer_encode_opts {
-    /* Add the model's BOS/EOS (CLS/SEP for bert) as its tokenizer.ggml.add_bos_token /
-     * add_eos_token flags say (llama.cpp's add_special). Default true. */
+    /* Add the model's BOS/EOS as its tokenizer.ggml.add_bos_token / add_eos_token
+     * flags say; bert always gets CLS ... SEP (llama.cpp's add_special). Default true. */
     bool add_special;
     /* Recognise control-token text ("<|im_end|>") in trusted input. Default false. */
     bool parse_special;

@@ -1,6 +1,7 @@
 /* tests/engine/test-tokenizer-detok.c: streaming detokenizer, decode, special
  * tokens with untrusted ranges, invalid input, and the real models' vocabs
  * (their golden greedy ids must decode to the golden text). */
+#include <pthread.h>
 #include <string.h>
 
 #include "engine/gguf.h"
@@ -368,6 +369,54 @@ START_TEST(test_long_inputs) {
 }
 END_TEST
 
+/* One tokenizer, four threads encoding at once: same ids as alone. */
+struct thread_job {
+    const struct tokenizer *tok;
+    const char *text;
+    size_t len;
+    struct tokenizer_ids ids;
+    int rc;
+};
+
+static void *encode_job(void *arg) {
+    struct thread_job *j = arg;
+    struct tokenizer_encode_opts eo = tokenizer_encode_opts_default();
+    eo.parse_special = true;
+    for (int it = 0; it < 20 && j->rc == 0; it++) {
+        j->ids.n = 0;
+        j->rc = tokenizer_encode(j->tok, j->text, j->len, &eo, &j->ids, NULL);
+    }
+    return NULL;
+}
+
+START_TEST(test_threads) {
+    const char *files[] = {GPT2, SPM, "fixtures/vocab/ggml-vocab-bert-bge.gguf"};
+    const char *text = "Hello world</s><|endoftext|> caf\xc3\xa9 \xf0\x9f\xa6\x99 3333 I've "
+                       "\xe6\x88\x91\xe6\x83\xb3\n\n  tabs\t\there";
+    for (int v = 0; v < 3; v++) {
+        struct tokenizer *tok = open_tok(files[v]);
+        struct thread_job ref = {tok, text, strlen(text), {0}, 0};
+        encode_job(&ref);
+        ck_assert_int_eq(ref.rc, 0);
+        struct thread_job jobs[4];
+        pthread_t th[4];
+        for (int i = 0; i < 4; i++) {
+            jobs[i] = (struct thread_job){tok, text, strlen(text), {0}, 0};
+            ck_assert_int_eq(pthread_create(&th[i], NULL, encode_job, &jobs[i]), 0);
+        }
+        for (int i = 0; i < 4; i++) {
+            pthread_join(th[i], NULL);
+            ck_assert_int_eq(jobs[i].rc, 0);
+            ck_assert_uint_eq(jobs[i].ids.n, ref.ids.n);
+            ck_assert_mem_eq(jobs[i].ids.ids, ref.ids.ids, ref.ids.n * sizeof(int32_t));
+            tokenizer_ids_free(&jobs[i].ids);
+        }
+        tokenizer_ids_free(&ref.ids);
+        tokenizer_free(tok);
+    }
+}
+END_TEST
+
 /* The real models: golden greedy ids decode to the golden text. */
 static void golden(const char *model, const char *golden_file) {
     char path[1024];
@@ -425,6 +474,7 @@ static Suite *detok_suite(void) {
     tcase_add_test(tc, test_random_bytes);
     tcase_add_test(tc, test_golden_models);
     tcase_add_test(tc, test_long_inputs);
+    tcase_add_test(tc, test_threads);
     suite_add_tcase(s, tc);
     return s;
 }
