@@ -24,6 +24,11 @@ static int serve_open(const struct config *cfg, struct gen_backend *out, struct 
     sp.n_ctx = (int)config_int(cfg, CONFIG_CTX_SIZE);
     sp.parallel = (int)config_int(cfg, CONFIG_PARALLEL);
     sp.queue = (int)config_int(cfg, CONFIG_QUEUE);
+    sp.kv_mem = config_int(cfg, CONFIG_KV_MEM);
+    sp.kv_block = (int)config_int(cfg, CONFIG_KV_BLOCK);
+    sp.prefix_cache = config_bool(cfg, CONFIG_PREFIX_CACHE);
+    sp.n_batch = (int)config_int(cfg, CONFIG_BATCH);
+    sp.request_timeout = (double)config_int(cfg, CONFIG_REQUEST_TIMEOUT);
     struct sched *s = sched_init(&sp, err);
     if (!s) {
         strata_error_prefix(err, "model '%s'", path);

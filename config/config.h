@@ -65,6 +65,16 @@ enum config_type {
       "sessions decoded at the same time")                                                         \
     X(QUEUE, "queue", "STRATA_QUEUE", "--queue", CONFIG_TYPE_INT, 0, 65536, "64",                  \
       "requests waiting beyond --parallel before 429")                                             \
+    X(KV_MEM, "kv-mem", "STRATA_KV_MEM", "--kv-mem", CONFIG_TYPE_INT, 0, 1LL << 46, "0",           \
+      "KV cache pool in bytes (0 = --parallel full contexts)")                                     \
+    X(KV_BLOCK, "kv-block", "STRATA_KV_BLOCK", "--kv-block", CONFIG_TYPE_INT, 1, 1024, "16",       \
+      "KV positions per block (a power of two)")                                                   \
+    X(PREFIX_CACHE, "prefix-cache", "STRATA_PREFIX_CACHE", "--prefix-cache", CONFIG_TYPE_BOOL, 0,  \
+      1, "true", "reuse KV blocks of earlier requests with the same token prefix")                 \
+    X(BATCH, "batch", "STRATA_BATCH", "--batch", CONFIG_TYPE_INT, 0, 65536, "0",                   \
+      "tokens per scheduler step, decode + prefill chunks (0 = 512)")                              \
+    X(REQUEST_TIMEOUT, "request-timeout", "STRATA_REQUEST_TIMEOUT", "--request-timeout",           \
+      CONFIG_TYPE_INT, 0, 86400, "600", "seconds a request may take, queue included (0 = none)")   \
     X(MAX_BODY, "max-body", "STRATA_MAX_BODY", "--max-body", CONFIG_TYPE_INT, 1024, 268435456,     \
       "2097152", "largest request body in bytes (413 above)")                                      \
     X(TIMEOUT, "timeout", "STRATA_TIMEOUT", "--timeout", CONFIG_TYPE_INT, 1, 3600, "30",           \

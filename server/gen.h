@@ -132,6 +132,13 @@ struct gen_stats {
     double recent_tok_s;       /* decode tokens/s over the last few seconds */
     uint64_t cache_hits;       /* prefix-cache lookups that reused KV */
     uint64_t cache_misses;
+    /* paged KV pool (appended; zero from generation layers that do not page) */
+    int kv_block_size;        /* positions per block */
+    int64_t kv_blocks_total;  /* blocks in the pool */
+    int64_t kv_blocks_used;   /* blocks held by running sessions */
+    int64_t kv_blocks_free;   /* blocks nobody references */
+    int64_t kv_blocks_cached; /* blocks held by the prefix cache (some also in use) */
+    uint64_t cached_tokens;   /* prompt tokens served from the prefix cache since start */
 };
 
 struct gen_ops {

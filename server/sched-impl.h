@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 
 #include "engine/model.h"
+#include "engine/prefix.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
 #include "server/openai.h"
@@ -23,8 +24,15 @@ struct gen_job {
     enum job_state state;
     /* session (scheduler thread only) */
     int seq;         /* KV sequence, -1 while waiting */
-    int32_t *prompt; /* (n_prompt) token ids, owned */
+    int32_t *prompt; /* (n_prompt + max_tokens) owned: the prompt, then each generated token
+                        as it is fed back: prompt[pos] is the token at KV position pos */
     int n_prompt;
+    bool prepared;      /* session_prepare ran (the job may wait for KV blocks after it) */
+    bool kv_bad;        /* a forward step failed: the sequence's rows are not trusted */
+    bool kv_short;      /* a block could not be reserved: fail after this step */
+    int n_cached;       /* prompt positions reused from the prefix cache */
+    int need_blocks;    /* KV blocks the session may take from the pool (reserved at admission) */
+    double t_deadline;  /* monotonic seconds; 0 = none */
     int n_past;         /* positions in the KV sequence */
     int64_t n_gen;      /* tokens generated */
     int64_t max_tokens; /* effective limit */
@@ -59,6 +67,9 @@ struct sched {
     float *logits;                     /* (n_batch, n_vocab) f32 */
     struct model_batch_entry *entries; /* (n_batch) */
     struct gen_job **row_job;          /* (n_batch) job of each logits row */
+    struct prefix_cache *pc;           /* NULL when --prefix-cache is off */
+    int32_t *blk_tmp;                  /* (ceil(n_ctx / n_block)) prefix lookup result */
+    int n_block;                       /* KV positions per block */
     bool *seq_used;                    /* (parallel) */
 
     pthread_t thread;
@@ -75,6 +86,7 @@ struct sched {
     struct gen_job *active;  /* list */
     int n_active;
     uint64_t tokens_prompt, tokens_generated;
+    uint64_t cache_hits, cache_misses, cached_tokens;
     double rate_t[32]; /* ring of (time, tokens_generated) samples for recent tok/s */
     uint64_t rate_n[32];
     int rate_head;

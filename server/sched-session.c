@@ -95,6 +95,14 @@ int session_prepare(struct sched *s, struct gen_job *j, struct strata_error *err
     ids.ids = NULL;
     int64_t room = s->n_ctx - j->n_prompt;
     j->max_tokens = j->rq.max_tokens < 0 || j->rq.max_tokens > room ? room : j->rq.max_tokens;
+    /* room for the generated tokens too: prompt[pos] is the KV history */
+    int32_t *hist =
+        realloc(j->prompt, ((size_t)j->n_prompt + (size_t)j->max_tokens + 1) * sizeof(*hist));
+    if (!hist) {
+        rc = strata_error_set(err, STRATA_E_NOMEM, "out of memory");
+        goto fail;
+    }
+    j->prompt = hist;
     if (!j->rq.has_seed) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -197,7 +205,7 @@ static void finish(struct sched *s, struct gen_job *j, const char *reason) {
     } else {
         emit_text(j, "", 0, true);
     }
-    struct openai_usage u = {j->n_prompt, j->n_gen, 0};
+    struct openai_usage u = {j->n_prompt, j->n_gen, j->n_cached};
     char *js = j->rq.stream ? openai_chunk_finish(&j->oc, reason) : NULL;
     struct gen_event ev = {.type = GEN_EV_FINISH,
                            .json = js,
@@ -219,7 +227,7 @@ static void finish(struct sched *s, struct gen_job *j, const char *reason) {
 
 /* Body of a non-stream response, built at the end (DONE carries it). */
 char *session_response(struct gen_job *j, const char *reason) {
-    struct openai_usage u = {j->n_prompt, j->n_gen, 0};
+    struct openai_usage u = {j->n_prompt, j->n_gen, j->n_cached};
     return openai_response(&j->oc, j->text ? j->text : "", j->text_len, reason, j->lp, &u);
 }
 

@@ -9,6 +9,7 @@
 #include "engine/gguf.h"
 #include "engine/kv.h"
 #include "engine/pool.h"
+#include "engine/prefix.h"
 #include "engine/template.h"
 #include "server/sched-impl.h"
 
@@ -19,7 +20,8 @@ double sched_now(void) {
 }
 
 struct sched_params sched_params_default(void) {
-    return (struct sched_params){.pool_spin = 4000, .parallel = 4, .queue = 64};
+    return (struct sched_params){
+        .pool_spin = 4000, .parallel = 4, .queue = 64, .request_timeout = 0, .prefix_cache = true};
 }
 
 /* ---- events that end a job ----------------------------------------------- */
@@ -31,6 +33,10 @@ static void job_done(struct sched *s, struct gen_job *j, bool ok) {
     if (ok && !j->rq.stream && j->finish_reason)
         body = session_response(j, j->finish_reason);
     if (j->seq >= 0) {
+        /* keep the rows for a later request with the same prefix (also after a
+         * cancel: positions < n_past are valid) */
+        if (s->pc && !j->kv_bad)
+            prefix_insert(s->pc, j->prompt, kv_seq_len(s->kv, j->seq), j->seq, NULL);
         s->seq_used[j->seq] = false;
         kv_seq_clear(s->kv, j->seq, NULL);
         j->seq = -1;
@@ -69,6 +75,7 @@ static void publish_stats(struct sched *s, int n_waiting) {
     int64_t kv_used = 0;
     for (struct gen_job *j = s->active; j; j = j->next)
         kv_used += j->n_past;
+    const int64_t n_free = kv_blocks_free(s->kv), n_idle = s->pc ? prefix_n_idle(s->pc) : 0;
     pthread_mutex_lock(&s->stats.mu);
     s->stats.st.n_active = s->n_active;
     s->stats.st.n_queued = n_waiting;
@@ -77,6 +84,12 @@ static void publish_stats(struct sched *s, int n_waiting) {
     s->stats.st.recent_tok_s = rate;
     s->stats.st.kv_used = kv_used;
     s->stats.st.pool_dispatches = s->pool ? pool_dispatch_count(s->pool) : 0;
+    s->stats.st.kv_blocks_free = n_free;
+    s->stats.st.kv_blocks_used = kv_blocks_total(s->kv) - n_free - n_idle;
+    s->stats.st.kv_blocks_cached = s->pc ? prefix_n_entries(s->pc) : 0;
+    s->stats.st.cache_hits = s->cache_hits;
+    s->stats.st.cache_misses = s->cache_misses;
+    s->stats.st.cached_tokens = s->cached_tokens;
     pthread_mutex_unlock(&s->stats.mu);
 }
 
@@ -89,40 +102,96 @@ static int count(const struct gen_job *j) {
     return n;
 }
 
-/* Drops cancelled jobs from a list (sending ERROR + DONE). */
-static void reap_cancelled(struct sched *s, struct gen_job **list, bool active) {
+/* Drops cancelled jobs and jobs past their deadline from a list (sending
+ * ERROR + DONE): both take effect at the step after they happen. */
+static void reap_cancelled(struct sched *s, struct gen_job **list, bool active, double now) {
     for (struct gen_job **pp = list; *pp;) {
         struct gen_job *j = *pp;
-        if (atomic_load(&j->cancelled)) {
+        bool cancelled = atomic_load(&j->cancelled);
+        if (cancelled || (j->t_deadline > 0 && now >= j->t_deadline)) {
             *pp = j->next;
             if (active)
                 s->n_active--;
-            job_fail(s, j, STRATA_E_CANCELLED, "request cancelled", NULL);
+            char msg[96];
+            snprintf(msg, sizeof(msg), "request exceeded its %.0f s deadline",
+                     s->p.request_timeout);
+            job_fail(s, j, cancelled ? STRATA_E_CANCELLED : STRATA_E_TIMEOUT,
+                     cancelled ? "request cancelled" : msg, NULL);
         } else {
             pp = &j->next;
         }
     }
 }
 
-/* Moves waiting jobs into free KV sequences (tokenizing their prompts). */
+/* Blocks the active sessions may still take from the pool (reserved at
+ * admission, not yet taken). */
+static int64_t blocks_promised(const struct sched *s) {
+    int64_t n = 0;
+    for (const struct gen_job *j = s->active; j; j = j->next) {
+        int left = j->need_blocks - kv_seq_n_alloc(s->kv, j->seq);
+        n += left > 0 ? left : 0;
+    }
+    return n;
+}
+
+/* Moves waiting jobs, in FIFO order, into free KV sequences (tokenizing
+ * their prompts). A job is admitted only when the pool can hold its worst
+ * case (prompt + max_tokens, less the full blocks it reuses from the prefix
+ * cache) on top of what the running sessions were promised, counting idle
+ * cached blocks as free (they are evicted on demand). Otherwise it waits at
+ * the head of the queue (later jobs wait behind it: no starvation) until
+ * sessions finish. n_ctx <= the pool, so every job fits an empty pool. */
 static void admit(struct sched *s) {
     while (s->waiting && s->n_active < s->p.parallel) {
         struct gen_job *j = s->waiting;
-        s->waiting = j->next;
-        j->next = NULL;
         struct strata_error err = {0};
         char param[64] = "";
-        if (session_prepare(s, j, &err, param, sizeof(param)) < 0) {
-            job_fail(s, j, err.code ? err.code : STRATA_E_INTERNAL, err.message, param);
-            continue;
+        if (!j->prepared) {
+            if (session_prepare(s, j, &err, param, sizeof(param)) < 0) {
+                s->waiting = j->next;
+                j->next = NULL;
+                job_fail(s, j, err.code ? err.code : STRATA_E_INTERNAL, err.message, param);
+                continue;
+            }
+            j->prepared = true;
         }
+        const int B = s->n_block;
+        int nb = 0, hit = 0;
+        if (s->pc)
+            hit = prefix_lookup(s->pc, j->prompt, j->n_prompt - 1, s->blk_tmp, &nb);
+        int64_t total = (int64_t)j->n_prompt + j->max_tokens;
+        if (total > s->n_ctx)
+            total = s->n_ctx;
+        const int need = (int)((total + B - 1) / B) - hit / B;
+        int64_t pinned = 0; /* idle cached blocks this job would start using */
+        for (int i = 0; i < nb; i++)
+            pinned += kv_block_refs(s->kv, s->blk_tmp[i]) == 1 ? 1 : 0;
+        const int64_t avail = kv_blocks_free(s->kv) + (s->pc ? prefix_n_idle(s->pc) : 0) - pinned -
+                              blocks_promised(s);
+        if (need > avail)
+            break; /* wait for blocks */
+        s->waiting = j->next;
+        j->next = NULL;
         int seq = 0;
         while (s->seq_used[seq])
             seq++;
+        kv_seq_clear(s->kv, seq, NULL);
+        if (kv_seq_attach(s->kv, seq, s->blk_tmp, nb, hit, &err) < 0) {
+            job_fail(s, j, STRATA_E_INTERNAL, err.message, NULL);
+            continue;
+        }
         s->seq_used[seq] = true;
         j->seq = seq;
-        kv_seq_clear(s->kv, seq, NULL);
-        j->n_past = 0;
+        j->n_past = hit;
+        j->n_cached = hit;
+        j->need_blocks = need;
+        if (s->pc) {
+            if (hit > 0)
+                s->cache_hits++;
+            else
+                s->cache_misses++;
+            s->cached_tokens += (uint64_t)hit;
+        }
         j->state = JOB_PREFILL;
         /* append to the active list (admission order = prefill order) */
         struct gen_job **pp = &s->active;
@@ -133,12 +202,39 @@ static void admit(struct sched *s) {
     }
 }
 
+/* Takes the KV block for (j, pos) now, evicting an idle cached block when the
+ * pool is empty (admission promised it). False (and the job is failed after
+ * the step) only if that promise is broken: a bug, reported not crashed. */
+static bool reserve(struct sched *s, struct gen_job *j, int pos) {
+    if (j->kv_short)
+        return false;
+    if (kv_blocks_free(s->kv) == 0 && s->pc)
+        prefix_evict(s->pc, 1);
+    if (kv_seq_reserve_pos(s->kv, j->seq, pos, NULL) == 0)
+        return true;
+    j->kv_short = true;
+    return false;
+}
+
+static void unlink_active(struct sched *s, struct gen_job *j) {
+    for (struct gen_job **pp = &s->active; *pp; pp = &(*pp)->next) {
+        if (*pp == j) {
+            *pp = j->next;
+            s->n_active--;
+            return;
+        }
+    }
+}
+
 /* Builds and runs one batch; then samples every output row. */
 static void step(struct sched *s) {
     int n = 0, n_rows = 0;
     for (struct gen_job *j = s->active; j; j = j->next) {
         if (j->state != JOB_DECODE)
             continue;
+        if (!reserve(s, j, j->n_past))
+            continue;
+        j->prompt[j->n_past] = j->last; /* history for the prefix cache */
         s->entries[n++] = (struct model_batch_entry){j->seq, j->n_past, j->last, true};
         s->row_job[n_rows++] = j;
     }
@@ -150,6 +246,8 @@ static void step(struct sched *s) {
             chunk = s->n_batch - n;
         for (int i = 0; i < chunk; i++) {
             int pos = j->n_past + i;
+            if (!reserve(s, j, pos))
+                break;
             bool last = pos == j->n_prompt - 1;
             s->entries[n++] = (struct model_batch_entry){j->seq, pos, j->prompt[pos], last};
             if (last)
@@ -157,7 +255,7 @@ static void step(struct sched *s) {
         }
     }
     if (n == 0)
-        return;
+        goto short_jobs;
     struct model_batch b = {s->entries, n};
     struct strata_error err = {0};
     int rc = model_forward(s->model, s->kv, &b, s->logits, &err);
@@ -167,6 +265,7 @@ static void step(struct sched *s) {
             struct gen_job *j = *pp;
             *pp = j->next;
             s->n_active--;
+            j->kv_bad = true;
             job_fail(s, j, rc, err.message, NULL);
         }
         return;
@@ -184,19 +283,23 @@ static void step(struct sched *s) {
     }
     for (int r = 0; r < n_rows; r++) {
         struct gen_job *j = s->row_job[r];
+        if (j->state == JOB_PREFILL && s->pc) /* share the prompt's full blocks right away */
+            prefix_insert(s->pc, j->prompt, j->n_prompt / s->n_block * s->n_block, j->seq, NULL);
         j->state = JOB_DECODE;
         if (session_on_logits(s, j, s->logits + (size_t)r * s->n_vocab)) {
-            for (struct gen_job **pp = &s->active; *pp; pp = &(*pp)->next) {
-                if (*pp == j) {
-                    *pp = j->next;
-                    break;
-                }
-            }
-            s->n_active--;
+            unlink_active(s, j);
             if (j->finish_reason)
                 job_done(s, j, true);
             else
                 job_done(s, j, false); /* ERROR already sent */
+        }
+    }
+short_jobs:
+    for (struct gen_job *j = s->active, *next; j; j = next) {
+        next = j->next;
+        if (j->kv_short) {
+            unlink_active(s, j);
+            job_fail(s, j, STRATA_E_LIMIT, "KV cache pool exhausted", NULL);
         }
     }
 }
@@ -229,8 +332,9 @@ static void *sched_thread(void *arg) {
             publish_stats(s, 0);
             return NULL;
         }
-        reap_cancelled(s, &s->waiting, false);
-        reap_cancelled(s, &s->active, true);
+        double now = sched_now();
+        reap_cancelled(s, &s->waiting, false, now);
+        reap_cancelled(s, &s->active, true, now);
         admit(s);
         step(s);
         publish_stats(s, count(s->waiting));
@@ -266,6 +370,8 @@ static int op_submit(void *self, const struct gen_submit *req, struct gen_sink s
     } while (!atomic_compare_exchange_weak(&s->n_inflight, &cur, cur + 1));
     j->sink = sink;
     j->seq = -1;
+    if (s->p.request_timeout > 0)
+        j->t_deadline = sched_now() + s->p.request_timeout;
     atomic_init(&j->cancelled, false);
     openai_ctx_init(&j->oc, req->route, s->model_id, j->rq.stream_usage,
                     (uint64_t)time(NULL) << 24 ^ atomic_fetch_add(&s->id_counter, 1) * 2654435761u);
@@ -370,8 +476,37 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
         s->n_batch = model_n_batch_max(s->model);
     if (s->n_batch < s->p.parallel + 1)
         s->p.parallel = s->n_batch - 1 > 0 ? s->n_batch - 1 : 1;
-    if (!(s->kv = model_kv_init(s->model, s->p.parallel, 0, err)))
+    /* the paged pool: --kv-mem bytes, or parallel full contexts */
+    const struct model_hparams *hp = model_hparams(s->model);
+    struct kv_params kp = {.n_layer = hp->n_layer,
+                           .n_seq_max = s->p.parallel,
+                           .n_ctx = s->n_ctx,
+                           .n_embd_k = hp->n_head_kv * hp->head_dim_k,
+                           .n_embd_v = hp->n_head_kv * hp->head_dim_v,
+                           .n_block = params->kv_block};
+    if (params->kv_mem > 0) {
+        int64_t nb = params->kv_mem / (int64_t)kv_block_bytes(&kp);
+        if (nb < 1) {
+            strata_error_set(err, STRATA_E_CONFIG, "kv-mem %lld bytes is less than one KV block",
+                             (long long)params->kv_mem);
+            goto fail;
+        }
+        kp.n_blocks = nb > (1 << 30) ? (1 << 30) : (int)nb;
+    }
+    if (!(s->kv = kv_init(&kp, err)))
         goto fail;
+    kp = *kv_get_params(s->kv);
+    s->n_block = kp.n_block;
+    /* one session may never need more than the whole pool: admission relies on it */
+    if ((int64_t)kp.n_blocks * kp.n_block < s->n_ctx)
+        s->n_ctx = kp.n_blocks * kp.n_block;
+    if (params->prefix_cache && !(s->pc = prefix_init(s->kv, err)))
+        goto fail;
+    s->blk_tmp = malloc(((size_t)s->n_ctx / (size_t)kp.n_block + 1) * sizeof(*s->blk_tmp));
+    if (!s->blk_tmp) {
+        strata_error_set(err, STRATA_E_NOMEM, "out of memory");
+        goto fail;
+    }
     const struct gguf_file *gf = model_gguf(s->model);
     if (!(s->tok = tokenizer_init_gguf(gf, err)))
         goto fail;
@@ -412,7 +547,10 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     snprintf(st->threads_source, sizeof(st->threads_source), "%s",
              params->n_threads > 0 && params->threads_source ? params->threads_source
                                                              : "available-1");
-    st->kv_total = (int64_t)s->n_ctx * s->p.parallel;
+    st->kv_total = (int64_t)kp.n_blocks * kp.n_block;
+    st->kv_block_size = kp.n_block;
+    st->kv_blocks_total = kp.n_blocks;
+    st->kv_blocks_free = kv_blocks_free(s->kv);
     if (pthread_create(&s->thread, NULL, sched_thread, s) != 0) {
         strata_error_set(err, STRATA_E_INTERNAL, "sched: cannot start the scheduler thread");
         goto fail;
@@ -435,6 +573,8 @@ void sched_free(struct sched *s) {
         pthread_join(s->thread, NULL);
     }
     free(s->seq_used);
+    free(s->blk_tmp);
+    prefix_free(s->pc);
     free(s->row_job);
     free(s->entries);
     free(s->logits);

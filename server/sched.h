@@ -37,6 +37,10 @@ struct sched_params {
     int parallel;               /* sessions decoding at once (KV sequences), >= 1 */
     int queue;                  /* requests waiting beyond parallel */
     int n_batch;                /* entries per step (token budget); 0 = min(512, model max) */
+    int kv_block;               /* KV positions per block (power of two); 0 = 16 */
+    int64_t kv_mem;             /* KV pool bytes; 0 = parallel * n_ctx positions */
+    double request_timeout;     /* seconds from submit to the last token; 0 = none */
+    bool prefix_cache;          /* reuse KV blocks of earlier requests with the same prefix */
 };
 struct sched_params sched_params_default(void);
 

@@ -49,6 +49,19 @@ enum MHD_Result status_status(struct exchange *ex) {
         server_now() - s->t_start);
     if (!o)
         return http_respond_error(ex, STRATA_E_NOMEM, NULL, NULL, NULL);
+    /* paged KV pool and prefix cache (generation layer, engineer s) */
+    uint64_t lookups = st.cache_hits + st.cache_misses;
+    json_object_set_new(
+        o, "kv_blocks",
+        json_pack("{s:i, s:I, s:I, s:I, s:I}", "block_size", st.kv_block_size, "total",
+                  (json_int_t)st.kv_blocks_total, "used", (json_int_t)st.kv_blocks_used, "free",
+                  (json_int_t)st.kv_blocks_free, "cached", (json_int_t)st.kv_blocks_cached));
+    json_t *pcj = json_object_get(o, "prefix_cache");
+    if (pcj) {
+        json_object_set_new(pcj, "hit_rate",
+                            json_real(lookups ? (double)st.cache_hits / (double)lookups : 0.0));
+        json_object_set_new(pcj, "cached_tokens", json_integer((json_int_t)st.cached_tokens));
+    }
     char *text = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     return http_respond_json(ex, 200, text);
