@@ -19,7 +19,7 @@
 struct model_fwd {
     int B;                     /* n_batch_max */
     int BK;                    /* routed rows: B * n_expert_used (B for dense models) */
-    int F;                     /* widest FFN: max(n_ff, n_ff_exp, n_ff_shexp) */
+    int F;                     /* widest dense FFN: max(n_ff, n_ff_shexp) */
     float *x;                  /* (B, n_embd) residual stream */
     float *xn;                 /* (B, n_embd) normalised input of a block */
     float *q;                  /* (B, n_head * head_dim_k) */
@@ -27,8 +27,8 @@ struct model_fwd {
     float *v;                  /* (B, n_head_kv * head_dim_v) */
     float *attn;               /* (B, n_head * head_dim_v) */
     float *tmp;                /* (B, n_embd) block output before the residual add */
-    float *g, *u;              /* (BK, F) gate / up activations */
-    uint8_t *xq[FWD_XQ_SLOTS]; /* (BK, max_act_row) quantized activations */
+    float *g, *u;              /* gate / up: (B, F) or (BK, n_ff_exp), the larger */
+    uint8_t *xq[FWD_XQ_SLOTS]; /* (B, max_act_row) or (BK, max_act_row_exp) bytes */
     int32_t *seq;              /* (B) */
     int32_t *pos;              /* (B) */
     int *out_rows;             /* (B) entries that want logits */
@@ -80,12 +80,15 @@ struct model_fwd *model_fwd_init(const struct model *m, struct strata_error *err
     const size_t NE = (size_t)hp->n_expert;
     f->B = (int)B;
     f->BK = (int)(B * K);
-    f->F = hp->n_ff;
-    if (hp->n_ff_exp > f->F)
-        f->F = hp->n_ff_exp;
-    if (hp->n_ff_shexp > f->F)
-        f->F = hp->n_ff_shexp;
+    f->F = hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp;
     const size_t BK = (size_t)f->BK, F = (size_t)f->F;
+    /* Routed rows (BK of them) are n_ff_exp wide; dense and shared-expert
+     * rows (B) are F wide: size for whichever is larger, not BK x max. */
+    size_t gu = B * F, xq = B * m->max_act_row;
+    if (BK * (size_t)hp->n_ff_exp > gu)
+        gu = BK * (size_t)hp->n_ff_exp;
+    if (BK * m->max_act_row_exp > xq)
+        xq = BK * m->max_act_row_exp;
     f->x = alloc_f(B * E, sizeof(float), &ok);
     f->xn = alloc_f(B * E, sizeof(float), &ok);
     f->q = alloc_f(B * hp->n_head * hp->head_dim_k, sizeof(float), &ok);
@@ -93,10 +96,10 @@ struct model_fwd *model_fwd_init(const struct model *m, struct strata_error *err
     f->v = alloc_f(B * hp->n_head_kv * hp->head_dim_v, sizeof(float), &ok);
     f->attn = alloc_f(B * hp->n_head * hp->head_dim_v, sizeof(float), &ok);
     f->tmp = alloc_f(B * E, sizeof(float), &ok);
-    f->g = alloc_f(BK * F, sizeof(float), &ok);
-    f->u = alloc_f(BK * F, sizeof(float), &ok);
+    f->g = alloc_f(gu, sizeof(float), &ok);
+    f->u = alloc_f(gu, sizeof(float), &ok);
     for (int i = 0; i < FWD_XQ_SLOTS; i++)
-        f->xq[i] = alloc_f(BK * m->max_act_row, 1, &ok);
+        f->xq[i] = alloc_f(xq, 1, &ok);
     f->seq = alloc_f(B, sizeof(int32_t), &ok);
     f->pos = alloc_f(B, sizeof(int32_t), &ok);
     f->out_rows = alloc_f(B, sizeof(int), &ok);

@@ -47,7 +47,8 @@ struct model {
     struct kern_mat output;                  /* (n_vocab, n_embd): output.weight or token_embd */
     const float *rope_freqs;                 /* (n_rot / 2) or NULL */
     struct ops_rope_cfg rope;
-    size_t max_act_row; /* largest activation row (bytes) over every bound matrix */
+    size_t max_act_row;     /* largest activation row (bytes) over every bound matrix */
+    size_t max_act_row_exp; /* largest activation row of a routed expert matrix */
     uint64_t weight_bytes;
     float **owned_vecs; /* f32 copies of 1-D tensors */
     int n_owned_vecs, cap_owned_vecs;

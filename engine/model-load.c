@@ -214,8 +214,8 @@ static int bind_layer(struct model *m, int il, const struct arch_info *ai,
                 !ab || !kernels_supports((enum quant_type)t->type))
                 return strata_error_set(err, STRATA_E_UNSUPPORTED, "model: blk.%d.%s: type %s", il,
                                         exps[w], quant_type_name(t->type));
-            if (ab > m->max_act_row)
-                m->max_act_row = ab;
+            if (ab > m->max_act_row_exp)
+                m->max_act_row_exp = ab;
         }
         if (ai->shexp) {
             L->has_shexp = true;
