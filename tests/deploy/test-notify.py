@@ -78,6 +78,15 @@ def start(notify_addr, extra_env, args=None):
 
 def run_normal(label, sock, addr, extra_env, expect_watchdog):
     p = start(addr, extra_env)
+    try:
+        run_checks(label, sock, p, expect_watchdog)
+    finally:
+        if p.poll() is None:  # never leave a daemon behind
+            p.kill()
+            p.communicate()
+
+
+def run_checks(label, sock, p, expect_watchdog):
     msgs = recv_all(sock, "READY=1", 120)
     lines = [l for m in msgs for l in m.split("\n")]
     check(f"{label}: READY=1 received", "READY=1" in lines, repr(msgs))
