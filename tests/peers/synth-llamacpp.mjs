@@ -96,6 +96,17 @@ for (const a of archs) {
     }
 }
 
+// The remaining recipes, on the dense llama geometry.
+for (const r of ["f32", "bf16", "q4_1", "q5_0", "q5_1", "q4_k_s", "q5_k_s", "q5_k_m"]) {
+    const file = path.join(dir, `llama-${r}.gguf`);
+    const ok = strataRun(["gguf", "synth", ...archs[0].args, "--type", r, "--out", file]);
+    check(ok, `synth llama ${r}`);
+    if (!ok) continue;
+    const m = await runModel(file, `llama ${r}`, 2);
+    if (m) await m.dispose();
+    fs.rmSync(file);
+}
+
 // Row length 96: K-quant and q4_k_m fallbacks (Q4_K -> Q5_0, Q6_K -> Q8_0).
 {
     const file = path.join(dir, "fallback.gguf");
