@@ -665,6 +665,10 @@ int hfvocab_convert(const char *tokenizer_json, const struct hfvocab_params *par
     v.spm = json_is_true(json_object_get(model, "byte_fallback"));
     const char *pre = p.pre && *p.pre ? p.pre : NULL;
     if (v.spm) {
+        /* the converter writes "default" for SentencePiece vocabularies (as in
+         * ../shared's ggml-vocab-llama-spm.gguf); llama.cpp ignores it there */
+        if (!pre)
+            pre = "default";
         /* scores are computed on the model's own pieces, before added tokens overlay them */
         if ((rc = spm_types_scores(&v, model, err)))
             goto fail;

@@ -25,13 +25,13 @@
  *     entries, found among the added tokens (gguf-py's SpecialVocab);
  *     add_bos/add_eos from a TemplateProcessing post_processor, overridden by
  *     tokenizer_config.json's add_bos_token / add_eos_token.
- *   - tokenizer.ggml.pre (gpt2 only): the family recognised from the exact
- *     pre_tokenizer regexes (qwen2, llama-bpe, deepseek-v3, gpt-2,
- *     deepseek-llm, deepseek-coder) or params.pre. llama.cpp hashes the
- *     tokens of a test string instead; an unknown regex is
- *     STRATA_E_UNSUPPORTED naming the regex, so a caller passes --pre.
- *     SPM files get no pre key unless params.pre is set (the converter
- *     writes none: llama.cpp ignores it for "llama" models).
+ *   - tokenizer.ggml.pre: params.pre, else for gpt2 the family recognised
+ *     from the exact pre_tokenizer regexes (qwen2, llama-bpe, deepseek-v3,
+ *     gpt-2; llama.cpp's converter hashes the tokens of a test string
+ *     instead); an unknown regex is STRATA_E_UNSUPPORTED naming the regex,
+ *     so a caller passes --pre.
+ *     SPM files get "default", as the converter writes (llama.cpp ignores
+ *     it for "llama" models; Gemma 3 has no pre-tokenizer of its own).
  *   - tokenizer.ggml.add_space_prefix (llama only): true iff the normalizer
  *     prepends U+2581.
  *   - tokenizer.chat_template (and .NAME for named templates).

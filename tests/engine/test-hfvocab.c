@@ -176,7 +176,8 @@ START_TEST(spm_scores_types) {
     char buf[32];
     ck_assert_int_eq(gguf_get_str_buf(f, "tokenizer.ggml.model", buf, sizeof(buf), NULL), 0);
     ck_assert_str_eq(buf, "llama");
-    ck_assert_int_lt(gguf_find_kv(f, "tokenizer.ggml.pre"), 0);
+    ck_assert_int_eq(gguf_get_str_buf(f, "tokenizer.ggml.pre", buf, sizeof(buf), NULL), 0);
+    ck_assert_str_eq(buf, "default");
     ck_assert_int_lt(gguf_find_kv(f, "tokenizer.ggml.merges"), 0);
     struct gguf_value sc;
     ck_assert_int_eq(gguf_get_arr(f, "tokenizer.ggml.scores", &sc, NULL), 0);
