@@ -2,7 +2,8 @@
  * Hugging Face tokenizer.json (engine/hfvocab.h has the conversion rules).
  *
  *   strata gguf vocab-from-hf TOKENIZER.json [--config tokenizer_config.json]
- *          --out VOCAB.gguf [--pre NAME] [--arch ARCH] [--name NAME] [--vocab-size N]
+ *          [--model-config config.json] --out VOCAB.gguf [--pre NAME] [--arch ARCH]
+ *          [--name NAME] [--vocab-size N]
  *
  * Prints one summary line on success (model, pre, token counts by type,
  * special ids, add_bos/add_eos). Exit codes: 0 ok, 1 conversion failed,
@@ -18,8 +19,8 @@
 static void vocab_usage(FILE *out) {
     fprintf(out,
             "usage: strata gguf vocab-from-hf TOKENIZER.json [--config tokenizer_config.json]\n"
-            "       --out VOCAB.gguf [--pre NAME] [--arch ARCH] [--name NAME] "
-            "[--vocab-size N]\n");
+            "       [--model-config config.json] --out VOCAB.gguf [--pre NAME] [--arch ARCH]\n"
+            "       [--name NAME] [--vocab-size N]\n");
 }
 
 static const char *flag_text(int v) {
@@ -37,6 +38,8 @@ int cli_gguf_vocab_main(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--config") && val) {
             p.config_path = val, i++;
+        } else if (!strcmp(a, "--model-config") && val) {
+            p.model_config_path = val, i++;
         } else if (!strcmp(a, "--out") && val) {
             out = val, i++;
         } else if (!strcmp(a, "--pre") && val) {

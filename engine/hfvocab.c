@@ -228,6 +228,13 @@ static int fill_tokens(struct hv *v, const json_t *vocab, const json_t *added, u
                                     i, HFVOCAB_MAX_TOKENS - 1);
         max_id = id > max_id ? id : max_id;
     }
+    /* holes become [PAD<i>] tokens: refuse a file whose ids are mostly holes
+     * ({"a": 4000000} would otherwise cost 4M strings); real files pad a few
+     * hundred ids at most (Qwen3: 267 of 151,936) */
+    size_t n_defined = json_object_size(vocab) + json_array_size(added);
+    if (!vocab_size && (size_t)max_id + 1 > 2 * n_defined + 1024)
+        return strata_error_set(err, STRATA_E_FORMAT,
+                                "ids are sparse: largest id %u for %zu tokens", max_id, n_defined);
     if (vocab_size && vocab_size <= max_id)
         return strata_error_set(err, STRATA_E_RANGE, "vocab size %u is not above the largest id %u",
                                 vocab_size, max_id);
@@ -380,6 +387,17 @@ static const char *special_content(const json_t *cfg, const char *typ) {
     if (json_is_object(e))
         e = json_object_get(e, "content");
     return json_string_value(e);
+}
+
+/* An integral number of a config object (read as a real), or -1. */
+static int64_t config_int(const json_t *obj, const char *key) {
+    const json_t *j = json_object_get(obj, key);
+    if (!json_is_number(j))
+        return -1;
+    double d = json_number_value(j);
+    if (!(d >= 0 && d <= (double)INT32_MAX) || d != (double)(int64_t)d)
+        return -1;
+    return (int64_t)d;
 }
 
 static int32_t find_added(const json_t *added, const char *content) {
@@ -631,14 +649,28 @@ int hfvocab_convert(const char *tokenizer_json, const struct hfvocab_params *par
         return strata_error_set(err, STRATA_E_LIMIT, "vocab size %u above %u", p.vocab_size,
                                 HFVOCAB_MAX_TOKENS);
     struct hv v = {0};
-    json_t *cfg = NULL;
+    json_t *cfg = NULL, *mc = NULL;
     int rc;
-    /* tokenizer_config.json: numbers as reals (Llama 3 has model_max_length
-     * 1e30 written out as an integer, which jansson refuses); no ids are read
-     * from it as numbers. */
     json_t *tj = load_json(tokenizer_json, "tokenizer.json", 0, err);
     if (!tj)
         return err ? err->code : STRATA_E_FORMAT;
+    /* The config files are read with numbers as reals: Llama 3's
+     * tokenizer_config.json writes model_max_length 1e30 as an integer, which
+     * jansson refuses; ids taken from config.json are checked to be integral. */
+    if (p.model_config_path &&
+        !(mc = load_json(p.model_config_path, "config.json", JSON_DECODE_INT_AS_REAL, err))) {
+        rc = err ? err->code : STRATA_E_FORMAT;
+        goto fail;
+    }
+    if (!p.vocab_size && mc) {
+        int64_t n = config_int(mc, "vocab_size");
+        if (n > HFVOCAB_MAX_TOKENS) {
+            rc = strata_error_set(err, STRATA_E_LIMIT, "config.json: vocab_size %lld above %u",
+                                  (long long)n, HFVOCAB_MAX_TOKENS);
+            goto fail;
+        }
+        p.vocab_size = n > 0 ? (uint32_t)n : 0;
+    }
     if (p.config_path &&
         !(cfg = load_json(p.config_path, "tokenizer_config.json", JSON_DECODE_INT_AS_REAL, err))) {
         rc = err ? err->code : STRATA_E_FORMAT;
@@ -695,9 +727,17 @@ int hfvocab_convert(const char *tokenizer_json, const struct hfvocab_params *par
         goto fail;
     struct specials sp;
     find_specials(tj, cfg, v.n, &sp);
+    for (int t = 0; mc && t < 7; t++) { /* SpecialVocab: config.json only fills gaps */
+        char key[32];
+        snprintf(key, sizeof(key), "%s_token_id", k_special_typ[t]);
+        int64_t id = config_int(mc, key);
+        if (sp.id[t] < 0 && id >= 0 && id < (int64_t)v.n)
+            sp.id[t] = (int32_t)id;
+    }
     rc = write_gguf(&v, &sp, pre, tj, cfg, &p, out_path, sum, err);
 fail:
     hv_free(&v);
+    json_decref(mc);
     json_decref(cfg);
     json_decref(tj);
     return rc;

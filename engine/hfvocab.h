@@ -59,10 +59,14 @@
 
 struct hfvocab_params {
     const char *config_path; /* tokenizer_config.json; NULL = none. Borrowed. */
-    const char *pre;         /* tokenizer.ggml.pre override; NULL = detect. Borrowed. */
-    const char *arch;        /* general.architecture; NULL = "llama". Borrowed. */
-    const char *name;        /* general.name; NULL = none. Borrowed. */
-    uint32_t vocab_size;     /* pad with [PAD<i>] up to this; 0 = max id + 1 */
+    /* config.json of the model; NULL = none. Borrowed. Gives vocab_size (the
+     * padded size; params.vocab_size wins) and <typ>_token_id for special ids
+     * the tokenizer files leave unset, as gguf-py's SpecialVocab. */
+    const char *model_config_path;
+    const char *pre;     /* tokenizer.ggml.pre override; NULL = detect. Borrowed. */
+    const char *arch;    /* general.architecture; NULL = "llama". Borrowed. */
+    const char *name;    /* general.name; NULL = none. Borrowed. */
+    uint32_t vocab_size; /* pad with [PAD<i>] up to this; 0 = max id + 1 */
 };
 struct hfvocab_params hfvocab_params_default(void);
 

@@ -281,6 +281,12 @@ START_TEST(bad_input_is_an_error) {
         ck_assert_msg(err.message[0] != '\0', "case %zu: no message", i);
         ck_assert_int_ne(access(g_out, F_OK), 0);
     }
+    /* ids mostly holes: refused before allocating them */
+    ck_assert_int_eq(convert("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":4000000},"
+                             "\"merges\":[]},\"pre_tokenizer\":" BYTELEVEL "}",
+                             NULL, NULL, &err),
+                     STRATA_E_FORMAT);
+    ck_assert_ptr_nonnull(strstr(err.message, "sparse"));
     /* vocab size below the largest id; a bad config file; missing input */
     struct hfvocab_params p = hfvocab_params_default();
     p.vocab_size = 2;
@@ -310,6 +316,34 @@ START_TEST(named_chat_templates) {
 }
 END_TEST
 
+START_TEST(model_config_json) {
+    /* config.json pads the vocabulary and fills special ids left unset */
+    struct strata_error err = {0};
+    char mc[256];
+    snprintf(mc, sizeof(mc), "/tmp/strata-test-hfvocab-%d-model.json", (int)getpid());
+    write_text(mc, "{\"vocab_size\": 16, \"bos_token_id\": 7, \"eos_token_id\": [1, 2],"
+                   "\"pad_token_id\": 99, \"rope_theta\": 1e30}");
+    struct hfvocab_params p = hfvocab_params_default();
+    p.model_config_path = mc;
+    int rc = convert(k_gpt2, "{\"eos_token\":\"<|end|>\"}", &p, &err);
+    unlink(mc);
+    ck_assert_msg(rc == 0, "%s", err.message);
+    struct gguf_file *f = gguf_open(g_out, &err);
+    ck_assert_ptr_nonnull(f);
+    struct gguf_value toks;
+    ck_assert_int_eq(gguf_get_arr(f, "tokenizer.ggml.tokens", &toks, NULL), 0);
+    ck_assert_uint_eq(toks.arr.n, 16);
+    uint64_t id;
+    ck_assert_int_eq(gguf_get_uint(f, "tokenizer.ggml.bos_token_id", &id, NULL), 0);
+    ck_assert_uint_eq(id, 7);
+    ck_assert_int_eq(gguf_get_uint(f, "tokenizer.ggml.eos_token_id", &id, NULL), 0);
+    ck_assert_uint_eq(id, 3); /* tokenizer_config.json wins */
+    ck_assert_int_lt(gguf_find_kv(f, "tokenizer.ggml.padding_token_id"), 0); /* 99 >= 16 */
+    gguf_close(f);
+    cleanup();
+}
+END_TEST
+
 static Suite *hfvocab_suite(void) {
     Suite *s = suite_create("hfvocab");
     TCase *tc = tcase_create("core");
@@ -319,6 +353,7 @@ static Suite *hfvocab_suite(void) {
     tcase_add_test(tc, pre_detection_and_override);
     tcase_add_test(tc, bad_input_is_an_error);
     tcase_add_test(tc, named_chat_templates);
+    tcase_add_test(tc, model_config_json);
     suite_add_tcase(s, tc);
     return s;
 }
