@@ -3,7 +3,8 @@
  *   strata tokenize -m MODEL.gguf [--no-special] [--no-bos] [--no-parse-special]
  *                   [--untrusted OFF:LEN]... [--json] TEXT|-
  *   strata tokenize -m MODEL.gguf [options] --batch < LINES.jsonl
- *   strata detokenize -m MODEL.gguf [--special] [--keep-space] ID...
+ *   strata detokenize -m MODEL.gguf [--special] [--keep-space] [--clean] ID...
+ *   strata detokenize -m MODEL.gguf [options] --batch < IDS.txt
  *
  * tokenize prints the ids on one line, separated by spaces; --json prints
  * {"ids":[...],"tokens":[{"id":N,"piece":"<vocab text>","text":"<decoded>"}]}
@@ -14,7 +15,10 @@
  * --batch reads one JSON string per stdin line and prints one line of ids per
  * input (for cross-checks that tokenize thousands of strings in one process).
  * detokenize prints the decoded text (no newline added); --special keeps the
- * text of control tokens, --keep-space keeps the SentencePiece leading space.
+ * text of control tokens, --keep-space keeps the SentencePiece leading space,
+ * --clean applies llama.cpp's clean-up of spaces before punctuation. --batch
+ * reads one line of ids per text and prints each text's bytes in hex, one line
+ * each (exact bytes, for cross-checks).
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -236,8 +240,53 @@ int cli_tokenize_main(int argc, char **argv) {
     return rc ? 1 : 0;
 }
 
+/* --batch: one line of space-separated ids -> one line of hex bytes. */
+static int detokenize_batch(const char *model, const struct tokenizer_decode_opts *o) {
+    struct tokenizer *tok = load(model);
+    if (!tok)
+        return 1;
+    char *line = NULL;
+    size_t cap = 0;
+    int rc = 0;
+    struct tokenizer_ids ids = {0};
+    while (rc == 0 && getline(&line, &cap, stdin) > 0) {
+        ids.n = 0;
+        char *p = line, *end;
+        for (long v; (v = strtol(p, &end, 10)), end != p; p = end) {
+            if (v < 0 || v > INT32_MAX) {
+                rc = 2;
+                break;
+            }
+            int32_t *np =
+                ids.n == ids.cap ? realloc(ids.ids, (ids.cap = ids.cap * 2 + 16) * 4) : ids.ids;
+            if (!np) {
+                rc = 1;
+                break;
+            }
+            (ids.ids = np)[ids.n++] = (int32_t)v;
+        }
+        struct strata_error err = {0};
+        size_t len = 0;
+        char *s = rc ? NULL : tokenizer_decode(tok, ids.ids, ids.n, o, &len, &err);
+        if (!s) {
+            fprintf(stderr, "strata detokenize: %s\n", rc ? "bad token id" : err.message);
+            rc = rc ? rc : 1;
+            break;
+        }
+        for (size_t i = 0; i < len; i++)
+            printf("%02x", (unsigned char)s[i]);
+        printf("\n");
+        free(s);
+    }
+    tokenizer_ids_free(&ids);
+    free(line);
+    tokenizer_free(tok);
+    return rc;
+}
+
 int cli_detokenize_main(int argc, char **argv) {
     const char *model = NULL;
+    bool batch = false;
     struct tokenizer_decode_opts dopts = tokenizer_decode_opts_default();
     struct tokenizer_ids ids = {0};
     int rc = 0;
@@ -250,8 +299,13 @@ int cli_detokenize_main(int argc, char **argv) {
             dopts.skip_special = false;
         } else if (!strcmp(a, "--keep-space")) {
             dopts.strip_leading_space = false;
+        } else if (!strcmp(a, "--clean")) {
+            dopts.clean_spaces = true;
+        } else if (!strcmp(a, "--batch")) {
+            batch = true;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: strata detokenize -m MODEL.gguf [--special] [--keep-space] ID...\n");
+            printf("usage: strata detokenize -m MODEL.gguf [--special] [--keep-space] [--clean] "
+                   "ID... | --batch\n");
             tokenizer_ids_free(&ids);
             return 0;
         } else {
@@ -271,6 +325,10 @@ int cli_detokenize_main(int argc, char **argv) {
     if (rc == 0 && !model) {
         fprintf(stderr, "usage: strata detokenize -m MODEL.gguf [--special] ID...\n");
         rc = 2;
+    }
+    if (rc == 0 && batch) {
+        tokenizer_ids_free(&ids);
+        return detokenize_batch(model, &dopts);
     }
     struct tokenizer *tok = rc ? NULL : load(model);
     if (rc == 0 && !tok)

@@ -3,8 +3,8 @@
  *
  * Deviation: a byte-level BPE piece holding a code point outside GPT-2's byte
  * map (malformed vocab) is passed through as its UTF-8, where llama.cpp writes
- * "[UNK_BYTE_0x..]". llama.cpp's clean_spaces pass (" ." -> ".") is not
- * applied: it loses information and cannot be streamed.
+ * "[UNK_BYTE_0x..]". llama.cpp's clean_spaces passes (" ." -> ".") are an
+ * opt-in of tokenizer_decode: they lose information and cannot be streamed.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -113,6 +113,44 @@ static int append_piece(const struct tokenizer *tok, int32_t id, bool special, i
     return 0;
 }
 
+/* llama.cpp's three clean-up passes, in place over t[0..n); returns the new
+ * length. Each pass compacts the text while reading the bytes it has not yet
+ * overwritten, as llama.cpp's detokenize does. */
+static size_t clean_spaces(char *t, size_t n) {
+    size_t total = n ? 1 : 0, n1 = n;
+    for (size_t i = 1; i < n1; i++) { /* " ?", " !", " .", " ," */
+        char x = t[i];
+        if (t[i - 1] == ' ' && (x == '?' || x == '!' || x == '.' || x == ','))
+            total--;
+        t[total++] = x;
+    }
+    size_t n2 = total;
+    total = n2 ? 1 : 0;
+    for (size_t i = 1; i < n2; i++) { /* " ' " -> "'" */
+        char x = t[i];
+        if (x == '\'' && i + 1 < n2 && t[i - 1] == ' ' && t[i + 1] == ' ') {
+            total--;
+            t[++i] = '\0';
+        }
+        t[total++] = x;
+    }
+    size_t n3 = total;
+    total = n3 ? 1 : 0;
+    for (size_t i = 1; i < n3; i++) { /* " 's", " 'm", " 're", " 've" */
+        char x = t[i];
+        if (t[i - 1] == ' ' && x == '\'' && i + 1 < n3) {
+            char x1 = t[i + 1];
+            if (x1 == 's' || x1 == 'm')
+                total--;
+            else if (x1 != 't' && x1 != 'd' && i + 2 < n3 &&
+                     ((x1 == 'r' && t[i + 2] == 'e') || (x1 == 'v' && t[i + 2] == 'e')))
+                total--;
+        }
+        t[total++] = x;
+    }
+    return total;
+}
+
 char *tokenizer_decode(const struct tokenizer *tok, const int32_t *ids, size_t n,
                        const struct tokenizer_decode_opts *opts, size_t *len_out,
                        struct strata_error *err) {
@@ -142,6 +180,10 @@ char *tokenizer_decode(const struct tokenizer *tok, const int32_t *ids, size_t n
         if (append_piece(tok, ids[i], !o.skip_special, strip ? 1 : 0, &b))
             goto nomem;
         strip = false;
+    }
+    if (o.clean_spaces && tok->clean_spaces) {
+        b.n = clean_spaces(b.p, b.n);
+        b.p[b.n] = '\0';
     }
     if (len_out)
         *len_out = b.n;

@@ -163,6 +163,10 @@ struct tokenizer_decode_opts {
      * first token's text, as llama.cpp's detokenize does (not after a skipped
      * BOS, as there). Default true. */
     bool strip_leading_space;
+    /* tokenizer_decode only: llama.cpp's clean_up_tokenization_spaces passes
+     * (" ." -> ".", " 's" -> "'s", " ' " -> "'") on models that set them (gpt2-style
+     * pre-tokenizers, bert). Lossy; not applied by streams. Default false. */
+    bool clean_spaces;
 };
 struct tokenizer_decode_opts tokenizer_decode_opts_default(void);
 

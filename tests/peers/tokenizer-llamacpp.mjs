@@ -5,8 +5,12 @@
 //
 //   node tests/peers/tokenizer-llamacpp.mjs path/to/strata
 //
-// Prints `RESULT tokenizer-llamacpp: N passed, M failed` (one check per vocab
-// and mode; a check passes when every string gives identical ids).
+// Then detokenizes llama.cpp's ids with `strata detokenize --batch --clean`
+// (llama.cpp's detokenize: leading-space strip, clean-up of spaces) and
+// compares the text (both sides decoded as WHATWG UTF-8).
+//
+// Prints `RESULT tokenizer-llamacpp: N passed, M failed` (one check per vocab,
+// mode and direction; a check passes when every string is identical).
 import {getLlama} from "node-llama-cpp";
 import {spawnSync} from "node:child_process";
 import {existsSync} from "node:fs";
@@ -80,6 +84,32 @@ for (const v of vocabs) {
         console.log(`vocab ${v.padEnd(15)} special=${special ? "on " : "off"} ` +
                     `${strings.length - bad}/${strings.length} identical`);
         if (bad) failed++; else passed++;
+
+        // detokenize llama.cpp's ids both ways
+        const idLists = strings.map((str) => Array.from(model.tokenize(str, special)));
+        const dargs = ["detokenize", "-m", file, "--batch", "--clean"];
+        if (special)
+            dargs.push("--special");
+        const d = spawnSync(strata, dargs, {input: idLists.map((l) => l.join(" ")).join("\n") + "\n",
+                                            encoding: "utf8", maxBuffer: 64 << 20});
+        const dlines = d.stdout.split("\n");
+        let dbad = d.status === 0 ? 0 : strings.length;
+        if (d.status !== 0)
+            console.log(`FAIL ${v}: strata detokenize exited ${d.status}: ${d.stderr}`);
+        const dec = new TextDecoder();
+        for (let i = 0; i < strings.length && d.status === 0; i++) {
+            const want = model.detokenize(idLists[i], special);
+            const got = dec.decode(Buffer.from(dlines[i] || "", "hex"));
+            if (want !== got) {
+                if (dbad < 3)
+                    console.log(`  ${v} detok special=${special} ${JSON.stringify(idLists[i].join(" "))}\n` +
+                                `    llama.cpp ${JSON.stringify(want)}\n    strata    ${JSON.stringify(got)}`);
+                dbad++;
+            }
+        }
+        console.log(`vocab ${v.padEnd(15)} special=${special ? "on " : "off"} ` +
+                    `${strings.length - dbad}/${strings.length} identical (detokenize)`);
+        if (dbad) failed++; else passed++;
     }
     await model.dispose();
 }
