@@ -154,17 +154,38 @@ static int partition(const struct tokenizer *tok, const char *text, size_t len,
         return STRATA_E_NOMEM;
     struct frag_list a = {0}, b = {0};
     int rc = frag_push(&a, -1, 0, len);
+    /* Vocabularies with thousands of special tokens (Gemma 3: ~6k) would scan the
+     * text once per token; a bitmap of the byte pairs present in the text skips
+     * every token whose first two bytes never occur (fragments only shrink, so
+     * a pair absent from the text is absent from every fragment). Measured with
+     * tokenizer-bench (release, 4 MB English): deepseek-llm, 2,400 special tokens,
+     * 1.21 -> 2.80 MB/s, same ids. */
+    uint64_t *pairs = NULL;
+    if (tok->n_special > 32 && len >= 2 && (pairs = calloc(1024, sizeof(uint64_t))))
+        for (size_t i = 0; i + 1 < len; i++) {
+            unsigned k = (unsigned)(uint8_t)text[i] << 8 | (uint8_t)text[i + 1];
+            pairs[k >> 6] |= 1ull << (k & 63);
+        }
     for (size_t k = 0; rc == 0 && k < tok->n_special; k++) {
         int32_t id = tok->special[k];
         uint32_t attr = tok->tokens[id].attr;
         bool ctl = (attr & (TOKENIZER_ATTR_CONTROL | TOKENIZER_ATTR_UNKNOWN)) != 0;
         if (ctl && !o->parse_special)
             continue; /* user-defined tokens are split out even then (HF, llama.cpp) */
+        if (tok->tokens[id].len > len)
+            continue;
+        if (pairs && tok->tokens[id].len >= 2) {
+            const char *t = tok_text(tok, id);
+            unsigned pk = (unsigned)(uint8_t)t[0] << 8 | (uint8_t)t[1];
+            if (!(pairs[pk >> 6] >> (pk & 63) & 1))
+                continue;
+        }
         rc = partition_one(tok, text, id, ctl, &sp, &a, &b);
         struct frag_list t = a;
         a = b;
         b = t;
     }
+    free(pairs);
     free(b.v);
     free(sp.v);
     if (rc) {
