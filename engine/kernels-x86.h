@@ -26,9 +26,17 @@
  * 16; the weight row (a few KB) stays in L1 for the next tile. */
 #define KX_TILE 4
 #define KX_INLINE static inline __attribute__((always_inline))
-/* Software prefetch distance into each weight row, in bytes (0 = off). Decode
- * streams 4 rows at once; the hardware prefetchers alone left one thread
- * latency-bound (see the measurements in kernels.c). */
+/* Rows per decode (n_tok = 1) tile. 4 rows sharing each activation block is
+ * 30-40% faster while the weights sit in L2, but once they stream from DRAM
+ * the 4 (or 2) interleaved row streams ran at 2-4 GB/s against 5-20 GB/s for
+ * one row at a time (this 2-core EPYC VM, 512 MB of Q4_0/Q8_0/Q4_K/Q6_K,
+ * `kernels-bench 512 2 -1 8 q4_0,q4_K,q6_K,q8_0` with -DKX_DECODE_ROWS=1/2/4,
+ * interleaved runs, 2026-11-30); decode weights never fit the cache, so 1. */
+#ifndef KX_DECODE_ROWS
+#define KX_DECODE_ROWS 1
+#endif
+/* Software prefetch distance into each weight row, in bytes (0 = off); see
+ * the measurements in kernels.c. */
 #ifndef KX_PF_BYTES
 #define KX_PF_BYTES 512
 #endif
@@ -133,7 +141,7 @@ KX_INLINE __m256i kx_b32_dot(enum kx_b32 k, __m256i q, __m256i y, __m256i ysum8)
  * so any tiling gives identical bits. Rows: row0 + i * row_bytes. */
 /* NR rows x nt tokens (both compile-time after inlining; NR * nt <= 16 on
  * AVX-512 builds, 8 on AVX2). One accumulator per (row, token): the NR * nt
- * independent FMA chains hide the FMA latency (decode runs 4 rows at once).
+ * independent FMA chains hide the FMA latency when NR * nt > 1.
  * The operations per (row, token) are the same for every NR and nt, so any
  * tiling gives identical bits. Rows: row0 + i * row_bytes. */
 KX_INLINE void kx_b32_tile(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, int NR, int64_t nb,
@@ -290,10 +298,10 @@ KX_INLINE void kx_b32_matmul(enum kx_b32 k, const struct kern_mat *w, const void
     const size_t rb = w->row_bytes;
     int64_t r = r0;
     if (n_tok == 1) {
-        /* Decode: 4 rows share each activation block's load and scale. */
-        for (; r + 4 <= r1; r += 4)
-            kx_b32_any(k, (const uint8_t *)w->data + (size_t)r * rb, rb, 4, nb, x8, xs, 1, y + r,
-                       ldy);
+        /* Decode: KX_DECODE_ROWS rows share each activation block (see there). */
+        for (; KX_DECODE_ROWS > 1 && r + KX_DECODE_ROWS <= r1; r += KX_DECODE_ROWS)
+            kx_b32_any(k, (const uint8_t *)w->data + (size_t)r * rb, rb, KX_DECODE_ROWS, nb, x8, xs,
+                       1, y + r, ldy);
     } else {
         /* Prefill: KX_PF_ROWS rows x KX_TILE tokens; each weight block is
          * unpacked once per KX_TILE tokens, each activation block loaded once
@@ -351,15 +359,15 @@ KX_B32_FN(kx_matmul_iq4_nl, KX_IQ4_NL)
 KX_B32_FN(kx_matmul_mxfp4, KX_MXFP4)
 
 /* Runs TILE_FN(w, r, NR, xq, xs, nt, out, ldy) over [r0, r1) x [0, n_tok):
- * decode (n_tok = 1) in tiles of 4 rows that share the activation loads,
+ * decode (n_tok = 1) in tiles of KX_DECODE_ROWS rows,
  * otherwise one row at a time in token tiles of KX_TILE, with compile-time
  * NR and nt for every case. */
 #define KX_TILED(TILE_FN)                                                                          \
     const uint8_t *x8 = xq;                                                                        \
     int64_t r = r0;                                                                                \
     if (n_tok == 1)                                                                                \
-        for (; r + 4 <= r1; r += 4)                                                                \
-            TILE_FN(w, r, 4, x8, xs, 1, y + r, ldy);                                               \
+        for (; KX_DECODE_ROWS > 1 && r + KX_DECODE_ROWS <= r1; r += KX_DECODE_ROWS)                \
+            TILE_FN(w, r, KX_DECODE_ROWS, x8, xs, 1, y + r, ldy);                                  \
     for (; r < r1; r++) {                                                                          \
         int64_t t = 0;                                                                             \
         for (; t + KX_TILE <= n_tok; t += KX_TILE)                                                 \

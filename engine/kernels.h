@@ -63,12 +63,11 @@ int kernels_supports(enum quant_type wtype);
  * xq: (n_tok, xq_stride bytes) activations from kernels_quantize_act.
  * Weight blocks are unpacked once per tile of 4 tokens and stay in L1 across
  * tiles (chunked prefill is a matrix-matrix product); decode (n_tok = 1)
- * streams 4 rows at once. A result never depends on r0/r1 or on how many
- * other tokens share the call (same bits), so any row split across threads
- * and any batch size agree. A malformed shape (unknown type, n_cols not a
- * multiple of the block size, row_bytes too small, [r0, r1) outside
- * [0, n_rows)) leaves y untouched; check kernels_supports and the shape when
- * loading a model. */
+ * streams one row at a time (faster from DRAM, see kernels-x86.h). A result never depends on r0/r1
+ * or on how many other tokens share the call (same bits), so any row split across threads and any
+ * batch size agree. A malformed shape (unknown type, n_cols not a multiple of the block size,
+ * row_bytes too small, [r0, r1) outside [0, n_rows)) leaves y untouched; check kernels_supports and
+ * the shape when loading a model. */
 void kernels_matmul(const struct kern_mat *w, const void *xq, size_t xq_stride, int64_t n_tok,
                     float *y, int64_t ldy, int64_t r0, int64_t r1);
 /* Same through the scalar reference path regardless of the active ISA. */

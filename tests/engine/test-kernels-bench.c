@@ -48,6 +48,41 @@ static void mm_rows(void *vctx, int64_t r0, int64_t r1, int worker) {
     kernels_matmul(j->w, j->xq, j->xs, j->n_tok, j->y, j->w->n_rows, r0, r1);
 }
 
+/* Plain streaming read of the same bytes: the bandwidth the box gives right
+ * now, to compare the kernels with (the box is shared). */
+struct read_job {
+    const uint8_t *data;
+    size_t row_bytes;
+    uint64_t sink[64];
+};
+
+static void read_rows(void *vctx, int64_t r0, int64_t r1, int worker) {
+    struct read_job *j = vctx;
+    const uint64_t *p = (const uint64_t *)(j->data + (size_t)r0 * j->row_bytes);
+    size_t n = (size_t)(r1 - r0) * j->row_bytes / 8;
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (size_t i = 0; i + 4 <= n; i += 4) {
+        a += p[i];
+        b ^= p[i + 1];
+        c += p[i + 2];
+        d ^= p[i + 3];
+    }
+    j->sink[(worker & 7) * 8] += a + b + c + d;
+}
+
+static double run_read(struct pool *p, struct read_job *j, int64_t n_rows, int reps) {
+    double best = 1e30;
+    for (int i = 0; i < reps; i++) {
+        double t0 = now_s();
+        struct pool_task t = {.fn = read_rows, .ctx = j, .n_rows = n_rows};
+        pool_run(p, &t, 1);
+        double dt = now_s() - t0;
+        if (dt < best)
+            best = dt;
+    }
+    return best;
+}
+
 static double run(struct pool *p, struct mm_job *j, int reps) {
     double best = 1e30;
     for (int i = 0; i < reps; i++) {
@@ -122,12 +157,14 @@ int main(int argc, char **argv) {
         run(pn, &j, 1); /* fault the pages in */
         double bytes = (double)n_rows * (double)rb;
         double t1 = run(p1, &j, reps), tn = run(pn, &j, reps);
+        struct read_job rj = {.data = w, .row_bytes = rb};
+        double rd1 = run_read(p1, &rj, n_rows, reps), rdn = run_read(pn, &rj, n_rows, reps);
         j.n_tok = 8;
         double t8 = run(pn, &j, reps);
-        printf("%-7s decode 1 thread %6.1f GB/s   %d threads %6.1f GB/s   n_tok=8 %d threads "
-               "%6.1f GB/s (%.0f M row-tok/s)\n",
-               quant_type_name(t), bytes / t1 / 1e9, nt, bytes / tn / 1e9, nt, bytes / t8 / 1e9,
-               8.0 * (double)n_rows / t8 / 1e6);
+        printf("%-7s decode 1 thread %5.1f GB/s (plain read %5.1f)  %d threads %5.1f GB/s (plain "
+               "read %5.1f)  n_tok=8 %d threads %5.1f GB/s (%.0f M row-tok/s)\n",
+               quant_type_name(t), bytes / t1 / 1e9, bytes / rd1 / 1e9, nt, bytes / tn / 1e9,
+               bytes / rdn / 1e9, nt, bytes / t8 / 1e9, 8.0 * (double)n_rows / t8 / 1e6);
         fflush(stdout);
         free(w);
         free(x);
