@@ -14,7 +14,9 @@ static void quantize_usage(FILE *out) {
                  "TYPE is a recipe (llama.cpp's llama-quantize mix):");
     for (int i = 0; synth_recipe_names[i]; i++)
         fprintf(out, " %s", synth_recipe_names[i]);
-    fprintf(out, "\nNorms, biases and router (ffn_gate_inp) tensors keep their type; metadata\n"
+    fprintf(out, "\nor pure:TYPE (any ggml type strata quantizes to, e.g. pure:q2_K): every\n"
+                 "quantizable tensor gets TYPE, like llama-quantize --pure.\n");
+    fprintf(out, "Norms, biases and router (ffn_gate_inp) tensors keep their type; metadata\n"
                  "is copied with general.file_type set to the recipe's llama_ftype.\n");
 }
 

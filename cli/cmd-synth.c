@@ -28,6 +28,7 @@ static void synth_usage(FILE *out) {
     fprintf(out, "\nrecipes (llama-quantize mixes, see engine/synth.h):");
     for (int i = 0; synth_recipe_names[i]; i++)
         fprintf(out, " %s", synth_recipe_names[i]);
+    fprintf(out, " pure:TYPE (every quantizable tensor TYPE, e.g. pure:q2_K)");
     fprintf(out, "\n\n--vocab-from copies every tokenizer.* key of a GGUF; the vocabulary size\n"
                  "then sets the embedding and output sizes. Without it a byte-level BPE vocab\n"
                  "(tokenizer.ggml.model gpt2) of --n-vocab tokens is written.\n"

@@ -44,6 +44,48 @@ const char *const synth_recipe_names[] = {"f32",    "f16",    "bf16",   "q8_0", 
                                           "q4_1",   "q5_0",   "q5_1",   "q6_k",  "q4_k_s",
                                           "q4_k_m", "q5_k_s", "q5_k_m", "mxfp4", NULL};
 
+/* general.file_type for a pure type: the llama_ftype whose default type it is
+ * (llama.h: Q2_K 10, Q3_K_S 11, Q4_K_S 14, Q5_K_S 16, Q6_K 18, IQ4_NL 25,
+ * IQ4_XS 30, MXFP4_MOE 38). */
+static int pure_ftype(uint32_t t) {
+    switch (t) {
+    case QUANT_F32:
+        return FTYPE_ALL_F32;
+    case QUANT_F16:
+        return FTYPE_F16;
+    case QUANT_BF16:
+        return FTYPE_BF16;
+    case QUANT_Q4_0:
+        return FTYPE_Q4_0;
+    case QUANT_Q4_1:
+        return FTYPE_Q4_1;
+    case QUANT_Q5_0:
+        return FTYPE_Q5_0;
+    case QUANT_Q5_1:
+        return FTYPE_Q5_1;
+    case QUANT_Q8_0:
+        return FTYPE_Q8_0;
+    case QUANT_Q2_K:
+        return 10;
+    case QUANT_Q3_K:
+        return 11;
+    case QUANT_Q4_K:
+        return FTYPE_Q4_K_S;
+    case QUANT_Q5_K:
+        return FTYPE_Q5_K_S;
+    case QUANT_Q6_K:
+        return FTYPE_Q6_K;
+    case QUANT_IQ4_NL:
+        return 25;
+    case QUANT_IQ4_XS:
+        return 30;
+    case QUANT_MXFP4:
+        return FTYPE_MXFP4_MOE;
+    default:
+        return FTYPE_F16;
+    }
+}
+
 int synth_mix_init(struct synth_mix *m, const char *recipe, int64_t n_layer, int64_t n_expert,
                    struct strata_error *err) {
     memset(m, 0, sizeof(*m));
@@ -56,9 +98,23 @@ int synth_mix_init(struct synth_mix *m, const char *recipe, int64_t n_layer, int
             return 0;
         }
     }
+    /* "pure:TYPE" or a bare ggml type name: every quantizable tensor gets TYPE
+     * (llama-quantize --pure), still with the row-length fallbacks */
+    const char *tn = strncasecmp(recipe, "pure:", 5) ? recipe : recipe + 5;
+    int qt = quant_type_from_name(tn);
+    const struct quant_traits *tr = qt >= 0 ? quant_type_traits((uint32_t)qt) : NULL;
+    if (tr && tr->can_quantize && qt != QUANT_Q8_1 && qt != QUANT_Q8_K) {
+        m->ftype = pure_ftype((uint32_t)qt);
+        m->default_type = (uint32_t)qt;
+        m->pure = true;
+        m->n_layer = n_layer;
+        m->n_expert = n_expert;
+        return 0;
+    }
     return strata_error_set(err, STRATA_E_INVALID,
                             "unknown recipe '%s' (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q6_k "
-                            "q4_k_s q4_k_m q5_k_s q5_k_m mxfp4)",
+                            "q4_k_s q4_k_m q5_k_s q5_k_m mxfp4, or pure:TYPE with a ggml type "
+                            "strata can quantize to)",
                             recipe);
 }
 
@@ -164,6 +220,9 @@ static uint32_t fallback(struct synth_mix *m, int64_t ncols, uint32_t t) {
     m->n_fallback++;
     uint32_t r;
     switch (t) {
+    case QUANT_IQ4_XS:
+        r = QUANT_IQ4_NL;
+        break;
     case QUANT_Q2_K:
     case QUANT_Q3_K:
         r = QUANT_Q4_0;
@@ -192,7 +251,8 @@ uint32_t synth_mix_type(struct synth_mix *m, const char *name, uint32_t n_dims, 
         return src_type;
     uint32_t t = m->default_type;
     if (is_quantized(t)) {
-        t = choose(m, name, ne, t);
+        if (!m->pure)
+            t = choose(m, name, ne, t);
         t = fallback(m, ne[0], t);
     }
     return t;

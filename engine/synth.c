@@ -487,6 +487,12 @@ int synth_write(const struct synth_params *p, const char *path, struct synth_rep
             mix.default_type != QUANT_BF16)
             src = QUANT_F16;
         t->type = synth_mix_type(&mix, t->name, t->n_dims, t->ne, src);
+        const struct quant_traits *tr = quant_type_traits(t->type);
+        if (!tr || !tr->can_quantize) {
+            rc = strata_error_set(err, STRATA_E_UNSUPPORTED, "synth: %s: cannot quantize to %s",
+                                  t->name, quant_type_name(t->type));
+            goto out;
+        }
     }
     w = gguf_writer_init(path, err);
     if (!w) {

@@ -111,13 +111,16 @@ int synth_write(const struct synth_params *p, const char *path, struct synth_rep
  * norms, 1-D tensors and ffn_gate_inp keep their source type (F32).
  * Rows not a multiple of the block size fall back (Q4_K->Q5_0, Q5_K->Q5_1,
  * Q6_K->Q8_0, then F16); where llama.cpp has no fallback (it throws) strata
- * uses F16. Not modelled: the 70B attn_v bump, imatrix-dependent rules. */
+ * uses F16. Not modelled: the 70B attn_v bump, imatrix-dependent rules.
+ * "pure:TYPE" (or a bare ggml type name such as q4_K, q2_K, iq4_nl) gives
+ * every quantizable tensor TYPE, like llama-quantize --pure. */
 extern const char *const synth_recipe_names[];
 
 struct synth_mix {
     int ftype;             /* llama_ftype value written to general.file_type */
     uint32_t default_type; /* enum quant_type */
     int64_t n_layer, n_expert;
+    bool pure;          /* "pure:TYPE": no per-tensor rules, only fallbacks */
     bool has_output;    /* output.weight present (else token_embd is tied) */
     int n_attention_wv; /* attn_v tensors in the model */
     int i_attention_wv; /* attn_v tensors typed so far */

@@ -259,6 +259,18 @@ START_TEST(recipe_rules) {
     ck_assert_uint_eq(synth_mix_type(&m, "blk.0.ffn_up_exps.weight", 3, ne3, QUANT_F16),
                       QUANT_MXFP4);
     ck_assert_int_eq(synth_mix_init(&m, "q3_xyz", 2, 0, NULL), STRATA_E_INVALID);
+    ck_assert_int_eq(synth_mix_init(&m, "pure:iq2_xxs", 2, 0, NULL), STRATA_E_INVALID);
+    /* pure: every quantizable tensor, output included, gets the type */
+    ck_assert_int_eq(synth_mix_init(&m, "pure:q2_K", 2, 0, NULL), 0);
+    ck_assert_int_eq(m.ftype, 10);
+    synth_mix_count(&m, "output.weight");
+    int64_t ne2[4] = {512, 512, 1, 1};
+    ck_assert_uint_eq(synth_mix_type(&m, "output.weight", 2, ne2, QUANT_F16), QUANT_Q2_K);
+    ck_assert_uint_eq(synth_mix_type(&m, "blk.0.attn_v.weight", 2, ne2, QUANT_F16), QUANT_Q2_K);
+    ne2[0] = 96;
+    ck_assert_uint_eq(synth_mix_type(&m, "blk.0.attn_k.weight", 2, ne2, QUANT_F16), QUANT_Q4_0);
+    ck_assert_int_eq(synth_mix_init(&m, "iq4_xs", 2, 0, NULL), 0);
+    ck_assert_uint_eq(synth_mix_type(&m, "blk.0.attn_k.weight", 2, ne2, QUANT_F16), QUANT_IQ4_NL);
 }
 END_TEST
 

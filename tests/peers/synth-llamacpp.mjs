@@ -97,8 +97,9 @@ for (const a of archs) {
 }
 
 // The remaining recipes, on the dense llama geometry.
-for (const r of ["f32", "bf16", "q4_1", "q5_0", "q5_1", "q4_k_s", "q5_k_s", "q5_k_m"]) {
-    const file = path.join(dir, `llama-${r}.gguf`);
+for (const r of ["f32", "bf16", "q4_1", "q5_0", "q5_1", "q4_k_s", "q5_k_s", "q5_k_m",
+                 "pure:q2_K", "pure:q3_K", "pure:q5_K", "pure:iq4_nl", "pure:iq4_xs"]) {
+    const file = path.join(dir, `llama-${r.replace(":", "-")}.gguf`);
     const ok = strataRun(["gguf", "synth", ...archs[0].args, "--type", r, "--out", file]);
     check(ok, `synth llama ${r}`);
     if (!ok) continue;
