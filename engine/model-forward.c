@@ -31,7 +31,6 @@ struct model_fwd {
     uint8_t *xq[FWD_XQ_SLOTS]; /* (B, max_act_row) or (BK, max_act_row_exp) bytes */
     int32_t *seq;              /* (B) */
     int32_t *pos;              /* (B) */
-    int *out_rows;             /* (B) entries that want logits */
     /* MoE */
     float *router;               /* (B, n_expert) router logits, then probabilities */
     int *sel;                    /* (B, n_expert_used) picked expert ids */
@@ -54,7 +53,7 @@ void model_fwd_free(struct model_fwd *f) {
     free(f->g), free(f->u);
     for (int i = 0; i < FWD_XQ_SLOTS; i++)
         free(f->xq[i]);
-    free(f->seq), free(f->pos), free(f->out_rows);
+    free(f->seq), free(f->pos);
     free(f->router), free(f->sel), free(f->sel_w), free(f->row_of);
     free(f->cnt), free(f->off), free(f->fill), free(f->xg), free(f->dn), free(f->sh),
         free(f->sh_gate);
@@ -102,7 +101,6 @@ struct model_fwd *model_fwd_init(const struct model *m, struct strata_error *err
         f->xq[i] = alloc_f(xq, 1, &ok);
     f->seq = alloc_f(B, sizeof(int32_t), &ok);
     f->pos = alloc_f(B, sizeof(int32_t), &ok);
-    f->out_rows = alloc_f(B, sizeof(int), &ok);
     f->jobs = alloc_f(2 * NE + 4, sizeof *f->jobs, &ok);
     if (NE > 0) {
         f->router = alloc_f(B * NE, sizeof(float), &ok);
