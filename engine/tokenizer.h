@@ -27,7 +27,12 @@
  * Invalid UTF-8 input never fails: `gpt2`/`bert` models turn each invalid
  * byte into U+FFFD (llama.cpp's unicode_cpts_from_utf8), `llama` models keep
  * the bytes and encode them through <0xXX> byte tokens (SentencePiece byte
- * fallback), as llama.cpp does.
+ * fallback), as llama.cpp does (an invalid lead byte takes the next 1-3 bytes
+ * into the same "character", so those come back as bytes too).
+ *
+ * Checked against llama.cpp (node-llama-cpp 3.21.1): the vocab fixtures'
+ * .inp/.out ids, and random mixed-script strings with special-token text,
+ * encode and decode, on 12 vocabularies (tests/peers/tokenizer-llamacpp.mjs).
  *
  * Ownership: a tokenizer copies what it needs from the GGUF file (the file
  * may be closed afterwards); it is owned by the caller (tokenizer_free()).
@@ -161,7 +166,8 @@ struct tokenizer_decode_opts {
     bool skip_special;
     /* Models with add_space_prefix (SentencePiece): drop one leading ' ' of the
      * first token's text, as llama.cpp's detokenize does (not after a skipped
-     * BOS, as there). Default true. */
+     * BOS, as there). Default true. A stream that continues a prompt (generated
+     * text) keeps the space with false, as llama-server's per-token pieces do. */
     bool strip_leading_space;
     /* tokenizer_decode only: llama.cpp's clean_up_tokenization_spaces passes
      * (" ." -> ".", " 's" -> "'s", " ' " -> "'") on models that set them (gpt2-style
