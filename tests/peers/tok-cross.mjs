@@ -153,6 +153,92 @@ function llamaCppText(bytes) {
 const hex = (u8) => Buffer.from(u8).toString("hex");
 const ids = (arr) => Array.from(arr).join(" ");
 
+async function runFamily(fam) {
+    const v = fam.name;
+    console.log(`== ${v}`);
+    let tjson, tcfg;
+    try {
+        tjson = require.resolve(`@lenml/tokenizer-${v}/models/tokenizer.json`);
+        tcfg = require.resolve(`@lenml/tokenizer-${v}/models/tokenizer_config.json`);
+    } catch (e) {
+        check(`${v} sources`, false, `@lenml/tokenizer-${v} not installed: ${e.message}`);
+        return;
+    }
+    const gguf = path.join(tmp, `${v}.gguf`);
+    let summary;
+    try {
+        summary = runStrata(["gguf", "vocab-from-hf", tjson, "--config", tcfg, "--out", gguf]).trim();
+    } catch (e) {
+        check(`${v} vocab-from-hf`, false, e.message);
+        return;
+    }
+    console.log(`  ${summary}`);
+    const model = await llama.loadModel({modelPath: gguf, vocabOnly: true});
+    const {fromPreTrained} = await import(`@lenml/tokenizer-${v}`);
+    const hf = fromPreTrained();
+
+    const plain = strataBatch(gguf, corpus, false);
+    const parsed = strataBatch(gguf, corpus, true);
+    compare(`${v} llama.cpp special=off`, v, "llama.cpp", "off", corpus, plain,
+            corpus.map((s) => ids(model.tokenize(s, false))));
+    compare(`${v} llama.cpp special=on`, v, "llama.cpp", "on", corpus, parsed,
+            corpus.map((s) => ids(model.tokenize(s, true))));
+    compare(`${v} @lenml/tokenizers`, v, "lenml", "on", corpus, parsed,
+            corpus.map((s) => ids(hf.encode(s, {add_special_tokens: false}))));
+
+    if (fam.fixture) {
+        const inp = path.join(shared, "fixtures/vocab", `ggml-vocab-${fam.fixture}.gguf.inp`);
+        if (!existsSync(inp)) {
+            check(`${v} fixture ${fam.fixture}`, false, `missing ${inp}`);
+        } else {
+            const texts = readInp(inp);
+            const want = readFileSync(inp.replace(/\.inp$/, ".out"), "utf8").split("\n")
+                             .slice(0, texts.length).map((l) => l.trim());
+            compare(`${v} fixture ${fam.fixture}.out`, v, "fixture", "off", texts,
+                    strataBatch(gguf, texts, false), want);
+        }
+    }
+
+    // invalid UTF-8 through tok-bytes
+    const inv = invalidUtf8Corpus();
+    const r = spawnSync(tokBytes, [gguf], {input: inv.map(hex).join("\n") + "\n", encoding: "utf8",
+                                           maxBuffer: 64 << 20});
+    const lines = r.stdout.split("\n");
+    let bad = 0, compared = 0;
+    for (let i = 0; i < inv.length; i++) {
+        const [got, dec] = (lines[i] || "error: no output").split("\t");
+        let why = "";
+        if (r.status !== 0 || got.startsWith("error") || dec === undefined)
+            why = `tok-bytes: ${got} ${r.stderr}`;
+        else if (summary.includes("model llama")) {
+            // SPM: the text is normalized (' ' -> U+2581) and split into "characters"
+            // by lead byte without validation (llama.cpp's utf8_len), so a truncated
+            // sequence may swallow the first byte of a following U+2581 and both go
+            // out as byte tokens; decoding then gives U+2581 where the space was.
+            const back = Buffer.from(dec, "hex").toString("latin1")
+                             .replaceAll("\xe2\x96\x81", " ");
+            if (back !== Buffer.from(inv[i]).toString("latin1"))
+                why = `byte fallback does not round-trip: ${dec}`;
+        } else {
+            const text = llamaCppText(inv[i]);
+            if (text !== null) {
+                compared++;
+                const want = ids(model.tokenize(text, false));
+                if (want !== got)
+                    why = `llama.cpp ${want} / strata ${got}`;
+            }
+        }
+        if (why) {
+            bad++;
+            if (bad <= 4)
+                console.log(`    invalid #${i} ${hex(inv[i])}: ${why}`);
+        }
+    }
+    check(`${v} invalid UTF-8 (${inv.length} strings, ${compared} vs llama.cpp)`, bad === 0,
+          bad ? `${bad} bad` : "");
+    await model.dispose();
+}
+
 const t0 = Date.now();
 const corpus = buildCorpus(shared);
 console.log(`corpus: ${corpus.length} strings, ${invalidUtf8Corpus().length} invalid UTF-8 byte strings`);
@@ -160,89 +246,11 @@ const tmp = mkdtempSync(path.join(os.tmpdir(), "strata-tok-cross-"));
 const llama = await getLlama({gpu: false, build: "never"});
 try {
     for (const fam of FAMILIES) {
-        const v = fam.name;
-        console.log(`== ${v}`);
-        let tjson, tcfg;
         try {
-            tjson = require.resolve(`@lenml/tokenizer-${v}/models/tokenizer.json`);
-            tcfg = require.resolve(`@lenml/tokenizer-${v}/models/tokenizer_config.json`);
-        } catch (e) {
-            check(`${v} sources`, false, `@lenml/tokenizer-${v} not installed: ${e.message}`);
-            continue;
+            await runFamily(fam);
+        } catch (e) { // a crash of strata or a peer fails this vocab, not the run
+            check(`${fam.name} run`, false, String(e.message || e).slice(0, 500));
         }
-        const gguf = path.join(tmp, `${v}.gguf`);
-        let summary;
-        try {
-            summary = runStrata(["gguf", "vocab-from-hf", tjson, "--config", tcfg, "--out", gguf]).trim();
-        } catch (e) {
-            check(`${v} vocab-from-hf`, false, e.message);
-            continue;
-        }
-        console.log(`  ${summary}`);
-        const model = await llama.loadModel({modelPath: gguf, vocabOnly: true});
-        const {fromPreTrained} = await import(`@lenml/tokenizer-${v}`);
-        const hf = fromPreTrained();
-
-        const plain = strataBatch(gguf, corpus, false);
-        const parsed = strataBatch(gguf, corpus, true);
-        compare(`${v} llama.cpp special=off`, v, "llama.cpp", "off", corpus, plain,
-                corpus.map((s) => ids(model.tokenize(s, false))));
-        compare(`${v} llama.cpp special=on`, v, "llama.cpp", "on", corpus, parsed,
-                corpus.map((s) => ids(model.tokenize(s, true))));
-        compare(`${v} @lenml/tokenizers`, v, "lenml", "on", corpus, parsed,
-                corpus.map((s) => ids(hf.encode(s, {add_special_tokens: false}))));
-
-        if (fam.fixture) {
-            const inp = path.join(shared, "fixtures/vocab", `ggml-vocab-${fam.fixture}.gguf.inp`);
-            if (!existsSync(inp)) {
-                check(`${v} fixture ${fam.fixture}`, false, `missing ${inp}`);
-            } else {
-                const texts = readInp(inp);
-                const want = readFileSync(inp.replace(/\.inp$/, ".out"), "utf8").split("\n")
-                                 .slice(0, texts.length).map((l) => l.trim());
-                compare(`${v} fixture ${fam.fixture}.out`, v, "fixture", "off", texts,
-                        strataBatch(gguf, texts, false), want);
-            }
-        }
-
-        // invalid UTF-8 through tok-bytes
-        const inv = invalidUtf8Corpus();
-        const r = spawnSync(tokBytes, [gguf], {input: inv.map(hex).join("\n") + "\n", encoding: "utf8",
-                                               maxBuffer: 64 << 20});
-        const lines = r.stdout.split("\n");
-        let bad = 0, compared = 0;
-        for (let i = 0; i < inv.length; i++) {
-            const [got, dec] = (lines[i] || "error: no output").split("\t");
-            let why = "";
-            if (r.status !== 0 || got.startsWith("error") || dec === undefined)
-                why = `tok-bytes: ${got} ${r.stderr}`;
-            else if (summary.includes("model llama")) {
-                // SPM: the text is normalized (' ' -> U+2581) and split into "characters"
-                // by lead byte without validation (llama.cpp's utf8_len), so a truncated
-                // sequence may swallow the first byte of a following U+2581 and both go
-                // out as byte tokens; decoding then gives U+2581 where the space was.
-                const back = Buffer.from(dec, "hex").toString("latin1")
-                                 .replaceAll("\xe2\x96\x81", " ");
-                if (back !== Buffer.from(inv[i]).toString("latin1"))
-                    why = `byte fallback does not round-trip: ${dec}`;
-            } else {
-                const text = llamaCppText(inv[i]);
-                if (text !== null) {
-                    compared++;
-                    const want = ids(model.tokenize(text, false));
-                    if (want !== got)
-                        why = `llama.cpp ${want} / strata ${got}`;
-                }
-            }
-            if (why) {
-                bad++;
-                if (bad <= 4)
-                    console.log(`    invalid #${i} ${hex(inv[i])}: ${why}`);
-            }
-        }
-        check(`${v} invalid UTF-8 (${inv.length} strings, ${compared} vs llama.cpp)`, bad === 0,
-              bad ? `${bad} bad` : "");
-        await model.dispose();
     }
 } finally {
     rmSync(tmp, {recursive: true, force: true});
