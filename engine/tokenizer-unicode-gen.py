@@ -7,6 +7,7 @@ general-category flags, the first codepoint of each codepoint's NFD form
 (so accents are stripped), and the first codepoint of str.lower().
 
     python3 engine/tokenizer-unicode-gen.py > engine/tokenizer-unicode-data.c
+    clang-format -i engine/tokenizer-unicode-data.c
 """
 import sys
 import unicodedata
