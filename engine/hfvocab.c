@@ -414,7 +414,7 @@ static int32_t find_added(const json_t *added, const char *content) {
 }
 
 struct specials {
-    int32_t id[7];        /* k_special_keys order; -1 absent */
+    int32_t id[7];        /* k_special_typ order; -1 absent */
     int add_bos, add_eos; /* -1 unset */
 };
 static const char *const k_special_typ[7] = {"bos", "eos", "unk", "sep", "pad", "cls", "mask"};
