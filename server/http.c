@@ -60,7 +60,8 @@ static enum MHD_Result on_headers(struct exchange *ex, const char *url, const ch
     struct MHD_Connection *c = ex->conn;
     const struct route *r = route_find(url);
     if (!r)
-        return http_respond_error(ex, STRATA_E_NOT_FOUND, "unknown route", NULL, NULL);
+        return http_respond_error_as(ex, STRATA_E_NOT_FOUND, "unknown_url", "unknown route", NULL,
+                                     NULL);
     ex->route = r->metric;
     if (strcmp(method, r->method)) {
         if (!strcmp(method, "HEAD") && !strcmp(r->method, "GET")) {
@@ -93,8 +94,8 @@ static enum MHD_Result on_headers(struct exchange *ex, const char *url, const ch
     ex->gen_route = r->metric == METRICS_ROUTE_CHAT ? GEN_ROUTE_CHAT : GEN_ROUTE_COMPLETION;
     const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
     if (!http_content_type_is_json(ct))
-        return http_respond_error(ex, STRATA_E_INVALID, "Content-Type must be application/json",
-                                  NULL, NULL);
+        return http_respond_error_as(ex, STRATA_E_INVALID, "invalid_content_type",
+                                     "Content-Type must be application/json", NULL, NULL);
     const char *cl =
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl) {
@@ -110,6 +111,8 @@ static enum MHD_Result on_headers(struct exchange *ex, const char *url, const ch
     return MHD_YES;
 }
 
+static enum MHD_Result on_resumed(struct exchange *ex);
+
 /* Body complete: check it and hand it to the generation layer. */
 static enum MHD_Result on_body(struct exchange *ex) {
     struct server *s = ex->srv;
@@ -121,20 +124,20 @@ static enum MHD_Result on_body(struct exchange *ex) {
     size_t bad = 0;
     if (!http_utf8_valid(ex->body.p ? ex->body.p : "", ex->body.len, &bad)) {
         snprintf(msg, sizeof(msg), "request body is not valid UTF-8 (byte offset %zu)", bad);
-        return http_respond_error(ex, STRATA_E_INVALID, msg, NULL, NULL);
+        return http_respond_error_as(ex, STRATA_E_INVALID, "invalid_encoding", msg, NULL, NULL);
     }
     json_error_t jerr;
     json_t *body = json_loadb(ex->body.p ? ex->body.p : "", ex->body.len, 0, &jerr);
     if (!body) {
         snprintf(msg, sizeof(msg), "invalid JSON at line %d column %d: %s", jerr.line, jerr.column,
                  jerr.text);
-        return http_respond_error(ex, STRATA_E_INVALID, msg, NULL, NULL);
+        return http_respond_error_as(ex, STRATA_E_INVALID, "invalid_json", msg, NULL, NULL);
     }
     sbuf_free(&ex->body);
     if (!json_is_object(body)) {
         json_decref(body);
-        return http_respond_error(ex, STRATA_E_INVALID, "request body must be a JSON object", NULL,
-                                  NULL);
+        return http_respond_error_as(ex, STRATA_E_INVALID, "invalid_type",
+                                     "request body must be a JSON object", NULL, NULL);
     }
     if (!s->p.gen.ops || atomic_load(&s->draining) || !atomic_load(&s->ready)) {
         json_decref(body);
@@ -181,34 +184,33 @@ static enum MHD_Result on_body(struct exchange *ex) {
     }
     pthread_mutex_lock(&ex->mu);
     ex->job = out.job;
-    if (ex->stream) {
-        pthread_mutex_unlock(&ex->mu);
-        return stream_start(ex);
-    }
-    if (ex->final_ready) {
-        pthread_mutex_unlock(&ex->mu);
-        return http_respond_json(ex, ex->final_status,
-                                 ex->final_body ? strdup(ex->final_body) : NULL);
-    }
     ex->phase = PHASE_WAITING;
-    ex->suspended = true;
-    MHD_suspend_connection(ex->conn);
     pthread_mutex_unlock(&ex->mu);
-    return MHD_YES;
+    return on_resumed(ex); /* events may have arrived already; else it suspends */
 }
 
-/* Resumed while PHASE_WAITING: the answer is in, or shutdown gave up. */
+/* Resumed while PHASE_WAITING: the answer is in, shutdown gave up, or (a
+ * stream) the first event or keep-alive is there. A stream's SSE response
+ * (status 200) is queued only then, so an error found before any token (a
+ * template's raise_exception, context length) gets its own status and
+ * OpenAI error body, as OpenAI answers them. */
 static enum MHD_Result on_resumed(struct exchange *ex) {
     pthread_mutex_lock(&ex->mu);
     bool ready = ex->final_ready, aborted = ex->aborted;
+    bool start_sse =
+        ex->stream && !ready && !aborted && (ex->out.len > ex->out_off || ex->gen_done);
+    if (start_sse)
+        ex->sse_started = true; /* later events go to the SSE buffer */
     int status = ex->final_status;
     char *body = ex->final_body;
     ex->final_body = NULL;
-    if (!ready && !aborted) { /* spurious: keep waiting */
+    if (!ready && !aborted && !start_sse) { /* spurious: keep waiting */
         ex->suspended = true;
         MHD_suspend_connection(ex->conn);
     }
     pthread_mutex_unlock(&ex->mu);
+    if (start_sse)
+        return stream_start(ex);
     if (ready)
         return http_respond_json(ex, status, body);
     free(body);

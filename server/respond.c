@@ -1,5 +1,4 @@
 /* server/respond.c: JSON and error responses, request-body checks. */
-#include <ctype.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,34 +28,70 @@ void sbuf_free(struct sbuf *b) {
     b->len = b->cap = 0;
 }
 
-/* error.code: OpenAI's own strings where one exists, else the lower-case
- * table name ("too_large"). */
-static const char *error_code_string(int code, char *buf, size_t cap) {
+/* error.code for each table code: OpenAI's own string where it has one
+ * (invalid_api_key, context_length_exceeded, rate_limit_exceeded,
+ * model_not_found, invalid_value), else a snake_case name of the failure
+ * ("unsupported" as openai.h promises). An unknown model is NOT_FOUND with
+ * param "model". */
+static const char *error_code_string(int code, const char *param) {
     switch (code) {
-    case STRATA_E_AUTH:
-        return "invalid_api_key";
+    case STRATA_E_NOMEM:
+        return "out_of_memory";
+    case STRATA_E_IO:
+        return "io_error";
+    case STRATA_E_FORMAT:
+        return "invalid_format";
+    case STRATA_E_INVALID:
+    case STRATA_E_RANGE:
+        return "invalid_value";
+    case STRATA_E_UNSUPPORTED:
+        return "unsupported";
+    case STRATA_E_TEMPLATE:
+        return "template_error";
+    case STRATA_E_LIMIT:
+        return "limit_exceeded";
     case STRATA_E_CONTEXT_LENGTH:
         return "context_length_exceeded";
+    case STRATA_E_AUTH:
+        return "invalid_api_key";
+    case STRATA_E_NOT_FOUND:
+        return param && !strcmp(param, "model") ? "model_not_found" : "not_found";
+    case STRATA_E_METHOD:
+        return "method_not_allowed";
+    case STRATA_E_TOO_LARGE:
+        return "request_too_large";
     case STRATA_E_QUEUE_FULL:
         return "rate_limit_exceeded";
+    case STRATA_E_UNAVAILABLE:
+        return "service_unavailable";
+    case STRATA_E_CANCELLED:
+        return "cancelled";
+    case STRATA_E_TIMEOUT:
+        return "timeout";
+    case STRATA_E_TOKENIZER:
+        return "tokenizer_error";
+    case STRATA_E_CONFIG:
+        return "invalid_configuration";
     default:
-        break;
+        return "internal_error";
     }
-    const char *name = strata_error_name(code);
-    size_t i = 0;
-    for (; name[i] && i + 1 < cap; i++)
-        buf[i] = (char)tolower((unsigned char)name[i]);
-    buf[i] = '\0';
-    return buf;
 }
 
-char *http_error_json(int code, const char *message, const char *param) {
-    char cbuf[64];
+/* error.type: the table's, except that OpenAI calls an unknown model an
+ * invalid request (404, invalid_request_error, param "model", code
+ * model_not_found). */
+static const char *error_type_string(int code, const char *param) {
+    if (code == STRATA_E_NOT_FOUND && param && !strcmp(param, "model"))
+        return "invalid_request_error";
+    return strata_error_openai_type(code);
+}
+
+char *http_error_json_as(int code, const char *oa_code, const char *message, const char *param) {
     json_t *err = json_pack("{s:s, s:s, s:o, s:s}", "message",
                             message && *message ? message : strata_error_text(code), "type",
-                            strata_error_openai_type(code), "param",
+                            error_type_string(code, param), "param",
                             param && *param ? json_string(param) : json_null(), "code",
-                            error_code_string(code, cbuf, sizeof(cbuf)));
+                            oa_code ? oa_code : error_code_string(code, param));
     if (!err)
         return NULL;
     json_t *root = json_pack("{s:o}", "error", err);
@@ -65,6 +100,10 @@ char *http_error_json(int code, const char *message, const char *param) {
     char *s = json_dumps(root, JSON_COMPACT);
     json_decref(root);
     return s;
+}
+
+char *http_error_json(int code, const char *message, const char *param) {
+    return http_error_json_as(code, NULL, message, param);
 }
 
 static enum metrics_route metrics_route_of(const struct exchange *ex) {
@@ -90,7 +129,12 @@ enum MHD_Result http_respond_json(struct exchange *ex, int status, char *body) {
 
 enum MHD_Result http_respond_error(struct exchange *ex, int code, const char *message,
                                    const char *param, const char *allow) {
-    char *body = http_error_json(code, message, param);
+    return http_respond_error_as(ex, code, NULL, message, param, allow);
+}
+
+enum MHD_Result http_respond_error_as(struct exchange *ex, int code, const char *oa_code,
+                                      const char *message, const char *param, const char *allow) {
+    char *body = http_error_json_as(code, oa_code, message, param);
     if (!body)
         return MHD_NO;
     int status = strata_error_http_status(code);

@@ -31,7 +31,8 @@ void sbuf_free(struct sbuf *b);
 enum exchange_phase {
     PHASE_DEFERRED,  /* no-body method: handled on the second access-handler call */
     PHASE_HEADERS,   /* first access-handler call done, reading the body */
-    PHASE_WAITING,   /* non-stream job submitted; connection suspended until DONE */
+    PHASE_WAITING,   /* job submitted; connection suspended until DONE (non-stream) or
+                        the first event or keep-alive (stream) */
     PHASE_STREAMING, /* SSE response queued; content reader drains `out` */
     PHASE_RESPONDED, /* a complete response was queued */
 };
@@ -51,6 +52,7 @@ struct exchange {
     int refs;
     struct gen_job *job; /* set after submit; released at free */
     bool stream;
+    bool sse_started; /* stream: SSE response queued; before, an error gets a plain status */
     bool conn_gone;   /* completed callback ran */
     bool peer_gone;   /* the ticker saw the client close while suspended; job cancelled */
     bool suspended;   /* we suspended the connection and nobody resumed it yet */
@@ -102,9 +104,13 @@ void http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 /* respond.c: responses and request-body checks */
 /* OpenAI error body {"error":{"message","type","param","code"}}. owned: free() */
 char *http_error_json(int code, const char *message, const char *param);
+/* The same with error.code oa_code instead of the table's ("invalid_json"); NULL: the table's. */
+char *http_error_json_as(int code, const char *oa_code, const char *message, const char *param);
 /* Queues an error response with the table's status (+ Allow for 405). */
 enum MHD_Result http_respond_error(struct exchange *ex, int code, const char *message,
                                    const char *param, const char *allow);
+enum MHD_Result http_respond_error_as(struct exchange *ex, int code, const char *oa_code,
+                                      const char *message, const char *param, const char *allow);
 /* Queues `body` (steals: malloc'd) as application/json with `status`. */
 enum MHD_Result http_respond_json(struct exchange *ex, int status, char *body);
 bool http_utf8_valid(const char *s, size_t n, size_t *bad_offset);

@@ -79,8 +79,11 @@ void stream_on_event(void *ctx, const struct gen_event *ev) {
     } else if (ev->type == GEN_EV_USAGE) {
         metrics_add_tokens(s->metrics, ev->n_prompt_tokens, ev->n_completion_tokens);
     }
+    /* A stream that fails before its SSE response started answers like a
+     * non-stream request (status + error body; see on_resumed in http.c). */
+    bool sse = ex->stream && (ex->sse_started || (ev->type != GEN_EV_ERROR && !ex->error_seen));
     if (!ex->conn_gone) {
-        if (ex->stream) {
+        if (sse) {
             if (ev->type == GEN_EV_ERROR) {
                 char *e = http_error_json(ev->error_code, ev->error_message, ev->error_param);
                 if (e)

@@ -533,8 +533,15 @@ def test_strata_serve():
                     break
                 time.sleep(0.05)
             check("strata serve health 200", st == 200)
+            # OpenAI requires "model": the id is the file's basename without .gguf
+            st, _, d = request(port, "POST", "/v1/chat/completions",
+                               body={"model": "stories260K", "max_tokens": 4,
+                                     "messages": [{"role": "user", "content": "Once"}]})
+            ok = st == 200 and json.loads(d)["choices"][0]["message"]["content"] != ""
+            check("strata serve chat answers 200 or an OpenAI 503", ok or (st == 503 and error_shape_ok(d)), d)
             st, _, d = request(port, "POST", "/v1/chat/completions", body={"messages": []})
-            check("strata serve chat answers 200 or an OpenAI 503", st == 200 or (st == 503 and error_shape_ok(d)), d)
+            check("strata serve chat without model 400", st == 400 and
+                  json.loads(d)["error"]["param"] == "model", d)
         finally:
             proc.send_signal(signal.SIGTERM)
             rc = proc.wait(timeout=60)

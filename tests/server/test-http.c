@@ -72,6 +72,32 @@ START_TEST(error_body) {
     char *s = http_error_json(STRATA_E_AUTH, NULL, NULL);
     ck_assert_ptr_nonnull(strstr(s, "\"code\":\"invalid_api_key\""));
     free(s);
+    /* OpenAI's unknown model: 404, invalid_request_error, param model, model_not_found */
+    s = http_error_json(STRATA_E_NOT_FOUND, "no such model", "model");
+    ck_assert_ptr_nonnull(strstr(s, "\"code\":\"model_not_found\""));
+    ck_assert_ptr_nonnull(strstr(s, "\"type\":\"invalid_request_error\""));
+    free(s);
+    s = http_error_json(STRATA_E_NOT_FOUND, NULL, NULL);
+    ck_assert_ptr_nonnull(strstr(s, "\"type\":\"not_found_error\""));
+    free(s);
+    s = http_error_json(STRATA_E_TEMPLATE, "bad role", "messages");
+    ck_assert_ptr_nonnull(strstr(s, "\"code\":\"template_error\""));
+    free(s);
+    s = http_error_json(STRATA_E_CONTEXT_LENGTH, NULL, "messages");
+    ck_assert_ptr_nonnull(strstr(s, "\"code\":\"context_length_exceeded\""));
+    free(s);
+    s = http_error_json_as(STRATA_E_INVALID, "invalid_json", "x", NULL);
+    ck_assert_ptr_nonnull(strstr(s, "\"code\":\"invalid_json\""));
+    free(s);
+    /* every table code gets a non-empty snake_case code */
+    for (int c = STRATA_E_NOMEM; c >= STRATA_E_CONFIG; c--) {
+        s = http_error_json(c, NULL, NULL);
+        json_t *j = json_loads(s, 0, NULL);
+        const char *code = json_string_value(json_object_get(json_object_get(j, "error"), "code"));
+        ck_assert(code && *code && strspn(code, "abcdefghijklmnopqrstuvwxyz_") == strlen(code));
+        json_decref(j);
+        free(s);
+    }
 }
 END_TEST
 
