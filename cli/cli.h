@@ -14,12 +14,10 @@ int cli_gguf_main(int argc, char **argv);
 int cli_gguf_synth_main(int argc, char **argv);
 int cli_gguf_quantize_main(int argc, char **argv);
 int cli_gguf_vocab_main(int argc, char **argv); /* `strata gguf vocab-from-hf` (cli/cmd-vocab.c) */
-int cli_gguf_synth_main(int argc, char **argv);    /* cli/cmd-synth.c */
-int cli_gguf_quantize_main(int argc, char **argv); /* cli/cmd-quantize.c */
-int cli_serve_main(int argc, char **argv); /* cli/cmd-serve.c */
-int cli_tokenize_main(int argc, char **argv);      /* cli/cmd-tokenize.c */
-int cli_detokenize_main(int argc, char **argv);    /* cli/cmd-tokenize.c */
-int cli_template_main(int argc, char **argv); /* cli/cmd-template.c */
-int cli_run_main(int argc, char **argv);       /* cli/cmd-run.c */
+int cli_serve_main(int argc, char **argv);      /* cli/cmd-serve.c */
+int cli_tokenize_main(int argc, char **argv);   /* cli/cmd-tokenize.c */
+int cli_detokenize_main(int argc, char **argv); /* cli/cmd-tokenize.c */
+int cli_template_main(int argc, char **argv);   /* cli/cmd-template.c */
+int cli_run_main(int argc, char **argv);        /* cli/cmd-run.c */
 
 #endif
