@@ -48,6 +48,7 @@ static struct exchange *exchange_new(struct server *s, struct MHD_Connection *co
     ex->refs = 1; /* the connection's */
     ex->route = METRICS_ROUTE_OTHER;
     ex->phase = PHASE_HEADERS;
+    ex->t_start = server_now();
     atomic_fetch_add(&s->n_exchanges, 1);
     return ex;
 }
@@ -112,6 +113,17 @@ static enum MHD_Result on_headers(struct exchange *ex, const char *url, const ch
 }
 
 static enum MHD_Result on_resumed(struct exchange *ex);
+
+/* Slowloris guard for bodies: MHD's --timeout is per read, so a client
+ * sending a byte a second would hold its connection forever. As Apache's
+ * mod_reqtimeout (body=20,MinRate=500) does, the body must arrive within
+ * --timeout seconds plus one second per 64 KiB received; past that the
+ * connection is closed (MHD 0.9.75 cannot queue a response mid-upload). */
+static bool body_in_time(const struct exchange *ex) {
+    double got = (double)(ex->body.len + ex->n_dropped);
+    double limit = (double)ex->srv->p.timeout_s + got / 65536.0;
+    return server_now() - ex->t_start <= limit;
+}
 
 /* Body complete: check it and hand it to the generation layer. */
 static enum MHD_Result on_body(struct exchange *ex) {
@@ -243,7 +255,7 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, const ch
         if (*upload_size) { /* a body on GET/DELETE/...: not used, dropped */
             ex->n_dropped += *upload_size;
             *upload_size = 0;
-            return ex->n_dropped > s->p.max_body ? MHD_NO : MHD_YES;
+            return ex->n_dropped > s->p.max_body || !body_in_time(ex) ? MHD_NO : MHD_YES;
         }
         ex->phase = PHASE_HEADERS;
         return on_headers(ex, url, method);
@@ -259,11 +271,11 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, const ch
                 ex->body_too_large = true;
                 ex->n_dropped += n;
                 sbuf_free(&ex->body);
-                return ex->n_dropped > 4 * s->p.max_body ? MHD_NO : MHD_YES;
+                return ex->n_dropped > 4 * s->p.max_body || !body_in_time(ex) ? MHD_NO : MHD_YES;
             }
             if (sbuf_append(&ex->body, upload, n))
                 return MHD_NO;
-            return MHD_YES;
+            return body_in_time(ex) ? MHD_YES : MHD_NO;
         }
         return on_body(ex);
     case PHASE_WAITING:

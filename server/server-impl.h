@@ -46,6 +46,7 @@ struct exchange {
     struct sbuf body;          /* request body, at most max_body bytes */
     bool body_too_large;
     size_t n_dropped; /* body bytes of a no-body method, discarded */
+    double t_start;   /* seconds (monotonic) when the headers were in */
     double t_submit;  /* seconds (monotonic) when the job was submitted */
 
     pthread_mutex_t mu; /* guards everything below */

@@ -1,0 +1,476 @@
+#!/usr/bin/env python3
+"""tests/peers/http-real.py: raw HTTP against the REAL daemon (`strata serve`
+on the shared stories260K.gguf, the real generation layer and scheduler).
+
+Usage: http-real.py PATH/TO/strata
+
+Checks what tests/peers/http-raw.py checks against the fake backend, with
+real tokens: OpenAI error bodies and codes (malformed JSON, wrong types,
+unknown model, context length, a template's raise_exception, streaming and
+not), a 10 MB body, invalid UTF-8, a missing content type, a slowloris body,
+a client that leaves mid-stream (the session is freed), 200 mixed concurrent
+requests, then SIGTERM: exit 0 with no sanitizer report on stderr.
+Prints `RESULT http-real: N passed, M failed`.
+"""
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+STRATA = sys.argv[1] if len(sys.argv) > 1 else "build/cli/strata"
+SHARED = os.environ.get("STRATA_SHARED_DIR") or os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared")
+MODEL = os.path.join(SHARED, "models", "stories260K.gguf")
+MODEL_ID = "stories260K"
+EOS = 2  # stories260K's </s>: a logit bias of -100 keeps a stream going
+TIMEOUT_S = 2  # --timeout: idle connections (slowloris) are dropped after this
+SANITIZER_RE = re.compile(r"AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|runtime error:")
+passed = 0
+failed = 0
+
+
+def check(name, cond, detail=""):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print(f"FAIL {name} {str(detail)[:600]}", flush=True)
+
+
+def start(model, *extra):
+    proc = subprocess.Popen([STRATA, "serve", model, "--port", "0", *extra], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, errors="replace")
+    port = None
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        m = re.search(r"listening on http://[0-9.]+:(\d+)", line)
+        if m:
+            port = int(m.group(1))
+            break
+    if port is None:
+        proc.kill()
+        raise RuntimeError("daemon did not start: " + proc.stderr.read())
+    log = []
+    reader = threading.Thread(target=lambda: log.extend(proc.stderr), daemon=True)
+    reader.start()
+    for _ in range(600):  # /health is 503 until the weights are warm
+        try:
+            if request(port, "GET", "/health")[0] == 200:
+                break
+        except OSError:
+            pass
+        time.sleep(0.05)
+    return proc, port, log, reader
+
+
+def stop(proc, log, reader, name):
+    """SIGTERM: exit 0 and nothing from a sanitizer on stderr."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        rc = proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        rc = -999
+    reader.join(10)
+    text = "".join(log)
+    check(f"{name}: SIGTERM exits 0", rc == 0, f"rc={rc} " + text[-2000:])
+    check(f"{name}: no sanitizer report on stderr", not SANITIZER_RE.search(text), text[-3000:])
+
+
+def request(port, method, path, body=None, headers=None, timeout=60):
+    h = dict(headers or {})
+    if body is not None and not isinstance(body, bytes):
+        body = json.dumps(body).encode()
+        h.setdefault("Content-Type", "application/json")
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    c.request(method, path, body=body, headers=h)
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, dict((k.lower(), v) for k, v in r.getheaders()), data
+
+
+def chat(port, content="Once upon a time", **kw):
+    body = {"model": MODEL_ID, "messages": [{"role": "user", "content": content}], **kw}
+    return request(port, "POST", "/v1/chat/completions", body=body)
+
+
+def openai_error(data):
+    """The error object when data is exactly OpenAI's error shape, else None."""
+    try:
+        e = json.loads(data)["error"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if set(e) != {"message", "type", "param", "code"} or not isinstance(e["message"], str) or not e["message"]:
+        return None
+    if not isinstance(e["type"], str) or not isinstance(e["code"], str):
+        return None
+    return e if e["param"] is None or isinstance(e["param"], str) else None
+
+
+def check_error(name, st, data, status, code, param=None, etype="invalid_request_error", msg=None):
+    e = openai_error(data)
+    ok = st == status and e is not None and e["code"] == code and e["type"] == etype
+    ok = ok and (param is None or e["param"] == param) and (msg is None or msg in e["message"])
+    check(name, ok, (st, data[:300]))
+
+
+def sse_datas(data):
+    out = []
+    for blk in data.decode().split("\n\n"):
+        if blk.startswith("data: {"):
+            out.append(json.loads(blk[6:]))
+    return out
+
+
+def status_json(port):
+    st, _, d = request(port, "GET", "/status")
+    return json.loads(d) if st == 200 else {}
+
+
+def with_template(src_path, dst_path, template):
+    """Copies a GGUF v2/v3 file with tokenizer.chat_template set to `template`
+    (metadata rewritten, tensor data copied; offsets are relative to the
+    data section so only its alignment padding changes)."""
+    with open(src_path, "rb") as f:
+        buf = f.read()
+    magic, version, n_tensors, n_kv = struct.unpack_from("<4sIQQ", buf, 0)
+    if magic != b"GGUF" or version < 2:
+        raise ValueError("not a GGUF v2+ file")
+    pos = 24
+    scalar = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+    def skip_str(p):
+        (n,) = struct.unpack_from("<Q", buf, p)
+        return p + 8 + n
+
+    def skip_val(p, t):
+        if t in scalar:
+            return p + scalar[t]
+        if t == 8:
+            return skip_str(p)
+        if t == 9:
+            et, n = struct.unpack_from("<IQ", buf, p)
+            p += 12
+            for _ in range(n):
+                p = skip_val(p, et)
+            return p
+        raise ValueError(f"bad GGUF value type {t}")
+
+    kvs = []
+    alignment = 32
+    for _ in range(n_kv):
+        k0 = pos
+        (klen,) = struct.unpack_from("<Q", buf, pos)
+        key = buf[pos + 8:pos + 8 + klen].decode()
+        pos += 8 + klen
+        (t,) = struct.unpack_from("<I", buf, pos)
+        end = skip_val(pos + 4, t)
+        if key == "general.alignment":
+            (alignment,) = struct.unpack_from("<I", buf, pos + 4)
+        if key != "tokenizer.chat_template":
+            kvs.append(buf[k0:end])
+        pos = end
+    t0 = pos
+    for _ in range(n_tensors):
+        pos = skip_str(pos)
+        (nd,) = struct.unpack_from("<I", buf, pos)
+        pos += 4 + 8 * nd + 4 + 8
+    infos = buf[t0:pos]
+    data = buf[(pos + alignment - 1) // alignment * alignment:]
+    k, v = b"tokenizer.chat_template", template.encode()
+    kvs.append(struct.pack("<Q", len(k)) + k + struct.pack("<IQ", 8, len(v)) + v)
+    head = struct.pack("<4sIQQ", b"GGUF", version, n_tensors, len(kvs)) + b"".join(kvs) + infos
+    head += b"\0" * (-len(head) % alignment)
+    with open(dst_path, "wb") as f:
+        f.write(head + data)
+
+
+def test_answers(port):
+    st, h, d = chat(port, max_tokens=8, temperature=0)
+    j = json.loads(d) if st == 200 else {}
+    ok = st == 200 and j.get("object") == "chat.completion" and j.get("model") == MODEL_ID
+    check("chat non-stream 200", ok and j["choices"][0]["message"]["content"] and
+          j["usage"]["completion_tokens"] == 8, d[:300])
+    st, h, d = request(port, "POST", "/v1/completions",
+                       body={"model": MODEL_ID, "prompt": "Once upon a time", "max_tokens": 6, "temperature": 0})
+    j = json.loads(d) if st == 200 else {}
+    check("completion non-stream 200", st == 200 and j["choices"][0]["text"] and
+          j["usage"]["completion_tokens"] == 6, d[:300])
+    st, h, d = chat(port, max_tokens=6, stream=True, stream_options={"include_usage": True})
+    datas = sse_datas(d)
+    check("stream 200 text/event-stream", st == 200 and h.get("content-type") == "text/event-stream", (st, h))
+    check("stream ends with [DONE]", d.endswith(b"data: [DONE]\n\n"), d[-100:])
+    check("stream role first", datas and datas[0]["choices"][0]["delta"].get("role") == "assistant", datas[:1])
+    usage = [c for c in datas if c.get("usage")]
+    check("stream usage chunk", len(usage) == 1 and usage[0]["usage"]["completion_tokens"] == 6 and
+          usage[0]["choices"] == [], usage)
+
+
+def test_errors(port):
+    hj = {"Content-Type": "application/json"}
+    st, _, d = request(port, "POST", "/v1/chat/completions", body=b'{"model": "stories260K", "messages": [', headers=hj)
+    check_error("malformed JSON 400 invalid_json", st, d, 400, "invalid_json")
+    st, _, d = request(port, "POST", "/v1/chat/completions", body=b"[1, 2]", headers=hj)
+    check_error("JSON array body 400", st, d, 400, "invalid_type")
+    for field, value in (("temperature", "hot"), ("max_tokens", "8"), ("stream", "yes"), ("messages", {}),
+                         ("top_p", [1]), ("stop", 5), ("model", 7), ("logit_bias", [1])):
+        body = {"model": MODEL_ID, "messages": [{"role": "user", "content": "x"}], field: value}
+        st, _, d = request(port, "POST", "/v1/chat/completions", body=body)
+        check_error(f"wrong type {field} 400", st, d, 400, "invalid_value", param=field)
+    st, _, d = chat(port, temperature=9)
+    check_error("temperature out of range 400", st, d, 400, "invalid_value", param="temperature")
+    st, _, d = request(port, "POST", "/v1/chat/completions",
+                       body={"model": MODEL_ID, "messages": [{"role": "robot", "content": "x"}]})
+    check_error("bad role 400", st, d, 400, "invalid_value", param="messages[0].role")
+    st, _, d = request(port, "POST", "/v1/chat/completions", body={"messages": [{"role": "user", "content": "x"}]})
+    check_error("missing model 400", st, d, 400, "invalid_value", param="model")
+    for path in ("/v1/chat/completions", "/v1/completions"):
+        body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}], "prompt": "x"}
+        st, _, d = request(port, "POST", path, body=body)
+        check_error(f"unknown model 404 model_not_found {path}", st, d, 404, "model_not_found", param="model")
+    st, _, d = request(port, "GET", "/v1/models/gpt-4o")
+    check_error("GET unknown model 404 model_not_found", st, d, 404, "model_not_found", param="model")
+    st, _, d = request(port, "GET", "/v1/nothing")
+    check_error("unknown route 404", st, d, 404, "unknown_url", etype="not_found_error")
+    st, h, d = request(port, "GET", "/v1/chat/completions")
+    check_error("wrong method 405", st, d, 405, "method_not_allowed")
+    body = json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": "x"}]}).encode()
+    st, _, d = request(port, "POST", "/v1/chat/completions", body=body)  # no Content-Type
+    check_error("missing content type 400", st, d, 400, "invalid_content_type")
+    st, _, d = request(port, "POST", "/v1/chat/completions", body=body, headers={"Content-Type": "text/plain"})
+    check_error("text/plain content type 400", st, d, 400, "invalid_content_type")
+    bad = b'{"model":"stories260K","messages":[{"role":"user","content":"caf\xc3\x28"}]}'
+    st, _, d = request(port, "POST", "/v1/chat/completions", body=bad, headers=hj)
+    check_error("invalid UTF-8 400", st, d, 400, "invalid_encoding", msg="UTF-8")
+    st, _, d = request(port, "POST", "/v1/completions", body=b'{"model":"stories260K","prompt":"\xed\xa0\x80"}',
+                       headers=hj)
+    check_error("UTF-8 surrogate 400", st, d, 400, "invalid_encoding")
+    # The context: prompt longer than n_ctx. Streaming or not, nothing was
+    # sent yet, so both get status 400 (as OpenAI answers).
+    n_ctx = status_json(port).get("n_ctx", 0)
+    long_prompt = "Once upon a time " * (n_ctx // 2 + 10)
+    st, _, d = request(port, "POST", "/v1/completions", body={"model": MODEL_ID, "prompt": long_prompt})
+    check_error("context too long 400", st, d, 400, "context_length_exceeded", param="prompt")
+    st, h, d = chat(port, content=long_prompt, stream=True)
+    check_error("context too long, stream: 400 before any SSE", st, d, 400, "context_length_exceeded",
+                param="messages")
+    check("context too long, stream: JSON not SSE", h.get("content-type") == "application/json", h)
+    st, _, d = chat(port, n=2)
+    check_error("n > 1 unsupported", st, d, 400, "unsupported", param="n")
+
+
+def test_too_large(port):
+    # A 10 MB body (over the default --max-body), sent whole: 413, server alive.
+    body = b'{"model":"stories260K","messages":[{"role":"user","content":"' + b"a" * (10 << 20) + b'"}]}'
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body))
+    resp = b""
+    try:
+        s.sendall(body)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the server may answer 413 from the headers and close
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            resp += b
+    except (socket.timeout, ConnectionResetError):
+        pass
+    s.close()
+    head, _, rest = resp.partition(b"\r\n\r\n")
+    check("10 MB body 413", head.startswith(b"HTTP/1.1 413") and openai_error(rest) and
+          openai_error(rest)["code"] == "request_too_large", resp[:300])
+    check("alive after 10 MB body", request(port, "GET", "/health")[0] == 200)
+
+
+def test_slowloris(port):
+    # A body trickled one byte every 0.5 s never idles for --timeout, so
+    # only the body deadline (--timeout + 1 s per 64 KiB) ends it.
+    s = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S + 10)
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: 200\r\n\r\n{\"model\":")
+    t0 = time.time()
+    st, _, d = chat(port, max_tokens=3)
+    check("serves while a slow client trickles", st == 200, d[:200])
+    closed = False
+    s.settimeout(0.5)
+    try:
+        while time.time() - t0 < TIMEOUT_S + 8:
+            s.sendall(b" ")
+            try:
+                if s.recv(4096) == b"":
+                    closed = True
+                    break
+            except socket.timeout:
+                pass
+    except (ConnectionResetError, BrokenPipeError):
+        closed = True
+    dt = time.time() - t0
+    s.close()
+    check("slowloris body: closed after the body deadline", closed and dt < TIMEOUT_S + 3,
+          f"closed={closed} dt={dt:.1f}")
+    check("alive after slowloris", request(port, "GET", "/health")[0] == 200)
+
+
+def wait_idle(port, limit_s):
+    deadline = time.time() + limit_s
+    st = {}
+    while time.time() < deadline:
+        st = status_json(port)
+        ses = st.get("sessions", {})
+        if ses.get("active") == 0 and ses.get("queued") == 0 and ses.get("http_pending") == 0:
+            return True, st
+        time.sleep(0.05)
+    return False, st
+
+
+def test_disconnect(port):
+    before = status_json(port).get("tokens", {}).get("generated", 0)
+    body = json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": "Once upon a time"}],
+                       "max_tokens": 1500, "stream": True, "logit_bias": {str(EOS): -100}}).encode()
+    s = socket.create_connection(("127.0.0.1", port), timeout=20)
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    got = b""
+    while got.count(b"data: ") < 5:
+        b = s.recv(4096)
+        if not b:
+            break
+        got += b
+    mid = status_json(port)
+    check("disconnect: session active mid-stream", mid.get("sessions", {}).get("active", 0) >= 1, mid.get("sessions"))
+    t0 = time.time()
+    s.close()
+    ok, st = wait_idle(port, 2.0)
+    check("disconnect: /status 0 active sessions within 2 s", ok, (round(time.time() - t0, 2), st.get("sessions")))
+    n = st.get("tokens", {}).get("generated", 10**9) - before
+    check("disconnect: generation stopped early", n < 1500, n)
+    # a non-stream request whose client leaves while it generates
+    before = status_json(port).get("tokens", {}).get("generated", 0)
+    body = json.dumps({"model": MODEL_ID, "prompt": "Once", "max_tokens": 1500,
+                       "logit_bias": {str(EOS): -100}}).encode()
+    s = socket.create_connection(("127.0.0.1", port), timeout=20)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    time.sleep(0.5)
+    s.close()
+    ok, st = wait_idle(port, 2.0)
+    check("disconnect non-stream: 0 active sessions within 2 s", ok, st.get("sessions"))
+    n = st.get("tokens", {}).get("generated", 10**9) - before
+    check("disconnect non-stream: generation stopped early", n < 1500, n)
+
+
+def test_mixed(port, n=200):
+    user = [{"role": "user", "content": "Once upon a time"}]
+    hj = {"Content-Type": "application/json"}
+    kinds = [
+        ("POST", "/v1/chat/completions", {"model": MODEL_ID, "messages": user, "max_tokens": 4}, 200),
+        ("POST", "/v1/chat/completions", {"model": MODEL_ID, "messages": user, "max_tokens": 4, "stream": True}, 200),
+        ("POST", "/v1/completions", {"model": MODEL_ID, "prompt": "Lily", "max_tokens": 4}, 200),
+        ("POST", "/v1/completions", {"model": MODEL_ID, "prompt": "Tom", "max_tokens": 4, "stream": True,
+                                     "stream_options": {"include_usage": True}}, 200),
+        ("POST", "/v1/chat/completions", b'{"model":"stories260K","messages":[{"role"', 400),
+        ("POST", "/v1/chat/completions", {"model": MODEL_ID, "messages": user, "temperature": "x"}, 400),
+        ("POST", "/v1/completions", {"model": "nope", "prompt": "x"}, 404),
+        ("POST", "/v1/chat/completions", b'{"model":"stories260K","messages":"\xff"}', 400),
+        ("GET", "/health", None, 200),
+        ("GET", "/v1/models", None, 200),
+    ]
+    results = [None] * n
+
+    def worker(i):
+        m, p, b, want = kinds[i % len(kinds)]
+        try:
+            st, _, d = request(port, m, p, body=b, headers=hj if isinstance(b, bytes) else None)
+            ok = st == want
+            if ok and isinstance(b, dict) and b.get("stream"):
+                datas = sse_datas(d)
+                ok = d.endswith(b"data: [DONE]\n\n") and any(c["choices"] and c["choices"][0].get("finish_reason")
+                                                            for c in datas)
+            elif ok and want == 200 and isinstance(b, dict):
+                ok = json.loads(d)["usage"]["completion_tokens"] >= 1
+            elif ok and want != 200:
+                ok = openai_error(d) is not None
+            results[i] = ok or (i, st, d[:120])
+        except Exception as e:  # noqa: BLE001
+            results[i] = (i, repr(e))
+    for start_i in range(0, n, 25):  # 25 clients at a time on a 2-core box under ASan
+        batch = [threading.Thread(target=worker, args=(i,)) for i in range(start_i, min(n, start_i + 25))]
+        for t in batch:
+            t.start()
+        for t in batch:
+            t.join()
+    bad = [r for r in results if r is not True]
+    check(f"{n} mixed requests answered as expected", not bad, bad[:3])
+    check("health 200 after mixed load", request(port, "GET", "/health")[0] == 200)
+    ok, st = wait_idle(port, 5)
+    check("idle after mixed load", ok, st.get("sessions"))
+
+
+def test_template_error(tmpdir):
+    # A chat template that raises when a message says RAISE (as Mistral's and
+    # Llama 2's raise on bad role order): 400 with the template's message.
+    tpl = ("{%- for m in messages -%}{%- if 'RAISE' in m['content'] -%}"
+           "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant') }}"
+           "{%- endif -%}{{ m['role'] + ': ' + m['content'] + '\\n' }}{%- endfor -%}"
+           "{%- if add_generation_prompt -%}{{ 'assistant:' }}{%- endif -%}")
+    path = os.path.join(tmpdir, MODEL_ID + ".gguf")
+    with_template(MODEL, path, tpl)
+    proc, port, log, reader = start(path, "--timeout", str(TIMEOUT_S))
+    try:
+        st, _, d = chat(port, content="hello", max_tokens=3)
+        check("custom template model answers", st == 200, d[:200])
+        want = "Conversation roles must alternate user/assistant/user/assistant"
+        st, _, d = chat(port, content="RAISE now", max_tokens=3)
+        check_error("raise_exception 400 template_error", st, d, 400, "template_error", param="messages", msg=want)
+        st, h, d = chat(port, content="RAISE now", max_tokens=3, stream=True)
+        check_error("raise_exception, stream: 400 before any SSE", st, d, 400, "template_error", msg=want)
+        st, _, d = chat(port, content="hello again", max_tokens=3)
+        check("answers after a template error", st == 200, d[:200])
+    finally:
+        stop(proc, log, reader, "template daemon")
+
+
+def main():
+    if not os.path.exists(MODEL):
+        check("shared model present: " + MODEL, False)
+    else:
+        t_start = time.time()
+        proc, port, log, reader = start(MODEL, "--timeout", str(TIMEOUT_S), "--shutdown-timeout", "5")
+        try:
+            for fn in (test_answers, test_errors, test_too_large, test_slowloris, test_disconnect, test_mixed):
+                t0 = time.time()
+                try:
+                    fn(port)
+                except Exception as e:  # noqa: BLE001
+                    check(fn.__name__, False, repr(e))
+                print(f"# {fn.__name__}: {time.time() - t0:.1f} s", flush=True)
+        finally:
+            if proc.poll() is None:
+                stop(proc, log, reader, "daemon")
+        with tempfile.TemporaryDirectory(prefix="strata-http-real-") as tmpdir:
+            try:
+                test_template_error(tmpdir)
+            except Exception as e:  # noqa: BLE001
+                check("test_template_error", False, repr(e))
+        print(f"# total {time.time() - t_start:.1f} s", flush=True)
+    print(f"RESULT http-real: {passed} passed, {failed} failed", flush=True)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
