@@ -297,6 +297,37 @@ def test_too_large(port):
     check("alive after 10 MB body", request(port, "GET", "/health")[0] == 200)
 
 
+def raw(port, payload):
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    out = b""
+    try:
+        s.sendall(payload)
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            out += b
+    except (socket.timeout, ConnectionResetError, BrokenPipeError):
+        pass
+    s.close()
+    return out
+
+
+def test_malformed_http(port):
+    # Rejected by libmicrohttpd itself (its own HTML bodies, not OpenAI's):
+    # only the status and the daemon's survival are checked.
+    r = raw(port, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100000 + b"\r\n\r\n")
+    check("100 KB header 431", r.startswith(b"HTTP/1.1 431"), r[:80])
+    r = raw(port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Transfer-Encoding: chunked\r\n\r\nzz\r\n")
+    check("bad chunked encoding 400", r.startswith(b"HTTP/1.1 400"), r[:80])
+    raw(port, b"GARBAGE\r\n\r\n")
+    raw(port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: abc\r\n\r\n{}")
+    raw(port, b"\x00\xff" * 1000)
+    check("alive after malformed HTTP", request(port, "GET", "/health")[0] == 200)
+
+
 def test_slowloris(port):
     # A body trickled one byte every 0.5 s never idles for --timeout, so
     # only the body deadline (--timeout + 1 s per 64 KiB) ends it.
@@ -452,7 +483,7 @@ def main():
         t_start = time.time()
         proc, port, log, reader = start(MODEL, "--timeout", str(TIMEOUT_S), "--shutdown-timeout", "5")
         try:
-            for fn in (test_answers, test_errors, test_too_large, test_slowloris, test_disconnect, test_mixed):
+            for fn in (test_answers, test_errors, test_too_large, test_malformed_http, test_slowloris, test_disconnect, test_mixed):
                 t0 = time.time()
                 try:
                     fn(port)
