@@ -35,10 +35,14 @@
 #ifndef KX_DECODE_ROWS
 #define KX_DECODE_ROWS 1
 #endif
-/* Software prefetch distance into each weight row, in bytes (0 = off); see
- * the measurements in kernels.c. */
+/* Software prefetch distance into each weight row, in bytes (0 = off). With
+ * one row per decode tile the hardware prefetchers do better alone: 512 MB,
+ * 1 thread, quietest of 3 interleaved rounds, GB/s q4_0/q8_0/q4_K/q6_K:
+ * off 21.9/30.0/21.4/28.0, 256 B 21.3/29.6/21.0/27.6, 512 B 18.8/21.2/18.4/
+ * 21.7, 2048 B 21.2/25.9/21.0/22.6 (built with -DKX_PF_BYTES=N). Kept as a
+ * knob for other machines. */
 #ifndef KX_PF_BYTES
-#define KX_PF_BYTES 512
+#define KX_PF_BYTES 0
 #endif
 KX_INLINE void kx_prefetch(const uint8_t *p) {
 #if KX_PF_BYTES > 0
