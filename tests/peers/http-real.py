@@ -452,6 +452,29 @@ def test_mixed(port, n=200):
     check("idle after mixed load", ok, st.get("sessions"))
 
 
+def test_deadline(port):
+    # --request-timeout 1: a long request fails with 504 "timeout" (non-stream)
+    # or, once its stream started, with a data: {"error"} event before [DONE].
+    # A build fast enough to finish 1,500 tokens within the second meets no
+    # deadline; then only the answer's shape is checked.
+    long = {"max_tokens": 1500, "logit_bias": {str(EOS): -100}}
+    t0 = time.time()
+    st, _, d = chat(port, **long)
+    if st == 200 and time.time() - t0 < 1.0:
+        check("deadline: fast build finished in time", json.loads(d)["usage"]["completion_tokens"] == 1500)
+    else:
+        check_error("deadline non-stream 504 timeout", st, d, 504, "timeout", etype="server_error")
+    t0 = time.time()
+    st, _, d = chat(port, stream=True, **long)
+    events = [blk for blk in d.decode().split("\n\n") if blk]
+    if time.time() - t0 < 1.0:
+        check("deadline: fast build streamed in time", events[-1:] == ["data: [DONE]"])
+    else:
+        err = [openai_error(e[6:]) for e in events if e.startswith('data: {"error"')]
+        check("deadline stream: 200, error event, then [DONE]", st == 200 and len(err) == 1 and err[0] and
+              err[0]["code"] == "timeout" and events[-1] == "data: [DONE]", events[-3:])
+
+
 def test_template_error(tmpdir):
     # A chat template that raises when a message says RAISE (as Mistral's and
     # Llama 2's raise on bad role order): 400 with the template's message.
@@ -461,7 +484,7 @@ def test_template_error(tmpdir):
            "{%- if add_generation_prompt -%}{{ 'assistant:' }}{%- endif -%}")
     path = os.path.join(tmpdir, MODEL_ID + ".gguf")
     with_template(MODEL, path, tpl)
-    proc, port, log, reader = start(path, "--timeout", str(TIMEOUT_S))
+    proc, port, log, reader = start(path, "--timeout", str(TIMEOUT_S), "--request-timeout", "1")
     try:
         st, _, d = chat(port, content="hello", max_tokens=3)
         check("custom template model answers", st == 200, d[:200])
@@ -472,6 +495,7 @@ def test_template_error(tmpdir):
         check_error("raise_exception, stream: 400 before any SSE", st, d, 400, "template_error", msg=want)
         st, _, d = chat(port, content="hello again", max_tokens=3)
         check("answers after a template error", st == 200, d[:200])
+        test_deadline(port)
     finally:
         stop(proc, log, reader, "template daemon")
 
