@@ -83,6 +83,11 @@ static double run_read(struct pool *p, struct read_job *j, int64_t n_rows, int r
     return best;
 }
 
+static void noop_each(void *ctx, int worker) {
+    (void)ctx;
+    (void)worker;
+}
+
 static double run(struct pool *p, struct mm_job *j, int reps) {
     double best = 1e30;
     for (int i = 0; i < reps; i++) {
@@ -114,6 +119,15 @@ int main(int argc, char **argv) {
     ppn.n_threads = nt;
     struct pool *p1 = pool_init(&pp1, NULL), *pn = pool_init(&ppn, NULL);
     const int64_t n_cols = 4096;
+    {
+        /* Round trip of an empty dispatch that every thread joins. */
+        int n = 20000;
+        double t0 = now_s();
+        for (int i = 0; i < n; i++)
+            pool_run_each(pn, noop_each, NULL, nt);
+        printf("pool: %d threads, empty dispatch %.2f us (mean of %d)\n", nt,
+               (now_s() - t0) / n * 1e6, n);
+    }
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         enum quant_type t = types[ti];
         if (argc > 5 && !strstr(argv[5], quant_type_name(t)))

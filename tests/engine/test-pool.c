@@ -148,6 +148,17 @@ START_TEST(test_many_tasks_and_bad_input) {
             ck_assert_int_eq(atomic_load(&ctx[i].hits[r]), 1);
         free(ctx[i].hits);
     }
+    /* The NUMA seam's fields are accepted and (for now) change nothing. */
+    {
+        _Atomic int hits[500] = {0};
+        struct rows_ctx c = {.hits = hits, .n_rows = 500};
+        const int64_t bounds[3] = {0, 250, 500};
+        struct pool_task t = {
+            .fn = rows_fn, .ctx = &c, .n_rows = 500, .n_groups = 2, .group_bounds = bounds};
+        ck_assert_int_eq(pool_run(p, &t, 1), 0);
+        for (int r = 0; r < 500; r++)
+            ck_assert_int_eq(atomic_load(&hits[r]), 1);
+    }
     struct pool_task bad = {.fn = NULL, .n_rows = 10};
     ck_assert_int_eq(pool_run(p, &bad, 1), STRATA_E_INVALID);
     bad = (struct pool_task){.fn = rows_fn, .n_rows = -1};
