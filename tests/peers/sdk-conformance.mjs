@@ -155,7 +155,8 @@ async function main() {
   await expectError("context length", OpenAI.BadRequestError,
     () => client.completions.create({ model: MODEL, prompt: "hello world ".repeat(300) }), (e) => e.code === "context_length_exceeded");
   await expectError("unknown model", OpenAI.NotFoundError,
-    () => client.chat.completions.create({ model: "gpt-4o", messages: msgs }), (e) => e.param === "model");
+    () => client.chat.completions.create({ model: "gpt-4o", messages: msgs }),
+    (e) => e.param === "model" && e.code === "model_not_found" && e.type === "invalid_request_error");
   await expectError("unknown route", OpenAI.NotFoundError, () => client.models.retrieve("nope"));
   const bad = new OpenAI({ apiKey: "wrong", baseURL: base, maxRetries: 0 });
   await expectError("wrong key", OpenAI.AuthenticationError,
