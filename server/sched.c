@@ -163,13 +163,31 @@ static void admit(struct sched *s) {
         if (total > s->n_ctx)
             total = s->n_ctx;
         const int need = (int)((total + B - 1) / B) - hit / B;
+        const int64_t base =
+            kv_blocks_free(s->kv) + (s->pc ? prefix_n_idle(s->pc) : 0) - blocks_promised(s);
         int64_t pinned = 0; /* idle cached blocks this job would start using */
         for (int i = 0; i < nb; i++)
             pinned += kv_block_refs(s->kv, s->blk_tmp[i]) == 1 ? 1 : 0;
-        const int64_t avail = kv_blocks_free(s->kv) + (s->pc ? prefix_n_idle(s->pc) : 0) - pinned -
-                              blocks_promised(s);
-        if (need > avail)
-            break; /* wait for blocks */
+        if (need > base - pinned && hit % B) {
+            /* a shared partial block is held until its copy is made: when
+             * that one block is what does not fit, reuse full blocks only */
+            if (kv_block_refs(s->kv, s->blk_tmp[nb - 1]) == 1)
+                pinned--;
+            hit -= hit % B;
+            nb = hit / B;
+        }
+        if (need > base - pinned) {
+            if (s->n_active > 0)
+                break; /* wait for blocks */
+            /* cannot happen (n_ctx <= the pool); never spin on it */
+            s->waiting = j->next;
+            j->next = NULL;
+            char msg[128];
+            snprintf(msg, sizeof(msg), "request needs %d KV blocks, the pool has %lld", need,
+                     (long long)base);
+            job_fail(s, j, STRATA_E_LIMIT, msg, NULL);
+            continue;
+        }
         s->waiting = j->next;
         j->next = NULL;
         int seq = 0;

@@ -1,0 +1,450 @@
+/* tests/server/test-sched.c: the scheduler driven directly through its
+ * gen_ops on the real stories260K model: continuous batching gives every
+ * sequence the tokens it gets alone (greedy), prefix reuse prefills only the
+ * new suffix and changes nothing in the output, admission waits on a full KV
+ * pool, the queue answers QUEUE_FULL, cancellation mid-prefill and mid-decode
+ * and the request deadline take effect, and the stats end at 0 active /
+ * 0 queued with every KV block back (ASan checks the rest at exit).
+ */
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "server/sched.h"
+#include "tests/harness.h"
+
+/* ---- one request's events ------------------------------------------------ */
+
+struct req {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct sched *s;
+    struct gen_job *job;
+    bool done;
+    int err_code;
+    int n_delta_tokens;
+    int64_t n_prompt, n_completion, n_cached;
+    char finish[16];
+    char *body;            /* DONE json (non-stream success) */
+    int cancel_after;      /* cancel this job after that many tokens (0 = never) */
+    struct req *other;     /* ... or cancel `other` instead */
+    double stall_s;        /* sleep in the first DELTA (holds the scheduler thread) */
+    int delay_us;          /* sleep in every DELTA (slows every step down) */
+    pthread_mutex_t *gate; /* locked and unlocked in the first event: waits for the test */
+};
+
+static void req_init(struct req *r, struct sched *s) {
+    memset(r, 0, sizeof(*r));
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    r->s = s;
+}
+
+static void on_event(void *ctx, const struct gen_event *ev) {
+    struct req *r = ctx;
+    if (r->gate) {
+        pthread_mutex_lock(r->gate);
+        pthread_mutex_unlock(r->gate);
+        r->gate = NULL;
+    }
+    pthread_mutex_lock(&r->mu);
+    struct gen_job *cancel = NULL;
+    switch (ev->type) {
+    case GEN_EV_DELTA:
+        r->n_delta_tokens += ev->n_tokens;
+        if (r->cancel_after && r->n_delta_tokens >= r->cancel_after)
+            cancel = r->other ? r->other->job : r->job;
+        if (r->delay_us > 0)
+            usleep((useconds_t)r->delay_us);
+        if (r->stall_s > 0) {
+            struct timespec ts = {(time_t)r->stall_s,
+                                  (long)((r->stall_s - (double)(time_t)r->stall_s) * 1e9)};
+            nanosleep(&ts, NULL);
+            r->stall_s = 0;
+        }
+        break;
+    case GEN_EV_FINISH:
+        snprintf(r->finish, sizeof(r->finish), "%s", ev->finish_reason);
+        break;
+    case GEN_EV_USAGE:
+        r->n_prompt = ev->n_prompt_tokens;
+        r->n_completion = ev->n_completion_tokens;
+        r->n_cached = ev->n_cached_tokens;
+        break;
+    case GEN_EV_ERROR:
+        r->err_code = ev->error_code;
+        break;
+    case GEN_EV_DONE:
+        if (ev->json)
+            r->body = strndup(ev->json, ev->json_len);
+        r->done = true;
+        pthread_cond_broadcast(&r->cv);
+        break;
+    default:
+        break;
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (cancel)
+        sched_gen_ops()->cancel(r->s, cancel);
+}
+
+/* Submits a completion request; returns submit's rc. */
+static int submit(struct req *r, const char *prompt, int max_tokens) {
+    json_t *body = json_pack("{s:s, s:s, s:i, s:f}", "model", "stories260K", "prompt", prompt,
+                             "max_tokens", max_tokens, "temperature", 0.0);
+    struct gen_submit gs = {GEN_ROUTE_COMPLETION, body, false, false};
+    struct gen_submit_out out = {0};
+    struct strata_error err = {0};
+    pthread_mutex_lock(&r->mu);
+    int rc = sched_gen_ops()->submit(r->s, &gs, (struct gen_sink){on_event, r}, &out, &err);
+    r->job = out.job;
+    pthread_mutex_unlock(&r->mu);
+    json_decref(body);
+    return rc;
+}
+
+static void wait_done(struct req *r) {
+    pthread_mutex_lock(&r->mu);
+    while (!r->done)
+        pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+    sched_gen_ops()->release(r->s, r->job);
+    r->job = NULL;
+}
+
+static void req_free(struct req *r) {
+    free(r->body);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+}
+
+/* choices[0].text of the body (owned). */
+static char *body_text(const char *body) {
+    json_t *o = body ? json_loads(body, 0, NULL) : NULL;
+    const char *t = NULL;
+    json_unpack(o, "{s:[{s:s}]}", "choices", "text", &t);
+    char *out = t ? strdup(t) : NULL;
+    json_decref(o);
+    return out;
+}
+
+static struct sched *open_sched(int parallel, int queue, int n_batch, int64_t kv_mem, bool prefix) {
+    char path[1024];
+    struct sched_params sp = sched_params_default();
+    sp.model_path = test_shared_path(path, sizeof(path), "models/stories260K.gguf");
+    sp.n_threads = 1;
+    sp.n_ctx = 256;
+    sp.parallel = parallel;
+    sp.queue = queue;
+    sp.n_batch = n_batch;
+    sp.kv_mem = kv_mem;
+    sp.prefix_cache = prefix;
+    struct strata_error err = {0};
+    struct sched *s = sched_init(&sp, &err);
+    ck_assert_msg(s != NULL, "sched_init: %s", err.message);
+    return s;
+}
+
+static struct gen_stats stats_of(struct sched *s) {
+    struct gen_stats st;
+    sched_gen_ops()->stats(s, &st);
+    return st;
+}
+
+/* Waits (bounded) for the scheduler to publish 0 active / 0 queued. */
+static struct gen_stats settled(struct sched *s) {
+    struct gen_stats st = stats_of(s);
+    for (int i = 0; i < 200 && (st.n_active || st.n_queued); i++) {
+        usleep(10000);
+        st = stats_of(s);
+    }
+    return st;
+}
+
+static void check_settled(struct sched *s) {
+    struct gen_stats st = settled(s);
+    ck_assert_int_eq(st.n_active, 0);
+    ck_assert_int_eq(st.n_queued, 0);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    ck_assert_int_eq(st.kv_blocks_free + st.kv_blocks_cached, st.kv_blocks_total);
+}
+
+static const char *const PROMPTS[] = {
+    "Once upon a time",
+    "Lily and Ben went to the park. They saw a big dog. The dog was",
+    "Tom",
+    "One day, a little bird flew over the river and found a shiny stone. It picked up the "
+    "stone and flew home to show its mother. Its mother said",
+    "The sun was hot. Sam wanted",
+    "There was a girl named Sue who liked to draw. She drew a cat, a house and a tree. "
+    "Then she",
+};
+#define N_PROMPTS (int)(sizeof(PROMPTS) / sizeof(PROMPTS[0]))
+static const int MAX_TOK[N_PROMPTS] = {40, 25, 60, 30, 12, 50};
+
+/* ---- tests --------------------------------------------------------------- */
+
+START_TEST(test_batched_equals_alone) {
+    /* alone: one request at a time, no prefix cache */
+    struct sched *s1 = open_sched(1, 8, 0, 0, false);
+    char *alone[N_PROMPTS];
+    for (int i = 0; i < N_PROMPTS; i++) {
+        struct req r;
+        req_init(&r, s1);
+        ck_assert_int_eq(submit(&r, PROMPTS[i], MAX_TOK[i]), 0);
+        wait_done(&r);
+        ck_assert_int_eq(r.err_code, 0);
+        alone[i] = body_text(r.body);
+        ck_assert(alone[i] != NULL);
+        req_free(&r);
+    }
+    sched_free(s1);
+    /* batched: 4 sessions, a 16-token step (chunked prefill), staggered arrivals */
+    struct sched *s = open_sched(4, 16, 16, 0, false);
+    struct req r[N_PROMPTS];
+    for (int i = 0; i < N_PROMPTS; i++) {
+        req_init(&r[i], s);
+        ck_assert_int_eq(submit(&r[i], PROMPTS[i], MAX_TOK[i]), 0);
+        usleep((useconds_t)(i % 3) * 3000);
+    }
+    for (int i = 0; i < N_PROMPTS; i++) {
+        wait_done(&r[i]);
+        ck_assert_int_eq(r[i].err_code, 0);
+        char *t = body_text(r[i].body);
+        ck_assert_msg(t && !strcmp(t, alone[i]), "prompt %d: batched '%s' vs alone '%s'", i,
+                      t ? t : "(null)", alone[i]);
+        free(t);
+        free(alone[i]);
+        req_free(&r[i]);
+    }
+    struct gen_stats st = settled(s);
+    ck_assert_uint_gt(st.tokens_generated, 100);
+    check_settled(s);
+    sched_free(s);
+}
+END_TEST
+
+START_TEST(test_prefix_reuse) {
+    struct sched *s = open_sched(2, 8, 0, 0, true);
+    struct sched *cold = open_sched(2, 8, 0, 0, false);
+    const char *p1 = "Once upon a time, there was a little girl named Lily. She loved to play";
+    struct req a;
+    req_init(&a, s);
+    ck_assert_int_eq(submit(&a, p1, 24), 0);
+    wait_done(&a);
+    ck_assert_int_eq(a.n_cached, 0);
+    char *t1 = body_text(a.body);
+    ck_assert(t1 != NULL);
+    /* second turn: the first prompt, its answer, and a new sentence */
+    char p2[1024];
+    snprintf(p2, sizeof(p2), "%s%s Then her mom said", p1, t1);
+    uint64_t prompt_before = stats_of(s).tokens_prompt;
+    struct req b, c;
+    req_init(&b, s);
+    req_init(&c, cold);
+    ck_assert_int_eq(submit(&b, p2, 20), 0);
+    ck_assert_int_eq(submit(&c, p2, 20), 0);
+    wait_done(&b);
+    wait_done(&c);
+    ck_assert_int_eq(b.err_code, 0);
+    ck_assert_int_eq(c.n_cached, 0);
+    /* everything but the new suffix came from the cache: the first turn's
+     * prompt + answer tokens (the answer's last token was never fed back) */
+    ck_assert_int_ge(b.n_cached, a.n_prompt + a.n_completion - 2);
+    ck_assert_int_lt(b.n_cached, b.n_prompt);
+    struct gen_stats st = settled(s);
+    ck_assert_uint_eq(st.tokens_prompt - prompt_before, (uint64_t)(b.n_prompt - b.n_cached));
+    ck_assert_uint_eq(st.cache_hits, 1);
+    ck_assert_uint_eq(st.cache_misses, 1);
+    ck_assert_uint_eq(st.cached_tokens, (uint64_t)b.n_cached);
+    ck_assert_int_gt(st.kv_blocks_cached, 0);
+    char *tb = body_text(b.body), *tc = body_text(c.body);
+    ck_assert_msg(tb && tc && !strcmp(tb, tc), "cached '%s' vs cold '%s'", tb, tc);
+    /* the same prompt again: all but its last token cached, same answer */
+    struct req d;
+    req_init(&d, s);
+    ck_assert_int_eq(submit(&d, p2, 20), 0);
+    wait_done(&d);
+    ck_assert_int_eq(d.n_cached, d.n_prompt - 1);
+    char *td = body_text(d.body);
+    ck_assert_str_eq(td, tc);
+    free(t1);
+    free(tb);
+    free(tc);
+    free(td);
+    req_free(&a);
+    req_free(&b);
+    req_free(&c);
+    req_free(&d);
+    check_settled(s);
+    check_settled(cold);
+    sched_free(cold);
+    sched_free(s);
+}
+END_TEST
+
+START_TEST(test_pool_exhaustion_waits) {
+    /* a pool of 8 blocks (128 positions, n_ctx capped to it) and 3 sessions:
+     * each request reserves prompt + max_tokens, so only one fits at a time;
+     * the others wait in FIFO order and all finish, none fails */
+    /* stories260K: 5 layers, K and V rows of 4 heads x 8 dims, f16, 16 positions */
+    const int64_t blk_bytes = 5 * 16 * (32 + 32) * 2;
+    struct sched *s = open_sched(3, 8, 0, 8 * blk_bytes, true);
+    struct gen_stats st = stats_of(s);
+    ck_assert_int_eq(st.kv_blocks_total, 8);
+    ck_assert_int_eq(st.n_ctx, 128);
+    struct req r[3];
+    for (int i = 0; i < 3; i++) {
+        req_init(&r[i], s);
+        ck_assert_int_eq(submit(&r[i], PROMPTS[i], 100), 0);
+    }
+    int max_active = 0;
+    for (int k = 0; k < 400; k++) {
+        st = stats_of(s);
+        max_active = st.n_active > max_active ? st.n_active : max_active;
+        ck_assert_int_le(st.kv_blocks_used, 8);
+        if (st.tokens_generated >= 3 * 90)
+            break;
+        usleep(2000);
+    }
+    for (int i = 0; i < 3; i++) {
+        wait_done(&r[i]);
+        ck_assert_int_eq(r[i].err_code, 0);
+        ck_assert_int_gt(r[i].n_completion, 0);
+        req_free(&r[i]);
+    }
+    ck_assert_int_le(max_active, 1);
+    check_settled(s);
+    sched_free(s);
+}
+END_TEST
+
+START_TEST(test_queue_full) {
+    /* parallel 1 + queue 1: the third request in flight is refused. The first
+     * request's first event waits on a gate, so nothing finishes meanwhile. */
+    struct sched *s = open_sched(1, 1, 0, 0, false);
+    pthread_mutex_t gate = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&gate);
+    struct req r[3];
+    for (int i = 0; i < 3; i++)
+        req_init(&r[i], s);
+    r[0].gate = &gate;
+    ck_assert_int_eq(submit(&r[0], PROMPTS[0], 8), 0);
+    ck_assert_int_eq(submit(&r[1], PROMPTS[1], 8), 0);
+    ck_assert_int_eq(submit(&r[2], PROMPTS[2], 8), STRATA_E_QUEUE_FULL);
+    ck_assert(r[2].job == NULL);
+    pthread_mutex_unlock(&gate);
+    for (int i = 0; i < 2; i++) {
+        wait_done(&r[i]);
+        ck_assert_int_eq(r[i].err_code, 0);
+    }
+    /* room again */
+    ck_assert_int_eq(submit(&r[2], PROMPTS[2], 8), 0);
+    wait_done(&r[2]);
+    ck_assert_int_eq(r[2].err_code, 0);
+    for (int i = 0; i < 3; i++)
+        req_free(&r[i]);
+    check_settled(s);
+    sched_free(s);
+}
+END_TEST
+
+START_TEST(test_cancel_mid_decode_and_prefill) {
+    /* 8-token steps, each slowed to >= 20 ms by b's event hook: a's ~40-token
+     * prompt takes several steps while b decodes; the test cancels a once
+     * part of its prompt is in (mid-prefill), then b cancels itself 4 tokens
+     * later (mid-decode) */
+    struct sched *s = open_sched(2, 4, 8, 0, true);
+    struct req a, b;
+    req_init(&a, s);
+    req_init(&b, s);
+    b.delay_us = 20000;
+    ck_assert_int_eq(submit(&b, PROMPTS[0], 200), 0);
+    while (stats_of(s).tokens_generated < 1)
+        usleep(500);
+    uint64_t before = stats_of(s).tokens_prompt;
+    ck_assert_int_eq(submit(&a, PROMPTS[3], 50), 0);
+    while (stats_of(s).tokens_prompt < before + 7)
+        usleep(500);
+    sched_gen_ops()->cancel(s, a.job);
+    wait_done(&a);
+    ck_assert_int_eq(a.err_code, STRATA_E_CANCELLED);
+    ck_assert_int_eq(a.n_delta_tokens, 0); /* it never got to decode */
+    ck_assert_uint_lt(stats_of(s).tokens_prompt - before, 40);
+    pthread_mutex_lock(&b.mu);
+    b.cancel_after = b.n_delta_tokens + 4;
+    pthread_mutex_unlock(&b.mu);
+    wait_done(&b);
+    ck_assert_int_eq(b.err_code, STRATA_E_CANCELLED);
+    ck_assert_int_lt(b.n_delta_tokens, 200);
+    req_free(&a);
+    req_free(&b);
+    check_settled(s);
+    sched_free(s);
+}
+END_TEST
+
+START_TEST(test_deadline) {
+    char path[1024];
+    struct sched_params sp = sched_params_default();
+    sp.model_path = test_shared_path(path, sizeof(path), "models/stories260K.gguf");
+    sp.n_threads = 1;
+    sp.n_ctx = 256;
+    sp.parallel = 1;
+    sp.queue = 4;
+    sp.request_timeout = 0.2;
+    struct strata_error err = {0};
+    struct sched *s = sched_init(&sp, &err);
+    ck_assert_msg(s != NULL, "%s", err.message);
+    /* the first token's event holds the scheduler for 0.3 s: the deadline
+     * passes, the job ends at the next step with TIMEOUT */
+    struct req a;
+    req_init(&a, s);
+    a.stall_s = 0.3;
+    ck_assert_int_eq(submit(&a, PROMPTS[0], 200), 0);
+    wait_done(&a);
+    ck_assert_int_eq(a.err_code, STRATA_E_TIMEOUT);
+    ck_assert_int_le(a.n_delta_tokens, 2);
+    req_free(&a);
+    check_settled(s);
+    sched_free(s);
+}
+END_TEST
+
+START_TEST(test_shutdown_with_live_jobs) {
+    struct sched *s = open_sched(2, 8, 8, 0, true);
+    struct req r[4];
+    for (int i = 0; i < 4; i++) {
+        req_init(&r[i], s);
+        ck_assert_int_eq(submit(&r[i], PROMPTS[i], 200), 0);
+    }
+    sched_free(s); /* every live job gets DONE (after ERROR cancelled) */
+    for (int i = 0; i < 4; i++) {
+        ck_assert(r[i].done);
+        ck_assert(r[i].err_code == STRATA_E_CANCELLED || r[i].err_code == 0);
+        sched_gen_ops()->release(NULL, r[i].job); /* allowed after DONE, sched gone */
+        req_free(&r[i]);
+    }
+}
+END_TEST
+
+static Suite *sched_suite(void) {
+    Suite *su = suite_create("sched");
+    TCase *tc = tcase_create("sched");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_batched_equals_alone);
+    tcase_add_test(tc, test_prefix_reuse);
+    tcase_add_test(tc, test_pool_exhaustion_waits);
+    tcase_add_test(tc, test_queue_full);
+    tcase_add_test(tc, test_cancel_mid_decode_and_prefill);
+    tcase_add_test(tc, test_deadline);
+    tcase_add_test(tc, test_shutdown_with_live_jobs);
+    suite_add_tcase(su, tc);
+    return su;
+}
+
+STRATA_TEST_MAIN("sched", sched_suite)
