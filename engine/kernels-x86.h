@@ -143,45 +143,59 @@ KX_INLINE __m256i kx_b32_dot(enum kx_b32 k, __m256i q, __m256i y, __m256i ysum8)
  * Two accumulators per (row, token), for even and odd blocks, hide the FMA
  * latency. The operations per (row, token) are the same for every NR and nt,
  * so any tiling gives identical bits. Rows: row0 + i * row_bytes. */
-/* NR rows x nt tokens (both compile-time after inlining; NR * nt <= 16 on
- * AVX-512 builds, 8 on AVX2). One accumulator per (row, token): the NR * nt
- * independent FMA chains hide the FMA latency when NR * nt > 1.
- * The operations per (row, token) are the same for every NR and nt, so any
- * tiling gives identical bits. Rows: row0 + i * row_bytes. */
+/* One block b of a tile into the accumulator set acc (even or odd blocks). */
+KX_INLINE void kx_b32_step(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, int NR, int64_t b,
+                           const uint8_t *xq, size_t xs, int nt, __m256i table,
+                           __m256 acc[4][KX_TILE]) {
+    const size_t bsz = kx_b32_size(k);
+    __m256i yv[KX_TILE], ys8[KX_TILE];
+    float dy[KX_TILE];
+    for (int t = 0; t < nt; t++) {
+        const block_q8_0 *a = (const block_q8_0 *)(xq + (size_t)t * xs) + b;
+        yv[t] = _mm256_loadu_si256((const __m256i *)a->qs);
+        dy[t] = kx_f16(a->d);
+        ys8[t] = k == KX_Q4_0 ? kx_dot_u8(_mm256_set1_epi8(8), yv[t]) : _mm256_setzero_si256();
+    }
+    for (int i = 0; i < NR; i++) {
+        float dx;
+        const uint8_t *blk = row0 + (size_t)i * row_bytes + (size_t)b * bsz;
+        if (!(b & 1))
+            kx_prefetch(blk);
+        __m256i q = kx_b32_decode(k, blk, table, &dx);
+        for (int t = 0; t < nt; t++) {
+            __m256i s = kx_b32_dot(k, q, yv[t], ys8[t]);
+            acc[i][t] =
+                _mm256_fmadd_ps(_mm256_set1_ps(dx * dy[t]), _mm256_cvtepi32_ps(s), acc[i][t]);
+        }
+    }
+}
+
+/* NR rows x nt tokens (both compile-time after inlining; 2 * NR * nt
+ * accumulators must fit the register file: 8 on AVX2, 16 with AVX-512VL).
+ * Two accumulator sets per (row, token), for even and odd blocks, so even a
+ * 1 x 1 decode tile has two FMA chains in flight (one chain capped AVX2 Q4_0
+ * at ~17 GB/s per thread: 18 bytes per 4-cycle FMA latency); the loop is
+ * unrolled by two so both sets stay in registers. The operations per (row,
+ * token) are the same for every NR and nt, so any tiling gives identical
+ * bits. Rows: row0 + i * row_bytes. */
 KX_INLINE void kx_b32_tile(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, int NR, int64_t nb,
                            const uint8_t *xq, size_t xs, int nt, float *out, int64_t ldy) {
     const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(
         (const __m128i *)(k == KX_MXFP4 ? kern_kvalues_mxfp4 : kern_kvalues_iq4nl)));
-    const size_t bsz = kx_b32_size(k);
-    __m256 acc[4][KX_TILE];
+    __m256 acc0[4][KX_TILE], acc1[4][KX_TILE];
     for (int i = 0; i < NR; i++)
         for (int t = 0; t < nt; t++)
-            acc[i][t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        __m256i yv[KX_TILE], ys8[KX_TILE];
-        float dy[KX_TILE];
-        for (int t = 0; t < nt; t++) {
-            const block_q8_0 *a = (const block_q8_0 *)(xq + (size_t)t * xs) + b;
-            yv[t] = _mm256_loadu_si256((const __m256i *)a->qs);
-            dy[t] = kx_f16(a->d);
-            ys8[t] = k == KX_Q4_0 ? kx_dot_u8(_mm256_set1_epi8(8), yv[t]) : _mm256_setzero_si256();
-        }
-        for (int i = 0; i < NR; i++) {
-            float dx;
-            const uint8_t *blk = row0 + (size_t)i * row_bytes + (size_t)b * bsz;
-            if (!(b & 1))
-                kx_prefetch(blk);
-            __m256i q = kx_b32_decode(k, blk, table, &dx);
-            for (int t = 0; t < nt; t++) {
-                __m256i s = kx_b32_dot(k, q, yv[t], ys8[t]);
-                acc[i][t] =
-                    _mm256_fmadd_ps(_mm256_set1_ps(dx * dy[t]), _mm256_cvtepi32_ps(s), acc[i][t]);
-            }
-        }
+            acc0[i][t] = acc1[i][t] = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        kx_b32_step(k, row0, row_bytes, NR, b, xq, xs, nt, table, acc0);
+        kx_b32_step(k, row0, row_bytes, NR, b + 1, xq, xs, nt, table, acc1);
     }
+    if (b < nb)
+        kx_b32_step(k, row0, row_bytes, NR, b, xq, xs, nt, table, acc0);
     for (int i = 0; i < NR; i++)
         for (int t = 0; t < nt; t++)
-            out[t * ldy + i] = kx_hsum(acc[i][t]);
+            out[t * ldy + i] = kx_hsum(_mm256_add_ps(acc0[i][t], acc1[i][t]));
 }
 
 #if KX_VNNI
@@ -286,13 +300,13 @@ KX_INLINE void kx_b32_any(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, 
     kx_b32_tile(k, row0, row_bytes, NR, nb, xq, xs, nt, out, ldy);
 }
 
-/* Rows per tile when n_tok > 1: the accumulators (KX_PF_ROWS x KX_TILE) plus
- * the tile's activations must fit the register file (16 ymm on AVX2, 32 with
- * AVX-512VL). */
+/* Rows per tile when n_tok > 1: the accumulators (2 x KX_PF_ROWS x KX_TILE)
+ * plus the tile's activations must fit the register file (16 ymm on AVX2, 32
+ * with AVX-512VL). */
 #if defined(__AVX512VL__)
-#define KX_PF_ROWS 4
-#else
 #define KX_PF_ROWS 2
+#else
+#define KX_PF_ROWS 1
 #endif
 
 KX_INLINE void kx_b32_matmul(enum kx_b32 k, const struct kern_mat *w, const void *xq, size_t xs,
@@ -310,21 +324,22 @@ KX_INLINE void kx_b32_matmul(enum kx_b32 k, const struct kern_mat *w, const void
         /* Prefill: KX_PF_ROWS rows x KX_TILE tokens; each weight block is
          * unpacked once per KX_TILE tokens, each activation block loaded once
          * per KX_PF_ROWS rows. */
-        for (; r + KX_PF_ROWS <= r1; r += KX_PF_ROWS) {
+        /* The VNNI two-block path has one accumulator set: 4 rows fit. */
+        const int PR = (KX_VNNI && (k == KX_Q4_0 || k == KX_Q8_0)) ? 4 : KX_PF_ROWS;
+        for (; r + PR <= r1; r += PR) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
             int64_t t = 0;
             for (; t + KX_TILE <= n_tok; t += KX_TILE)
-                kx_b32_any(k, row, rb, KX_PF_ROWS, nb, x8 + t * xs, xs, KX_TILE, y + t * ldy + r,
-                           ldy);
+                kx_b32_any(k, row, rb, PR, nb, x8 + t * xs, xs, KX_TILE, y + t * ldy + r, ldy);
             switch (n_tok - t) {
             case 3:
-                kx_b32_any(k, row, rb, KX_PF_ROWS, nb, x8 + t * xs, xs, 3, y + t * ldy + r, ldy);
+                kx_b32_any(k, row, rb, PR, nb, x8 + t * xs, xs, 3, y + t * ldy + r, ldy);
                 break;
             case 2:
-                kx_b32_any(k, row, rb, KX_PF_ROWS, nb, x8 + t * xs, xs, 2, y + t * ldy + r, ldy);
+                kx_b32_any(k, row, rb, PR, nb, x8 + t * xs, xs, 2, y + t * ldy + r, ldy);
                 break;
             case 1:
-                kx_b32_any(k, row, rb, KX_PF_ROWS, nb, x8 + t * xs, xs, 1, y + t * ldy + r, ldy);
+                kx_b32_any(k, row, rb, PR, nb, x8 + t * xs, xs, 1, y + t * ldy + r, ldy);
                 break;
             default:
                 break;
