@@ -103,8 +103,9 @@ static double num_f(struct tv v) {
 static bool is_num(struct tv v) {
     return v.kind == TV_INT || v.kind == TV_FLOAT || v.kind == TV_BOOL;
 }
+/* Integer value of an int or bool (0 for floats: callers use num_f() then). */
 static int64_t as_i(struct tv v) {
-    return v.kind == TV_INT ? v.i : (int64_t)v.b;
+    return v.kind == TV_INT ? v.i : v.kind == TV_BOOL ? (int64_t)v.b : 0;
 }
 
 static struct tv binop(struct trender *r, int op, struct tv a, struct tv b) {
@@ -167,8 +168,19 @@ static struct tv binop(struct trender *r, int op, struct tv a, struct tv b) {
                 return op == OP_MOD ? tv_int(m) : tv_int(q);
             }
         case OP_POW:
-            if (fl || y < 0)
-                return tv_float(pow(fx, fy));
+            if (fl || y < 0) {
+                /* Python raises where C's pow() returns inf or nan */
+                if (fx == 0 && fy < 0)
+                    trender_fail(r, STRATA_E_TEMPLATE, "0.0 cannot be raised to a negative power");
+                if (fx < 0 && fy != floor(fy) && isfinite(fy))
+                    trender_fail(r, STRATA_E_TEMPLATE,
+                                 "negative number to a fractional power (complex result)");
+                double z = pow(fx, fy);
+                if (isinf(z) && isfinite(fx) && isfinite(fy))
+                    trender_fail(r, STRATA_E_TEMPLATE,
+                                 "float power: numerical result out of range");
+                return tv_float(z);
+            }
             {
                 int64_t acc = 1, base = x;
                 for (int64_t e = y; e > 0; e >>= 1) {
@@ -205,6 +217,17 @@ static struct tv binop(struct trender *r, int op, struct tv a, struct tv b) {
     }
     if (op == OP_MUL && (a.kind == TV_STR || a.kind == TV_LIST) && (b.kind == TV_INT)) {
         int64_t k = b.i < 0 ? 0 : b.i;
+        size_t unit = a.kind == TV_STR ? a.s->len : a.l->n;
+        if (unit == 0)
+            k = 0;
+        /* refuse a result over the bound before building any of it */
+        if (k > 0 &&
+            (uint64_t)k > (a.kind == TV_STR ? r->lim->max_output_bytes
+                                            : r->lim->max_memory_bytes / sizeof(struct tv)) /
+                              unit)
+            trender_fail(r, STRATA_E_LIMIT, "%s repetition (%lld x %zu) exceeds the %s limit",
+                         a.kind == TV_STR ? "string" : "list", (long long)k, unit,
+                         a.kind == TV_STR ? "output" : "memory");
         if (a.kind == TV_STR) {
             struct tbuf o;
             tbuf_init(&o, r->a, r->lim->max_output_bytes);

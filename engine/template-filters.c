@@ -2,6 +2,7 @@
  * methods, attribute/item lookup (Jinja's getattr/getitem fallbacks) and the
  * globals transformers adds (raise_exception, strftime_now). Case mapping is
  * ASCII-only (non-ASCII letters pass through unchanged). */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -277,12 +278,73 @@ static bool affix(struct trender *r, const struct tstr *s, struct tv x, bool end
     return !memcmp(s->s + (end ? s->len - x.s->len : 0), x.s->s, x.s->len);
 }
 
+/* Truncates a float to int64 as Python's int(), failing where int64 cannot hold it. */
+static int64_t float_to_int(struct trender *r, double f) {
+    if (!isfinite(f))
+        FAIL("cannot convert float %s to integer", isnan(f) ? "NaN" : "infinity");
+    if (!(f >= -9223372036854775808.0 && f < 9223372036854775808.0))
+        FAIL("integer overflow");
+    return (int64_t)f;
+}
+
 static int64_t to_int(struct trender *r, struct tv v, const char *what) {
     if (v.kind == TV_INT)
         return v.i;
     if (v.kind == TV_BOOL)
         return v.b;
     FAIL("%s must be an integer, not %s", what, tv_type_name(v));
+}
+
+/* Jinja's do_round: "common" is Python's round(value, n) (an int stays an
+ * int; floats are correctly rounded half-even through the exact decimal
+ * expansion, as CPython's dtoa does); "floor"/"ceil" are
+ * math.floor(value * 10**n) / 10**n. */
+static struct tv do_round(struct trender *r, struct tv v, struct targs *a) {
+    int64_t prec = to_int(r, arg(a, 0, "precision", tv_int(0)), "precision");
+    struct tv m = arg(a, 1, "method", tv_undef_v);
+    const char *meth = m.kind == TV_STR ? m.s->s : "common";
+    bool common = !strcmp(meth, "common");
+    if (!common && strcmp(meth, "floor") && strcmp(meth, "ceil"))
+        FAIL("method must be common, ceil or floor");
+    if (v.kind != TV_INT && v.kind != TV_BOOL && v.kind != TV_FLOAT)
+        FAIL("round: not a number");
+    if (common && v.kind != TV_FLOAT) {
+        int64_t x = v.kind == TV_INT ? v.i : v.b;
+        if (prec >= 0)
+            return tv_int(x);
+        if (prec < -18)
+            return tv_int(0); /* |x| < 10**19 / 2 */
+        int64_t p = 1;
+        for (int64_t i = 0; i < -prec; i++)
+            p *= 10;
+        int64_t q = x / p, rem = x % p;
+        if (rem < 0) {
+            rem += p;
+            q -= 1;
+        }
+        if (rem > p - rem || (rem == p - rem && (q & 1))) /* half-even */
+            q += 1;
+        int64_t y;
+        if (__builtin_mul_overflow(q, p, &y))
+            FAIL("integer overflow");
+        return tv_int(y);
+    }
+    double x = v.kind == TV_FLOAT ? v.f : v.kind == TV_INT ? (double)v.i : v.b;
+    if (common) {
+        if (!isfinite(x) || prec > 340) /* 340 digits round-trip every double */
+            return tv_float(x);
+        if (prec < -308) /* 10**-prec overflows: the rounded value is a signed zero */
+            return tv_float(copysign(0.0, x));
+        if (prec < 0) {
+            double p = pow(10.0, (double)-prec);
+            return tv_float(nearbyint(x / p) * p);
+        }
+        char buf[720];
+        snprintf(buf, sizeof(buf), "%.*f", (int)prec, x); /* glibc: exact, half-even */
+        return tv_float(strtod(buf, NULL));
+    }
+    double p = pow(10.0, (double)prec);
+    return tv_float(meth[0] == 'f' ? floor(x * p) / p : ceil(x * p) / p);
 }
 
 /* ---- methods ---------------------------------------------------------------- */
@@ -589,12 +651,18 @@ static struct tv do_indent(struct trender *r, struct tv v, struct targs *a) {
     struct tstr *s = tstr_of(r, v);
     struct tv w = arg(a, 0, "width", tv_int(4));
     struct tbuf ind;
-    tbuf_init(&ind, r->a, 0);
-    if (w.kind == TV_STR)
+    tbuf_init(&ind, r->a, r->lim->max_output_bytes);
+    if (w.kind == TV_STR) {
         tbuf_put_str(&ind, w.s);
-    else
-        for (int64_t i = 0, n = to_int(r, w, "width"); i < n && i < 4096; i++)
-            tbuf_puts(&ind, " ");
+    } else {
+        int64_t n = to_int(r, w, "width");
+        if (n > 0 && (uint64_t)n > r->lim->max_output_bytes)
+            trender_fail(r, STRATA_E_LIMIT, "indent width %lld exceeds the output limit",
+                         (long long)n);
+        static const char spaces[] = "                                ";
+        for (int64_t i = 0; i < n; i += 32)
+            tbuf_put(&ind, spaces, (size_t)(n - i < 32 ? n - i : 32), false);
+    }
     struct tstr *is = tbuf_finish(&ind);
     bool first = tv_truthy(arg(a, 1, "first", tv_bool(false)));
     bool blank = tv_truthy(arg(a, 2, "blank", tv_bool(false)));
@@ -637,7 +705,10 @@ static struct tv do_tojson(struct trender *r, struct tv v, struct targs *a) {
     struct tv ind = arg(a, 0, "indent", tv_none_v);
     const char *indent = NULL;
     if (ind.kind == TV_INT) {
-        int64_t n = ind.i < 0 ? 0 : ind.i > 64 ? 64 : ind.i;
+        int64_t n = ind.i < 0 ? 0 : ind.i;
+        if ((uint64_t)n > r->lim->max_output_bytes)
+            trender_fail(r, STRATA_E_LIMIT, "tojson indent %lld exceeds the output limit",
+                         (long long)n);
         char *s = tarena_alloc(r->a, (size_t)n + 1);
         memset(s, ' ', (size_t)n);
         indent = s;
@@ -820,8 +891,11 @@ struct tv tfilter_apply(struct trender *r, const char *name, struct tv v, struct
     if (!strcmp(name, "indent"))
         return do_indent(r, v, a);
     if (!strcmp(name, "abs")) {
-        if (v.kind == TV_INT)
+        if (v.kind == TV_INT) {
+            if (v.i == INT64_MIN)
+                FAIL("integer overflow");
             return tv_int(v.i < 0 ? -v.i : v.i);
+        }
         if (v.kind == TV_FLOAT)
             return tv_float(fabs(v.f));
         FAIL("bad operand type for abs(): '%s'", tv_type_name(v));
@@ -832,18 +906,25 @@ struct tv tfilter_apply(struct trender *r, const char *name, struct tv v, struct
             return v;
         if (v.kind == TV_BOOL)
             return tv_int(v.b);
+        /* Jinja's do_int: int(value), else int(float(value)), else default;
+         * int(inf) raises in Python, and values past int64 have no strata
+         * representation: both are errors here rather than a wrong number. */
         if (v.kind == TV_FLOAT)
-            return isfinite(v.f) ? tv_int((int64_t)v.f) : d;
+            return isnan(v.f) ? d : tv_int(float_to_int(r, v.f));
         if (v.kind == TV_STR) {
             char *end;
+            errno = 0;
             long long x = strtoll(v.s->s, &end, 10);
             while (*end == ' ')
                 end++;
-            if (end != v.s->s && !*end)
+            if (end != v.s->s && !*end) {
+                if (errno == ERANGE)
+                    FAIL("int: integer overflow");
                 return tv_int(x);
+            }
             double f = strtod(v.s->s, &end);
-            if (end != v.s->s && !*end && isfinite(f))
-                return tv_int((int64_t)f);
+            if (end != v.s->s && !*end && !isnan(f))
+                return tv_int(float_to_int(r, f));
         }
         return d;
     }
@@ -861,19 +942,8 @@ struct tv tfilter_apply(struct trender *r, const char *name, struct tv v, struct
         }
         return d;
     }
-    if (!strcmp(name, "round")) {
-        int64_t prec = to_int(r, arg(a, 0, "precision", tv_int(0)), "precision");
-        struct tv m = arg(a, 1, "method", tv_undef_v);
-        double x = v.kind == TV_INT ? (double)v.i : v.kind == TV_FLOAT ? v.f : NAN;
-        if (isnan(x) && v.kind != TV_FLOAT)
-            FAIL("round: not a number");
-        double p = pow(10.0, (double)prec);
-        const char *meth = m.kind == TV_STR ? m.s->s : "common";
-        double y = !strcmp(meth, "floor")  ? floor(x * p) / p
-                   : !strcmp(meth, "ceil") ? ceil(x * p) / p
-                                           : nearbyint(x * p) / p; /* round-half-even as Python */
-        return tv_float(y);
-    }
+    if (!strcmp(name, "round"))
+        return do_round(r, v, a);
     if (!strcmp(name, "batch")) {
         int64_t n = to_int(r, arg(a, 0, "linecount", tv_undef_v), "linecount");
         if (n <= 0)
@@ -889,8 +959,10 @@ struct tv tfilter_apply(struct trender *r, const char *name, struct tv v, struct
         }
         if (cur.l->n) {
             if (fill.kind != TV_NONE)
-                while ((int64_t)cur.l->n < n)
+                while ((int64_t)cur.l->n < n) {
+                    trender_step(r);
                     tv_list_push(r->a, cur, fill);
+                }
             tv_list_push(r->a, out, cur);
         }
         return out;
@@ -1125,14 +1197,18 @@ static struct tv g_range(struct trender *r, struct tv self, struct targs *a) {
     }
     if (step == 0)
         FAIL("range() arg 3 must not be zero");
-    int64_t n = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
-                         : (start > stop ? (start - stop - step - 1) / -step : 0);
-    if (n > r->lim->max_range)
-        trender_fail(r, STRATA_E_LIMIT, "range too big (%lld items; limit %lld)", (long long)n,
-                     (long long)r->lim->max_range);
+    /* length in unsigned arithmetic: stop - start and i * step may pass int64
+     * (range(-2**63 + 1, 2**63 - 1, 2**62)) while every item fits */
+    uint64_t span = step > 0 ? (stop > start ? (uint64_t)stop - (uint64_t)start : 0)
+                             : (start > stop ? (uint64_t)start - (uint64_t)stop : 0);
+    uint64_t ustep = step > 0 ? (uint64_t)step : -(uint64_t)step;
+    uint64_t n = span / ustep + (span % ustep != 0);
+    if (n > (uint64_t)r->lim->max_range)
+        trender_fail(r, STRATA_E_LIMIT, "range too big (%llu items; limit %lld)",
+                     (unsigned long long)n, (long long)r->lim->max_range);
     struct tv l = tv_list(r->a, (size_t)n + 1);
-    for (int64_t i = 0; i < n; i++)
-        tv_list_push(r->a, l, tv_int(start + i * step));
+    for (uint64_t i = 0; i < n; i++)
+        tv_list_push(r->a, l, tv_int((int64_t)((uint64_t)start + i * (uint64_t)step)));
     return l;
 }
 
