@@ -149,6 +149,8 @@ enum MHD_Result http_respond_error_as(struct exchange *ex, int code, const char 
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
     if (code == STRATA_E_AUTH)
         MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (code == STRATA_E_QUEUE_FULL) /* --parallel + --queue in flight: back off a second */
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     enum MHD_Result rc = MHD_queue_response(ex->conn, (unsigned)status, r);
     MHD_destroy_response(r);
     ex->phase = PHASE_RESPONDED;
