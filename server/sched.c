@@ -256,12 +256,21 @@ static void step(struct sched *s) {
         s->entries[n++] = (struct model_batch_entry){j->seq, j->n_past, j->last, true};
         s->row_job[n_rows++] = j;
     }
-    for (struct gen_job *j = s->active; j && n < s->n_batch; j = j->next) {
+    /* While streams decode, prefill at most n_batch / 16 (>= 8) tokens a
+     * step: a step's time grows with its tokens, and every decoder waits for
+     * the whole step (a 512-token chunk of a 1B model is seconds on 2 cores).
+     * With nobody decoding, prefill takes the whole budget (TTFT). */
+    int limit = s->n_batch;
+    if (n > 0) {
+        int pf = s->n_batch / 16 > 8 ? s->n_batch / 16 : 8;
+        limit = n + pf < s->n_batch ? n + pf : s->n_batch;
+    }
+    for (struct gen_job *j = s->active; j && n < limit; j = j->next) {
         if (j->state != JOB_PREFILL)
             continue;
         int chunk = j->n_prompt - j->n_past;
-        if (chunk > s->n_batch - n)
-            chunk = s->n_batch - n;
+        if (chunk > limit - n)
+            chunk = limit - n;
         for (int i = 0; i < chunk; i++) {
             int pos = j->n_past + i;
             if (!reserve(s, j, pos))

@@ -11,11 +11,27 @@
  *
  * Each step builds one model_forward batch: one token for every decoding
  * session plus prefill chunks of admitted sessions, at most n_batch entries
- * in all (decoders first, so a long prompt never stalls running streams).
- * Sessions join and leave between steps. At most `parallel` sessions hold a
- * KV sequence; up to `queue` more requests wait; beyond that submit answers
- * STRATA_E_QUEUE_FULL (HTTP 429). A cancelled job (client gone, shutdown) is
- * dropped at the start of the next step and its sequence reused.
+ * in all (decoders first, so a long prompt never stalls running streams;
+ * the rest of the budget goes to prefills in arrival order). Sessions join
+ * and leave between steps. At most `parallel` sessions hold a KV sequence;
+ * up to `queue` more requests wait; beyond that submit answers
+ * STRATA_E_QUEUE_FULL (HTTP 429, Retry-After). A cancelled job (client gone,
+ * shutdown) or one past its request_timeout is dropped at the start of the
+ * next step (ERROR CANCELLED / TIMEOUT, then DONE) and its blocks released.
+ *
+ * KV memory (engine/kv.h, engine/prefix.h): one paged pool of kv_mem bytes
+ * (default: parallel full contexts) in blocks of kv_block positions; the
+ * per-session context is capped at the pool. Admission reserves a request's
+ * worst case, ceil(min(n_ctx, prompt + max_tokens) / kv_block) blocks less
+ * the full blocks it reuses from the prefix cache, against free blocks plus
+ * idle cached ones minus what running sessions were promised; a request that
+ * does not fit waits at the head of the queue (FIFO, later requests wait
+ * behind it) until sessions finish, so a running stream never runs out of
+ * KV. Idle cached blocks are evicted LRU when a block is taken. A finished
+ * (or cancelled) session's blocks go to the prefix cache with their tokens;
+ * the full blocks of a prompt go in as soon as it is prefilled, so
+ * concurrent requests with the same system prompt share them too.
+ * usage.prompt_tokens_details.cached_tokens reports the reused positions.
  *
  * Threading: sched_init/sched_free from one controlling thread; the gen_ops
  * follow gen.h's contract (submit/cancel/release/stats from any thread,

@@ -1,0 +1,132 @@
+// bench/load.mjs: serving load benchmark: streaming requests against a running
+// `strata serve` (release build) at 1, 4, 8, 16 and 32 concurrent clients.
+// Per level: aggregate output tok/s (completion tokens of every request / wall
+// time of the level), TTFT p50/p99 (request sent -> first content chunk),
+// inter-token p50/p99 (gap between successive content chunks, divided by the
+// tokens a chunk covers), and the error count (any non-200, any stream error).
+// Run by hand, not in the suite:
+//
+//   build-s-rel/cli/strata gguf synth --preset llama-3.2-1b --type q4_k_m -o /tmp/l1b.gguf
+//   node bench/load.mjs build-s-rel/cli/strata /tmp/l1b.gguf
+//
+// Env: CLIENTS=1,4,8,16,32  TOKENS=32 (max_tokens, greedy)  REQS=3 (requests
+// per client per level)  THREADS=2  PARALLEL=32  CTX=2048  PORT (use a daemon
+// already running there instead of starting one).
+import { spawn } from "node:child_process";
+
+const strata = process.argv[2] || "build/cli/strata";
+const model = process.argv[3];
+const LEVELS = (process.env.CLIENTS || "1,4,8,16,32").split(",").map(Number);
+const TOKENS = Number(process.env.TOKENS || 32);
+const REQS = Number(process.env.REQS || 3);
+const THREADS = process.env.THREADS || "2";
+const PARALLEL = process.env.PARALLEL || String(Math.max(...LEVELS));
+const CTX = process.env.CTX || "2048";
+
+function startDaemon() {
+  return new Promise((resolve, reject) => {
+    const args = ["serve", model, "--port", "0", "--threads", THREADS, "--parallel", PARALLEL,
+      "--queue", "64", "--ctx-size", CTX];
+    const p = spawn(strata, args, { stdio: ["ignore", "ignore", "pipe"] });
+    let log = "";
+    const timer = setTimeout(() => reject(new Error(`daemon did not start: ${log}`)), 300000);
+    p.stderr.on("data", (d) => {
+      log += d.toString();
+      const m = log.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
+      if (m && /loaded/.test(log)) { clearTimeout(timer); resolve({ p, port: Number(m[1]) }); }
+    });
+    p.on("exit", (c) => { clearTimeout(timer); reject(new Error(`daemon exited ${c}: ${log}`)); });
+  });
+}
+
+let modelId = "";
+const WORDS = ["river", "castle", "robot", "garden", "storm", "violin", "desert", "lantern"];
+
+async function streamOne(base, id, out) {
+  const prompt = `Request ${id}: write a short story about a ${WORDS[id % 8]} and a ${WORDS[(id * 3 + 1) % 8]}.`;
+  const t0 = performance.now();
+  let res;
+  try {
+    res = await fetch(`${base}/v1/completions`, { method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ model: modelId, prompt, max_tokens: TOKENS, temperature: 0, stream: true,
+        stream_options: { include_usage: true } }) });
+  } catch (e) { out.errors++; return; }
+  if (res.status !== 200) { out.errors++; await res.text(); return; }
+  const reader = res.body.getReader();
+  const dec = new TextDecoder();
+  let buf = "", last = 0, done = false, got = 0;
+  while (!done) {
+    const { value, done: eof } = await reader.read();
+    if (eof) break;
+    buf += dec.decode(value, { stream: true });
+    let k;
+    while ((k = buf.indexOf("\n\n")) >= 0) {
+      const ev = buf.slice(0, k);
+      buf = buf.slice(k + 2);
+      if (!ev.startsWith("data: ")) continue;
+      const data = ev.slice(6);
+      if (data === "[DONE]") { done = true; break; }
+      const j = JSON.parse(data);
+      if (j.error) { out.errors++; return; }
+      if (j.usage) { out.tokens += j.usage.completion_tokens; got = j.usage.completion_tokens; }
+      if (!j.choices?.length || !j.choices[0].text) continue;
+      const now = performance.now();
+      if (!last) out.ttft.push(now - t0);
+      else out.itl.push(now - last);
+      last = now;
+    }
+  }
+  if (!done || !got) out.errors++;
+}
+
+function pct(a, p) {
+  if (!a.length) return NaN;
+  const s = [...a].sort((x, y) => x - y);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
+}
+
+async function main() {
+  let daemon = null, port = Number(process.env.PORT || 0);
+  if (!port) {
+    if (!model) throw new Error("usage: node bench/load.mjs STRATA MODEL.gguf (or PORT=...)");
+    daemon = await startDaemon();
+    port = daemon.port;
+  }
+  // the model id the daemon serves
+  const base = `http://127.0.0.1:${port}`;
+  const models = await (await fetch(`${base}/v1/models`)).json();
+  modelId = models.data[0].id;
+  await streamOne(base, 999, { tokens: 0, ttft: [], itl: [], errors: 0 }); // warm-up
+  const rows = [];
+  for (const c of LEVELS) {
+    const out = { tokens: 0, ttft: [], itl: [], errors: 0 };
+    const t0 = performance.now();
+    await Promise.all(Array.from({ length: c }, async (_, k) => {
+      for (let r = 0; r < REQS; r++) await streamOne(base, c * 1000 + k * REQS + r, out);
+    }));
+    const secs = (performance.now() - t0) / 1000;
+    const st = await (await fetch(`${base}/status`)).json();
+    rows.push({ c, tok_s: out.tokens / secs, ttft50: pct(out.ttft, 50), ttft99: pct(out.ttft, 99),
+      itl50: pct(out.itl, 50), itl99: pct(out.itl, 99), errors: out.errors, tokens: out.tokens,
+      secs, active: st.sessions.active });
+    const r = rows[rows.length - 1];
+    console.log(`clients ${String(c).padStart(2)}: ${r.tok_s.toFixed(1).padStart(6)} tok/s  ` +
+      `TTFT p50 ${r.ttft50.toFixed(0)} ms p99 ${r.ttft99.toFixed(0)} ms  ` +
+      `ITL p50 ${r.itl50.toFixed(0)} ms p99 ${r.itl99.toFixed(0)} ms  errors ${r.errors}  ` +
+      `(${r.tokens} tokens in ${r.secs.toFixed(1)} s)`);
+  }
+  console.log("\n| clients | tok/s | TTFT p50 (ms) | TTFT p99 (ms) | ITL p50 (ms) | ITL p99 (ms) | errors |");
+  console.log("|---:|---:|---:|---:|---:|---:|---:|");
+  for (const r of rows)
+    console.log(`| ${r.c} | ${r.tok_s.toFixed(1)} | ${r.ttft50.toFixed(0)} | ${r.ttft99.toFixed(0)} | ` +
+      `${r.itl50.toFixed(0)} | ${r.itl99.toFixed(0)} | ${r.errors} |`);
+  const one = rows.find((r) => r.c === 1), eight = rows.find((r) => r.c === 8);
+  if (one && eight)
+    console.log(`\n8 clients vs 1: aggregate x${(eight.tok_s / one.tok_s).toFixed(2)} (target >= 3), ` +
+      `vs llama-server 46 tok/s: x${(eight.tok_s / 46).toFixed(2)} (target >= 2), ` +
+      `p99 ITL x${(eight.itl99 / one.itl99).toFixed(2)} (target <= 3)`);
+  if (daemon) daemon.p.kill("SIGTERM");
+}
+
+main().catch((e) => { console.error(e); process.exit(1); });
