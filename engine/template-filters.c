@@ -1,7 +1,7 @@
-/* engine/template-filters.c: Jinja filters and tests, Python str/dict
- * methods, attribute/item lookup (Jinja's getattr/getitem fallbacks) and the
- * globals transformers adds (raise_exception, strftime_now). Case mapping is
- * ASCII-only (non-ASCII letters pass through unchanged). */
+/* engine/template-filters.c: Jinja filters, Python str/dict methods and
+ * attribute/item lookup (Jinja's getattr/getitem fallbacks). Tests and
+ * globals are in template-globals.c. Case mapping is ASCII-only (non-ASCII
+ * letters pass through unchanged). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,7 +13,7 @@
 
 #define FAIL(...) trender_fail(r, STRATA_E_TEMPLATE, __VA_ARGS__)
 
-static struct tv arg(struct targs *a, size_t i, const char *name, struct tv dflt) {
+struct tv targ(struct targs *a, size_t i, const char *name, struct tv dflt) {
     for (size_t k = 0; k < a->n_kw; k++)
         if (!strcmp(a->kw_names[k], name))
             return a->kw[k];
@@ -287,7 +287,7 @@ static int64_t float_to_int(struct trender *r, double f) {
     return (int64_t)f;
 }
 
-static int64_t to_int(struct trender *r, struct tv v, const char *what) {
+int64_t targ_int(struct trender *r, struct tv v, const char *what) {
     if (v.kind == TV_INT)
         return v.i;
     if (v.kind == TV_BOOL)
@@ -300,8 +300,8 @@ static int64_t to_int(struct trender *r, struct tv v, const char *what) {
  * expansion, as CPython's dtoa does); "floor"/"ceil" are
  * math.floor(value * 10**n) / 10**n. */
 static struct tv do_round(struct trender *r, struct tv v, struct targs *a) {
-    int64_t prec = to_int(r, arg(a, 0, "precision", tv_int(0)), "precision");
-    struct tv m = arg(a, 1, "method", tv_undef_v);
+    int64_t prec = targ_int(r, targ(a, 0, "precision", tv_int(0)), "precision");
+    struct tv m = targ(a, 1, "method", tv_undef_v);
     const char *meth = m.kind == TV_STR ? m.s->s : "common";
     bool common = !strcmp(meth, "common");
     if (!common && strcmp(meth, "floor") && strcmp(meth, "ceil"))
@@ -352,27 +352,27 @@ static struct tv do_round(struct trender *r, struct tv v, struct targs *a) {
 #define M(name) static struct tv name(struct trender *r, struct tv self, struct targs *a)
 
 M(m_strip) {
-    return do_strip(r, self.s, opt_chars(r, arg(a, 0, "chars", tv_none_v)), true, true);
+    return do_strip(r, self.s, opt_chars(r, targ(a, 0, "chars", tv_none_v)), true, true);
 }
 M(m_lstrip) {
-    return do_strip(r, self.s, opt_chars(r, arg(a, 0, "chars", tv_none_v)), true, false);
+    return do_strip(r, self.s, opt_chars(r, targ(a, 0, "chars", tv_none_v)), true, false);
 }
 M(m_rstrip) {
-    return do_strip(r, self.s, opt_chars(r, arg(a, 0, "chars", tv_none_v)), false, true);
+    return do_strip(r, self.s, opt_chars(r, targ(a, 0, "chars", tv_none_v)), false, true);
 }
 M(m_split) {
-    return do_split(r, self.s, arg(a, 0, "sep", tv_none_v),
-                    to_int(r, arg(a, 1, "maxsplit", tv_int(-1)), "maxsplit"), false);
+    return do_split(r, self.s, targ(a, 0, "sep", tv_none_v),
+                    targ_int(r, targ(a, 1, "maxsplit", tv_int(-1)), "maxsplit"), false);
 }
 M(m_rsplit) {
-    return do_split(r, self.s, arg(a, 0, "sep", tv_none_v),
-                    to_int(r, arg(a, 1, "maxsplit", tv_int(-1)), "maxsplit"), true);
+    return do_split(r, self.s, targ(a, 0, "sep", tv_none_v),
+                    targ_int(r, targ(a, 1, "maxsplit", tv_int(-1)), "maxsplit"), true);
 }
 M(m_startswith) {
-    return tv_bool(affix(r, self.s, arg(a, 0, "prefix", tv_undef_v), false));
+    return tv_bool(affix(r, self.s, targ(a, 0, "prefix", tv_undef_v), false));
 }
 M(m_endswith) {
-    return tv_bool(affix(r, self.s, arg(a, 0, "suffix", tv_undef_v), true));
+    return tv_bool(affix(r, self.s, targ(a, 0, "suffix", tv_undef_v), true));
 }
 M(m_upper) {
     return do_case(r, self.s, CASE_UPPER);
@@ -387,14 +387,14 @@ M(m_capitalize) {
     return do_case(r, self.s, CASE_CAPITALIZE);
 }
 M(m_replace) {
-    struct tv o = arg(a, 0, "old", tv_undef_v), n = arg(a, 1, "new", tv_undef_v);
+    struct tv o = targ(a, 0, "old", tv_undef_v), n = targ(a, 1, "new", tv_undef_v);
     if (o.kind != TV_STR || n.kind != TV_STR)
         FAIL("replace() arguments must be str");
-    return do_replace(r, self.s, o.s, n.s, to_int(r, arg(a, 2, "count", tv_int(-1)), "count"));
+    return do_replace(r, self.s, o.s, n.s, targ_int(r, targ(a, 2, "count", tv_int(-1)), "count"));
 }
 static struct tv find_impl(struct trender *r, struct tv self, struct targs *a, bool count,
                            bool rev) {
-    struct tv x = arg(a, 0, "sub", tv_undef_v);
+    struct tv x = targ(a, 0, "sub", tv_undef_v);
     if (x.kind != TV_STR)
         FAIL("must be str, not %s", tv_type_name(x));
     const struct tstr *s = self.s;
@@ -431,7 +431,7 @@ M(m_count) {
 static struct tv join_impl(struct trender *r, const struct tstr *sep, struct tv seq,
                            const char *attr);
 M(m_join) {
-    return join_impl(r, self.s, arg(a, 0, "iterable", tv_undef_v), NULL);
+    return join_impl(r, self.s, targ(a, 0, "iterable", tv_undef_v), NULL);
 }
 M(m_isdigit) {
     bool ok = self.s->len > 0;
@@ -441,8 +441,8 @@ M(m_isdigit) {
     return tv_bool(ok);
 }
 M(m_get) {
-    struct tv *v = tv_dict_get(self, arg(a, 0, "key", tv_undef_v));
-    return v ? *v : arg(a, 1, "default", tv_none_v);
+    struct tv *v = tv_dict_get(self, targ(a, 0, "key", tv_undef_v));
+    return v ? *v : targ(a, 1, "default", tv_none_v);
 }
 M(m_items) {
     struct tv l = tv_list(r->a, self.d->n + 1);
@@ -468,14 +468,14 @@ M(m_values) {
     return l;
 }
 M(m_list_index) {
-    struct tv x = arg(a, 0, "value", tv_undef_v);
+    struct tv x = targ(a, 0, "value", tv_undef_v);
     for (size_t i = 0; i < self.l->n; i++)
         if (tv_equal(self.l->items[i], x))
             return tv_int((int64_t)i);
     FAIL("value is not in list");
 }
 M(m_list_count) {
-    struct tv x = arg(a, 0, "value", tv_undef_v);
+    struct tv x = targ(a, 0, "value", tv_undef_v);
     int64_t c = 0;
     for (size_t i = 0; i < self.l->n; i++)
         c += tv_equal(self.l->items[i], x);
@@ -649,13 +649,13 @@ static struct tv join_impl(struct trender *r, const struct tstr *sep, struct tv 
 
 static struct tv do_indent(struct trender *r, struct tv v, struct targs *a) {
     struct tstr *s = tstr_of(r, v);
-    struct tv w = arg(a, 0, "width", tv_int(4));
+    struct tv w = targ(a, 0, "width", tv_int(4));
     struct tbuf ind;
     tbuf_init(&ind, r->a, r->lim->max_output_bytes);
     if (w.kind == TV_STR) {
         tbuf_put_str(&ind, w.s);
     } else {
-        int64_t n = to_int(r, w, "width");
+        int64_t n = targ_int(r, w, "width");
         if (n > 0 && (uint64_t)n > r->lim->max_output_bytes)
             trender_fail(r, STRATA_E_LIMIT, "indent width %lld exceeds the output limit",
                          (long long)n);
@@ -664,8 +664,8 @@ static struct tv do_indent(struct trender *r, struct tv v, struct targs *a) {
             tbuf_put(&ind, spaces, (size_t)(n - i < 32 ? n - i : 32), false);
     }
     struct tstr *is = tbuf_finish(&ind);
-    bool first = tv_truthy(arg(a, 1, "first", tv_bool(false)));
-    bool blank = tv_truthy(arg(a, 2, "blank", tv_bool(false)));
+    bool first = tv_truthy(targ(a, 1, "first", tv_bool(false)));
+    bool blank = tv_truthy(targ(a, 2, "blank", tv_bool(false)));
     /* lines of s + "\n" as str.splitlines() (\n, \r\n, \r, \v, \f, \x1c-\x1e) */
     struct tbuf o;
     tbuf_init(&o, r->a, r->lim->max_output_bytes);
@@ -701,8 +701,11 @@ static struct tv do_indent(struct trender *r, struct tv v, struct targs *a) {
     return tv_strv(tbuf_finish(&f));
 }
 
+/* transformers' tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False) */
 static struct tv do_tojson(struct trender *r, struct tv v, struct targs *a) {
-    struct tv ind = arg(a, 0, "indent", tv_none_v);
+    if (tv_truthy(targ(a, 0, "ensure_ascii", tv_bool(false))))
+        FAIL("tojson: ensure_ascii=True is not supported");
+    struct tv ind = targ(a, 1, "indent", tv_none_v);
     const char *indent = NULL;
     if (ind.kind == TV_INT) {
         int64_t n = ind.i < 0 ? 0 : ind.i;
@@ -718,17 +721,16 @@ static struct tv do_tojson(struct trender *r, struct tv v, struct targs *a) {
         FAIL("tojson: indent must be an int or str");
     }
     const char *item_sep = indent ? "," : ", ", *key_sep = ": ";
-    struct tv seps = arg(a, 2, "separators", tv_none_v);
+    struct tv seps = targ(a, 2, "separators", tv_none_v);
     if (seps.kind == TV_LIST && seps.l->n == 2 && seps.l->items[0].kind == TV_STR &&
         seps.l->items[1].kind == TV_STR) {
         item_sep = seps.l->items[0].s->s;
         key_sep = seps.l->items[1].s->s;
     }
-    if (tv_truthy(arg(a, 3, "sort_keys", tv_bool(false))))
-        FAIL("tojson: sort_keys is not supported");
+    bool sort_keys = tv_truthy(targ(a, 3, "sort_keys", tv_bool(false)));
     struct tbuf b;
     tbuf_init(&b, r->a, r->lim->max_output_bytes);
-    tv_write_json(&b, v, indent, item_sep, key_sep, 0);
+    tv_write_json(&b, v, indent, item_sep, key_sep, sort_keys, 0);
     return tv_strv(tbuf_finish(&b));
 }
 
@@ -742,7 +744,7 @@ static struct tv select_impl(struct trender *r, struct tv v, struct targs *a, bo
     size_t first = 0;
     const char *attr = NULL;
     if (by_attr) {
-        struct tv at = arg(a, 0, "attr", tv_undef_v);
+        struct tv at = targ(a, 0, "attr", tv_undef_v);
         if (at.kind != TV_STR)
             FAIL("selectattr: attribute name must be a string");
         attr = at.s->s;
@@ -773,14 +775,14 @@ static struct tv do_map(struct trender *r, struct tv v, struct targs *a) {
     if (!tv_truthy(v))
         return out;
     struct tv l = items_of(r, v);
-    struct tv at = arg(a, 99, "attribute", tv_undef_v);
+    struct tv at = targ(a, 99, "attribute", tv_undef_v);
     for (size_t i = 0; i < l.l->n; i++) {
         trender_step(r);
         struct tv x = l.l->items[i];
         if (at.kind == TV_STR) {
             x = attr_path(r, x, at.s->s);
             if (x.kind == TV_UNDEF)
-                x = arg(a, 99, "default", x);
+                x = targ(a, 99, "default", x);
         } else if (a->n_pos && a->pos[0].kind == TV_STR) {
             struct targs fa = {.pos = a->pos + 1, .n_pos = a->n_pos - 1};
             x = tfilter_apply(r, a->pos[0].s->s, x, &fa);
@@ -794,7 +796,7 @@ static struct tv do_map(struct trender *r, struct tv v, struct targs *a) {
 
 static struct tv do_unique(struct trender *r, struct tv v, struct targs *a) {
     struct tv l = items_of(r, v);
-    bool cs = tv_truthy(arg(a, 0, "case_sensitive", tv_bool(false)));
+    bool cs = tv_truthy(targ(a, 0, "case_sensitive", tv_bool(false)));
     struct tv out = tv_list(r->a, l.l->n + 1), seen = tv_list(r->a, l.l->n + 1);
     for (size_t i = 0; i < l.l->n; i++) {
         trender_step(r);
@@ -815,9 +817,9 @@ static struct tv do_unique(struct trender *r, struct tv v, struct targs *a) {
 struct tv tfilter_apply(struct trender *r, const char *name, struct tv v, struct targs *a) {
     trender_step(r);
     if (!strcmp(name, "default") || !strcmp(name, "d")) {
-        bool boolean = tv_truthy(arg(a, 1, "boolean", tv_bool(false)));
+        bool boolean = tv_truthy(targ(a, 1, "boolean", tv_bool(false)));
         if (v.kind == TV_UNDEF || (boolean && !tv_truthy(v)))
-            return arg(a, 0, "default_value", tv_cstr(r->a, ""));
+            return targ(a, 0, "default_value", tv_cstr(r->a, ""));
         return v;
     }
     if (!strcmp(name, "length") || !strcmp(name, "count")) {
@@ -876,8 +878,8 @@ struct tv tfilter_apply(struct trender *r, const char *name, struct tv v, struct
         return out;
     }
     if (!strcmp(name, "join")) {
-        struct tv sep = arg(a, 0, "d", tv_cstr(r->a, ""));
-        struct tv at = arg(a, 1, "attribute", tv_none_v);
+        struct tv sep = targ(a, 0, "d", tv_cstr(r->a, ""));
+        struct tv at = targ(a, 1, "attribute", tv_none_v);
         return join_impl(r, tstr_of(r, sep), v, at.kind == TV_STR ? at.s->s : NULL);
     }
     if (!strcmp(name, "selectattr") || !strcmp(name, "rejectattr"))
@@ -901,7 +903,7 @@ struct tv tfilter_apply(struct trender *r, const char *name, struct tv v, struct
         FAIL("bad operand type for abs(): '%s'", tv_type_name(v));
     }
     if (!strcmp(name, "int")) {
-        struct tv d = arg(a, 0, "default", tv_int(0));
+        struct tv d = targ(a, 0, "default", tv_int(0));
         if (v.kind == TV_INT)
             return v;
         if (v.kind == TV_BOOL)
@@ -929,7 +931,7 @@ struct tv tfilter_apply(struct trender *r, const char *name, struct tv v, struct
         return d;
     }
     if (!strcmp(name, "float")) {
-        struct tv d = arg(a, 0, "default", tv_float(0.0));
+        struct tv d = targ(a, 0, "default", tv_float(0.0));
         if (v.kind == TV_INT || v.kind == TV_BOOL)
             return tv_float(v.kind == TV_INT ? (double)v.i : v.b);
         if (v.kind == TV_FLOAT)
@@ -945,10 +947,10 @@ struct tv tfilter_apply(struct trender *r, const char *name, struct tv v, struct
     if (!strcmp(name, "round"))
         return do_round(r, v, a);
     if (!strcmp(name, "batch")) {
-        int64_t n = to_int(r, arg(a, 0, "linecount", tv_undef_v), "linecount");
+        int64_t n = targ_int(r, targ(a, 0, "linecount", tv_undef_v), "linecount");
         if (n <= 0)
             FAIL("batch: size must be positive");
-        struct tv fill = arg(a, 1, "fill_with", tv_none_v);
+        struct tv fill = targ(a, 1, "fill_with", tv_none_v);
         struct tv l = items_of(r, v), out = tv_list(r->a, 4), cur = tv_list(r->a, 4);
         for (size_t i = 0; i < l.l->n; i++) {
             tv_list_push(r->a, cur, l.l->items[i]);
@@ -987,9 +989,9 @@ struct tv tfilter_apply(struct trender *r, const char *name, struct tv v, struct
         return tv_strv(thtml_escape(r, s));
     }
     if (!strcmp(name, "sort")) {
-        bool reverse = tv_truthy(arg(a, 0, "reverse", tv_bool(false)));
-        bool cs = tv_truthy(arg(a, 1, "case_sensitive", tv_bool(false)));
-        struct tv at = arg(a, 2, "attribute", tv_none_v);
+        bool reverse = tv_truthy(targ(a, 0, "reverse", tv_bool(false)));
+        bool cs = tv_truthy(targ(a, 1, "case_sensitive", tv_bool(false)));
+        struct tv at = targ(a, 2, "attribute", tv_none_v);
         struct tv l = items_of(r, v), out = tv_list(r->a, l.l->n + 1),
                   keys = tv_list(r->a, l.l->n + 1);
         for (size_t i = 0; i < l.l->n; i++) {
@@ -1026,7 +1028,7 @@ struct tv tfilter_apply(struct trender *r, const char *name, struct tv v, struct
 
         struct tstr *s = tstr_of(r, v);
         if (!strcmp(name, "trim"))
-            return do_strip(r, s, opt_chars(r, arg(a, 0, "chars", tv_none_v)), true, true);
+            return do_strip(r, s, opt_chars(r, targ(a, 0, "chars", tv_none_v)), true, true);
         if (!strcmp(name, "upper"))
             return do_case(r, s, CASE_UPPER);
         if (!strcmp(name, "lower"))
@@ -1036,10 +1038,10 @@ struct tv tfilter_apply(struct trender *r, const char *name, struct tv v, struct
         if (!strcmp(name, "capitalize"))
             return do_case(r, s, CASE_CAPITALIZE);
         if (!strcmp(name, "replace")) {
-            struct tstr *o = tstr_of(r, arg(a, 0, "old", tv_undef_v));
-            struct tstr *n = tstr_of(r, arg(a, 1, "new", tv_undef_v));
-            struct tv c = arg(a, 2, "count", tv_none_v);
-            return do_replace(r, s, o, n, c.kind == TV_NONE ? -1 : to_int(r, c, "count"));
+            struct tstr *o = tstr_of(r, targ(a, 0, "old", tv_undef_v));
+            struct tstr *n = tstr_of(r, targ(a, 1, "new", tv_undef_v));
+            struct tv c = targ(a, 2, "count", tv_none_v);
+            return do_replace(r, s, o, n, c.kind == TV_NONE ? -1 : targ_int(r, c, "count"));
         }
     }
     FAIL("no filter named '%s'", name);
@@ -1064,182 +1066,4 @@ struct tstr *thtml_escape(struct trender *r, const struct tstr *s) {
     struct tstr *o = tbuf_finish(&b);
     o->safe = true;
     return o;
-}
-
-/* ---- tests ---------------------------------------------------------------------- */
-
-bool ttest_apply(struct trender *r, const char *name, struct tv v, struct targs *a) {
-    trender_step(r);
-    struct tv x = arg(a, 0, "value", tv_undef_v);
-    if (!strcmp(name, "defined"))
-        return v.kind != TV_UNDEF;
-    if (!strcmp(name, "undefined"))
-        return v.kind == TV_UNDEF;
-    if (!strcmp(name, "none"))
-        return v.kind == TV_NONE;
-    if (!strcmp(name, "string"))
-        return v.kind == TV_STR;
-    if (!strcmp(name, "mapping"))
-        return v.kind == TV_DICT && !v.d->is_ns;
-    if (!strcmp(name, "sequence"))
-        return v.kind == TV_STR || (v.kind == TV_LIST && !v.l->is_gen) ||
-               (v.kind == TV_DICT && !v.d->is_ns);
-    if (!strcmp(name, "iterable"))
-        return v.kind == TV_STR || v.kind == TV_LIST || (v.kind == TV_DICT && !v.d->is_ns) ||
-               v.kind == TV_UNDEF;
-    if (!strcmp(name, "number"))
-        return v.kind == TV_INT || v.kind == TV_FLOAT || v.kind == TV_BOOL;
-    if (!strcmp(name, "integer"))
-        return v.kind == TV_INT;
-    if (!strcmp(name, "float"))
-        return v.kind == TV_FLOAT;
-    if (!strcmp(name, "boolean"))
-        return v.kind == TV_BOOL;
-    if (!strcmp(name, "true"))
-        return v.kind == TV_BOOL && v.b;
-    if (!strcmp(name, "false"))
-        return v.kind == TV_BOOL && !v.b;
-    if (!strcmp(name, "callable"))
-        return v.kind == TV_FUNC;
-    if (!strcmp(name, "equalto") || !strcmp(name, "eq") || !strcmp(name, "=="))
-        return tv_equal(v, x);
-    if (!strcmp(name, "ne") || !strcmp(name, "!="))
-        return !tv_equal(v, x);
-    if (!strcmp(name, "sameas"))
-        return v.kind == x.kind && (v.kind == TV_NONE || v.kind == TV_UNDEF || tv_equal(v, x)) &&
-               (v.kind != TV_STR || v.s == x.s);
-    if (!strcmp(name, "lt") || !strcmp(name, "le") || !strcmp(name, "gt") || !strcmp(name, "ge") ||
-        !strcmp(name, "lessthan") || !strcmp(name, "greaterthan")) {
-        bool ok;
-        int c = tv_compare(v, x, &ok);
-        if (!ok)
-            FAIL("comparison not supported between '%s' and '%s'", tv_type_name(v),
-                 tv_type_name(x));
-        if (name[0] == 'l')
-            return name[1] == 'e' && name[2] == '\0' ? c <= 0 : c < 0;
-        return name[1] == 'e' && name[2] == '\0' ? c >= 0 : c > 0;
-    }
-    if (!strcmp(name, "odd") || !strcmp(name, "even") || !strcmp(name, "divisibleby")) {
-        if (v.kind != TV_INT && v.kind != TV_BOOL)
-            FAIL("test '%s' needs an integer", name);
-        int64_t i = v.kind == TV_INT ? v.i : v.b;
-        if (name[0] == 'o')
-            return (i % 2) != 0;
-        if (name[0] == 'e')
-            return (i % 2) == 0;
-        int64_t d = to_int(r, arg(a, 0, "num", tv_undef_v), "num");
-        if (d == 0)
-            FAIL("integer division or modulo by zero");
-        return i % d == 0;
-    }
-    if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
-        struct tstr *s = tstr_of(r, v);
-        bool cased = false;
-        for (size_t i = 0; i < s->len; i++) {
-            char c = s->s[i];
-            if (name[0] == 'l' ? (c >= 'A' && c <= 'Z') : (c >= 'a' && c <= 'z'))
-                return false;
-            if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'))
-                cased = true;
-        }
-        return cased;
-    }
-    if (!strcmp(name, "in")) {
-        struct tv seq = arg(a, 0, "seq", tv_undef_v);
-        if (seq.kind == TV_STR) {
-            if (v.kind != TV_STR)
-                FAIL("'in <string>' requires string as left operand");
-            return memmem(seq.s->s, seq.s->len, v.s->s, v.s->len) != NULL || !v.s->len;
-        }
-        if (seq.kind == TV_LIST) {
-            for (size_t i = 0; i < seq.l->n; i++)
-                if (tv_equal(seq.l->items[i], v))
-                    return true;
-            return false;
-        }
-        if (seq.kind == TV_DICT)
-            return tv_dict_get(seq, v) != NULL;
-        FAIL("test 'in' needs a container");
-    }
-    FAIL("no test named '%s'", name);
-}
-
-/* ---- globals ---------------------------------------------------------------------- */
-
-static struct tv g_raise_exception(struct trender *r, struct tv self, struct targs *a) {
-    struct tstr *msg = tstr_of(r, arg(a, 0, "message", tv_cstr(r->a, "")));
-    trender_fail(r, STRATA_E_TEMPLATE, "%s", msg->s);
-}
-
-static struct tv g_strftime_now(struct trender *r, struct tv self, struct targs *a) {
-    struct tv f = arg(a, 0, "format", tv_undef_v);
-    if (f.kind != TV_STR)
-        FAIL("strftime_now: format must be a string");
-    time_t now = r->in->now ? r->in->now : time(NULL);
-    struct tm tm;
-    localtime_r(&now, &tm);
-    char buf[512];
-    size_t n = f.s->len < 200 ? strftime(buf, sizeof(buf), f.s->s, &tm) : 0;
-    return tv_str(r->a, buf, n, false);
-}
-
-static struct tv g_range(struct trender *r, struct tv self, struct targs *a) {
-    int64_t start = 0, stop, step = 1;
-    if (a->n_pos == 1) {
-        stop = to_int(r, a->pos[0], "range() argument");
-    } else if (a->n_pos == 2 || a->n_pos == 3) {
-        start = to_int(r, a->pos[0], "range() argument");
-        stop = to_int(r, a->pos[1], "range() argument");
-        if (a->n_pos == 3)
-            step = to_int(r, a->pos[2], "range() argument");
-    } else {
-        FAIL("range expected 1 to 3 arguments");
-    }
-    if (step == 0)
-        FAIL("range() arg 3 must not be zero");
-    /* length in unsigned arithmetic: stop - start and i * step may pass int64
-     * (range(-2**63 + 1, 2**63 - 1, 2**62)) while every item fits */
-    uint64_t span = step > 0 ? (stop > start ? (uint64_t)stop - (uint64_t)start : 0)
-                             : (start > stop ? (uint64_t)start - (uint64_t)stop : 0);
-    uint64_t ustep = step > 0 ? (uint64_t)step : -(uint64_t)step;
-    uint64_t n = span / ustep + (span % ustep != 0);
-    if (n > (uint64_t)r->lim->max_range)
-        trender_fail(r, STRATA_E_LIMIT, "range too big (%llu items; limit %lld)",
-                     (unsigned long long)n, (long long)r->lim->max_range);
-    struct tv l = tv_list(r->a, (size_t)n + 1);
-    for (uint64_t i = 0; i < n; i++)
-        tv_list_push(r->a, l, tv_int((int64_t)((uint64_t)start + i * (uint64_t)step)));
-    return l;
-}
-
-static struct tv g_dict(struct trender *r, struct tv self, struct targs *a) {
-    struct tv d = tv_dict(r->a, a->n_kw + 1);
-    if (a->n_pos == 1 && a->pos[0].kind == TV_DICT)
-        for (size_t i = 0; i < a->pos[0].d->n; i++)
-            tv_dict_set(r->a, d, a->pos[0].d->keys[i], a->pos[0].d->vals[i]);
-    else if (a->n_pos)
-        FAIL("dict(): positional argument must be a mapping");
-    for (size_t i = 0; i < a->n_kw; i++)
-        tv_dict_set(r->a, d, tv_cstr(r->a, a->kw_names[i]), a->kw[i]);
-    return d;
-}
-
-static struct tv g_namespace(struct trender *r, struct tv self, struct targs *a) {
-    struct tv d = g_dict(r, self, a);
-    d.d->is_ns = true;
-    return d;
-}
-
-struct tv tglobal_builtin(const char *name) {
-    static struct tfunc fns[] = {
-        {.kind = TF_BUILTIN, .name = "raise_exception", .fn = g_raise_exception},
-        {.kind = TF_BUILTIN, .name = "strftime_now", .fn = g_strftime_now},
-        {.kind = TF_BUILTIN, .name = "range", .fn = g_range},
-        {.kind = TF_BUILTIN, .name = "dict", .fn = g_dict},
-        {.kind = TF_BUILTIN, .name = "namespace", .fn = g_namespace},
-    };
-    for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++)
-        if (!strcmp(fns[i].name, name))
-            return (struct tv){.kind = TV_FUNC, .fn = &fns[i]};
-    return tv_undef_v;
 }

