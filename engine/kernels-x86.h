@@ -198,10 +198,25 @@ KX_INLINE void kx_b32_tile(enum kx_b32 k, const uint8_t *row0, size_t row_bytes,
             out[t * ldy + i] = kx_hsum(_mm256_add_ps(acc0[i][t], acc1[i][t]));
 }
 
+#if defined(__AVX512BW__)
+/* Which kinds take the two-blocks-per-zmm path: Q4_0 and Q8_0 with VNNI; Q4_0
+ * alone on plain AVX-512BW (vpmaddubsw saturates for Q8_0's unsigned 0..255
+ * weights, while Q4_0's 0..15 stay exact). */
+#define KX_Z_KIND(k) ((k) == KX_Q4_0 || (KX_VNNI && (k) == KX_Q8_0))
+
+/* Unsigned x signed bytes -> 16 int32 sums of 4 products each. */
+KX_INLINE __m512i kx_z_dot(__m512i u, __m512i y) {
 #if KX_VNNI
-/* ---- AVX-512 VNNI: two Q4_0 / Q8_0 blocks per 512-bit register ----------------
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, y);
+#else
+    return _mm512_madd_epi16(_mm512_maddubs_epi16(u, y), _mm512_set1_epi16(1));
+#endif
+}
+
+/* ---- AVX-512: two Q4_0 / Q8_0 blocks per 512-bit register --------------------
  * Weights are made unsigned (Q4_0 nibbles 0..15 with offset 8; Q8_0 x ^ 0x80
- * = x + 128 with offset 128) so one vpdpbusd does the dot, and the offset
+ * = x + 128 with offset 128) so one vpdpbusd (vpmaddubsw + vpmaddwd without
+ * VNNI) does the dot, and the offset
  * comes off through the activation sum (offset * sum(y), exact in int32).
  * Register layout of a block pair (128-bit lanes): Q4_0 [b0 lo16, b1 lo16,
  * b0 hi16, b1 hi16], Q8_0 [b0 0..15, b0 16..31, b1 0..15, b1 16..31]; the
@@ -237,7 +252,7 @@ KX_INLINE __m512i kx_z_act(enum kx_b32 k, const block_q8_0 *a, int two, __m512i 
     if (k == KX_Q4_0)
         z = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
     const char off = k == KX_Q4_0 ? 8 : (char)0x80;
-    *ysum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(off), z);
+    *ysum = kx_z_dot(_mm512_set1_epi8(off), z);
     *dpair = _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, 0, 0, two ? (short)a[1].d : 0, (short)a[0].d));
     return z;
 }
@@ -263,8 +278,7 @@ KX_INLINE void kx_z_step(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, i
         __m128 dx;
         __m512i q = kx_z_weights(k, blk, two, &dx);
         for (int t = 0; t < nt; t++) {
-            __m512i sum =
-                _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q, yv[t]), ys[t]);
+            __m512i sum = _mm512_sub_epi32(kx_z_dot(q, yv[t]), ys[t]);
             acc[i][t] = _mm512_fmadd_ps(kx_z_scales(k, _mm_mul_ps(dx, dy[t])),
                                         _mm512_cvtepi32_ps(sum), acc[i][t]);
         }
@@ -291,8 +305,8 @@ KX_INLINE void kx_z_tile(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, i
 /* The tile kernel for kind k in this build. */
 KX_INLINE void kx_b32_any(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, int NR, int64_t nb,
                           const uint8_t *xq, size_t xs, int nt, float *out, int64_t ldy) {
-#if KX_VNNI
-    if (k == KX_Q4_0 || k == KX_Q8_0) {
+#if defined(__AVX512BW__)
+    if (KX_Z_KIND(k)) {
         kx_z_tile(k, row0, row_bytes, NR, nb, xq, xs, nt, out, ldy);
         return;
     }
@@ -324,8 +338,12 @@ KX_INLINE void kx_b32_matmul(enum kx_b32 k, const struct kern_mat *w, const void
         /* Prefill: KX_PF_ROWS rows x KX_TILE tokens; each weight block is
          * unpacked once per KX_TILE tokens, each activation block loaded once
          * per KX_PF_ROWS rows. */
-        /* The VNNI two-block path has one accumulator set: 4 rows fit. */
-        const int PR = (KX_VNNI && (k == KX_Q4_0 || k == KX_Q8_0)) ? 4 : KX_PF_ROWS;
+        /* The two-blocks-per-zmm path has one accumulator set: 4 rows fit. */
+#if defined(__AVX512BW__)
+        const int PR = KX_Z_KIND(k) ? 4 : KX_PF_ROWS;
+#else
+        const int PR = KX_PF_ROWS;
+#endif
         for (; r + PR <= r1; r += PR) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
             int64_t t = 0;
