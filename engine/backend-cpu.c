@@ -178,12 +178,26 @@ static void attn_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
     const struct backend_attn *a = j->a;
     struct cpu_scratch *s = &j->c->scratch[worker];
     const int group = a->n_head / a->n_head_kv;
+    /* the paged KV cache keeps a block's rows contiguous (kv.h): one lookup a block */
+    const struct kv_params *kp = kv_get_params(a->kv);
+    const int nb = kp->n_block;
+    const size_t sk = (size_t)kp->n_embd_k, sv = (size_t)kp->n_embd_v;
     for (int64_t r = r0; r < r1; r++) {
         const int t = (int)(r / a->n_head), h = (int)(r % a->n_head), hk = h / group;
         const int n_kv = a->pos[t] + 1;
-        for (int p = 0; p < n_kv; p++) {
-            s->k_rows[p] = kv_k_row(a->kv, a->layer, a->seq_id[t], p) + (size_t)hk * a->head_dim_k;
-            s->v_rows[p] = kv_v_row(a->kv, a->layer, a->seq_id[t], p) + (size_t)hk * a->head_dim_v;
+        for (int p = 0; p < n_kv;) {
+            const uint16_t *k0 =
+                kv_k_row(a->kv, a->layer, a->seq_id[t], p) + (size_t)hk * a->head_dim_k;
+            const uint16_t *v0 =
+                kv_v_row(a->kv, a->layer, a->seq_id[t], p) + (size_t)hk * a->head_dim_v;
+            int run = nb - p % nb;
+            if (run > n_kv - p)
+                run = n_kv - p;
+            for (int i = 0; i < run; i++) {
+                s->k_rows[p + i] = k0 + (size_t)i * sk;
+                s->v_rows[p + i] = v0 + (size_t)i * sv;
+            }
+            p += run;
         }
         ops_attn_head(a->q + ((size_t)t * a->n_head + h) * a->head_dim_k, s->k_rows, s->v_rows,
                       n_kv, a->head_dim_k, a->head_dim_v, a->scale, s->scores,
