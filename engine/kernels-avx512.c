@@ -1,6 +1,7 @@
 /* engine/kernels-avx512.c: the kernels of kernels-x86.h built with AVX-512
- * F/BW/VL (EVEX encodings, 32 vector registers for the token tiles); called
- * only when kernels.c detected AVX-512 F/BW/VL. */
+ * F/BW/VL: Q4_0 two blocks per 512-bit register, the rest on 256-bit vectors
+ * with EVEX encodings and 32 registers for the token tiles; called only when
+ * kernels.c detected AVX-512 F/BW/VL. */
 #define KX_VNNI 0
 #include "engine/kernels-x86.h"
 

@@ -1,18 +1,20 @@
-/* engine/kernels-x86.h: x86 SIMD matmul kernels on 256-bit vectors, written
- * once and compiled per ISA: kernels-avx2.c (AVX2+FMA+F16C),
- * kernels-avx512.c (same code, EVEX encodings and 32 vector registers) and
- * kernels-avx512-vnni.c (KX_VNNI=1: the int8 dot is one vpdpbusd).
- * Only those files include it, each under its own -m flags; the functions
- * are static so the copies never collide.
+/* engine/kernels-x86.h: x86 SIMD matmul kernels, written once and compiled
+ * per ISA: kernels-avx2.c (AVX2+FMA+F16C, 256-bit), kernels-avx512.c (the
+ * same with EVEX encodings and 32 registers, plus Q4_0 two blocks per zmm)
+ * and kernels-avx512-vnni.c (KX_VNNI=1: int8 dots are vpdpbusd; Q4_0 and
+ * Q8_0 two blocks per zmm). Only those files include it, each under its own
+ * -m flags; the functions are static so the copies never collide.
  *
- * Shape of every kernel: for each weight row, tokens go in register tiles of
+ * Shape of every kernel: rows in tiles of NR, tokens in tiles of nt <=
  * KX_TILE; each weight block is loaded and unpacked once per tile and dotted
- * with every token of the tile (chunked prefill is a matrix-matrix product).
- * Every (row, token) result is accumulated in the same order whatever the
- * tile, so a token alone and the same token in a batch give identical bits,
- * as do any row splits (the pool's bit-identity across thread counts).
+ * with every token of the tile (chunked prefill is a matrix-matrix product),
+ * each activation block once per NR rows. Every (row, token) result is
+ * accumulated in the same order whatever the tile, so a token alone and the
+ * same token in a batch give identical bits, as do any row splits (the
+ * pool's bit-identity across thread counts); tests/engine/test-kernels.c
+ * checks both.
  *
- * Before including, define KX_VNNI (0 or 1) and KX_FILL (the fill function).
+ * Before including, define KX_VNNI (0 or 1); the file provides kx_fill().
  */
 #ifndef STRATA_KERNELS_X86_H
 #define STRATA_KERNELS_X86_H
