@@ -81,8 +81,10 @@ struct pool {
     _Alignas(POOL_LINE) _Atomic int64_t cursor;     /* next chunk of the job */
     _Alignas(POOL_LINE) _Atomic uint32_t remaining; /* invited workers still running */
     _Atomic uint32_t caller_waiting;
-    _Alignas(POOL_LINE) _Atomic uint32_t shutdown;
-    _Atomic uint64_t dispatches;
+    _Alignas(POOL_LINE) _Atomic uint32_t shutdown; /* read by workers per ticket */
+    /* Caller-side counters on their own line, so bumping them per dispatch
+     * does not invalidate the line workers read `shutdown` from. */
+    _Alignas(POOL_LINE) _Atomic uint64_t dispatches;
     _Atomic int in_dispatch; /* bug check: one dispatching thread at a time */
 };
 
