@@ -9,9 +9,6 @@
 
 #include "engine/quant.h"
 
-/* Largest head size ops_attn_head keeps on the stack (MODEL_MAX_HEAD_DIM). */
-#define MAX_ATTN_DIM 1024
-
 #ifndef M_PI
 #define M_PI 3.14159265358979323846
 #endif
@@ -138,70 +135,27 @@ float ops_f16_to_f32(uint16_t h) {
     return f16_to_f32(h);
 }
 
-/* dot of two f16 rows in f32, summed in the order of ggml_vec_dot_f16 on an
- * AVX-512 build (llama.cpp's CPU variants for AVX-512 machines): 4
- * accumulators of 16 lanes over steps of 64 elements, then acc0+acc2,
- * acc1+acc3, their sum, and the 16 lanes folded 8, 4, 2, 1 as
- * _mm512_reduce_add_ps does; a tail past the last 64 sums in double.
- * Products of two f16 values are exact in f32, so only the order matters. */
-static float dot_f16_ggml(const uint16_t *x, const float *yh, int n) {
-    float acc[4][16] = {{0}};
-    const int np = n & ~63;
-    for (int i = 0; i < np; i += 64)
-        for (int j = 0; j < 4; j++)
-            for (int l = 0; l < 16; l++)
-                acc[j][l] += f16_to_f32(x[i + j * 16 + l]) * yh[i + j * 16 + l];
-    float v[16], t8[8], t4[4];
-    for (int l = 0; l < 16; l++)
-        v[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
-    for (int l = 0; l < 8; l++)
-        t8[l] = v[l + 8] + v[l];
-    for (int l = 0; l < 4; l++)
-        t4[l] = t8[l + 4] + t8[l];
-    double sum = (double)((t4[0] + t4[2]) + (t4[1] + t4[3]));
-    for (int i = np; i < n; i++)
-        sum += (double)(f16_to_f32(x[i]) * yh[i]);
-    return (float)sum;
-}
-
 void ops_attn_head(const float *q, const uint16_t *const *k_rows, const uint16_t *const *v_rows,
                    int n_kv, int head_dim_k, int head_dim_v, float scale, float *scores,
                    float *out) {
-    /* The arithmetic of llama.cpp's CPU flash attention (ggml
-     * flash_attn_ext_f16 with F16 K/V, which llama.cpp picks by default:
-     * flash_attn "auto"): q rounded to f16 (K's vec_dot_type), one pass of
-     * online softmax over the positions in order, the weighted V sum kept
-     * in an f16 accumulator (each step f16(acc * ms) and f16(fma(v, vs,
-     * acc))), divided by the f32 sum of weights at the end. Matching it
-     * matters for quantized models: a different rounding here moves
-     * attention outputs by ~1e-4 and flips Q8 roundings downstream (see
-     * tests/peers/model-llamacpp.mjs). scores is unused (kept for the
-     * backend's scratch contract). */
-    (void)scores;
-    float qh[MAX_ATTN_DIM];
-    uint16_t acc[MAX_ATTN_DIM];
+    /* q rounded to f16 as ggml's F16 K x F32 Q matmul converts it (vec_dot_type F16). */
+    float qh[1024];
     for (int i = 0; i < head_dim_k; i++)
         qh[i] = quant_f16_to_f32(quant_f32_to_f16(q[i]));
-    for (int i = 0; i < head_dim_v; i++)
-        acc[i] = 0;
-    float m = -INFINITY, sum = 0.0f;
     for (int p = 0; p < n_kv; p++) {
-        const float s = dot_f16_ggml(k_rows[p], qh, head_dim_k) * scale;
-        float ms = 1.0f, vs = 1.0f;
-        if (s > m) {
-            ms = expf(m - s);
-            m = s;
-            for (int i = 0; i < head_dim_v; i++)
-                acc[i] = quant_f32_to_f16(f16_to_f32(acc[i]) * ms);
-        } else {
-            vs = expf(s - m);
-        }
-        const uint16_t *v = v_rows[p];
-        for (int i = 0; i < head_dim_v; i++)
-            acc[i] = quant_f32_to_f16(fmaf(f16_to_f32(v[i]), vs, f16_to_f32(acc[i])));
-        sum = fmaf(sum, ms, vs);
+        const uint16_t *k = k_rows[p];
+        float s = 0.0f;
+        for (int i = 0; i < head_dim_k; i++)
+            s += qh[i] * f16_to_f32(k[i]);
+        scores[p] = s * scale;
     }
-    const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
+    ops_softmax(scores, n_kv);
     for (int i = 0; i < head_dim_v; i++)
-        out[i] = f16_to_f32(acc[i]) * inv;
+        out[i] = 0.0f;
+    for (int p = 0; p < n_kv; p++) {
+        const uint16_t *v = v_rows[p];
+        const float w = scores[p];
+        for (int i = 0; i < head_dim_v; i++)
+            out[i] += w * f16_to_f32(v[i]);
+    }
 }

@@ -41,11 +41,9 @@ float ops_f16_to_f32(uint16_t h);
 
 /* One query head against n_kv cached positions:
  *   out = sum_p softmax_p(scale * q.k_p) v_p
- * computed as llama.cpp's CPU flash attention does (q rounded to f16, online
- * softmax in position order, the V sum accumulated in f16; see ops.c).
- * q: (head_dim_k <= 1024) f32; k_rows[p], v_rows[p]: (head_dim_k) /
- * (head_dim_v <= 1024) f16 (already offset to the head); scores: (n_kv)
- * scratch, unused by the CPU version; out: (head_dim_v) f32. */
+ * q: (head_dim_k) f32, rounded to f16 before the dot as ggml does with F16 K;
+ * k_rows[p], v_rows[p]: (head_dim_k) / (head_dim_v) f16 (already offset to the
+ * head); scores: (n_kv) scratch; out: (head_dim_v) f32. */
 void ops_attn_head(const float *q, const uint16_t *const *k_rows, const uint16_t *const *v_rows,
                    int n_kv, int head_dim_k, int head_dim_v, float scale, float *scores,
                    float *out);

@@ -28,10 +28,11 @@
  * roundings in the next layers. Traced on the q8_0 model (2026-11-30): the
  * first differing byte between the ISAs is one Q8_0 byte of layer 0's
  * attention output; after it, 6, 55 and 31 bytes of later activations
- * differ and the logits end 7e-3 apart. Which recipes show it is chance (the
- * AVX2 and AVX-512 VNNI paths, with a third summation order, showed 9e-3 on
- * q4_0 after the attention rounding changed), so the end-to-end check can
- * only catch gross errors; the per-matmul check is the precise one.
+ * differ and the logits end 7e-3 apart. Which recipes show it is chance:
+ * with an f16 V accumulator in attention (tried while tracing this), AVX2 vs
+ * AVX-512 VNNI, a third summation order, also ended 9.2e-3 apart on q4_0.
+ * So the end-to-end check can only catch gross errors; the per-matmul check
+ * is the precise one.
  *
  * Error measure: max_i |a_i - b_i| / max_i |b_i| ("relative max error"); for
  * logits the argmax must also agree unless the reference's top-2 gap is below
@@ -54,8 +55,9 @@
  * (AMD EPYC with AVX-512 VNNI, build-n ASan debug, 2026-11-30):
  * - per matmul inside the forward pass, SIMD vs REF and SIMD vs AVX2:
  *   <= 4.4e-7 for every recipe (printed per recipe): TOL_ISA.
- * - end to end, SIMD vs REF or vs AVX2: up to 9.2e-3 (rounding cascade,
- *   see above): TOL_ISA_MODEL.
+ * - end to end, SIMD vs REF: up to 7.0e-3 (q8_0), 5.0e-3 (mxfp4), 4.9e-3
+ *   (q6_k), 2.7e-4 (f16); SIMD vs AVX2 <= 3.1e-7 here, but 9.2e-3 seen
+ *   (rounding cascade, see above): TOL_ISA_MODEL.
  * - quantized vs dequantized F32: <= 1.03e-2 (q4_k_m), 8.1e-3 (q4_0),
  *   8.3e-3 (q6_k), 7.0e-3 (mxfp4), 6.3e-3 (q8_0). */
 #define TOL_ISA 1e-5
