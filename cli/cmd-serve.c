@@ -5,6 +5,7 @@
 
 #include "cli/cli.h"
 #include "engine/gguf.h"
+#include "engine/sysinfo.h"
 #include "server/daemon.h"
 #include "server/sched.h"
 
@@ -29,6 +30,12 @@ static int serve_open(const struct config *cfg, struct gen_backend *out, struct 
     sp.prefix_cache = config_bool(cfg, CONFIG_PREFIX_CACHE);
     sp.n_batch = (int)config_int(cfg, CONFIG_BATCH);
     sp.request_timeout = (double)config_int(cfg, CONFIG_REQUEST_TIMEOUT);
+    /* without --kv-mem the KV pool takes at most half the memory budget */
+    struct sysinfo_params sip = sysinfo_params_default();
+    sip.root = config_str(cfg, CONFIG_SYS_ROOT);
+    struct sysinfo_limits lim;
+    if (sysinfo_read(&sip, &lim, NULL) == 0 && lim.mem_budget > 0)
+        sp.kv_mem_max = lim.mem_budget / 2;
     struct sched *s = sched_init(&sp, err);
     if (!s) {
         strata_error_prefix(err, "model '%s'", path);

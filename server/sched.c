@@ -511,11 +511,21 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
                            .n_embd_k = hp->n_head_kv * hp->head_dim_k,
                            .n_embd_v = hp->n_head_kv * hp->head_dim_v,
                            .n_block = params->kv_block};
-    if (params->kv_mem > 0) {
-        int64_t nb = params->kv_mem / (int64_t)kv_block_bytes(&kp);
+    int64_t kv_mem = params->kv_mem;
+    if (kv_mem == 0 && params->kv_mem_max > 0) {
+        /* the default pool (parallel full contexts) fills up over time with
+         * cached prefixes: keep it within the memory budget's share */
+        int64_t full =
+            (int64_t)kv_block_bytes(&kp) * s->p.parallel *
+            ((s->n_ctx + (kp.n_block ? kp.n_block : 16) - 1) / (kp.n_block ? kp.n_block : 16));
+        if (full > params->kv_mem_max)
+            kv_mem = params->kv_mem_max;
+    }
+    if (kv_mem > 0) {
+        int64_t nb = kv_mem / (int64_t)kv_block_bytes(&kp);
         if (nb < 1) {
             strata_error_set(err, STRATA_E_CONFIG, "kv-mem %lld bytes is less than one KV block",
-                             (long long)params->kv_mem);
+                             (long long)kv_mem);
             goto fail;
         }
         kp.n_blocks = nb > (1 << 30) ? (1 << 30) : (int)nb;

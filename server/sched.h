@@ -54,7 +54,9 @@ struct sched_params {
     int queue;                  /* requests waiting beyond parallel */
     int n_batch;                /* entries per step (token budget); 0 = min(512, model max) */
     int kv_block;               /* KV positions per block (power of two); 0 = 16 */
-    int64_t kv_mem;             /* KV pool bytes; 0 = parallel * n_ctx positions */
+    int64_t kv_mem;             /* KV pool bytes; 0 = parallel * n_ctx positions, at most
+                                   kv_mem_max */
+    int64_t kv_mem_max;         /* cap of the default pool (memory budget share); 0 = none */
     double request_timeout;     /* seconds from submit to the last token; 0 = none */
     bool prefix_cache;          /* reuse KV blocks of earlier requests with the same prefix */
 };
