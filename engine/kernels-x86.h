@@ -201,10 +201,11 @@ KX_INLINE void kx_b32_tile(enum kx_b32 k, const uint8_t *row0, size_t row_bytes,
 }
 
 #if defined(__AVX512BW__)
-/* Which kinds take the two-blocks-per-zmm path: Q4_0 and Q8_0 with VNNI; Q4_0
- * alone on plain AVX-512BW (vpmaddubsw saturates for Q8_0's unsigned 0..255
- * weights, while Q4_0's 0..15 stay exact). */
-#define KX_Z_KIND(k) ((k) == KX_Q4_0 || (KX_VNNI && (k) == KX_Q8_0))
+/* Which kinds take the two-blocks-per-zmm path: all four with VNNI; Q4_0 and
+ * MXFP4 on plain AVX-512BW (vpmaddubsw saturates for Q8_0's and IQ4_NL's
+ * unsigned weights up to 255, while 0..15 and 0..24 stay exact). */
+#define KX_Z_KIND(k)                                                                               \
+    ((k) == KX_Q4_0 || (k) == KX_MXFP4 || (KX_VNNI && ((k) == KX_Q8_0 || (k) == KX_IQ4_NL)))
 
 /* Unsigned x signed bytes -> 16 int32 sums of 4 products each. */
 KX_INLINE __m512i kx_z_dot(__m512i u, __m512i y) {
@@ -215,27 +216,60 @@ KX_INLINE __m512i kx_z_dot(__m512i u, __m512i y) {
 #endif
 }
 
-/* ---- AVX-512: two Q4_0 / Q8_0 blocks per 512-bit register --------------------
- * Weights are made unsigned (Q4_0 nibbles 0..15 with offset 8; Q8_0 x ^ 0x80
- * = x + 128 with offset 128) so one vpdpbusd (vpmaddubsw + vpmaddwd without
- * VNNI) does the dot, and the offset
- * comes off through the activation sum (offset * sum(y), exact in int32).
- * Register layout of a block pair (128-bit lanes): Q4_0 [b0 lo16, b1 lo16,
+/* ---- AVX-512: two 32-element blocks per 512-bit register -------------------
+ * Weights are made unsigned (Q4_0 nibbles 0..15, offset 8; MXFP4 table values
+ * + 12; IQ4_NL table values + 128; Q8_0 x ^ 0x80 = x + 128) so one vpdpbusd
+ * (vpmaddubsw + vpmaddwd without VNNI) does the dot, and the offset comes off
+ * through the activation sum (offset * sum(y), exact in int32). Register
+ * layout of a block pair (128-bit lanes): nibble kinds [b0 lo16, b1 lo16,
  * b0 hi16, b1 hi16], Q8_0 [b0 0..15, b0 16..31, b1 0..15, b1 16..31]; the
  * activations are arranged the same way. Lanes of block 0 and block 1 get
  * their own scale; 16 float lanes accumulate per (row, token). */
 
 /* Pair (or, when `two` is 0, a single block with zeros for the second). */
+/* Nibble kinds (Q4_0, IQ4_NL, MXFP4) share one layout; Q8_0 has its own. */
+#define KX_Z_NIB(k) ((k) != KX_Q8_0)
+
+/* Offset that makes each kind's weights unsigned. */
+KX_INLINE int kx_z_offset(enum kx_b32 k) {
+    return k == KX_Q4_0 ? 8 : k == KX_MXFP4 ? 12 : 128;
+}
+
+/* Pair (or, when `two` is 0, a single block with zeros for the second). */
 KX_INLINE __m512i kx_z_weights(enum kx_b32 k, const uint8_t *blk, int two, __m128 *dpair) {
-    if (k == KX_Q4_0) {
-        const block_q4_0 *x = (const block_q4_0 *)blk;
-        __m128i a = _mm_loadu_si128((const __m128i *)x[0].qs);
-        __m128i b = two ? _mm_loadu_si128((const __m128i *)x[1].qs) : _mm_setzero_si128();
+    if (KX_Z_NIB(k)) {
+        const size_t bsz = kx_b32_size(k);
+        const size_t qoff = k == KX_MXFP4 ? 1 : 2; /* qs after e (u8) or d (f16) */
+        __m128i a = _mm_loadu_si128((const __m128i *)(blk + qoff));
+        __m128i b =
+            two ? _mm_loadu_si128((const __m128i *)(blk + bsz + qoff)) : _mm_setzero_si128();
         __m256i ab = _mm256_set_m128i(b, a);
         __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(ab), _mm256_srli_epi16(ab, 4), 1);
-        *dpair =
-            _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, 0, 0, two ? (short)x[1].d : 0, (short)x[0].d));
-        return _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
+        z = _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
+        if (k == KX_MXFP4) {
+            /* E2M1 values (doubled) + 12: 0..24 */
+            static const int8_t tab[16] = {12, 13, 14, 15, 16, 18, 20, 24,
+                                           12, 11, 10, 9,  8,  6,  4,  0};
+            z = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)tab)),
+                                    z);
+            const block_mxfp4 *x = (const block_mxfp4 *)blk;
+            *dpair = _mm_set_ps(0, 0, two ? kern_e8m0_half(x[1].e) : 0, kern_e8m0_half(x[0].e));
+            return z;
+        }
+        if (k == KX_IQ4_NL) {
+            /* IQ4_NL values + 128: 1..241 (vpdpbusd only; vpmaddubsw would
+             * saturate) */
+            static const uint8_t tab[16] = {1,   24,  45,  63,  79,  93,  106, 118,
+                                            129, 141, 153, 166, 181, 197, 217, 241};
+            z = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)tab)),
+                                    z);
+        }
+        quant_f16 d0, d1 = 0;
+        memcpy(&d0, blk, 2);
+        if (two)
+            memcpy(&d1, blk + bsz, 2);
+        *dpair = _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, 0, 0, (short)d1, (short)d0));
+        return z;
     }
     const block_q8_0 *x = (const block_q8_0 *)blk;
     __m256i a = _mm256_loadu_si256((const __m256i *)x[0].qs);
@@ -251,17 +285,16 @@ KX_INLINE __m512i kx_z_act(enum kx_b32 k, const block_q8_0 *a, int two, __m512i 
     __m256i y0 = _mm256_loadu_si256((const __m256i *)a[0].qs);
     __m256i y1 = two ? _mm256_loadu_si256((const __m256i *)a[1].qs) : _mm256_setzero_si256();
     __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(y0), y1, 1);
-    if (k == KX_Q4_0)
+    if (KX_Z_NIB(k))
         z = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
-    const char off = k == KX_Q4_0 ? 8 : (char)0x80;
-    *ysum = kx_z_dot(_mm512_set1_epi8(off), z);
+    *ysum = kx_z_dot(_mm512_set1_epi8((char)kx_z_offset(k)), z);
     *dpair = _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, 0, 0, two ? (short)a[1].d : 0, (short)a[0].d));
     return z;
 }
 
 KX_INLINE __m512 kx_z_scales(enum kx_b32 k, __m128 s) {
-    /* Q4_0: lanes alternate block 0 / block 1 per 128 bits; Q8_0: halves. */
-    const __m512i idx = k == KX_Q4_0
+    /* nibble kinds: lanes alternate block 0 / block 1 per 128 bits; Q8_0: halves */
+    const __m512i idx = KX_Z_NIB(k)
                             ? _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0)
                             : _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(s));
