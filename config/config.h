@@ -140,7 +140,7 @@ struct config_params {
  * and a message naming the option, its source and the allowed values.
  * owned: free with config_free() */
 struct config *config_load(const struct config_params *params, struct strata_error *err);
-void config_free(struct config *cfg);
+void config_free(struct config *cfg); /* NULL is a no-op */
 
 const struct config_option *config_option(enum config_id id);      /* borrowed, static */
 long long config_int(const struct config *cfg, enum config_id id); /* INT, BOOL, LEVEL */

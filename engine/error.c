@@ -56,7 +56,10 @@ void strata_error_prefix(struct strata_error *err, const char *fmt, ...) {
     vsnprintf(pre, sizeof(pre), fmt, ap);
     va_end(ap);
     memcpy(old, err->message, sizeof(old));
-    snprintf(err->message, sizeof(err->message), "%s: %s", pre, old);
+    /* A long result keeps its head (the prefix, then the start of the old
+     * message): truncation is intended, so the count is not checked. */
+    int n = snprintf(err->message, sizeof(err->message), "%s: %s", pre, old);
+    (void)n;
 }
 
 void strata_error_clear(struct strata_error *err) {

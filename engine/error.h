@@ -1,7 +1,7 @@
 /* engine/error.h: error codes as values, one table for all of strata.
  *
  *   struct strata_error err = {0};
- *   struct gguf_file *f = gguf_open(path, NULL, &err);
+ *   struct gguf_file *f = gguf_open(path, &err);
  *   if (!f) fprintf(stderr, "%s\n", err.message);
  *
  * Every fallible function returns int (0 ok, negative STRATA_E_* on failure) or

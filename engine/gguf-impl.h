@@ -1,5 +1,6 @@
 /* engine/gguf-impl.h: internals shared by the GGUF reader's files (gguf.c
- * parses and validates, gguf-access.c answers queries). Not a public header:
+ * parses and validates, gguf-access.c answers queries; gguf-write.c shares
+ * gguf_type_size). Not a public header:
  * only engine/gguf*.c include it.
  *
  * Threading: a gguf_file is immutable once gguf_open returns it.

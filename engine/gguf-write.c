@@ -5,6 +5,7 @@
  * everything before it; tensor bytes then pass straight through one stdio
  * buffer, so memory does not grow with the model. Byte layout: see gguf.h.
  */
+#include "engine/gguf-impl.h"
 #include "engine/gguf.h"
 #include "engine/quant.h"
 
@@ -83,28 +84,6 @@ static void wb_u64(struct wbuf *b, uint64_t v) {
 static void wb_str(struct wbuf *b, const char *s, uint64_t n) {
     wb_u64(b, n);
     wb_put(b, s, (size_t)n);
-}
-
-static size_t type_size(enum gguf_type t) {
-    switch (t) {
-    case GGUF_TYPE_UINT8:
-    case GGUF_TYPE_INT8:
-    case GGUF_TYPE_BOOL:
-        return 1;
-    case GGUF_TYPE_UINT16:
-    case GGUF_TYPE_INT16:
-        return 2;
-    case GGUF_TYPE_UINT32:
-    case GGUF_TYPE_INT32:
-    case GGUF_TYPE_FLOAT32:
-        return 4;
-    case GGUF_TYPE_UINT64:
-    case GGUF_TYPE_INT64:
-    case GGUF_TYPE_FLOAT64:
-        return 8;
-    default:
-        return 0;
-    }
 }
 
 struct gguf_writer *gguf_writer_init(const char *path, struct strata_error *err) {
@@ -221,7 +200,7 @@ static int set_scalar(struct gguf_writer *w, const char *key, enum gguf_type t, 
                       struct strata_error *err) {
     struct wbuf b = {0};
     wb_u32(&b, t);
-    wb_put(&b, v, type_size(t));
+    wb_put(&b, v, (size_t)gguf_type_size(t));
     return put_kv(w, key, &b, err);
 }
 
@@ -287,7 +266,7 @@ int gguf_writer_set_str(struct gguf_writer *w, const char *key, const char *v,
 
 int gguf_writer_set_arr(struct gguf_writer *w, const char *key, enum gguf_type elem_type,
                         const void *data, uint64_t n, struct strata_error *err) {
-    size_t es = type_size(elem_type);
+    size_t es = (size_t)gguf_type_size(elem_type);
     if (!es)
         return strata_error_set(err, STRATA_E_INVALID,
                                 "gguf writer: %s: array element type %d is not fixed-size", key,
@@ -328,13 +307,13 @@ static void put_value(struct wbuf *b, const struct gguf_file *f, const struct gg
     case GGUF_TYPE_UINT16:
     case GGUF_TYPE_UINT32:
     case GGUF_TYPE_UINT64:
-        wb_put(b, &v->u64, type_size(v->type)); /* little-endian: low bytes first */
+        wb_put(b, &v->u64, (size_t)gguf_type_size(v->type)); /* little-endian: low bytes first */
         break;
     case GGUF_TYPE_INT8:
     case GGUF_TYPE_INT16:
     case GGUF_TYPE_INT32:
     case GGUF_TYPE_INT64:
-        wb_put(b, &v->i64, type_size(v->type));
+        wb_put(b, &v->i64, (size_t)gguf_type_size(v->type));
         break;
     case GGUF_TYPE_FLOAT32: {
         float x = (float)v->f64; /* exact: the value was a float32 */
@@ -355,7 +334,7 @@ static void put_value(struct wbuf *b, const struct gguf_file *f, const struct gg
     case GGUF_TYPE_ARRAY: {
         wb_u32(b, v->arr.elem_type);
         wb_u64(b, v->arr.n);
-        size_t es = type_size(v->arr.elem_type);
+        size_t es = (size_t)gguf_type_size(v->arr.elem_type);
         if (es) {
             /* the reader validated n * es bytes at data */
             wb_put(b, v->arr.data, (size_t)(v->arr.n * es));

@@ -95,10 +95,11 @@ struct gguf_tensor_info {
 
 struct gguf_file;
 
-/* Maps and validates a file. Returns NULL and fills err on failure. */
+/* Maps and validates a file. Returns NULL and fills err on failure.
+ * owned: free with gguf_close() */
 struct gguf_file *gguf_open(const char *path, struct strata_error *err);
 /* Validates a caller's buffer (borrowed: must outlive the handle); for fuzzing
- * and tests. */
+ * and tests. owned: free with gguf_close() */
 struct gguf_file *gguf_open_memory(const void *data, size_t size, struct strata_error *err);
 void gguf_close(struct gguf_file *f); /* NULL is a no-op */
 
@@ -175,7 +176,8 @@ struct gguf_writer;
  * Ownership: the writer copies every key, string and array it is given.
  * Threading: a writer is used by one thread at a time. */
 
-/* Opens path for writing (truncates). NULL and err on failure. */
+/* Opens path for writing (truncates). NULL and err on failure.
+ * owned: free with gguf_writer_free() */
 struct gguf_writer *gguf_writer_init(const char *path, struct strata_error *err);
 /* Closes the file; a writer that did not finish leaves a partial file, which
  * this removes. NULL is a no-op. */

@@ -358,7 +358,8 @@ static struct tv slice(struct trender *r, struct tv obj, struct tv vs, struct tv
     return tv_strv(tbuf_finish(&o));
 }
 
-static struct tv call_macro(struct trender *r, struct tfunc *fn, struct targs *a, struct tv caller);
+static struct tv call_macro(struct trender *r, const struct tfunc *fn, struct targs *a,
+                            struct tv caller);
 
 static struct tv eval(struct trender *r, struct tframe *f, const struct tnode *n) {
     trender_step(r);
@@ -660,7 +661,7 @@ static struct tv make_func(struct trender *r, enum tfunc_kind kind, const struct
     return (struct tv){.kind = TV_FUNC, .fn = fn};
 }
 
-static struct tv call_macro(struct trender *r, struct tfunc *fn, struct targs *a,
+static struct tv call_macro(struct trender *r, const struct tfunc *fn, struct targs *a,
                             struct tv caller) {
     const struct tnode *def = fn->def;
     enter(r);

@@ -177,7 +177,7 @@ static struct tv g_namespace(struct trender *r, struct tv self, struct targs *a)
 }
 
 struct tv tglobal_builtin(const char *name) {
-    static struct tfunc fns[] = {
+    static const struct tfunc fns[] = {
         {.kind = TF_BUILTIN, .name = "raise_exception", .fn = g_raise_exception},
         {.kind = TF_BUILTIN, .name = "strftime_now", .fn = g_strftime_now},
         {.kind = TF_BUILTIN, .name = "range", .fn = g_range},

@@ -4,12 +4,16 @@
  *   template-parse.c   tokens -> AST (struct tnode)
  *   template-value.c   arena, values, tainted strings, str()/repr(), tojson, comparisons
  *   template-eval.c    statements and expressions, scopes, limits, template_render
- *   template-filters.c filters, tests, str/dict methods, globals
+ *   template-filters.c filters, str/dict methods, getattr/getitem
+ *   template-globals.c tests and global functions (range, dict, namespace, ...)
  *
  * Errors inside parse and render unwind with longjmp to the entry point
  * (template_parse / template_render): every allocation of a parse or render
  * lives in one arena that the entry point frees, so unwinding leaks nothing
  * and the many fallible helpers need no error plumbing.
+ *
+ * Threading: as template.h. A parse or render owns its arena and trender;
+ * the only shared data are const tables (builtins, tv_undef_v, tv_none_v).
  */
 #ifndef STRATA_TEMPLATE_IMPL_H
 #define STRATA_TEMPLATE_IMPL_H
@@ -72,7 +76,7 @@ struct tv {
         struct tstr *s;
         struct tlist *l;
         struct tdict *d;
-        struct tfunc *fn;
+        const struct tfunc *fn;
     };
     const char *undef_name; /* TV_UNDEF: what was missing, for messages */
 };

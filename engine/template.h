@@ -88,7 +88,7 @@ struct template_limits template_limits_default(void);
 
 /* Parses template source (len bytes, need not be NUL-terminated). Returns
  * NULL and fills err (STRATA_E_TEMPLATE, with line and column) on syntax
- * errors. */
+ * errors. owned: free with template_free() */
 struct chat_template *template_parse(const char *src, size_t len, struct strata_error *err);
 void template_free(struct chat_template *t); /* NULL is a no-op */
 

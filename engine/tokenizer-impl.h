@@ -10,6 +10,8 @@
  *   tokenizer-unicode-data.c  generated category / NFD / lowercase tables
  *
  * Not a public API: only the tokenizer's own files include this.
+ * Threading: as tokenizer.h (struct tokenizer is read-only after
+ * tokenizer_init_gguf; scratch state lives on the caller's stack or heap).
  */
 #ifndef STRATA_TOKENIZER_IMPL_H
 #define STRATA_TOKENIZER_IMPL_H

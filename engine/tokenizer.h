@@ -106,13 +106,13 @@ struct tokenizer_ids {
     size_t n;
     size_t cap;
 };
-void tokenizer_ids_free(struct tokenizer_ids *ids);
+void tokenizer_ids_free(struct tokenizer_ids *ids); /* zeroes *ids; NULL is a no-op */
 
 /* ---- construction ------------------------------------------------------- */
 
 /* Builds a tokenizer from tokenizer.ggml.* metadata. Returns NULL and fills err
  * (STRATA_E_FORMAT for malformed/missing vocab data, STRATA_E_UNSUPPORTED for an
- * unknown model or pre-tokenizer name) on failure. Owned: tokenizer_free(). */
+ * unknown model or pre-tokenizer name) on failure. owned: free with tokenizer_free() */
 struct tokenizer *tokenizer_init_gguf(const struct gguf_file *f, struct strata_error *err);
 void tokenizer_free(struct tokenizer *tok); /* NULL is a no-op */
 
@@ -195,7 +195,7 @@ char *tokenizer_decode(const struct tokenizer *tok, const int32_t *ids, size_t n
  * Bytes of an incomplete sequence (byte tokens <0xE2><0x96>..., or byte-level
  * BPE pieces ending mid-character) are held until the sequence completes;
  * invalid sequences become U+FFFD; never half a code point. The tokenizer is
- * borrowed and must outlive the stream. Owned: tokenizer_stream_free(). */
+ * borrowed and must outlive the stream. owned: free with tokenizer_stream_free() */
 struct tokenizer_stream *tokenizer_stream_init(const struct tokenizer *tok,
                                                const struct tokenizer_decode_opts *opts,
                                                struct strata_error *err);

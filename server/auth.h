@@ -18,7 +18,7 @@ struct auth_keys;
 
 /* key and key_file may each be NULL or "". owned: free with auth_keys_free() */
 struct auth_keys *auth_keys_init(const char *key, const char *key_file, struct strata_error *err);
-void auth_keys_free(struct auth_keys *k);
+void auth_keys_free(struct auth_keys *k);          /* NULL is a no-op */
 bool auth_keys_enabled(const struct auth_keys *k); /* false for NULL or no keys */
 /* authorization: the raw Authorization header value (may be NULL). True when
  * it is "Bearer <key>" for one of the keys. Time depends only on the stored

@@ -80,8 +80,9 @@ void openai_ctx_init(struct openai_ctx *oc, enum gen_route route, const char *mo
  * route: chat {content:[{token, logprob, bytes, top_logprobs}], refusal:null},
  * completions {tokens, token_logprobs, top_logprobs:[{tok: lp}], text_offset}. */
 struct openai_logprobs;
-struct openai_logprobs *openai_logprobs_init(enum gen_route route); /* owned: _free */
-void openai_logprobs_free(struct openai_logprobs *lp);
+/* NULL on out of memory. owned: free with openai_logprobs_free() */
+struct openai_logprobs *openai_logprobs_init(enum gen_route route);
+void openai_logprobs_free(struct openai_logprobs *lp); /* NULL is a no-op */
 /* Adds one token: its sampler result; text_offset is the byte offset of the
  * token's text in the completion (completions only). */
 int openai_logprobs_add(struct openai_logprobs *lp, const struct tokenizer *tok,
@@ -95,7 +96,7 @@ struct openai_usage {
     int64_t prompt_tokens, completion_tokens, cached_tokens;
 };
 
-/* Builders (owned: free()); NULL on out of memory. lp may be NULL. */
+/* Builders (owned: free with free()); NULL on out of memory. lp may be NULL. */
 char *openai_chunk_role(const struct openai_ctx *oc);
 char *openai_chunk_delta(const struct openai_ctx *oc, const char *text, size_t len,
                          struct openai_logprobs *lp);
