@@ -486,6 +486,40 @@ uint64_t model_weight_bytes(const struct model *m) {
     return m->weight_bytes;
 }
 
+int model_weight_types(const struct model *m, struct model_weight_type *out, int cap) {
+    /* the distinct types of one file are few (a handful): a linear table */
+    struct model_weight_type seen[64];
+    int n = 0;
+    const int64_t n_tensors = gguf_n_tensors(m->gguf);
+    for (int64_t i = 0; i < n_tensors; i++) {
+        const struct gguf_tensor_info *t = gguf_tensor_at(m->gguf, i);
+        if (!t)
+            continue;
+        int k = 0;
+        while (k < n && seen[k].type != t->type)
+            k++;
+        if (k == n) {
+            if (n == (int)(sizeof(seen) / sizeof(seen[0])))
+                continue; /* not reached: QUANT_TYPE_COUNT is 40 */
+            seen[n++] = (struct model_weight_type){t->type, 0, 0};
+        }
+        seen[k].n_tensors++;
+        seen[k].n_bytes += t->n_bytes;
+    }
+    for (int a = 1; a < n; a++) /* insertion sort: most bytes first */
+        for (int b = a; b > 0; b--) {
+            struct model_weight_type *x = &seen[b - 1], *y = &seen[b];
+            if (x->n_bytes > y->n_bytes || (x->n_bytes == y->n_bytes && x->type < y->type))
+                break;
+            struct model_weight_type tmp = *x;
+            *x = *y;
+            *y = tmp;
+        }
+    for (int k = 0; k < n && k < cap && out; k++)
+        out[k] = seen[k];
+    return n;
+}
+
 struct kv_cache *model_kv_init(const struct model *m, int n_seq_max, int n_ctx,
                                struct strata_error *err) {
     if (n_ctx <= 0)

@@ -119,6 +119,16 @@ bool model_is_moe(const struct model *m);
 const struct gguf_file *model_gguf(const struct model *m); /* borrowed: valid until model_free */
 /* Bytes of tensor data mapped (weights), for /status. */
 uint64_t model_weight_bytes(const struct model *m);
+/* One tensor type of the file's tensor table (the quant mix), for /status. */
+struct model_weight_type {
+    uint32_t type; /* enum quant_type; quant_type_name() gives "Q4_0", ... */
+    int64_t n_tensors;
+    uint64_t n_bytes; /* tensor data bytes of this type */
+};
+/* Writes the distinct tensor types of the GGUF tensor table into out[0..cap),
+ * most bytes first (ties: lower type first), and returns how many distinct
+ * types there are (may exceed cap; only cap are written). Reentrant. */
+int model_weight_types(const struct model *m, struct model_weight_type *out, int cap);
 
 /* A KV cache shaped for this model (F16, per sequence): n_seq_max sequences
  * of n_ctx positions each (0 = model_n_ctx_max). Memory for a sequence is

@@ -114,6 +114,10 @@ struct gen_submit_out {
     char error_param[64]; /* on failure: OpenAI error.param ("messages", ...) or "" */
 };
 
+/* Distinct tensor types reported in gen_stats.weight_types (more are summed
+ * into the last entry, named "other"). */
+#define GEN_WEIGHT_TYPES_MAX 12
+
 /* Snapshot for /status, /metrics and /v1/models. Strings are NUL-terminated. */
 struct gen_stats {
     bool ready;                /* weights resident and warm-up done */
@@ -139,6 +143,16 @@ struct gen_stats {
     int64_t kv_blocks_free;   /* blocks nobody references */
     int64_t kv_blocks_cached; /* blocks held by the prefix cache (some also in use) */
     uint64_t cached_tokens;   /* prompt tokens served from the prefix cache since start */
+    /* model file and KV bytes for /status (appended; zero/empty = not reported, and
+     * /status then says null with a note): set once at start-up */
+    char model_path[512];    /* the GGUF path as given */
+    int n_weight_types;      /* entries of weight_types in use (0 = unknown) */
+    struct gen_weight_type { /* the quant mix, from the GGUF tensor table, most bytes first */
+        char type[16];       /* quant_type_name(): "Q4_0", "F32", ... */
+        int64_t n_tensors;
+        uint64_t n_bytes; /* tensor data bytes of this type */
+    } weight_types[GEN_WEIGHT_TYPES_MAX];
+    uint64_t kv_block_bytes; /* bytes of one KV block (all layers, K and V); 0 = unknown */
 };
 
 struct gen_ops {

@@ -1,8 +1,17 @@
-/* server/status.c: GET /health, /status, /metrics, /v1/models[/{id}]. */
+/* server/status.c: GET /health, /status, /metrics, /v1/models[/{id}].
+ *
+ * /status is one JSON object; a field nobody can fill yet is null and
+ * "notes" says why (expert_store, arena; quant_mix and model.path until the
+ * generation layer reports them). Handlers run on the MHD thread and never
+ * block: gen stats are a snapshot, NUMA topology is loaded once. */
+#include <hwloc.h>
 #include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/kernels.h"
 #include "server/server-impl.h"
 
 static void gen_stats_of(struct server *s, struct gen_stats *st) {
@@ -26,6 +35,176 @@ enum MHD_Result status_health(struct exchange *ex) {
     return http_respond_json(ex, 200, strdup("{\"status\":\"ok\"}"));
 }
 
+/* ---- NUMA (hwloc) ---------------------------------------------------------
+ * The topology is detected once, on the first /status (STYLE.md 6: "topology
+ * detected once"): loading it reads sysfs and takes milliseconds, too slow
+ * for every scrape. Owner: this file; written under pthread_once, then only
+ * read (hwloc's read-only queries are thread-safe). Never freed: it lives as
+ * long as the process, like the MHD thread that reads it. NULL when hwloc
+ * could not load it (then /status says numa null with the reason). */
+static hwloc_topology_t numa_topo;
+static char numa_error[96];
+static pthread_once_t numa_once = PTHREAD_ONCE_INIT;
+
+static void numa_load(void) {
+    hwloc_topology_t t;
+    if (hwloc_topology_init(&t) != 0) {
+        snprintf(numa_error, sizeof(numa_error), "hwloc_topology_init failed");
+        return;
+    }
+    if (hwloc_topology_load(t) != 0) {
+        snprintf(numa_error, sizeof(numa_error), "hwloc_topology_load failed");
+        hwloc_topology_destroy(t);
+        return;
+    }
+    numa_topo = t;
+}
+
+/* JSON array of the node indexes set in ns (clipped to the machine's nodes,
+ * so an "every node" infinite set lists them all). */
+static json_t *node_list(hwloc_topology_t t, hwloc_const_nodeset_t ns) {
+    json_t *a = json_array();
+    hwloc_bitmap_t clip = hwloc_bitmap_alloc();
+    if (a && clip) {
+        hwloc_bitmap_and(clip, ns, hwloc_topology_get_topology_nodeset(t));
+        unsigned i;
+        hwloc_bitmap_foreach_begin(i, clip) json_array_append_new(a, json_integer((json_int_t)i));
+        hwloc_bitmap_foreach_end();
+    }
+    hwloc_bitmap_free(clip);
+    return a;
+}
+
+static const char *membind_policy_name(hwloc_membind_policy_t p) {
+    switch (p) {
+    case HWLOC_MEMBIND_DEFAULT:
+        return "default";
+    case HWLOC_MEMBIND_FIRSTTOUCH:
+        return "firsttouch";
+    case HWLOC_MEMBIND_BIND:
+        return "bind";
+    case HWLOC_MEMBIND_INTERLEAVE:
+        return "interleave";
+    case HWLOC_MEMBIND_NEXTTOUCH:
+        return "nexttouch";
+    default:
+        return "mixed";
+    }
+}
+
+/* {"nodes", "bound", "binding", "cpubind_nodes", "threads_on_nodes",
+ * "membind":{"policy","nodes"}} or NULL (note filled). The process's CPU
+ * binding and last CPU location are the union over all its threads
+ * (HWLOC_CPUBIND_PROCESS reads every /proc/self/task entry on Linux), so the
+ * pool workers are included. Memory policy is per thread on Linux; this
+ * reads the calling (HTTP) thread's, which threads inherit from the main
+ * thread unless something changed it. strata itself binds nothing today
+ * (the pool's NUMA seam is not implemented): a binding shown here was set
+ * by whoever started the process (numactl, taskset, a cgroup cpuset). */
+static json_t *numa_json(char *note, size_t cap) {
+    pthread_once(&numa_once, numa_load);
+    if (!numa_topo) {
+        snprintf(note, cap, "hwloc: %s", numa_error);
+        return NULL;
+    }
+    hwloc_topology_t t = numa_topo;
+    hwloc_bitmap_t cpus = hwloc_bitmap_alloc(), last = hwloc_bitmap_alloc();
+    hwloc_bitmap_t ns = hwloc_bitmap_alloc(), mem = hwloc_bitmap_alloc();
+    json_t *o = NULL;
+    if (!cpus || !last || !ns || !mem) {
+        snprintf(note, cap, "out of memory");
+        goto done;
+    }
+    int n_nodes = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_NUMANODE);
+    o = json_object();
+    json_object_set_new(o, "nodes", json_integer(n_nodes));
+    bool cpu_bound = false, mem_bound = false;
+    if (hwloc_get_cpubind(t, cpus, HWLOC_CPUBIND_PROCESS) == 0) {
+        /* bound: the threads may not use every CPU the OS allows this process */
+        cpu_bound = !hwloc_bitmap_isincluded(hwloc_topology_get_allowed_cpuset(t), cpus);
+        hwloc_cpuset_to_nodeset(t, cpus, ns);
+        json_object_set_new(o, "cpubind_nodes", node_list(t, ns));
+    } else {
+        json_object_set_new(o, "cpubind_nodes", json_null());
+    }
+    if (hwloc_get_last_cpu_location(t, last, HWLOC_CPUBIND_PROCESS) == 0) {
+        hwloc_cpuset_to_nodeset(t, last, ns);
+        json_object_set_new(o, "threads_on_nodes", node_list(t, ns));
+    } else {
+        json_object_set_new(o, "threads_on_nodes", json_null());
+    }
+    hwloc_membind_policy_t pol;
+    if (hwloc_get_membind(t, mem, &pol, HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET) == 0) {
+        mem_bound = pol != HWLOC_MEMBIND_DEFAULT && pol != HWLOC_MEMBIND_FIRSTTOUCH &&
+                    !hwloc_bitmap_isincluded(hwloc_topology_get_allowed_nodeset(t), mem);
+        json_object_set_new(o, "membind",
+                            json_pack("{s:s, s:o}", "policy", membind_policy_name(pol), "nodes",
+                                      node_list(t, mem)));
+    } else {
+        json_object_set_new(o, "membind", json_null());
+    }
+    json_object_set_new(o, "bound", json_boolean(cpu_bound || mem_bound));
+    json_object_set_new(o, "binding",
+                        json_string(cpu_bound && mem_bound ? "cpus+memory"
+                                    : cpu_bound            ? "cpus"
+                                    : mem_bound            ? "memory"
+                                                           : "unbound"));
+done:
+    hwloc_bitmap_free(mem);
+    hwloc_bitmap_free(ns);
+    hwloc_bitmap_free(last);
+    hwloc_bitmap_free(cpus);
+    return o;
+}
+
+/* ---- GET /status ------------------------------------------------------------ */
+
+/* Sets o[key] to value, or to null with notes[note_key] = note when value
+ * is NULL (note_key NULL: key). */
+static void set_or_note(json_t *o, json_t *notes, const char *key, const char *note_key,
+                        json_t *value, const char *note) {
+    if (value) {
+        json_object_set_new(o, key, value);
+        return;
+    }
+    json_object_set_new(o, key, json_null());
+    json_object_set_new(notes, note_key ? note_key : key, json_string(note));
+}
+
+static json_t *quant_mix_json(const struct gen_stats *st) {
+    if (st->n_weight_types <= 0)
+        return NULL;
+    json_t *o = json_object();
+    int n = st->n_weight_types < GEN_WEIGHT_TYPES_MAX ? st->n_weight_types : GEN_WEIGHT_TYPES_MAX;
+    for (int i = 0; i < n; i++) {
+        const struct gen_weight_type *w = &st->weight_types[i];
+        json_object_set_new(o, w->type[0] ? w->type : "?",
+                            json_pack("{s:I, s:I}", "tensors", (json_int_t)w->n_tensors, "bytes",
+                                      (json_int_t)w->n_bytes));
+    }
+    return o;
+}
+
+static json_t *kv_json(const struct gen_stats *st) {
+    json_t *o = json_pack("{s:I, s:I, s:I}", "used", (json_int_t)st->kv_used, "total",
+                          (json_int_t)st->kv_total, "capacity", (json_int_t)st->kv_total);
+    if (!o)
+        return NULL;
+    /* bytes: blocks not free are held by sessions or by the prefix cache */
+    if (st->kv_block_bytes) {
+        int64_t held = st->kv_blocks_total - st->kv_blocks_free;
+        json_object_set_new(o, "bytes_used",
+                            json_integer((json_int_t)(held * (int64_t)st->kv_block_bytes)));
+        json_object_set_new(
+            o, "bytes_total",
+            json_integer((json_int_t)(st->kv_blocks_total * (int64_t)st->kv_block_bytes)));
+    } else {
+        json_object_set_new(o, "bytes_used", json_null());
+        json_object_set_new(o, "bytes_total", json_null());
+    }
+    return o;
+}
+
 enum MHD_Result status_status(struct exchange *ex) {
     struct server *s = ex->srv;
     struct gen_stats st;
@@ -34,21 +213,33 @@ enum MHD_Result status_status(struct exchange *ex) {
     int n_pending = s->n_pending;
     pthread_mutex_unlock(&s->mu);
     json_t *o = json_pack(
-        "{s:s, s:b, s:b, s:s, s:s, s:s, s:I, s:{s:i, s:s}, s:I, s:{s:I, s:I}, s:{s:i, s:i, "
+        "{s:s, s:b, s:b, s:{s:s}, s:s, s:I, s:{s:i, s:s}, s:I, s:{s:i, s:i, "
         "s:i}, s:{s:I, s:I}, s:f, s:{s:I, s:I}, s:{s:i, s:I, s:f}}",
         "status", st.ready && atomic_load(&s->ready) ? "ok" : "loading", "ready",
-        (int)atomic_load(&s->ready), "draining", (int)atomic_load(&s->draining), "model",
-        st.model_id, "architecture", st.architecture, "quant_mix", st.quant_mix, "n_ctx",
-        (json_int_t)st.n_ctx, "threads", "effective", st.n_threads, "source", st.threads_source,
-        "pool_dispatches", (json_int_t)st.pool_dispatches, "kv", "used", (json_int_t)st.kv_used,
-        "total", (json_int_t)st.kv_total, "sessions", "active", st.n_active, "queued", st.n_queued,
+        (int)atomic_load(&s->ready), "draining", (int)atomic_load(&s->draining), "model", "id",
+        st.model_id, "architecture", st.architecture, "n_ctx", (json_int_t)st.n_ctx, "threads",
+        "effective", st.n_threads, "source", st.threads_source, "pool_dispatches",
+        (json_int_t)st.pool_dispatches, "sessions", "active", st.n_active, "queued", st.n_queued,
         "http_pending", n_pending, "tokens", "prompt", (json_int_t)st.tokens_prompt, "generated",
         (json_int_t)st.tokens_generated, "recent_tok_s", st.recent_tok_s, "prefix_cache", "hits",
         (json_int_t)st.cache_hits, "misses", (json_int_t)st.cache_misses, "http", "connections",
         connections_of(s), "requests", (json_int_t)metrics_requests_total(s->metrics), "uptime_s",
         server_now() - s->t_start);
-    if (!o)
+    json_t *notes = json_object();
+    if (!o || !notes) {
+        json_decref(o);
+        json_decref(notes);
         return http_respond_error(ex, STRATA_E_NOMEM, NULL, NULL, NULL);
+    }
+    json_t *model = json_object_get(o, "model");
+    set_or_note(model, notes, "path", "model.path",
+                st.model_path[0] ? json_string(st.model_path) : NULL,
+                "not reported by the generation layer");
+    set_or_note(o, notes, "quant_mix", NULL, quant_mix_json(&st),
+                "not reported by the generation layer (gen_stats.weight_types empty)");
+    json_object_set_new(o, "kv", kv_json(&st));
+    if (!st.kv_block_bytes)
+        json_object_set_new(notes, "kv.bytes", json_string("gen_stats.kv_block_bytes not set"));
     /* paged KV pool and prefix cache (generation layer, engineer s) */
     uint64_t lookups = st.cache_hits + st.cache_misses;
     json_object_set_new(
@@ -62,8 +253,20 @@ enum MHD_Result status_status(struct exchange *ex) {
                             json_real(lookups ? (double)st.cache_hits / (double)lookups : 0.0));
         json_object_set_new(pcj, "cached_tokens", json_integer((json_int_t)st.cached_tokens));
     }
+    /* the kernel table every matmul dispatches through (process-wide) */
+    json_object_set_new(o, "kernels",
+                        json_pack("{s:s, s:s}", "isa", kernels_isa_name(kernels_isa_active()),
+                                  "detected", kernels_isa_name(kernels_isa_detected())));
+    char numa_note[128] = "";
+    set_or_note(o, notes, "numa", NULL, numa_json(numa_note, sizeof(numa_note)), numa_note);
+    set_or_note(o, notes, "expert_store", NULL, NULL,
+                "no expert store module yet (dense mmap only)");
+    set_or_note(o, notes, "arena", NULL, NULL, "no arena module yet");
+    json_object_set_new(o, "notes", notes);
     char *text = json_dumps(o, JSON_COMPACT);
     json_decref(o);
+    if (!text)
+        return http_respond_error(ex, STRATA_E_NOMEM, NULL, NULL, NULL);
     return http_respond_json(ex, 200, text);
 }
 
