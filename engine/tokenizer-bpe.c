@@ -63,81 +63,22 @@ static void byte_forms(struct byte_form f[256]) {
     }
 }
 
-/* ---- merge queue ------------------------------------------------------------- */
+/* ---- merge pairs (the queue is tok_syms_merge in tokenizer.c) ---------------- */
 
-struct bpe_sym {
-    uint32_t off, n; /* bytes of the byte-level word; n = 0 once merged away */
-    int32_t prev, next;
-};
-
-struct bpe_bigram {
-    int32_t rank, left, right;
-    uint32_t size;
-};
-
-struct bpe_heap {
-    struct bpe_bigram *v;
-    size_t n, cap;
-};
-
-static bool bpe_before(const struct bpe_bigram *a, const struct bpe_bigram *b) {
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static int heap_push(struct bpe_heap *h, struct bpe_bigram bg) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        struct bpe_bigram *v = realloc(h->v, cap * sizeof(*v));
-        if (!v)
-            return STRATA_E_NOMEM;
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!bpe_before(&bg, &h->v[p]))
-            break;
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = bg;
-    return 0;
-}
-
-static struct bpe_bigram heap_pop(struct bpe_heap *h) {
-    struct bpe_bigram top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n)
-            break;
-        if (c + 1 < h->n && bpe_before(&h->v[c + 1], &h->v[c]))
-            c++;
-        if (!bpe_before(&h->v[c], &last))
-            break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n)
-        h->v[i] = last;
-    return top;
-}
-
-static int add_bigram(const struct tokenizer *tok, const char *w, const struct bpe_sym *s,
-                      int32_t l, int32_t r, struct bpe_heap *h) {
+static int add_bigram(const struct tokenizer *tok, const char *w, const struct tok_sym *s,
+                      int32_t l, int32_t r, struct tok_heap *h) {
     if (l < 0 || r < 0)
         return 0;
     int32_t rank = tok_merge_rank(tok, w + s[l].off, s[l].n, w + s[r].off, s[r].n);
     if (rank < 0)
         return 0;
-    return heap_push(h, (struct bpe_bigram){rank, l, r, s[l].n + s[r].n});
+    return tok_heap_push(h, (struct tok_bigram){rank, l, r, s[l].n + s[r].n});
 }
 
 struct bpe_work {
-    struct bpe_sym *syms;
+    struct tok_sym *syms;
     size_t cap;
-    struct bpe_heap heap;
+    struct tok_heap heap;
 };
 
 static int bpe_word(const struct tokenizer *tok, const char *w, size_t n, struct bpe_work *wk,
@@ -148,41 +89,15 @@ static int bpe_word(const struct tokenizer *tok, const char *w, size_t n, struct
             return tok_ids_push(out, id);
     }
     if (n > wk->cap) {
-        struct bpe_sym *s = realloc(wk->syms, n * sizeof(*s));
+        struct tok_sym *s = realloc(wk->syms, n * sizeof(*s));
         if (!s)
             return STRATA_E_NOMEM;
         wk->syms = s;
         wk->cap = n;
     }
-    struct bpe_sym *s = wk->syms;
-    int32_t ns = 0;
-    for (size_t off = 0; off < n;) {
-        size_t cl = tok_utf8_len((uint8_t)w[off]);
-        if (cl > n - off)
-            cl = n - off;
-        s[ns] = (struct bpe_sym){(uint32_t)off, (uint32_t)cl, ns - 1, -1};
-        off += cl;
-        s[ns].next = off == n ? -1 : ns + 1;
-        ns++;
-    }
-    int rc = 0;
-    wk->heap.n = 0;
-    for (int32_t i = 1; i < ns && rc == 0; i++)
-        rc = add_bigram(tok, w, s, i - 1, i, &wk->heap);
-    while (wk->heap.n && rc == 0) {
-        struct bpe_bigram bg = heap_pop(&wk->heap);
-        struct bpe_sym *l = &s[bg.left], *r = &s[bg.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size)
-            continue;
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0)
-            s[r->next].prev = bg.left;
-        rc = add_bigram(tok, w, s, l->prev, bg.left, &wk->heap);
-        if (rc == 0)
-            rc = add_bigram(tok, w, s, bg.left, l->next, &wk->heap);
-    }
+    struct tok_sym *s = wk->syms;
+    int32_t ns = tok_syms_split(w, n, s);
+    int rc = tok_syms_merge(tok, w, s, ns, add_bigram, &wk->heap);
     for (int32_t i = 0; i != -1 && ns > 0 && rc == 0; i = s[i].next) {
         int32_t id = tok_lookup(tok, w + s[i].off, s[i].n);
         if (id >= 0) {

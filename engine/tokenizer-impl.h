@@ -1,7 +1,7 @@
 /* engine/tokenizer-impl.h: internals shared by the tokenizer's files.
  *
  *   tokenizer.c        vocabulary from GGUF, hash tables, accessors, special-token
- *                      partition, encode dispatch
+ *                      partition, encode dispatch, the SPM/BPE merge queue
  *   tokenizer-pre.c    pre-tokenizer regexes per tokenizer.ggml.pre (PCRE2)
  *   tokenizer-spm.c    SentencePiece BPE with scores and byte fallback
  *   tokenizer-bpe.c    byte-level BPE with ranked merges
@@ -77,6 +77,40 @@ int tok_buf_reserve(struct tok_buf *b, size_t extra);
 int tok_buf_put(struct tok_buf *b, const void *data, size_t n);
 void tok_buf_free(struct tok_buf *b);
 int tok_ids_push(struct tokenizer_ids *ids, int32_t id);
+
+/* ---- merge queue (tokenizer-spm.c, tokenizer-bpe.c) ------------------------
+ * Both encoders split a word into UTF-8 characters and merge the best
+ * adjacent pair until none is left, as llama.cpp's SPM and BPE sessions do: a
+ * min-heap of candidate pairs ordered by key, ties by the left symbol's index.
+ * BPE's key is the merge rank, SPM's the negated token score (higher scores
+ * first); a double holds every int32 rank and float score exactly. */
+struct tok_sym {
+    uint32_t off;       /* bytes into the text */
+    uint32_t n;         /* bytes; 0 once merged into its left neighbour */
+    int32_t prev, next; /* neighbours' indices, -1 at the ends */
+};
+struct tok_bigram {
+    double key;
+    int32_t left, right;
+    uint32_t size; /* bytes of left + right when queued */
+};
+struct tok_heap {
+    struct tok_bigram *v; /* (cap) min-heap by (key, left); free() it */
+    size_t n, cap;
+};
+/* Queues the pair (l, r) if the encoder knows it; l or r may be -1 (no pair).
+ * 0 or STRATA_E_NOMEM. */
+typedef int (*tok_pair_fn)(const struct tokenizer *tok, const char *text, const struct tok_sym *s,
+                           int32_t l, int32_t r, struct tok_heap *h);
+int tok_heap_push(struct tok_heap *h, struct tok_bigram bg);
+/* Splits text[0..len) into UTF-8 characters (a truncated sequence at the end
+ * is one symbol) linked in order; s has len entries. Returns the count. */
+int32_t tok_syms_split(const char *text, size_t len, struct tok_sym *s);
+/* Queues every adjacent pair, then merges the best one while any is queued
+ * (pairs whose sides changed since queuing are skipped). The result is the
+ * list from s[0] along .next. h is emptied first; its storage is reused. */
+int tok_syms_merge(const struct tokenizer *tok, const char *text, struct tok_sym *s, int32_t n,
+                   tok_pair_fn pair, struct tok_heap *h);
 
 /* ---- vocabulary ------------------------------------------------------------ */
 

@@ -18,77 +18,15 @@
 
 #include "engine/tokenizer-impl.h"
 
-struct spm_sym {
-    uint32_t off; /* bytes into the text */
-    uint32_t n;   /* bytes; 0 once merged into its left neighbour */
-    int32_t prev, next;
-};
-
-struct spm_bigram {
-    float score;
-    int32_t left, right;
-    uint32_t size; /* bytes of left + right when queued */
-};
-
-struct spm_heap {
-    struct spm_bigram *v;
-    size_t n, cap;
-};
-
-/* a before b: higher score, then smaller left index */
-static bool spm_before(const struct spm_bigram *a, const struct spm_bigram *b) {
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static int heap_push(struct spm_heap *h, struct spm_bigram bg) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        struct spm_bigram *v = realloc(h->v, cap * sizeof(*v));
-        if (!v)
-            return STRATA_E_NOMEM;
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!spm_before(&bg, &h->v[p]))
-            break;
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = bg;
-    return 0;
-}
-
-static struct spm_bigram heap_pop(struct spm_heap *h) {
-    struct spm_bigram top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n)
-            break;
-        if (c + 1 < h->n && spm_before(&h->v[c + 1], &h->v[c]))
-            c++;
-        if (!spm_before(&h->v[c], &last))
-            break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n)
-        h->v[i] = last;
-    return top;
-}
-
-static int try_bigram(const struct tokenizer *tok, const char *text, const struct spm_sym *syms,
-                      int32_t l, int32_t r, struct spm_heap *h) {
+static int try_bigram(const struct tokenizer *tok, const char *text, const struct tok_sym *syms,
+                      int32_t l, int32_t r, struct tok_heap *h) {
     if (l < 0 || r < 0)
         return 0;
     uint32_t size = syms[l].n + syms[r].n;
     int32_t id = tok_lookup(tok, text + syms[l].off, size);
     if (id < 0)
         return 0;
-    return heap_push(h, (struct spm_bigram){tok->tokens[id].score, l, r, size});
+    return tok_heap_push(h, (struct tok_bigram){-(double)tok->tokens[id].score, l, r, size});
 }
 
 static int spm_chunk(const struct tokenizer *tok, const char *text, size_t len,
@@ -97,39 +35,14 @@ static int spm_chunk(const struct tokenizer *tok, const char *text, size_t len,
         return 0;
     if (len > UINT32_MAX / 2)
         return STRATA_E_LIMIT;
-    struct spm_sym *syms = malloc(len * sizeof(*syms));
-    struct spm_heap h = {0};
-    int rc = 0;
+    struct tok_sym *syms = malloc(len * sizeof(*syms));
+    struct tok_heap h = {0};
     if (!syms)
         return STRATA_E_NOMEM;
-    int32_t n = 0;
-    for (size_t off = 0; off < len;) {
-        size_t cl = tok_utf8_len((uint8_t)text[off]);
-        if (cl > len - off)
-            cl = len - off;
-        syms[n] = (struct spm_sym){(uint32_t)off, (uint32_t)cl, n - 1, -1};
-        off += cl;
-        syms[n].next = off == len ? -1 : n + 1;
-        n++;
-    }
-    for (int32_t i = 1; i < n && rc == 0; i++)
-        rc = try_bigram(tok, text, syms, i - 1, i, &h);
-    while (h.n && rc == 0) {
-        struct spm_bigram bg = heap_pop(&h);
-        struct spm_sym *l = &syms[bg.left], *r = &syms[bg.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size)
-            continue; /* one side changed since it was queued */
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0)
-            syms[r->next].prev = bg.left;
-        rc = try_bigram(tok, text, syms, l->prev, bg.left, &h);
-        if (rc == 0)
-            rc = try_bigram(tok, text, syms, bg.left, l->next, &h);
-    }
+    int32_t n = tok_syms_split(text, len, syms);
+    int rc = tok_syms_merge(tok, text, syms, n, try_bigram, &h);
     for (int32_t i = 0; i != -1 && n > 0 && rc == 0; i = syms[i].next) {
-        const struct spm_sym *s = &syms[i];
+        const struct tok_sym *s = &syms[i];
         int32_t id = tok_lookup(tok, text + s->off, s->n);
         if (id >= 0) {
             rc = tok_ids_push(out, id);

@@ -65,6 +65,87 @@ void tokenizer_ids_free(struct tokenizer_ids *ids) {
     ids->n = ids->cap = 0;
 }
 
+static bool bigram_before(const struct tok_bigram *a, const struct tok_bigram *b) {
+    return a->key < b->key || (a->key == b->key && a->left < b->left);
+}
+
+int tok_heap_push(struct tok_heap *h, struct tok_bigram bg) {
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 64;
+        struct tok_bigram *v = realloc(h->v, cap * sizeof(*v));
+        if (!v)
+            return STRATA_E_NOMEM;
+        h->v = v;
+        h->cap = cap;
+    }
+    size_t i = h->n++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!bigram_before(&bg, &h->v[p]))
+            break;
+        h->v[i] = h->v[p];
+        i = p;
+    }
+    h->v[i] = bg;
+    return 0;
+}
+
+static struct tok_bigram heap_pop(struct tok_heap *h) {
+    struct tok_bigram top = h->v[0], last = h->v[--h->n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= h->n)
+            break;
+        if (c + 1 < h->n && bigram_before(&h->v[c + 1], &h->v[c]))
+            c++;
+        if (!bigram_before(&h->v[c], &last))
+            break;
+        h->v[i] = h->v[c];
+        i = c;
+    }
+    if (h->n)
+        h->v[i] = last;
+    return top;
+}
+
+int32_t tok_syms_split(const char *text, size_t len, struct tok_sym *s) {
+    int32_t n = 0;
+    for (size_t off = 0; off < len;) {
+        size_t cl = tok_utf8_len((uint8_t)text[off]);
+        if (cl > len - off)
+            cl = len - off;
+        s[n] = (struct tok_sym){(uint32_t)off, (uint32_t)cl, n - 1, -1};
+        off += cl;
+        s[n].next = off == len ? -1 : n + 1;
+        n++;
+    }
+    return n;
+}
+
+int tok_syms_merge(const struct tokenizer *tok, const char *text, struct tok_sym *s, int32_t n,
+                   tok_pair_fn pair, struct tok_heap *h) {
+    int rc = 0;
+    h->n = 0;
+    for (int32_t i = 1; i < n && rc == 0; i++)
+        rc = pair(tok, text, s, i - 1, i, h);
+    while (h->n && rc == 0) {
+        struct tok_bigram bg = heap_pop(h);
+        struct tok_sym *l = &s[bg.left], *r = &s[bg.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size)
+            continue; /* one side changed since it was queued */
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0)
+            s[r->next].prev = bg.left;
+        rc = pair(tok, text, s, l->prev, bg.left, h);
+        if (rc == 0)
+            rc = pair(tok, text, s, bg.left, l->next, h);
+    }
+    return rc;
+}
+
 bool tok_utf8_decode(const uint8_t *s, size_t n, size_t *off, uint32_t *cp) {
     size_t i = *off;
     uint8_t c = s[i];
