@@ -110,21 +110,35 @@ static enum metrics_route metrics_route_of(const struct exchange *ex) {
     return ex->route;
 }
 
-enum MHD_Result http_respond_json(struct exchange *ex, int status, char *body) {
-    if (!body)
-        return MHD_NO; /* out of memory: MHD closes the connection */
+/* A JSON response that owns body (steals: freed on every path); NULL when
+ * libmicrohttpd is out of memory. */
+static struct MHD_Response *json_response(char *body) {
     struct MHD_Response *r =
         MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(body);
-        return MHD_NO;
+        return NULL;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    return r;
+}
+
+/* Queues r (released here), marks the exchange answered and counts it. */
+static enum MHD_Result queue_final(struct exchange *ex, int status, struct MHD_Response *r) {
     enum MHD_Result rc = MHD_queue_response(ex->conn, (unsigned)status, r);
     MHD_destroy_response(r);
     ex->phase = PHASE_RESPONDED;
     metrics_count_request(ex->srv->metrics, metrics_route_of(ex), status);
     return rc;
+}
+
+enum MHD_Result http_respond_json(struct exchange *ex, int status, char *body) {
+    if (!body)
+        return MHD_NO; /* out of memory: MHD closes the connection */
+    struct MHD_Response *r = json_response(body);
+    if (!r)
+        return MHD_NO;
+    return queue_final(ex, status, r);
 }
 
 enum MHD_Result http_respond_error(struct exchange *ex, int code, const char *message,
@@ -138,24 +152,16 @@ enum MHD_Result http_respond_error_as(struct exchange *ex, int code, const char 
     if (!body)
         return MHD_NO;
     int status = strata_error_http_status(code);
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(body);
+    struct MHD_Response *r = json_response(body);
+    if (!r)
         return MHD_NO;
-    }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
     if (allow)
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
     if (code == STRATA_E_AUTH)
         MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (code == STRATA_E_QUEUE_FULL) /* --parallel + --queue in flight: back off a second */
         MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-    enum MHD_Result rc = MHD_queue_response(ex->conn, (unsigned)status, r);
-    MHD_destroy_response(r);
-    ex->phase = PHASE_RESPONDED;
-    metrics_count_request(ex->srv->metrics, metrics_route_of(ex), status);
-    return rc;
+    return queue_final(ex, status, r);
 }
 
 /* Strict UTF-8 (RFC 3629): no overlongs, no surrogates, nothing above U+10FFFF. */
