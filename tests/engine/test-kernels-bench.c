@@ -83,6 +83,13 @@ static double run_read(struct pool *p, struct read_job *j, int64_t n_rows, int r
     return best;
 }
 
+static void noop_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
+    (void)ctx;
+    (void)r0;
+    (void)r1;
+    (void)worker;
+}
+
 static void noop_each(void *ctx, int worker) {
     (void)ctx;
     (void)worker;
@@ -125,8 +132,15 @@ int main(int argc, char **argv) {
         double t0 = now_s();
         for (int i = 0; i < n; i++)
             pool_run_each(pn, noop_each, NULL, nt);
-        printf("pool: %d threads, empty dispatch %.2f us (mean of %d)\n", nt,
-               (now_s() - t0) / n * 1e6, n);
+        double each_us = (now_s() - t0) / n * 1e6;
+        /* A row job of one chunk per thread doing nothing (revocable). */
+        struct pool_task t = {.fn = noop_rows, .n_rows = 32 * nt, .min_grain = 32};
+        t0 = now_s();
+        for (int i = 0; i < n; i++)
+            pool_run(pn, &t, 1);
+        printf("pool: %d threads, empty dispatch %.2f us (every thread joins), %.2f us (row job) "
+               "(means of %d)\n",
+               nt, each_us, (now_s() - t0) / n * 1e6, n);
     }
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         enum quant_type t = types[ti];
