@@ -12,8 +12,9 @@
  * 32 MB L3 reported), shared with ~8 engineers' builds (load average 5-16
  * during every run, so the DRAM figures are a floor, not the box's peak);
  * 2026-11-30, active ISA avx512-vnni:
- *   MB=1 (L2), 1 thread: q4_0 23.1  q8_0 49.0  q4_K 26.5  q5_K 25.6
- *     q6_K 45.9  mxfp4 16.4  iq4_nl 16.9  f16 37.4  bf16 35.2  f32 73.8
+ *   MB=1 (L2), 1 thread: q4_0 23.4  q8_0 49.8  q4_K 26.7  q5_K 26.0
+ *     q6_K 46.2  mxfp4 19.1  iq4_nl 22.0  f16 37.8  bf16 35.4  f32 73.3
+ *     (avx2 build: q4_0 17.8  q8_0 44.6  q4_K 24.3  q6_K 38.3)
  *     (compute ceilings per thread; 2 threads double them when the second
  *     core is free: MB=8 q4_0 22.5 -> 45.5 with plain read 69 -> 136).
  *   MB=512 (DRAM, load 5-6), 1 thread / 2 threads, and a plain streaming

@@ -15,6 +15,9 @@
  * by a shared cursor in grains (>= 1 chunk per worker, ~8 per worker, floor
  * `min_grain`, default 32 rows); a job with few chunks invites only that many
  * workers. Several tasks (e.g. Q, K and V, or gate and up) share one dispatch.
+ * A worker claims its ticket before running; once every row is handed out the
+ * caller revokes tickets nobody claimed yet, so a descheduled worker never
+ * delays a row job (pool_run_each jobs always wait for every participant).
  *
  * Threading: one dispatching thread at a time per pool (the scheduler thread
  * owns it); fn runs concurrently on disjoint row ranges.
