@@ -113,8 +113,7 @@ static void reap_cancelled(struct sched *s, struct gen_job **list, bool active, 
             if (active)
                 s->n_active--;
             char msg[96];
-            snprintf(msg, sizeof(msg), "request exceeded its %.0f s deadline",
-                     s->p.request_timeout);
+            snprintf(msg, sizeof(msg), "request exceeded its %g s deadline", s->p.request_timeout);
             job_fail(s, j, cancelled ? STRATA_E_CANCELLED : STRATA_E_TIMEOUT,
                      cancelled ? "request cancelled" : msg, NULL);
         } else {
@@ -256,13 +255,16 @@ static void step(struct sched *s) {
         s->entries[n++] = (struct model_batch_entry){j->seq, j->n_past, j->last, true};
         s->row_job[n_rows++] = j;
     }
-    /* While streams decode, prefill at most n_batch / 16 (>= 8) tokens a
-     * step: a step's time grows with its tokens, and every decoder waits for
-     * the whole step (a 512-token chunk of a 1B model is seconds on 2 cores).
-     * With nobody decoding, prefill takes the whole budget (TTFT). */
+    /* While streams decode, a step prefills at most as many tokens as it
+     * decodes (at least 8): a step's time grows with its tokens and every
+     * decoder waits for the whole step, so a prompt being prefilled at most
+     * doubles the others' inter-token time (on a 2-core box a 1B model's
+     * batched forward costs ~30 ms a token: a 512-token chunk would freeze
+     * every stream for seconds). With nobody decoding, prefill takes the
+     * whole budget (TTFT). */
     int limit = s->n_batch;
     if (n > 0) {
-        int pf = s->n_batch / 16 > 8 ? s->n_batch / 16 : 8;
+        int pf = n > 8 ? n : 8;
         limit = n + pf < s->n_batch ? n + pf : s->n_batch;
     }
     for (struct gen_job *j = s->active; j && n < limit; j = j->next) {

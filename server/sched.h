@@ -12,7 +12,8 @@
  * Each step builds one model_forward batch: one token for every decoding
  * session plus prefill chunks of admitted sessions, at most n_batch entries
  * in all (decoders first, so a long prompt never stalls running streams;
- * the rest of the budget goes to prefills in arrival order). Sessions join
+ * while any decode, a step prefills at most as many tokens as it decodes,
+ * at least 8, in arrival order). Sessions join
  * and leave between steps. At most `parallel` sessions hold a KV sequence;
  * up to `queue` more requests wait; beyond that submit answers
  * STRATA_E_QUEUE_FULL (HTTP 429, Retry-After). A cancelled job (client gone,
