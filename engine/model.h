@@ -121,7 +121,7 @@ const struct gguf_file *model_gguf(const struct model *m); /* borrowed: valid un
 uint64_t model_weight_bytes(const struct model *m);
 /* One tensor type of the file's tensor table (the quant mix), for /status. */
 struct model_weight_type {
-    uint32_t type; /* enum quant_type; quant_type_name() gives "Q4_0", ... */
+    uint32_t type; /* enum quant_type; quant_type_name() gives "q4_0", ... */
     int64_t n_tensors;
     uint64_t n_bytes; /* tensor data bytes of this type */
 };

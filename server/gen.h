@@ -148,7 +148,7 @@ struct gen_stats {
     char model_path[512];    /* the GGUF path as given */
     int n_weight_types;      /* entries of weight_types in use (0 = unknown) */
     struct gen_weight_type { /* the quant mix, from the GGUF tensor table, most bytes first */
-        char type[16];       /* quant_type_name(): "Q4_0", "F32", ... */
+        char type[16];       /* quant_type_name(): "q4_0", "f32", ... */
         int64_t n_tensors;
         uint64_t n_bytes; /* tensor data bytes of this type */
     } weight_types[GEN_WEIGHT_TYPES_MAX];
