@@ -107,6 +107,21 @@ static int submit(struct req *r, const char *prompt, int max_tokens) {
     return rc;
 }
 
+/* Submits a chat request with the messages array (borrowed). */
+static int submit_chat(struct req *r, json_t *messages, int max_tokens) {
+    json_t *body = json_pack("{s:s, s:O, s:i, s:f}", "model", "stories260K", "messages", messages,
+                             "max_tokens", max_tokens, "temperature", 0.0);
+    struct gen_submit gs = {GEN_ROUTE_CHAT, body, false, false};
+    struct gen_submit_out out = {0};
+    struct strata_error err = {0};
+    pthread_mutex_lock(&r->mu);
+    int rc = sched_gen_ops()->submit(r->s, &gs, (struct gen_sink){on_event, r}, &out, &err);
+    r->job = out.job;
+    pthread_mutex_unlock(&r->mu);
+    json_decref(body);
+    return rc;
+}
+
 static void wait_done(struct req *r) {
     pthread_mutex_lock(&r->mu);
     while (!r->done)
@@ -127,6 +142,16 @@ static char *body_text(const char *body) {
     json_t *o = body ? json_loads(body, 0, NULL) : NULL;
     const char *t = NULL;
     json_unpack(o, "{s:[{s:s}]}", "choices", "text", &t);
+    char *out = t ? strdup(t) : NULL;
+    json_decref(o);
+    return out;
+}
+
+/* choices[0].message.content of a chat body (owned). */
+static char *body_content(const char *body) {
+    json_t *o = body ? json_loads(body, 0, NULL) : NULL;
+    const char *t = NULL;
+    json_unpack(o, "{s:[{s:{s:s}}]}", "choices", "message", "content", &t);
     char *out = t ? strdup(t) : NULL;
     json_decref(o);
     return out;
@@ -287,6 +312,49 @@ START_TEST(test_prefix_reuse) {
 }
 END_TEST
 
+START_TEST(test_chat_second_turn) {
+    /* a conversation's second turn (chat template, ChatML fallback) reuses
+     * the first turn's prompt and answer and answers like a cold run */
+    struct sched *s = open_sched(2, 8, 0, 0, true);
+    struct sched *cold = open_sched(2, 8, 0, 0, false);
+    json_t *msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", "Tell me about Lily.");
+    struct req a;
+    req_init(&a, s);
+    ck_assert_int_eq(submit_chat(&a, msgs, 30), 0);
+    wait_done(&a);
+    ck_assert_int_eq(a.err_code, 0);
+    char *answer = body_content(a.body);
+    ck_assert(answer != NULL);
+    json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "assistant", "content", answer));
+    json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", "And Ben?"));
+    uint64_t before = stats_of(s).tokens_prompt;
+    struct req b, c;
+    req_init(&b, s);
+    req_init(&c, cold);
+    ck_assert_int_eq(submit_chat(&b, msgs, 20), 0);
+    ck_assert_int_eq(submit_chat(&c, msgs, 20), 0);
+    wait_done(&b);
+    wait_done(&c);
+    ck_assert_int_eq(b.err_code, 0);
+    ck_assert_int_eq(c.n_cached, 0);
+    ck_assert_int_ge(b.n_cached, a.n_prompt); /* at least the whole first prompt */
+    ck_assert_int_lt(b.n_cached, b.n_prompt);
+    ck_assert_uint_eq(settled(s).tokens_prompt - before, (uint64_t)(b.n_prompt - b.n_cached));
+    char *tb = body_content(b.body), *tc = body_content(c.body);
+    ck_assert_msg(tb && tc && !strcmp(tb, tc), "cached '%s' vs cold '%s'", tb, tc);
+    free(answer);
+    free(tb);
+    free(tc);
+    json_decref(msgs);
+    req_free(&a);
+    req_free(&b);
+    req_free(&c);
+    check_settled(s);
+    sched_free(cold);
+    sched_free(s);
+}
+END_TEST
+
 START_TEST(test_pool_exhaustion_waits) {
     /* a pool of 8 blocks (128 positions, n_ctx capped to it) and 3 sessions:
      * each request reserves prompt + max_tokens, so only one fits at a time;
@@ -438,6 +506,7 @@ static Suite *sched_suite(void) {
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_batched_equals_alone);
     tcase_add_test(tc, test_prefix_reuse);
+    tcase_add_test(tc, test_chat_second_turn);
     tcase_add_test(tc, test_pool_exhaustion_waits);
     tcase_add_test(tc, test_queue_full);
     tcase_add_test(tc, test_cancel_mid_decode_and_prefill);
