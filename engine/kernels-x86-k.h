@@ -264,10 +264,45 @@ KX_INLINE void kx_flt_row(enum kx_flt k, const struct kern_mat *w, int64_t r, co
     }
 }
 
+/* F32 x F32 in double (exact products, double sums), like the reference and
+ * ggml's scalar ggml_vec_dot_f32: float accumulation moved MoE router logits
+ * enough to flip near-tied experts (model-llamacpp, qwen3moe f32: logit gap
+ * error 1.25e-3 with float sums, 5.2e-5 with double). F32 weights are the
+ * small test models; the halved arithmetic rate (36 GB/s per thread in L2)
+ * still exceeds the memory stream. */
+KX_INLINE void kx_f32d_row(const struct kern_mat *w, int64_t r, const uint8_t *xq, size_t xs,
+                           int nt, float *out, int64_t ldy) {
+    const int64_t n = w->n_cols;
+    const float *row = (const float *)((const uint8_t *)w->data + (size_t)r * w->row_bytes);
+    __m256d lo[KX_TILE], hi[KX_TILE];
+    for (int t = 0; t < nt; t++)
+        lo[t] = hi[t] = _mm256_setzero_pd();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 wv = _mm256_loadu_ps(row + i);
+        __m256d wl = _mm256_cvtps_pd(_mm256_castps256_ps128(wv));
+        __m256d wh = _mm256_cvtps_pd(_mm256_extractf128_ps(wv, 1));
+        for (int t = 0; t < nt; t++) {
+            __m256 xv = _mm256_loadu_ps((const float *)(xq + (size_t)t * xs) + i);
+            lo[t] = _mm256_fmadd_pd(wl, _mm256_cvtps_pd(_mm256_castps256_ps128(xv)), lo[t]);
+            hi[t] = _mm256_fmadd_pd(wh, _mm256_cvtps_pd(_mm256_extractf128_ps(xv, 1)), hi[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        const float *a = (const float *)(xq + (size_t)t * xs);
+        __m256d v = _mm256_add_pd(lo[t], hi[t]);
+        __m128d h = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+        double sum = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+        for (int64_t j = i; j < n; j++)
+            sum += (double)row[j] * (double)a[j];
+        out[t * ldy] = (float)sum;
+    }
+}
+
 KX_INLINE void kx_f32_tile(const struct kern_mat *w, int64_t r, int NR, const uint8_t *xq,
                            size_t xs, int nt, float *out, int64_t ldy) {
     for (int i = 0; i < NR; i++)
-        kx_flt_row(KX_F32, w, r + i, xq, xs, nt, out + i, ldy);
+        kx_f32d_row(w, r + i, xq, xs, nt, out + i, ldy);
 }
 KX_INLINE void kx_f16_tile(const struct kern_mat *w, int64_t r, int NR, const uint8_t *xq,
                            size_t xs, int nt, float *out, int64_t ldy) {
