@@ -13,7 +13,8 @@
  * during every run, so the DRAM figures are a floor, not the box's peak);
  * 2026-11-30, active ISA avx512-vnni:
  *   MB=1 (L2), 1 thread: q4_0 23.4  q8_0 49.8  q4_K 26.7  q5_K 26.0
- *     q6_K 46.2  mxfp4 19.1  iq4_nl 22.0  f16 37.8  bf16 35.4  f32 73.3
+ *     q6_K 46.2  mxfp4 19.1  iq4_nl 22.0  f16 37.8  bf16 35.4  f32 34.1
+ *     (f32 sums in double since; 73 with float sums, as in the DRAM row)
  *     (avx2 build: q4_0 17.8  q8_0 44.6  q4_K 24.3  q6_K 38.3)
  *     (compute ceilings per thread; 2 threads double them when the second
  *     core is free: MB=8 q4_0 22.5 -> 45.5 with plain read 69 -> 136).
