@@ -31,11 +31,13 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "config/config.h"
 #include "engine/gguf.h"
 #include "engine/kv.h"
 #include "engine/model.h"
 #include "engine/pool.h"
 #include "engine/sampler.h"
+#include "engine/sysinfo.h"
 #include "engine/template.h"
 #include "engine/tokenizer.h"
 
@@ -44,7 +46,7 @@ struct run_opts {
     const char *prompt;
     const char *ids; /* "1,2,3": prompt token ids instead of text */
     int n_gen;       /* tokens to generate */
-    int n_threads;   /* 0 = online CPUs, capped at 32 */
+    int n_threads;   /* 0 = STRATA_THREADS / config, else available CPUs - 1 */
     int n_ctx;       /* 0 = prompt + n_gen */
     int n_batch;     /* prefill chunk; 0 = model default */
     bool chat, json, ignore_eos;
@@ -356,11 +358,31 @@ int cli_run_main(int argc, char **argv) {
     struct run_stats st = {0};
     bool eog = false;
 
-    if (o.n_threads == 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        o.n_threads = n < 1 ? 1 : n > 32 ? 32 : (int)n;
-    }
+    /* Threads and pool spin follow the same rule as `strata serve`: -t, else
+     * STRATA_THREADS / the config file (option table), else the affinity mask
+     * and cgroup quota minus one, capped at 32 (engine/sysinfo.h). */
     struct pool_params pp = pool_params_default();
+    {
+        char *cargv[] = {"strata run", NULL};
+        struct config *cfg = config_load(&(struct config_params){1, cargv, NULL}, &err);
+        if (!cfg) {
+            rc = 2; /* invalid option values stop start-up with 2, as in serve */
+            goto done;
+        }
+        pp.spin = (int)config_int(cfg, CONFIG_POOL_SPIN);
+        int forced = o.n_threads ? o.n_threads : (int)config_int(cfg, CONFIG_THREADS);
+        struct sysinfo_params sip = sysinfo_params_default();
+        sip.root = config_str(cfg, CONFIG_SYS_ROOT);
+        struct sysinfo_limits lim;
+        const char *src = NULL;
+        if (forced > 0)
+            o.n_threads = forced;
+        else if (sysinfo_read(&sip, &lim, &err) == 0)
+            o.n_threads = sysinfo_effective_threads(0, NULL, &lim, &src);
+        else
+            o.n_threads = 1;
+        config_free(cfg);
+    }
     pp.n_threads = o.n_threads;
     if (!(pool = pool_init(&pp, &err)))
         goto done;
