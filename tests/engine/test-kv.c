@@ -234,6 +234,80 @@ START_TEST(test_prefix_trie) {
 }
 END_TEST
 
+/* Random requests over a small alphabet (so prefixes repeat) through lookup,
+ * attach, copy-on-write, insert, clear and eviction, as the scheduler does.
+ * Every row stores a 64-bit hash of the tokens up to its position (K row:
+ * 4 x 16 bits), so a reused row must carry the new request's own prefix; at
+ * the end every block is back. */
+static uint64_t prefix_hash(uint64_t h, int32_t tok) {
+    return (h ^ (uint64_t)(tok + 1)) * 0x100000001b3ull;
+}
+
+START_TEST(test_prefix_random_invariants) {
+    const int n_seq = 3, n_ctx = 48, B = 4;
+    struct kv_cache *kv = small_kv(n_seq, n_ctx, B, 40);
+    struct prefix_cache *pc = prefix_init(kv, NULL);
+    unsigned rng = 12345;
+    int32_t toks[3][48], blocks[16];
+    int len[3] = {0, 0, 0};
+    int reused = 0;
+    for (int it = 0; it < 400; it++) {
+        rng = rng * 1103515245u + 12345u;
+        int seq = (int)((rng >> 16) % (unsigned)n_seq);
+        if (len[seq] > 0) { /* finish it: cache and clear */
+            ck_assert_int_eq(prefix_insert(pc, toks[seq], len[seq], seq, NULL), 0);
+            kv_seq_clear(kv, seq, NULL);
+            len[seq] = 0;
+            continue;
+        }
+        int n = 2 + (int)((rng >> 8) % 40u);
+        for (int i = 0; i < n; i++) {
+            rng = rng * 1103515245u + 12345u;
+            toks[seq][i] = (int32_t)((rng >> 16) % 3u); /* 3 tokens: long shared prefixes */
+        }
+        int nb = 0, hit = prefix_lookup(pc, toks[seq], n - 1, blocks, &nb);
+        ck_assert_int_le(hit, n - 1);
+        ck_assert_int_eq(kv_seq_attach(kv, seq, blocks, nb, hit, NULL), 0);
+        reused += hit;
+        uint64_t h = 0;
+        for (int p = 0; p < n; p++) {
+            h = prefix_hash(h, toks[seq][p]);
+            if (p < hit) { /* reused row: must be this prefix's */
+                for (int i = 0; i < 4; i++)
+                    ck_assert_int_eq(kv_k_row(kv, 1, seq, p)[i], (uint16_t)(h >> (16 * i)));
+                continue;
+            }
+            if (kv_blocks_free(kv) == 0)
+                prefix_evict(pc, 1);
+            ck_assert_int_eq(kv_seq_reserve_pos(kv, seq, p, NULL), 0);
+            for (int i = 0; i < 4; i++)
+                kv_k_row(kv, 1, seq, p)[i] = (uint16_t)(h >> (16 * i));
+            kv_seq_set_len(kv, seq, p + 1);
+        }
+        len[seq] = n;
+        /* accounting: referenced blocks = free complement */
+        int refs = 0, used = 0;
+        for (int b = 0; b < 40; b++) {
+            refs += kv_block_refs(kv, b);
+            used += kv_block_refs(kv, b) > 0;
+        }
+        int tab = 0;
+        for (int s2 = 0; s2 < n_seq; s2++)
+            tab += kv_seq_n_blocks(kv, s2);
+        ck_assert_int_eq(refs, tab + prefix_n_entries(pc));
+        ck_assert_int_eq(used, 40 - kv_blocks_free(kv));
+    }
+    ck_assert_int_gt(reused, 100);
+    for (int s2 = 0; s2 < n_seq; s2++)
+        kv_seq_clear(kv, s2, NULL);
+    ck_assert_int_eq(prefix_n_idle(pc), prefix_n_entries(pc));
+    prefix_clear_idle(pc);
+    ck_assert_int_eq(kv_blocks_free(kv), 40);
+    prefix_free(pc);
+    kv_free(kv);
+}
+END_TEST
+
 /* ---- on the real model --------------------------------------------------------- */
 
 static void prefill(struct model *m, struct kv_cache *kv, int seq, const int32_t *toks, int from,
@@ -306,6 +380,7 @@ static Suite *kv_suite(void) {
     tcase_add_test(tc, test_share_and_copy_on_write);
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_prefix_trie);
+    tcase_add_test(tc, test_prefix_random_invariants);
     tcase_add_test(tc, test_model_prefix_reuse_bit_identical);
     suite_add_tcase(s, tc);
     return s;
