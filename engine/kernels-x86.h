@@ -20,6 +20,7 @@
 #define STRATA_KERNELS_X86_H
 
 #include <immintrin.h>
+#include <stdlib.h>
 
 #include "engine/kernels-impl.h"
 
@@ -320,6 +321,155 @@ KX_INLINE void kx_z_step(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, i
     }
 }
 
+/* ---- AVX-512 GEMM for n_tok >= KX_GEMM_MIN (prefill chunks, batched decode)
+ * The activations of a chunk of KX_GEMM_CHUNK tokens are prepared once per
+ * call (per chunk) in the block-pair layout: bytes, minus the offset sum, and
+ * the scale pair spread over the lanes, so the micro-kernel keeps 4 rows of
+ * unpacked weights in registers and does per (row, token, block pair) only
+ * vpdpbusd (into the negated offset sum), cvt, mul and fma with 16
+ * accumulators. The integer lanes, the scale products and the fma order per
+ * (row, token) are exactly kx_z_step's, so results are bit-identical to the
+ * n_tok = 1 path (decode) and to any tiling. */
+#define KX_GEMM_MIN 8
+#define KX_GEMM_CHUNK 16
+
+struct kx_zact {
+    __m512i y;    /* activation pair in the weights' layout */
+    __m512i negs; /* -offset * sum(y) per lane */
+    __m512 dy;    /* activation scales spread like kx_z_scales */
+};
+
+/* Unsigned x signed bytes added to acc (exact int32, same lanes as kx_z_dot). */
+KX_INLINE __m512i kx_z_dot_acc(__m512i acc, __m512i u, __m512i y) {
+#if KX_VNNI
+    return _mm512_dpbusd_epi32(acc, u, y);
+#else
+    return _mm512_add_epi32(acc,
+                            _mm512_madd_epi16(_mm512_maddubs_epi16(u, y), _mm512_set1_epi16(1)));
+#endif
+}
+
+/* nt tokens of activation rows -> dst[t * np + p] for block pairs p < np. */
+KX_INLINE void kx_z_pack(enum kx_b32 k, const uint8_t *xq, size_t xs, int64_t nt, int64_t nb,
+                         struct kx_zact *dst) {
+    const int64_t np = (nb + 1) / 2;
+    for (int64_t t = 0; t < nt; t++) {
+        const block_q8_0 *a = (const block_q8_0 *)(xq + (size_t)t * xs);
+        for (int64_t p = 0; p < np; p++) {
+            __m512i ys;
+            __m128 dp;
+            struct kx_zact *d = dst + t * np + p;
+            d->y = kx_z_act(k, a + 2 * p, 2 * p + 1 < nb, &ys, &dp);
+            d->negs = _mm512_sub_epi32(_mm512_setzero_si512(), ys);
+            d->dy = kx_z_scales(k, dp);
+        }
+    }
+}
+
+KX_INLINE void kx_zg_step(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, int NR, int64_t p,
+                          int two, const struct kx_zact *act, int64_t np, int nt,
+                          __m512 acc[4][KX_TILE]) {
+    const size_t bsz = kx_b32_size(k);
+    __m512i q[4];
+    __m512 dx[4];
+    for (int i = 0; i < NR; i++) {
+        __m128 d;
+        q[i] = kx_z_weights(k, row0 + (size_t)i * row_bytes + (size_t)(2 * p) * bsz, two, &d);
+        dx[i] = kx_z_scales(k, d);
+    }
+    for (int t = 0; t < nt; t++) {
+        const struct kx_zact *a = act + t * np + p;
+        const __m512i y = a->y, negs = a->negs;
+        const __m512 dy = a->dy;
+        for (int i = 0; i < NR; i++) {
+            __m512i sum = kx_z_dot_acc(negs, q[i], y);
+            acc[i][t] =
+                _mm512_fmadd_ps(_mm512_mul_ps(dx[i], dy), _mm512_cvtepi32_ps(sum), acc[i][t]);
+        }
+    }
+}
+
+/* NR rows x nt tokens over all blocks; act points at the tile's first token. */
+KX_INLINE void kx_zg_tile(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, int NR, int64_t nb,
+                          const struct kx_zact *act, int nt, float *out, int64_t ldy) {
+    const int64_t np = (nb + 1) / 2;
+    __m512 acc[4][KX_TILE];
+    for (int i = 0; i < NR; i++)
+        for (int t = 0; t < nt; t++)
+            acc[i][t] = _mm512_setzero_ps();
+    int64_t p = 0;
+    for (; p < nb / 2; p++)
+        kx_zg_step(k, row0, row_bytes, NR, p, 1, act, np, nt, acc);
+    if (p < np)
+        kx_zg_step(k, row0, row_bytes, NR, p, 0, act, np, nt, acc);
+    for (int i = 0; i < NR; i++)
+        for (int t = 0; t < nt; t++)
+            out[t * ldy + i] = _mm512_reduce_add_ps(acc[i][t]);
+}
+
+/* Rows [r0, r1) x nt (<= KX_GEMM_CHUNK) packed tokens: 4-row tiles, then
+ * single rows; token tiles of KX_TILE with compile-time remainders. */
+KX_INLINE void kx_zg_rows(enum kx_b32 k, const struct kern_mat *w, int64_t nb,
+                          const struct kx_zact *act, int64_t nt, float *y, int64_t ldy, int64_t r0,
+                          int64_t r1) {
+    const int64_t np = (nb + 1) / 2;
+    const size_t rb = w->row_bytes;
+    int64_t r = r0;
+    for (; r < r1; r += r + 4 <= r1 ? 4 : 1) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
+        const int four = r + 4 <= r1;
+        for (int64_t t = 0; t < nt; t += KX_TILE) {
+            const struct kx_zact *a = act + t * np;
+            float *o = y + t * ldy + r;
+            switch ((four ? 10 : 0) + (nt - t < KX_TILE ? (int)(nt - t) : KX_TILE)) {
+            case 14:
+                kx_zg_tile(k, row, rb, 4, nb, a, 4, o, ldy);
+                break;
+            case 13:
+                kx_zg_tile(k, row, rb, 4, nb, a, 3, o, ldy);
+                break;
+            case 12:
+                kx_zg_tile(k, row, rb, 4, nb, a, 2, o, ldy);
+                break;
+            case 11:
+                kx_zg_tile(k, row, rb, 4, nb, a, 1, o, ldy);
+                break;
+            case 4:
+                kx_zg_tile(k, row, 0, 1, nb, a, 4, o, ldy);
+                break;
+            case 3:
+                kx_zg_tile(k, row, 0, 1, nb, a, 3, o, ldy);
+                break;
+            case 2:
+                kx_zg_tile(k, row, 0, 1, nb, a, 2, o, ldy);
+                break;
+            default:
+                kx_zg_tile(k, row, 0, 1, nb, a, 1, o, ldy);
+                break;
+            }
+        }
+    }
+}
+
+/* The GEMM over all tokens; 0 when the scratch could not be allocated (the
+ * caller then takes the tiled path, same bits). */
+static int kx_zg_matmul(enum kx_b32 k, const struct kern_mat *w, const void *xq, size_t xs,
+                        int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    const int64_t nb = w->n_cols / 32;
+    const int64_t np = (nb + 1) / 2;
+    struct kx_zact *buf =
+        aligned_alloc(64, (size_t)KX_GEMM_CHUNK * (size_t)np * sizeof(struct kx_zact));
+    if (!buf)
+        return 0;
+    for (int64_t t0 = 0; t0 < n_tok; t0 += KX_GEMM_CHUNK) {
+        int64_t nt = n_tok - t0 < KX_GEMM_CHUNK ? n_tok - t0 : KX_GEMM_CHUNK;
+        kx_z_pack(k, (const uint8_t *)xq + (size_t)t0 * xs, xs, nt, nb, buf);
+        kx_zg_rows(k, w, nb, buf, nt, y + t0 * ldy, ldy, r0, r1);
+    }
+    free(buf);
+    return 1;
+}
+
 KX_INLINE void kx_z_tile(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, int NR, int64_t nb,
                          const uint8_t *xq, size_t xs, int nt, float *out, int64_t ldy) {
     __m512 acc[4][KX_TILE];
@@ -364,6 +514,10 @@ KX_INLINE void kx_b32_matmul(enum kx_b32 k, const struct kern_mat *w, const void
     const uint8_t *x8 = xq;
     const size_t rb = w->row_bytes;
     int64_t r = r0;
+#if defined(__AVX512BW__)
+    if (KX_Z_KIND(k) && n_tok >= KX_GEMM_MIN && kx_zg_matmul(k, w, xq, xs, n_tok, y, ldy, r0, r1))
+        return;
+#endif
     if (n_tok == 1) {
         /* Decode: KX_DECODE_ROWS rows share each activation block (see there). */
         for (; KX_DECODE_ROWS > 1 && r + KX_DECODE_ROWS <= r1; r += KX_DECODE_ROWS)

@@ -3,8 +3,9 @@
  * on the box); build it in a release build directory and run it by hand:
  *
  *   meson setup build-rel --buildtype=release && ninja -C build-rel tests/kernels-bench
- *   build-rel/tests/kernels-bench [MB=128] [threads=2] [isa=-1: best] [reps=5] [types=all]
- *   (types: comma-separated ggml names, e.g. q4_0,q4_K)
+ *   build-rel/tests/kernels-bench [MB=128] [threads=2] [isa=-1: best] [reps=5] [types=all] [ntok=8]
+ *   (types: comma-separated ggml names, e.g. q4_0,q4_K; ntok: tokens of the
+ *   batched (prefill) figure, also given as G multiply-adds per second)
  *
  * Times are the best of `reps` runs (on a shared box the best run is the one
  * nobody preempted). MB=1 keeps the matrix in L2: the kernel's compute
@@ -117,6 +118,9 @@ int main(int argc, char **argv) {
     int reps = argc > 4 ? atoi(argv[4]) : 5;
     if (reps < 1)
         reps = 1;
+    int ntok = argc > 6 ? atoi(argv[6]) : 8;
+    if (ntok < 1 || ntok > 4096)
+        ntok = 8;
     printf("isa %s, %.0f MB of weights per type, 4096 columns\n",
            kernels_isa_name(kernels_isa_active()), mb);
     static const enum quant_type types[] = {QUANT_Q4_0, QUANT_Q8_0,  QUANT_Q4_K,   QUANT_Q5_K,
@@ -173,13 +177,13 @@ int main(int argc, char **argv) {
                 w[i] = 0x3f;
         size_t ab = kernels_act_row_size(t, n_cols);
         float *x = malloc((size_t)n_cols * sizeof(float));
-        uint8_t *xq = malloc(8 * ab);
-        for (int k = 0; k < 8; k++) {
+        uint8_t *xq = malloc((size_t)ntok * ab);
+        for (int k = 0; k < ntok; k++) {
             for (int64_t i = 0; i < n_cols; i++)
                 x[i] = (float)(rnd() >> 8) / 16777216.0f - 0.5f;
             kernels_quantize_act(t, x, xq + k * ab, n_cols);
         }
-        float *y = malloc((size_t)(8 * n_rows) * sizeof(float));
+        float *y = malloc((size_t)ntok * (size_t)n_rows * sizeof(float));
         struct kern_mat m = {w, t, n_rows, n_cols, rb};
         struct mm_job j = {&m, xq, ab, 1, y};
         run(pn, &j, 1); /* fault the pages in */
@@ -187,12 +191,13 @@ int main(int argc, char **argv) {
         double t1 = run(p1, &j, reps), tn = run(pn, &j, reps);
         struct read_job rj = {.data = w, .row_bytes = rb};
         double rd1 = run_read(p1, &rj, n_rows, reps), rdn = run_read(pn, &rj, n_rows, reps);
-        j.n_tok = 8;
+        j.n_tok = ntok;
         double t8 = run(pn, &j, reps);
         printf("%-7s decode 1 thread %5.1f GB/s (plain read %5.1f)  %d threads %5.1f GB/s (plain "
-               "read %5.1f)  n_tok=8 %d threads %5.1f GB/s (%.0f M row-tok/s)\n",
+               "read %5.1f)  n_tok=%d %d threads %5.1f GB/s (%.0f M row-tok/s, %.0f GMAC/s)\n",
                quant_type_name(t), bytes / t1 / 1e9, bytes / rd1 / 1e9, nt, bytes / tn / 1e9,
-               bytes / rdn / 1e9, nt, bytes / t8 / 1e9, 8.0 * (double)n_rows / t8 / 1e6);
+               bytes / rdn / 1e9, ntok, nt, bytes / t8 / 1e9, ntok * (double)n_rows / t8 / 1e6,
+               ntok * (double)n_rows * (double)n_cols / t8 / 1e9);
         fflush(stdout);
         free(w);
         free(x);

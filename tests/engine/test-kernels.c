@@ -180,6 +180,7 @@ START_TEST(test_isa_vs_ref) {
         for (int64_t n = 1; n < 40; n += 3)
             bad += check_matrix(t, 5, n, 3);
     bad += check_matrix(t, 37, 4096, 9);
+    bad += check_matrix(t, 9, unit * 3, 37); /* GEMM path: chunks, token and row tails */
     bad += check_matrix(t, 64, 512, 1);
     ck_assert_int_eq(bad, 0);
 }
