@@ -334,9 +334,7 @@ KX_INLINE void kx_z_step(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, i
 #define KX_GEMM_CHUNK 16
 
 struct kx_zact {
-    __m512i y;    /* activation pair in the weights' layout */
-    __m512i negs; /* -offset * sum(y) per lane */
-    __m512 dy;    /* activation scales spread like kx_z_scales */
+    __m512i y; /* activation pair in the weights' layout */
 };
 
 /* Unsigned x signed bytes added to acc (exact int32, same lanes as kx_z_dot). */
@@ -349,102 +347,115 @@ KX_INLINE __m512i kx_z_dot_acc(__m512i acc, __m512i u, __m512i y) {
 #endif
 }
 
-/* nt tokens of activation rows -> dst[t * np + p] for block pairs p < np. */
+/* nt tokens of activation rows -> dst[t * np + p] and their scale pairs
+ * dys[t * np + p] for block pairs p < np. */
 KX_INLINE void kx_z_pack(enum kx_b32 k, const uint8_t *xq, size_t xs, int64_t nt, int64_t nb,
-                         struct kx_zact *dst) {
+                         struct kx_zact *dst, __m128 *dys) {
     const int64_t np = (nb + 1) / 2;
     for (int64_t t = 0; t < nt; t++) {
         const block_q8_0 *a = (const block_q8_0 *)(xq + (size_t)t * xs);
         for (int64_t p = 0; p < np; p++) {
             __m512i ys;
-            __m128 dp;
-            struct kx_zact *d = dst + t * np + p;
-            d->y = kx_z_act(k, a + 2 * p, 2 * p + 1 < nb, &ys, &dp);
-            d->negs = _mm512_sub_epi32(_mm512_setzero_si512(), ys);
-            d->dy = kx_z_scales(k, dp);
+            dst[t * np + p].y = kx_z_act(k, a + 2 * p, 2 * p + 1 < nb, &ys, &dys[t * np + p]);
         }
     }
 }
 
-KX_INLINE void kx_zg_step(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, int NR, int64_t p,
-                          int two, const struct kx_zact *act, int64_t np, int nt,
-                          __m512 acc[4][KX_TILE]) {
+/* A weight block pair unpacked once per chunk (4 rows: [p * 4 + i]). */
+struct kx_zw {
+    __m512i q;
+    __m512 dx; /* weight scales spread like kx_z_scales */
+};
+
+/* Unpacks NR rows' block pairs into wq[p * 4 + i]. */
+KX_INLINE void kx_zw_unpack(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, int NR,
+                            int64_t nb, struct kx_zw *wq) {
     const size_t bsz = kx_b32_size(k);
-    __m512i q[4];
-    __m512 dx[4];
+    const int64_t np = (nb + 1) / 2;
     for (int i = 0; i < NR; i++) {
-        __m128 d;
-        q[i] = kx_z_weights(k, row0 + (size_t)i * row_bytes + (size_t)(2 * p) * bsz, two, &d);
-        dx[i] = kx_z_scales(k, d);
-    }
-    for (int t = 0; t < nt; t++) {
-        const struct kx_zact *a = act + t * np + p;
-        const __m512i y = a->y, negs = a->negs;
-        const __m512 dy = a->dy;
-        for (int i = 0; i < NR; i++) {
-            __m512i sum = kx_z_dot_acc(negs, q[i], y);
-            acc[i][t] =
-                _mm512_fmadd_ps(_mm512_mul_ps(dx[i], dy), _mm512_cvtepi32_ps(sum), acc[i][t]);
+        const uint8_t *row = row0 + (size_t)i * row_bytes;
+        for (int64_t p = 0; p < np; p++) {
+            __m128 d;
+            wq[p * 4 + i].q = kx_z_weights(k, row + (size_t)(2 * p) * bsz, 2 * p + 1 < nb, &d);
+            wq[p * 4 + i].dx = kx_z_scales(k, d);
         }
     }
 }
 
-/* NR rows x nt tokens over all blocks; act points at the tile's first token. */
-KX_INLINE void kx_zg_tile(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, int NR, int64_t nb,
-                          const struct kx_zact *act, int nt, float *out, int64_t ldy) {
-    const int64_t np = (nb + 1) / 2;
+/* NR rows x nt tokens over all block pairs; act points at the tile's first
+ * token, wq at the rows' unpacked weights. */
+KX_INLINE void kx_zg_tile(enum kx_b32 k, const struct kx_zw *wq, int NR, int64_t np,
+                          const struct kx_zact *act, const __m128 *dys, int nt, float *out,
+                          int64_t ldy) {
+    const __m512i off = _mm512_set1_epi8((char)kx_z_offset(k));
     __m512 acc[4][KX_TILE];
     for (int i = 0; i < NR; i++)
         for (int t = 0; t < nt; t++)
             acc[i][t] = _mm512_setzero_ps();
-    int64_t p = 0;
-    for (; p < nb / 2; p++)
-        kx_zg_step(k, row0, row_bytes, NR, p, 1, act, np, nt, acc);
-    if (p < np)
-        kx_zg_step(k, row0, row_bytes, NR, p, 0, act, np, nt, acc);
+    for (int64_t p = 0; p < np; p++) {
+        __m512i q[4];
+        __m512 dx[4];
+        for (int i = 0; i < NR; i++) {
+            q[i] = wq[p * 4 + i].q;
+            dx[i] = wq[p * 4 + i].dx;
+        }
+        for (int t = 0; t < nt; t++) {
+            const __m512i y = act[t * np + p].y;
+            const __m512i negs = _mm512_sub_epi32(_mm512_setzero_si512(), kx_z_dot(off, y));
+            const __m512 dy = kx_z_scales(k, dys[t * np + p]);
+            for (int i = 0; i < NR; i++) {
+                __m512i sum = kx_z_dot_acc(negs, q[i], y);
+                acc[i][t] =
+                    _mm512_fmadd_ps(_mm512_mul_ps(dx[i], dy), _mm512_cvtepi32_ps(sum), acc[i][t]);
+            }
+        }
+    }
     for (int i = 0; i < NR; i++)
         for (int t = 0; t < nt; t++)
             out[t * ldy + i] = _mm512_reduce_add_ps(acc[i][t]);
 }
 
-/* Rows [r0, r1) x nt (<= KX_GEMM_CHUNK) packed tokens: 4-row tiles, then
- * single rows; token tiles of KX_TILE with compile-time remainders. */
+/* Rows [r0, r1) x nt (<= KX_GEMM_CHUNK) packed tokens: 4-row tiles (weights
+ * unpacked once into wq), then single rows; token tiles of KX_TILE with
+ * compile-time remainders. */
 KX_INLINE void kx_zg_rows(enum kx_b32 k, const struct kern_mat *w, int64_t nb,
-                          const struct kx_zact *act, int64_t nt, float *y, int64_t ldy, int64_t r0,
-                          int64_t r1) {
+                          const struct kx_zact *act, const __m128 *dys, int64_t nt,
+                          struct kx_zw *wq, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     const int64_t np = (nb + 1) / 2;
     const size_t rb = w->row_bytes;
     int64_t r = r0;
     for (; r < r1; r += r + 4 <= r1 ? 4 : 1) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
         const int four = r + 4 <= r1;
+        kx_zw_unpack(k, row, rb, four ? 4 : 1, nb, wq);
         for (int64_t t = 0; t < nt; t += KX_TILE) {
             const struct kx_zact *a = act + t * np;
+            const __m128 *ds = dys + t * np;
             float *o = y + t * ldy + r;
             switch ((four ? 10 : 0) + (nt - t < KX_TILE ? (int)(nt - t) : KX_TILE)) {
             case 14:
-                kx_zg_tile(k, row, rb, 4, nb, a, 4, o, ldy);
+                kx_zg_tile(k, wq, 4, np, a, ds, 4, o, ldy);
                 break;
             case 13:
-                kx_zg_tile(k, row, rb, 4, nb, a, 3, o, ldy);
+                kx_zg_tile(k, wq, 4, np, a, ds, 3, o, ldy);
                 break;
             case 12:
-                kx_zg_tile(k, row, rb, 4, nb, a, 2, o, ldy);
+                kx_zg_tile(k, wq, 4, np, a, ds, 2, o, ldy);
                 break;
             case 11:
-                kx_zg_tile(k, row, rb, 4, nb, a, 1, o, ldy);
+                kx_zg_tile(k, wq, 4, np, a, ds, 1, o, ldy);
                 break;
             case 4:
-                kx_zg_tile(k, row, 0, 1, nb, a, 4, o, ldy);
+                kx_zg_tile(k, wq, 1, np, a, ds, 4, o, ldy);
                 break;
             case 3:
-                kx_zg_tile(k, row, 0, 1, nb, a, 3, o, ldy);
+                kx_zg_tile(k, wq, 1, np, a, ds, 3, o, ldy);
                 break;
             case 2:
-                kx_zg_tile(k, row, 0, 1, nb, a, 2, o, ldy);
+                kx_zg_tile(k, wq, 1, np, a, ds, 2, o, ldy);
                 break;
             default:
-                kx_zg_tile(k, row, 0, 1, nb, a, 1, o, ldy);
+                kx_zg_tile(k, wq, 1, np, a, ds, 1, o, ldy);
                 break;
             }
         }
@@ -457,14 +468,19 @@ static int kx_zg_matmul(enum kx_b32 k, const struct kern_mat *w, const void *xq,
                         int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     const int64_t nb = w->n_cols / 32;
     const int64_t np = (nb + 1) / 2;
-    struct kx_zact *buf =
-        aligned_alloc(64, (size_t)KX_GEMM_CHUNK * (size_t)np * sizeof(struct kx_zact));
+    const size_t act_bytes = (size_t)KX_GEMM_CHUNK * (size_t)np * sizeof(struct kx_zact);
+    const size_t dys_bytes = (size_t)KX_GEMM_CHUNK * (size_t)np * sizeof(__m128);
+    uint8_t *buf =
+        aligned_alloc(64, act_bytes + dys_bytes + (size_t)(4 * np) * sizeof(struct kx_zw));
     if (!buf)
         return 0;
+    struct kx_zact *act = (struct kx_zact *)buf;
+    __m128 *dys = (__m128 *)(buf + act_bytes);
+    struct kx_zw *wq = (struct kx_zw *)(buf + act_bytes + dys_bytes);
     for (int64_t t0 = 0; t0 < n_tok; t0 += KX_GEMM_CHUNK) {
         int64_t nt = n_tok - t0 < KX_GEMM_CHUNK ? n_tok - t0 : KX_GEMM_CHUNK;
-        kx_z_pack(k, (const uint8_t *)xq + (size_t)t0 * xs, xs, nt, nb, buf);
-        kx_zg_rows(k, w, nb, buf, nt, y + t0 * ldy, ldy, r0, r1);
+        kx_z_pack(k, (const uint8_t *)xq + (size_t)t0 * xs, xs, nt, nb, act, dys);
+        kx_zg_rows(k, w, nb, act, dys, nt, wq, y + t0 * ldy, ldy, r0, r1);
     }
     free(buf);
     return 1;
