@@ -9,10 +9,15 @@
 // read bandwidth (bench/roofline, same threads, measured in this run) / weight
 // bytes read per token (every tensor but token_embd, whose one row is read;
 // expert tensors count n_expert_used / n_expert of their bytes).
-// node-llama-cpp's per-token JS overhead is measured on stories260K (compute
-// ~0) and subtracted from llama.cpp's decode time; both raw and corrected
-// figures are printed. llama.cpp's RSS is the node process's VmHWM minus its
-// VmRSS before the model was loaded (node's own heap excluded).
+// llama.cpp's decode and prefill times are its own (llama_perf_context:
+// "eval time" and "prompt eval time", read from printTimings with
+// performanceTracking on), so node-llama-cpp's JavaScript per-token cost is
+// excluded; the wall-clock decode figure through node is printed in brackets.
+// (Subtracting a per-token overhead measured on stories260K did not work:
+// that overhead was 15.7 ms/token at 2 threads here, thread hand-off rather
+// than JavaScript, and larger than a 1B model's whole decode step.)
+// llama.cpp's RSS is the node process's VmHWM minus its VmRSS before the
+// model was loaded (node itself excluded).
 import {spawnSync} from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
@@ -30,46 +35,63 @@ function procStatus(key) {
     return m ? Number(m[1]) / 1024 : 0; // MiB
 }
 
-async function llamaChild(modelPath, threads) {
+async function llamaChild(modelPath, threads, nVocab) {
     const {getLlama, LlamaLogLevel} = await import("node-llama-cpp");
-    const llama = await getLlama({gpu: false, build: "never", logLevel: LlamaLogLevel.error});
+    // info level: printTimings() reports through llama.cpp's log at that level.
+    const llama = await getLlama({gpu: false, build: "never", logLevel: LlamaLogLevel.info});
     const base = procStatus("VmRSS");
     const model = await llama.loadModel({modelPath});
-    const nVocab = model.tokens.length ?? model.fileInsights?.vocabularySize;
-    const ctx = await model.createContext({contextSize: 1024, threads, batchSize: N_PREFILL});
+    const ctx = await model.createContext({contextSize: 1024, threads, batchSize: N_PREFILL,
+                                           performanceTracking: true});
     const seq = ctx.getSequence();
     const next = {generateNext: {token: true, options: {temperature: 0}}};
-    const decode = async () => {
-        let input = [[1, next]];
-        await seq.controlledEvaluate(input); // warm-up
-        const t0 = performance.now();
-        for (let i = 0; i < N_DECODE; i++) {
-            const res = await seq.controlledEvaluate(input);
-            input = [[res[input.length - 1].next.token, next]];
-        }
-        return (performance.now() - t0) / N_DECODE; // ms per token
-    };
-    const msTok = await decode();
-    await seq.clearHistory();
-    let prefillMs = null;
-    if (nVocab > N_PREFILL) {
-        const ids = promptIds(nVocab, N_PREFILL);
-        const items = ids.map((t, i) => i === ids.length - 1 ? [t, next] : t);
-        const t0 = performance.now();
-        await seq.controlledEvaluate(items);
-        prefillMs = performance.now() - t0;
+    let input = [[1, next]];
+    await seq.controlledEvaluate(input); // warm-up
+    await ctx.printTimings();            // resets llama.cpp's counters
+    const t0 = performance.now();
+    for (let i = 0; i < N_DECODE; i++) {
+        const res = await seq.controlledEvaluate(input);
+        input = [[res[input.length - 1].next.token, next]];
     }
+    const wallMsTok = (performance.now() - t0) / N_DECODE;
+    console.log("BENCH-MARK decode-end");
+    await ctx.printTimings();
+    await seq.clearHistory();
+    const ids = promptIds(nVocab, N_PREFILL);
+    const items = ids.map((t, i) => i === ids.length - 1 ? [t, next] : t);
+    console.log("BENCH-MARK prefill-start");
+    await seq.controlledEvaluate(items);
+    await ctx.printTimings();
     const rss = procStatus("VmHWM") - base;
-    console.log(JSON.stringify({msTok, prefillMs, rss, nVocab}));
+    console.log(JSON.stringify({wallMsTok, rss}));
     await ctx.dispose();
     await model.dispose();
 }
 
-function llamaRun(file, threads) {
+// Runs one model in a child process; llama.cpp's own timings come from its
+// output: "eval time = X ms / N runs" after the decode loop, "prompt eval
+// time = X ms / N tokens" after the prefill.
+function llamaRun(file, threads, nVocab) {
     const r = spawnSync(process.execPath, [new URL(import.meta.url).pathname, "--llama", file,
-                                           String(threads)], {encoding: "utf8"});
+                                           String(threads), String(nVocab)],
+                        {encoding: "utf8", maxBuffer: 64 << 20});
     if (r.status !== 0) throw new Error(`llama.cpp child failed on ${file}: ${r.stderr}`);
-    return JSON.parse(r.stdout.trim().split("\n").pop());
+    // node-llama-cpp logs llama.cpp's info lines with console.info (stdout).
+    const text = r.stdout + r.stderr;
+    const out = JSON.parse(text.split("\n").find((l) => l.startsWith('{"wallMsTok"')));
+    const dec = text.slice(text.indexOf("BENCH-MARK decode-end"));
+    const pre = text.slice(text.indexOf("BENCH-MARK prefill-start"));
+    const ev = dec.match(/ eval time =\s+([\d.]+) ms \/\s+(\d+) runs/);
+    const pe = pre.match(/prompt eval time =\s+([\d.]+) ms \/\s+(\d+) tokens/);
+    out.msTok = ev ? Number(ev[1]) / Number(ev[2]) : NaN;
+    out.prefillMs = pe && Number(pe[2]) === N_PREFILL ? Number(pe[1]) : NaN;
+    return out;
+}
+
+// n_vocab from `strata gguf info` (rows of token_embd).
+function vocabSize(bin, file) {
+    const m = strata(bin, ["gguf", "info", file]).match(/token_embd\.weight: (\d+) rows/);
+    return m ? Number(m[1]) : NaN;
 }
 
 function strata(bin, args) {
@@ -104,7 +126,6 @@ function bytesPerToken(bin, file) {
 async function main() {
     const [bin, roofBin, dir, thr] = process.argv.slice(2);
     const threads = Number(thr || 2);
-    const shared = process.env.STRATA_SHARED_DIR || "../shared";
     fs.mkdirSync(dir, {recursive: true});
     const models = [
         {name: "llama-3.2-1b Q4_0", preset: "llama-3.2-1b", recipe: "q4_0"},
@@ -124,15 +145,12 @@ async function main() {
     const roof = spawnSync(roofBin, [String(threads), "1024", "5"], {encoding: "utf8"});
     const gbs = Number((roof.stdout.match(/read_gbs ([\d.]+)/) || [])[1]);
     console.error(`roofline probe: ${roof.stdout.trim()}`);
-    const tiny = path.join(shared, "models/stories260K.gguf");
-    const overhead = llamaRun(tiny, threads).msTok;
-    console.error(`node-llama-cpp per-token overhead (stories260K decode): ${overhead.toFixed(3)} ms`);
-
     const rows = [];
     for (const m of models) {
         const bpt = bytesPerToken(bin, m.file);
-        const L = llamaRun(m.file, threads);
-        const ids = promptIds(L.nVocab, N_PREFILL);
+        const nVocab = vocabSize(bin, m.file);
+        const L = llamaRun(m.file, threads, nVocab);
+        const ids = promptIds(nVocab, N_PREFILL);
         const pre = JSON.parse(strata(bin, ["run", "-m", m.file, "--ids", ids.join(","), "-n", "1",
                                             "--temp", "0", "-t", String(threads), "--json"]));
         const dec = JSON.parse(strata(bin, ["run", "-m", m.file, "--ids", String(ids[0]), "-n",
@@ -142,10 +160,10 @@ async function main() {
         const r = {
             model: m.name,
             sDec: dec.timings.gen_tok_s,
-            lDecRaw: 1e3 / L.msTok,
-            lDec: 1e3 / Math.max(L.msTok - overhead, 1e-6),
+            lDec: 1e3 / L.msTok,
+            lDecWall: 1e3 / L.wallMsTok,
             sPre: pre.timings.prompt_tok_s,
-            lPre: L.prefillMs ? N_PREFILL * 1e3 / L.prefillMs : NaN,
+            lPre: N_PREFILL * 1e3 / L.prefillMs,
             sRss: Math.max(pre.timings.peak_rss_mb, dec.timings.peak_rss_mb),
             lRss: L.rss,
             bpt, roofTok,
@@ -155,18 +173,19 @@ async function main() {
     }
     const f = (x, d = 1) => Number.isFinite(x) ? x.toFixed(d) : "n/a";
     console.log(`threads ${threads}; read bandwidth ${f(gbs, 2)} GB/s (bench/roofline); ` +
-                `node-llama-cpp overhead ${f(overhead, 3)} ms/token subtracted (raw in brackets)`);
+                `llama.cpp decode/prefill from its own perf counters (decode wall clock through node in brackets)`);
     console.log("| model | MB/token | roofline tok/s | strata decode | llama.cpp decode | " +
                 "decode ratio | strata/roofline | strata prefill | llama.cpp prefill | " +
                 "prefill ratio | strata RSS MiB | llama.cpp RSS MiB | RSS ratio |");
     console.log("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (const r of rows)
         console.log(`| ${r.model} | ${f(r.bpt / 1e6)} | ${f(r.roofTok)} | ${f(r.sDec)} | ` +
-                    `${f(r.lDec)} (${f(r.lDecRaw)}) | ${f(r.sDec / r.lDec, 2)} | ` +
+                    `${f(r.lDec)} (${f(r.lDecWall)}) | ${f(r.sDec / r.lDec, 2)} | ` +
                     `${f(100 * r.sDec / r.roofTok, 0)}% | ${f(r.sPre)} | ${f(r.lPre)} | ` +
                     `${f(r.sPre / r.lPre, 2)} | ${f(r.sRss)} | ${f(r.lRss)} | ` +
                     `${f(r.sRss / r.lRss, 2)} |`);
 }
 
-if (process.argv[2] === "--llama") await llamaChild(process.argv[3], Number(process.argv[4]));
+if (process.argv[2] === "--llama")
+    await llamaChild(process.argv[3], Number(process.argv[4]), Number(process.argv[5]));
 else await main();
