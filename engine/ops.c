@@ -6,8 +6,18 @@
 #include "engine/ops.h"
 
 #include <math.h>
+#include <stddef.h>
 
+#include "engine/error.h"
 #include "engine/quant.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define OPS_X86 1
+#define OPS_AVX2 __attribute__((target("avx2,fma,f16c")))
+#else
+#define OPS_X86 0
+#endif
 
 #ifndef M_PI
 #define M_PI 3.14159265358979323846
@@ -104,9 +114,23 @@ float ops_silu(float x) {
     return x / (1.0f + expf(-x));
 }
 
-void ops_swiglu(const float *g, const float *u, float *y, int64_t n) {
+static void swiglu_scalar(const float *g, const float *u, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         y[i] = ops_silu(g[i]) * u[i];
+}
+
+#if OPS_X86
+OPS_AVX2 static void swiglu_avx2(const float *g, const float *u, float *y, int64_t n);
+#endif
+
+void ops_swiglu(const float *g, const float *u, float *y, int64_t n) {
+#if OPS_X86
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        swiglu_avx2(g, u, y, n);
+        return;
+    }
+#endif
+    swiglu_scalar(g, u, y, n);
 }
 
 /* f16 -> f32, exact for every input (normals, subnormals, inf, NaN): the
@@ -158,4 +182,222 @@ void ops_attn_head(const float *q, const uint16_t *const *k_rows, const uint16_t
         for (int i = 0; i < head_dim_v; i++)
             out[i] += w * f16_to_f32(v[i]);
     }
+}
+
+/* ---- grouped attention ------------------------------------------------------ */
+
+/* q of n_q heads rounded to f16 as ggml's F16 K x F32 Q matmul converts it. */
+static void attn_round_q(const float *q, int n, float *qh) {
+    for (int i = 0; i < n; i++)
+        qh[i] = quant_f16_to_f32(quant_f32_to_f16(q[i]));
+}
+
+/* Max-subtracted exp of each head's n_kv scores in place; inv[g] = 1 / sum. */
+static void attn_exp_scalar(float *scores, int n_q, int n_kv, float *inv) {
+    for (int g = 0; g < n_q; g++) {
+        float *s = scores + (size_t)g * n_kv;
+        float mx = -INFINITY;
+        for (int p = 0; p < n_kv; p++)
+            mx = s[p] > mx ? s[p] : mx;
+        double sum = 0.0;
+        for (int p = 0; p < n_kv; p++) {
+            s[p] = expf(s[p] - mx);
+            sum += s[p];
+        }
+        inv[g] = (float)(1.0 / sum);
+    }
+}
+
+void ops_attn_group_scalar(const float *q, int n_q, const uint16_t *const *k_rows,
+                           const uint16_t *const *v_rows, int n_kv, int head_dim_k, int head_dim_v,
+                           float scale, float *scores, float *out) {
+    STRATA_ASSERT(n_q >= 1 && n_q <= OPS_ATTN_GROUP_MAX && head_dim_k <= OPS_HEAD_DIM_MAX &&
+                  head_dim_v <= OPS_HEAD_DIM_MAX);
+    float qh[OPS_ATTN_GROUP_MAX * OPS_HEAD_DIM_MAX], row[OPS_HEAD_DIM_MAX], inv[OPS_ATTN_GROUP_MAX];
+    attn_round_q(q, n_q * head_dim_k, qh);
+    for (int p = 0; p < n_kv; p++) {
+        for (int i = 0; i < head_dim_k; i++) /* each K row converted once per group */
+            row[i] = f16_to_f32(k_rows[p][i]);
+        for (int g = 0; g < n_q; g++) {
+            const float *qg = qh + (size_t)g * head_dim_k;
+            float s = 0.0f;
+            for (int i = 0; i < head_dim_k; i++)
+                s += qg[i] * row[i];
+            scores[(size_t)g * n_kv + p] = s * scale;
+        }
+    }
+    attn_exp_scalar(scores, n_q, n_kv, inv);
+    for (int i = 0; i < n_q * head_dim_v; i++)
+        out[i] = 0.0f;
+    for (int p = 0; p < n_kv; p++) {
+        for (int i = 0; i < head_dim_v; i++)
+            row[i] = f16_to_f32(v_rows[p][i]);
+        for (int g = 0; g < n_q; g++) {
+            const float w = scores[(size_t)g * n_kv + p];
+            float *o = out + (size_t)g * head_dim_v;
+            for (int i = 0; i < head_dim_v; i++)
+                o[i] += w * row[i];
+        }
+    }
+    for (int g = 0; g < n_q; g++)
+        for (int i = 0; i < head_dim_v; i++)
+            out[(size_t)g * head_dim_v + i] *= inv[g];
+}
+
+#if OPS_X86
+
+OPS_AVX2 static inline __m256 attn_load_f16(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+/* exp(x) for x <= 0 (max-subtracted scores), Cephes' expf: x = n ln2 + r with
+ * |r| <= ln2/2, a degree-6 polynomial for e^r, 2^n through the exponent bits.
+ * Relative error <= 2 ulp against expf over [-87, 0] (test-ops checks 1e-6);
+ * below -87.3 it returns ~0 (flushed, as e^x < 2^-126 does not matter next to
+ * the max's weight 1). */
+OPS_AVX2 static inline __m256 attn_exp_avx2(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+/* silu(g) * u with the exp above (g clamped to [-88, 87.3] inside exp so
+ * 2^n stays a normal float): one expf per FFN element is as many exps as
+ * the attention softmax of a 512-token prefill (n_ff = 8192 per token and
+ * layer for llama-3.2-1b). */
+OPS_AVX2 static void swiglu_avx2(const float *g, const float *u, float *y, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_loadu_ps(g + i);
+        __m256 e = attn_exp_avx2(
+            _mm256_min_ps(_mm256_sub_ps(_mm256_setzero_ps(), x), _mm256_set1_ps(88.0f)));
+        __m256 s = _mm256_div_ps(x, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
+    }
+    swiglu_scalar(g + i, u + i, y + i, n - i);
+}
+
+OPS_AVX2 static void attn_exp_avx2_rows(float *scores, int n_q, int n_kv, float *inv) {
+    for (int g = 0; g < n_q; g++) {
+        float *s = scores + (size_t)g * n_kv;
+        int p = 0;
+        __m256 vmx = _mm256_set1_ps(-INFINITY);
+        for (; p + 8 <= n_kv; p += 8)
+            vmx = _mm256_max_ps(vmx, _mm256_loadu_ps(s + p));
+        float lanes[8];
+        _mm256_storeu_ps(lanes, vmx);
+        float mx = -INFINITY;
+        for (int i = 0; i < 8; i++)
+            mx = lanes[i] > mx ? lanes[i] : mx;
+        for (; p < n_kv; p++)
+            mx = s[p] > mx ? s[p] : mx;
+        const __m256 bmx = _mm256_set1_ps(mx);
+        __m256d sum0 = _mm256_setzero_pd(), sum1 = _mm256_setzero_pd();
+        for (p = 0; p + 8 <= n_kv; p += 8) {
+            __m256 e = attn_exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + p), bmx));
+            _mm256_storeu_ps(s + p, e);
+            sum0 = _mm256_add_pd(sum0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+            sum1 = _mm256_add_pd(sum1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+        }
+        double d[4];
+        _mm256_storeu_pd(d, _mm256_add_pd(sum0, sum1));
+        double sum = (d[0] + d[1]) + (d[2] + d[3]);
+        if (p < n_kv) { /* tail through the same exp, padded with -inf (exp = 0) */
+            float t[8];
+            for (int i = 0; i < 8; i++)
+                t[i] = p + i < n_kv ? s[p + i] - mx : -INFINITY;
+            _mm256_storeu_ps(t, attn_exp_avx2(_mm256_loadu_ps(t)));
+            for (int i = 0; p + i < n_kv; i++) {
+                s[p + i] = t[i];
+                sum += t[i];
+            }
+        }
+        inv[g] = (float)(1.0 / sum);
+    }
+}
+
+/* Four dot products of 8-lane accumulators into one vector of 4 sums. */
+OPS_AVX2 static inline __m128 attn_hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+
+/* head_dim_k and head_dim_v multiples of 8. Heads go four at a time so each
+ * 8-wide K chunk is converted once and feeds four FMAs. */
+OPS_AVX2 static void attn_group_avx2(const float *q, int n_q, const uint16_t *const *k_rows,
+                                     const uint16_t *const *v_rows, int n_kv, int dk, int dv,
+                                     float scale, float *scores, float *out) {
+    float qh[OPS_ATTN_GROUP_MAX * OPS_HEAD_DIM_MAX] __attribute__((aligned(32)));
+    float inv[OPS_ATTN_GROUP_MAX];
+    attn_round_q(q, n_q * dk, qh);
+    for (int g0 = 0; g0 < n_q; g0 += 4) {
+        const int ng = n_q - g0 < 4 ? n_q - g0 : 4;
+        const float *q0 = qh + (size_t)g0 * dk;
+        const float *q1 = q0 + (ng > 1 ? dk : 0), *q2 = q0 + (ng > 2 ? 2 * dk : 0),
+                    *q3 = q0 + (ng > 3 ? 3 * dk : 0);
+        for (int p = 0; p < n_kv; p++) {
+            const uint16_t *k = k_rows[p];
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int i = 0; i < dk; i += 8) {
+                __m256 kv = attn_load_f16(k + i);
+                a0 = _mm256_fmadd_ps(_mm256_load_ps(q0 + i), kv, a0);
+                a1 = _mm256_fmadd_ps(_mm256_load_ps(q1 + i), kv, a1);
+                a2 = _mm256_fmadd_ps(_mm256_load_ps(q2 + i), kv, a2);
+                a3 = _mm256_fmadd_ps(_mm256_load_ps(q3 + i), kv, a3);
+            }
+            float s4[4];
+            _mm_storeu_ps(s4, _mm_mul_ps(attn_hsum4(a0, a1, a2, a3), _mm_set1_ps(scale)));
+            for (int g = 0; g < ng; g++)
+                scores[(size_t)(g0 + g) * n_kv + p] = s4[g];
+        }
+    }
+    attn_exp_avx2_rows(scores, n_q, n_kv, inv);
+    for (int i = 0; i < n_q * dv; i++)
+        out[i] = 0.0f;
+    for (int p = 0; p < n_kv; p++) {
+        const uint16_t *v = v_rows[p];
+        for (int i = 0; i < dv; i += 8) {
+            const __m256 vv = attn_load_f16(v + i);
+            for (int g = 0; g < n_q; g++) {
+                float *o = out + (size_t)g * dv + i;
+                const __m256 w = _mm256_broadcast_ss(&scores[(size_t)g * n_kv + p]);
+                _mm256_storeu_ps(o, _mm256_fmadd_ps(w, vv, _mm256_loadu_ps(o)));
+            }
+        }
+    }
+    for (int g = 0; g < n_q; g++) {
+        const __m256 s = _mm256_set1_ps(inv[g]);
+        for (int i = 0; i < dv; i += 8)
+            _mm256_storeu_ps(out + (size_t)g * dv + i,
+                             _mm256_mul_ps(_mm256_loadu_ps(out + (size_t)g * dv + i), s));
+    }
+}
+#endif
+
+void ops_attn_group(const float *q, int n_q, const uint16_t *const *k_rows,
+                    const uint16_t *const *v_rows, int n_kv, int head_dim_k, int head_dim_v,
+                    float scale, float *scores, float *out) {
+#if OPS_X86
+    STRATA_ASSERT(n_q >= 1 && n_q <= OPS_ATTN_GROUP_MAX && head_dim_k <= OPS_HEAD_DIM_MAX &&
+                  head_dim_v <= OPS_HEAD_DIM_MAX);
+    if (head_dim_k % 8 == 0 && head_dim_v % 8 == 0 && __builtin_cpu_supports("avx2") &&
+        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+        attn_group_avx2(q, n_q, k_rows, v_rows, n_kv, head_dim_k, head_dim_v, scale, scores, out);
+        return;
+    }
+#endif
+    ops_attn_group_scalar(q, n_q, k_rows, v_rows, n_kv, head_dim_k, head_dim_v, scale, scores, out);
 }

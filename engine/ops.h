@@ -48,4 +48,26 @@ void ops_attn_head(const float *q, const uint16_t *const *k_rows, const uint16_t
                    int n_kv, int head_dim_k, int head_dim_v, float scale, float *scores,
                    float *out);
 
+/* Most query heads one ops_attn_group call takes, and the largest head_dim. */
+#define OPS_ATTN_GROUP_MAX 8
+#define OPS_HEAD_DIM_MAX 1024
+
+/* n_q query heads that share one KV head (GQA) against n_kv positions: each
+ * K and V row is read and converted once for the whole group.
+ * q: (n_q, head_dim_k) f32, rounded to f16 as in ops_attn_head;
+ * k_rows[p], v_rows[p] as in ops_attn_head; scores: (n_q, n_kv) scratch;
+ * out: (n_q, head_dim_v) f32. 1 <= n_q <= OPS_ATTN_GROUP_MAX, head dims <=
+ * OPS_HEAD_DIM_MAX (asserted). Uses AVX2+FMA+F16C when the CPU has them and
+ * both head dims are multiples of 8 (the choice depends only on the CPU and
+ * the shape, so results never depend on batching or thread count), else the
+ * scalar path. Within ~1e-6 relative of ops_attn_head per head (summation
+ * order and a polynomial exp; test-ops checks). */
+void ops_attn_group(const float *q, int n_q, const uint16_t *const *k_rows,
+                    const uint16_t *const *v_rows, int n_kv, int head_dim_k, int head_dim_v,
+                    float scale, float *scores, float *out);
+/* The scalar path of ops_attn_group (the reference SIMD is tested against). */
+void ops_attn_group_scalar(const float *q, int n_q, const uint16_t *const *k_rows,
+                           const uint16_t *const *v_rows, int n_kv, int head_dim_k, int head_dim_v,
+                           float scale, float *scores, float *out);
+
 #endif

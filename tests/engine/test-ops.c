@@ -138,6 +138,70 @@ START_TEST(test_attn_head) {
 }
 END_TEST
 
+/* Tolerance of ops_attn_group (SIMD summation order, polynomial exp, the
+ * 1/sum applied after the V sum) against ops_attn_head per head, relative to
+ * max |v| = 1: 1e-5. */
+#define ATTN_GROUP_TOL 1e-5
+
+/* Grouped heads (SIMD and scalar paths) against one-head-at-a-time, on GQA
+ * shapes, a tail-only shape (dims not multiples of 8: scalar fallback) and a
+ * wide score range (exp far from 0). */
+START_TEST(test_attn_group) {
+    static const struct {
+        int n_q, dk, dv, n_kv;
+        float q_amp;
+    } shapes[] = {{4, 64, 64, 300, 1.0f}, {1, 16, 16, 1, 1.0f},   {3, 128, 64, 37, 1.0f},
+                  {8, 20, 12, 17, 1.0f},  {2, 64, 64, 999, 6.0f}, {5, 8, 8, 9, 30.0f}};
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        const int nq = shapes[c].n_q, dk = shapes[c].dk, dv = shapes[c].dv, n = shapes[c].n_kv;
+        uint16_t *k = malloc((size_t)n * dk * sizeof *k), *v = malloc((size_t)n * dv * sizeof *v);
+        const uint16_t **kr = malloc((size_t)n * sizeof *kr), **vr = malloc((size_t)n * sizeof *vr);
+        float *q = malloc((size_t)nq * dk * sizeof *q);
+        float *sc = malloc((size_t)nq * n * sizeof *sc);
+        float *ref = malloc((size_t)nq * dv * sizeof *ref),
+              *o1 = malloc((size_t)nq * dv * sizeof *o1);
+        float *o2 = malloc((size_t)nq * dv * sizeof *o2);
+        for (int i = 0; i < nq * dk; i++)
+            q[i] = shapes[c].q_amp * sinf((float)i * 0.7f + (float)c);
+        for (int p = 0; p < n; p++) {
+            /* rows in reverse memory order: the pointers, not the layout, define positions */
+            kr[p] = k + (size_t)(n - 1 - p) * dk;
+            vr[p] = v + (size_t)(n - 1 - p) * dv;
+            for (int i = 0; i < dk; i++)
+                k[(size_t)(n - 1 - p) * dk + i] =
+                    quant_f32_to_f16(cosf((float)(p * dk + i) * 1.3f));
+            for (int i = 0; i < dv; i++)
+                v[(size_t)(n - 1 - p) * dv + i] = quant_f32_to_f16(sinf((float)(p + 3 * i) * 0.3f));
+        }
+        const float scale = 1.0f / sqrtf((float)dk);
+        for (int g = 0; g < nq; g++)
+            ops_attn_head(q + (size_t)g * dk, kr, vr, n, dk, dv, scale, sc, ref + (size_t)g * dv);
+        ops_attn_group(q, nq, kr, vr, n, dk, dv, scale, sc, o1);
+        ops_attn_group_scalar(q, nq, kr, vr, n, dk, dv, scale, sc, o2);
+        for (int i = 0; i < nq * dv; i++) {
+            ck_assert_msg(fabsf(o1[i] - ref[i]) <= ATTN_GROUP_TOL, "shape %zu [%d]: %g vs %g", c, i,
+                          (double)o1[i], (double)ref[i]);
+            ck_assert_msg(fabsf(o2[i] - ref[i]) <= ATTN_GROUP_TOL, "shape %zu [%d]: %g vs %g", c, i,
+                          (double)o2[i], (double)ref[i]);
+        }
+        /* the same inputs give the same bits (scratch contents do not leak in) */
+        for (int i = 0; i < nq * n; i++)
+            sc[i] = NAN;
+        ops_attn_group(q, nq, kr, vr, n, dk, dv, scale, sc, o2);
+        ck_assert(memcmp(o1, o2, (size_t)nq * dv * sizeof *o1) == 0);
+        free(k);
+        free(v);
+        free(kr);
+        free(vr);
+        free(q);
+        free(sc);
+        free(ref);
+        free(o1);
+        free(o2);
+    }
+}
+END_TEST
+
 START_TEST(test_f16_all_values) {
     for (uint32_t h = 0; h < 65536; h++) {
         float a = ops_f16_to_f32((uint16_t)h), b = quant_f16_to_f32((uint16_t)h);
@@ -267,6 +331,7 @@ static Suite *ops_suite(void) {
     tcase_add_test(tc, test_rope_modes);
     tcase_add_test(tc, test_yarn_corr_dims);
     tcase_add_test(tc, test_attn_head);
+    tcase_add_test(tc, test_attn_group);
     tcase_add_test(tc, test_f16_all_values);
     tcase_add_test(tc, test_kv);
     tcase_add_test(tc, test_profile_roundtrip);
