@@ -18,9 +18,12 @@
 
 typedef void (*kern_matmul_fn)(const struct kern_mat *w, const void *xq, size_t xq_stride,
                                int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1);
+/* f32 row -> Q8_0 blocks, bit-exact with kern_quantize_q8_0 for finite x. */
+typedef void (*kern_quant_fn)(const float *x, void *dst, int64_t n);
 
 struct kern_table {
     kern_matmul_fn matmul[QUANT_TYPE_COUNT]; /* NULL: fall back to the lower ISA */
+    kern_quant_fn quantize_q8_0;             /* NULL: the lower ISA's (the reference) */
 };
 
 /* kernels-ref.c */

@@ -328,7 +328,46 @@ KX_TILED_FN(kx_matmul_f16, kx_f16_tile)
 KX_TILED_FN(kx_matmul_bf16, kx_bf16_tile)
 
 /* Fills the table with this file's kernels. */
+#if defined(__AVX512F__)
+/* Q8_0 activations 16 lanes at a time, bit-exact with kern_quantize_q8_0
+ * (ggml's reference) for finite input: the same max of |x| (vmaxps skips a
+ * NaN like fmaxf), d = amax / 127, id = 1 / d, x * id, and roundf (half away
+ * from zero) as truncation plus a carry when the exact remainder is >= 0.5.
+ * Prefill profile before: the scalar loop was ~10% of a 512-token Q4_0
+ * prefill (perf, llama-3.2-1b). */
+static void kx_quantize_q8_0(const float *x, void *dst, int64_t n) {
+    block_q8_0 *y = dst;
+    const __m512i signbit = _mm512_set1_epi32((int)0x80000000u);
+    const __m512i one = _mm512_castps_si512(_mm512_set1_ps(1.0f));
+    const __m512 half = _mm512_set1_ps(0.5f);
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        const __m512 x0 = _mm512_loadu_ps(x + i * QK8_0), x1 = _mm512_loadu_ps(x + i * QK8_0 + 16);
+        __m512 m = _mm512_max_ps(_mm512_abs_ps(x0), _mm512_setzero_ps());
+        m = _mm512_max_ps(_mm512_abs_ps(x1), m);
+        const float amax = _mm512_reduce_max_ps(m);
+        const float d = amax / 127.0f;
+        const float id = d ? 1.0f / d : 0.0f;
+        y[i].d = kern_f32_to_f16(d);
+        const __m512 vid = _mm512_set1_ps(id);
+        for (int h = 0; h < 2; h++) {
+            const __m512 v = _mm512_mul_ps(h ? x1 : x0, vid);
+            const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            const __mmask16 up =
+                _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, t)), half, _CMP_GE_OQ);
+            const __m512 sgn1 = _mm512_castsi512_ps(
+                _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(v), signbit), one));
+            const __m512 r = _mm512_mask_add_ps(t, up, t, sgn1);
+            _mm_storeu_si128((__m128i *)(y[i].qs + 16 * h),
+                             _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r)));
+        }
+    }
+}
+#endif
+
 static void kx_fill(struct kern_table *t) {
+#if defined(__AVX512F__)
+    t->quantize_q8_0 = kx_quantize_q8_0;
+#endif
     t->matmul[QUANT_F32] = kx_matmul_f32;
     t->matmul[QUANT_F16] = kx_matmul_f16;
     t->matmul[QUANT_BF16] = kx_matmul_bf16;

@@ -331,7 +331,7 @@ KX_INLINE void kx_z_step(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, i
  * (row, token) are exactly kx_z_step's, so results are bit-identical to the
  * n_tok = 1 path (decode) and to any tiling. */
 #define KX_GEMM_MIN 8
-#define KX_GEMM_CHUNK 16
+#define KX_GEMM_CHUNK 32
 
 struct kx_zact {
     __m512i y; /* activation pair in the weights' layout */

@@ -68,6 +68,8 @@ static void kern_detect(void) {
         for (int t = 0; t < QUANT_TYPE_COUNT; t++)
             if (add.matmul[t])
                 kern_tables[isa].matmul[t] = add.matmul[t];
+        if (add.quantize_q8_0)
+            kern_tables[isa].quantize_q8_0 = add.quantize_q8_0;
     }
     kern_detected = best;
     atomic_store(&kern_active, (int)best);
@@ -137,9 +139,13 @@ void kernels_quantize_act(enum quant_type wtype, const float *x, void *xq, int64
             h[i] = kern_f32_to_bf16(x[i]);
         break;
     }
-    case QUANT_Q8_0:
-        kern_quantize_q8_0(x, xq, n_cols);
+    case QUANT_Q8_0: {
+        kernels_init();
+        kern_quant_fn q =
+            kern_tables[atomic_load_explicit(&kern_active, memory_order_relaxed)].quantize_q8_0;
+        (q ? q : kern_quantize_q8_0)(x, xq, n_cols);
         break;
+    }
     case QUANT_Q8_1:
         kern_quantize_q8_1(x, xq, n_cols);
         break;

@@ -287,6 +287,35 @@ START_TEST(test_act_edge_cases) {
 }
 END_TEST
 
+/* Every ISA's Q8_0 activation quantizer is bitwise the scalar reference:
+ * random rows at several scales, zero blocks, and halves that roundf takes
+ * away from zero (block with amax 127: d = 1, id = 1). */
+START_TEST(test_quantize_q8_0_isa) {
+    enum { N = 32 * 40 };
+    static float x[N];
+    static uint8_t ref[N / 32 * 34], got[N / 32 * 34];
+    for (int i = 0; i < N; i++)
+        x[i] = powf(2.0f, (float)(i / 32 % 7) * 3.0f - 9.0f) * rng_uniform();
+    for (int i = 64; i < 96; i++)
+        x[i] = 0.0f;
+    static const float halves[] = {127.0f,       0.5f,       -0.5f,      1.5f,
+                                   -2.5f,        126.5f,     -126.5f,    0.49999997f,
+                                   -0.49999997f, 3.5000002f, 2.4999998f, -0.0f};
+    for (int i = 0; i < 32; i++)
+        x[96 + i] = halves[i % 12];
+    kern_quantize_q8_0(x, ref, N);
+    enum kernels_isa saved = kernels_isa_active();
+    for (int isa = 0; isa < isa_count(); isa++) {
+        kernels_isa_force((enum kernels_isa)isa);
+        memset(got, 0xAB, sizeof got);
+        kernels_quantize_act(QUANT_Q4_0, x, got, N);
+        ck_assert_msg(memcmp(got, ref, sizeof ref) == 0, "isa %s differs",
+                      kernels_isa_name((enum kernels_isa)isa));
+    }
+    kernels_isa_force(saved);
+}
+END_TEST
+
 /* Our reference dot agrees with quant.c's (engineer b's independent scalar
  * reference) on random rows of every type. */
 START_TEST(test_ref_vs_quant_ref) {
@@ -324,6 +353,7 @@ static Suite *kernels_suite(void) {
     tcase_add_loop_test(tc, test_isa_vs_ref, 0, N_TYPES);
     tcase_add_loop_test(tc, test_fixture, 0, N_FIXTURES);
     tcase_add_test(tc, test_act_edge_cases);
+    tcase_add_test(tc, test_quantize_q8_0_isa);
     tcase_add_loop_test(tc, test_ref_vs_quant_ref, 0, N_TYPES);
     suite_add_tcase(s, tc);
     return s;
