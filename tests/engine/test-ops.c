@@ -159,14 +159,17 @@ END_TEST
 #define ATTN_GROUP_TOL 1e-5
 
 /* Grouped heads (SIMD and scalar paths) against one-head-at-a-time, on GQA
- * shapes, a tail-only shape (dims not multiples of 8: scalar fallback) and a
- * wide score range (exp far from 0). */
+ * shapes, a tail-only shape (dims not multiples of 8: scalar fallback),
+ * dims multiples of 8 but not 16 (the AVX2 path on an AVX-512 CPU), dv not a
+ * multiple of 64 (partial register tiles) and a wide score range (exp far
+ * from 0). */
 START_TEST(test_attn_group) {
     static const struct {
         int n_q, dk, dv, n_kv;
         float q_amp;
     } shapes[] = {{4, 64, 64, 300, 1.0f}, {1, 16, 16, 1, 1.0f},   {3, 128, 64, 37, 1.0f},
-                  {8, 20, 12, 17, 1.0f},  {2, 64, 64, 999, 6.0f}, {5, 8, 8, 9, 30.0f}};
+                  {8, 20, 12, 17, 1.0f},  {2, 64, 64, 999, 6.0f}, {5, 8, 8, 9, 30.0f},
+                  {4, 24, 40, 70, 2.0f},  {6, 48, 80, 33, 1.0f}};
     for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
         const int nq = shapes[c].n_q, dk = shapes[c].dk, dv = shapes[c].dv, n = shapes[c].n_kv;
         uint16_t *k = malloc((size_t)n * dk * sizeof *k), *v = malloc((size_t)n * dv * sizeof *v);
