@@ -62,7 +62,9 @@ int kernels_supports(enum quant_type wtype);
 /* y[t*ldy + r] = dot(w row r, activation row t) for r in [r0, r1), t in [0, n_tok).
  * xq: (n_tok, xq_stride bytes) activations from kernels_quantize_act.
  * Weight blocks are unpacked once per tile of 4 tokens and stay in L1 across
- * tiles (chunked prefill is a matrix-matrix product); decode (n_tok = 1)
+ * tiles (chunked prefill is a matrix-matrix product; for n_tok >= 8 the
+ * AVX-512 kinds Q4_0/Q8_0/IQ4_NL/MXFP4 take a register-blocked GEMM that
+ * unpacks weights once per 32 tokens, see kernels-x86.h); decode (n_tok = 1)
  * streams one row at a time (faster from DRAM, see kernels-x86.h). A result never depends on r0/r1
  * or on how many other tokens share the call (same bits), so any row split across threads and any
  * batch size agree. A malformed shape (unknown type, n_cols not a multiple of the block size,
