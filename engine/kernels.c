@@ -56,7 +56,8 @@ static void kern_detect(void) {
     kern_ref_fill(&kern_tables[KERNELS_ISA_REF]);
     for (int isa = KERNELS_ISA_AVX2; isa <= (int)best; isa++) {
         kern_tables[isa] = kern_tables[isa - 1];
-        struct kern_table add = {{0}};
+        struct kern_table add;
+        memset(&add, 0, sizeof add);
 #if defined(__x86_64__) && defined(STRATA_HAVE_X86_KERNELS)
         if (isa == KERNELS_ISA_AVX2)
             kern_avx2_fill(&add);
