@@ -179,12 +179,15 @@ struct attn_job {
  * llama-3.2-1b's 32/8 heads), and a worker's consecutive rows share one KV
  * head's rows of a sequence, which stay in L2 across the tokens of a
  * prefill chunk (a cheap form of query x key tiling).
- * Measured on the 2-core dev box, release, 2 threads, llama-3.2-1b q4_0
- * (build-o2-rel/tests/bench-model MODEL 2 8 512 N, before and after run back
- * to back at load ~4 from other jobs, so absolute figures are noisy):
- *   scalar, one query head at a time:  N=8 decode 450 ms/step, prefill 36.5 tok/s
- *   grouped AVX2 (+ AVX2 swiglu):      N=8 decode 174 ms/step, prefill 100 tok/s
- *   N=1: 139 -> 56 ms/step, prefill 26 -> 64 tok/s (same runs). */
+ * Measured on the 2-core dev box (AVX-512), release, 2 threads, llama-3.2-1b,
+ * the same matmul kernels in both binaries (the old ops.c/backend-cpu.c of
+ * commit 9a48289 vs this), alternated, best of 3 (other jobs kept the load at
+ * ~3, single runs swing 2x):
+ *   bench-model q4_0 MODEL 2 16 512 8: decode 8 seq at ~512 pos 213 -> 84.7 ms/step
+ *     (37.5 -> 94.5 tok/s); 1 seq 40.2 -> 22.6 ms/step; prefill 512: 83.7 -> 240 tok/s
+ *   strata run -m MODEL --ids <512 ids> -n 1 --temp 0 -t 2 --json, prompt_tok_s:
+ *     q4_0 67.4 -> 234; q4_k_m 59.3 -> 74.4 (best of 2)
+ * perf after (bench-model q4_0 2 48 512 8): attention 5.3% of cycles, matmuls 90%. */
 static void attn_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
     const struct attn_job *j = ctx;
     const struct backend_attn *a = j->a;
