@@ -151,11 +151,15 @@ static enum MHD_Result on_body(struct exchange *ex) {
         return http_respond_error_as(ex, STRATA_E_INVALID, "invalid_type",
                                      "request body must be a JSON object", NULL, NULL);
     }
-    if (!s->p.gen.ops || atomic_load(&s->draining) || !atomic_load(&s->ready)) {
+    /* ready is loaded first: its atomic store publishes p.gen (server.c), so
+     * p.gen is only read after it (a request racing the end of loading used
+     * to read p.gen.ops as NULL and get "no generation backend"). */
+    bool ready = atomic_load(&s->ready);
+    if (!ready || atomic_load(&s->draining) || !s->p.gen.ops) {
         json_decref(body);
-        const char *why = !s->p.gen.ops               ? "no generation backend in this build"
+        const char *why = !ready                      ? "model is loading"
                           : atomic_load(&s->draining) ? "server is shutting down"
-                                                      : "model is loading";
+                                                      : "no generation backend in this build";
         return http_respond_error(ex, STRATA_E_UNAVAILABLE, why, NULL, NULL);
     }
 

@@ -34,7 +34,17 @@ function startDaemon(args) {
     p.stderr.on("data", (d) => {
       log += d.toString();
       const m = log.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m && /loaded/.test(log)) { clearTimeout(timer); resolve({ p, port: Number(m[1]), log: () => log }); }
+      if (m && /loaded/.test(log) && !p.polling) {
+        // "loaded" precedes the warm-up step; the daemon is ready when /health says 200.
+        p.polling = true;
+        const port = Number(m[1]);
+        const poll = async () => {
+          const r = await fetch(`http://127.0.0.1:${port}/health`).catch(() => null);
+          if (r && r.status === 200) { clearTimeout(timer); resolve({ p, port, log: () => log }); }
+          else setTimeout(poll, 20);
+        };
+        poll();
+      }
     });
     p.on("exit", (c) => { clearTimeout(timer); reject(new Error(`daemon exited ${c}: ${log}`)); });
   });

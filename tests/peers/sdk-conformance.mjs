@@ -38,7 +38,16 @@ function startDaemon(args) {
     p.stderr.on("data", (d) => {
       log += d.toString();
       const m = log.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m && /loaded/.test(log)) { clearTimeout(timer); resolve(Number(m[1])); }
+      if (m && /loaded/.test(log) && !p.polling) {
+        // "loaded" precedes the warm-up step; the daemon is ready when /health says 200.
+        p.polling = true;
+        const port = Number(m[1]);
+        const poll = async () => {
+          const r = await fetch(`http://127.0.0.1:${port}/health`).catch(() => null);
+          if (r && r.status === 200) { clearTimeout(timer); resolve(port); } else setTimeout(poll, 20);
+        };
+        poll();
+      }
     });
     p.on("exit", (c) => { clearTimeout(timer); reject(new Error(`daemon exited ${c}: ${log}`)); });
   });
@@ -173,7 +182,8 @@ async function main() {
     busy.completions.create({ model: MODEL, prompt: "Once", max_tokens: 150, temperature: 0 })));
   const limited = flood.filter((r) => r.status === "rejected" && r.reason instanceof OpenAI.RateLimitError).length;
   const ok = flood.filter((r) => r.status === "fulfilled").length;
-  check("queue full -> RateLimitError", limited >= 1 && ok >= 2 && limited + ok === 6, `limited ${limited} ok ${ok}`);
+  check("queue full -> RateLimitError", limited >= 1 && ok >= 2 && limited + ok === 6,
+    `limited ${limited} ok ${ok}: ${flood.map((r) => r.status === "rejected" ? String(r.reason) : "ok").join(" / ")}`);
 }
 
 try {
