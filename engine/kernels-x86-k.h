@@ -196,6 +196,264 @@ KX_INLINE void kx_q6k_tile(const struct kern_mat *w, int64_t r, int NR, const ui
             out[t * ldy + i] = kx_hsum(acc[i][t]) - 32.0f * kx_hsum(accm[i][t]);
 }
 
+/* ---- K-quant GEMM for n_tok >= KX_KG_MIN (prefill chunks, batched decode)
+ * Tokens go in chunks of KX_KG_CHUNK; for each tile of KX_PF_ROWS rows the
+ * super-blocks are unpacked once per chunk into a scratch (8 x 32 quants as
+ * u8, their int16 scales, the mins or Q6_K scales, d, dmin: 584 bytes per
+ * super-block and row) and the micro-kernel (KX_PF_ROWS rows x 4 tokens)
+ * loads each activation vector once per row tile. Per (row, token,
+ * super-block) the operations are kx_q45k_tile's / kx_q6k_tile's: the same
+ * exact int32 sums, the same float products and fma order, so results are
+ * bit-identical to the decode path and to any tiling or row split.
+ * Quant vector j (0..7) pairs with activation bytes [32 j, 32 j + 32). */
+#define KX_KG_MIN 8
+#define KX_KG_CHUNK 32
+
+struct kx_kw {
+    __m256i q[8], s[8];
+    __m256i m; /* Q4_K/Q5_K: mins (low 128 bits); Q6_K: the 16 scales */
+    float d, dmin;
+};
+
+enum kx_kq { KX_KQ4, KX_KQ5, KX_KQ6 };
+
+KX_INLINE void kx_kw_unpack(enum kx_kq k, const uint8_t *row, int64_t b, struct kx_kw *o) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    if (k == KX_KQ6) {
+        const __m256i m30 = _mm256_set1_epi8(0x30);
+        const block_q6_K *x = (const block_q6_K *)row + b;
+        o->d = kx_f16(x->d);
+        o->dmin = 0.0f;
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+        o->m = sc16;
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = x->ql + 64 * h;
+            __m128i sh = h ? _mm256_extracti128_si256(sc16, 1) : _mm256_castsi256_si128(sc16);
+            __m256i shh = _mm256_set_m128i(sh, sh);
+            __m256i qa = _mm256_loadu_si256((const __m256i *)ql);
+            __m256i qb = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            __m256i hh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+            __m256i *q = o->q + 4 * h;
+            q[0] = _mm256_or_si256(_mm256_and_si256(qa, m4),
+                                   _mm256_and_si256(_mm256_slli_epi16(hh, 4), m30));
+            q[1] = _mm256_or_si256(_mm256_and_si256(qb, m4),
+                                   _mm256_and_si256(_mm256_slli_epi16(hh, 2), m30));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4),
+                                   _mm256_and_si256(hh, m30));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
+                                   _mm256_and_si256(_mm256_srli_epi16(hh, 2), m30));
+            for (int g = 0; g < 4; g++)
+                o->s[4 * h + g] = _mm256_shuffle_epi8(shh, kx_bcast16_mask(2 * g, 2 * g + 1));
+        }
+        return;
+    }
+    const uint8_t *scales, *qs, *qh = NULL;
+    if (k == KX_KQ5) {
+        const block_q5_K *x = (const block_q5_K *)row + b;
+        scales = x->scales;
+        qs = x->qs;
+        qh = x->qh;
+        o->d = kx_f16(x->d);
+        o->dmin = kx_f16(x->dmin);
+    } else {
+        const block_q4_K *x = (const block_q4_K *)row + b;
+        scales = x->scales;
+        qs = x->qs;
+        o->d = kx_f16(x->d);
+        o->dmin = kx_f16(x->dmin);
+    }
+    __m128i mins;
+    const __m128i sc128 = kx_scales_k4(scales, &mins);
+    const __m256i sc256 = _mm256_set_m128i(sc128, sc128);
+    o->m = _mm256_castsi128_si256(mins);
+    const __m256i hb = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    for (int p = 0; p < 4; p++) {
+        __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
+        __m256i lo = _mm256_and_si256(raw, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+        if (qh) {
+            const __m256i one = _mm256_set1_epi8(1);
+            __m256i h0 = _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * p)), one);
+            __m256i h1 = _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * p + 1)), one);
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
+        }
+        o->q[2 * p] = lo;
+        o->q[2 * p + 1] = hi;
+        o->s[2 * p] = _mm256_shuffle_epi8(sc256, kx_bcast16_mask(2 * p, 2 * p));
+        o->s[2 * p + 1] = _mm256_shuffle_epi8(sc256, kx_bcast16_mask(2 * p + 1, 2 * p + 1));
+    }
+}
+
+/* acc + kx_dot_u8_scaled(u, y, scale16): the same wrapping int32 lanes; with
+ * VNNI the madd and the add are one vpdpwssd. */
+KX_INLINE __m256i kx_dot_u8_scaled_acc(__m256i acc, __m256i u, __m256i y, __m256i scale16) {
+#if KX_VNNI
+    return _mm256_dpwssd_epi32(acc, _mm256_maddubs_epi16(u, y), scale16);
+#else
+    return _mm256_add_epi32(acc, kx_dot_u8_scaled(u, y, scale16));
+#endif
+}
+
+/* NR rows (unpacked: wq[b * KX_PF_ROWS + i]) x nt tokens over nb super-blocks. */
+KX_INLINE void kx_kg_tile(enum kx_kq k, const struct kx_kw *wq, int NR, int64_t nb,
+                          const uint8_t *xq, size_t xs, int nt, float *out, int64_t ldy) {
+    __m256 acc[KX_PF_ROWS][KX_TILE], accm[KX_PF_ROWS][KX_TILE];
+    __m128 accm4[KX_PF_ROWS][KX_TILE];
+    for (int i = 0; i < NR; i++)
+        for (int t = 0; t < nt; t++) {
+            acc[i][t] = accm[i][t] = _mm256_setzero_ps();
+            accm4[i][t] = _mm_setzero_ps();
+        }
+    for (int64_t b = 0; b < nb; b++) {
+        const struct kx_kw *wb = wq + b * KX_PF_ROWS;
+        __m256i isum[KX_PF_ROWS][KX_TILE];
+        for (int i = 0; i < NR; i++)
+            for (int t = 0; t < nt; t++)
+                isum[i][t] = _mm256_setzero_si256();
+#if defined(__AVX512BW__)
+        /* Vectors j = 2m, 2m + 1 in one zmm (lanes 0-7 and 8-15), folded to
+         * the same 8 int32 lanes at the end: exact, so the same isum. */
+        __m512i isz[KX_PF_ROWS][KX_TILE];
+        for (int i = 0; i < NR; i++)
+            for (int t = 0; t < nt; t++)
+                isz[i][t] = _mm512_setzero_si512();
+        for (int m = 0; m < 4; m++)
+            for (int t = 0; t < nt; t++) {
+                const block_q8_K *a = (const block_q8_K *)(xq + (size_t)t * xs) + b;
+                const __m512i yv = _mm512_loadu_si512((const void *)(a->qs + 64 * m));
+                for (int i = 0; i < NR; i++) {
+                    const __m512i p16 =
+                        _mm512_maddubs_epi16(_mm512_loadu_si512((const void *)&wb[i].q[2 * m]), yv);
+                    const __m512i s16 = _mm512_loadu_si512((const void *)&wb[i].s[2 * m]);
+#if KX_VNNI
+                    isz[i][t] = _mm512_dpwssd_epi32(isz[i][t], p16, s16);
+#else
+                    isz[i][t] = _mm512_add_epi32(isz[i][t], _mm512_madd_epi16(p16, s16));
+#endif
+                }
+            }
+        for (int i = 0; i < NR; i++)
+            for (int t = 0; t < nt; t++)
+                isum[i][t] = _mm256_add_epi32(_mm512_castsi512_si256(isz[i][t]),
+                                              _mm512_extracti64x4_epi64(isz[i][t], 1));
+#else
+        for (int j = 0; j < 8; j++)
+            for (int t = 0; t < nt; t++) {
+                const block_q8_K *a = (const block_q8_K *)(xq + (size_t)t * xs) + b;
+                const __m256i yv = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * j));
+                for (int i = 0; i < NR; i++)
+                    isum[i][t] = kx_dot_u8_scaled_acc(isum[i][t], wb[i].q[j], yv, wb[i].s[j]);
+            }
+#endif
+        for (int t = 0; t < nt; t++) {
+            const block_q8_K *a = (const block_q8_K *)(xq + (size_t)t * xs) + b;
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+            if (k == KX_KQ6) {
+                for (int i = 0; i < NR; i++) {
+                    const __m256i corr = _mm256_madd_epi16(wb[i].m, bs);
+                    const __m256 dd = _mm256_set1_ps(wb[i].d * a->d);
+                    acc[i][t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum[i][t]), acc[i][t]);
+                    accm[i][t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(corr), accm[i][t]);
+                }
+            } else {
+                const __m128i bs8 =
+                    _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+                for (int i = 0; i < NR; i++) {
+                    acc[i][t] = _mm256_fmadd_ps(_mm256_set1_ps(wb[i].d * a->d),
+                                                _mm256_cvtepi32_ps(isum[i][t]), acc[i][t]);
+                    const __m128i pm = _mm_madd_epi16(_mm256_castsi256_si128(wb[i].m), bs8);
+                    accm4[i][t] = _mm_fmadd_ps(_mm_set1_ps(wb[i].dmin * a->d), _mm_cvtepi32_ps(pm),
+                                               accm4[i][t]);
+                }
+            }
+        }
+    }
+    for (int i = 0; i < NR; i++)
+        for (int t = 0; t < nt; t++) {
+            if (k == KX_KQ6) {
+                out[t * ldy + i] = kx_hsum(acc[i][t]) - 32.0f * kx_hsum(accm[i][t]);
+            } else {
+                __m128 m = accm4[i][t];
+                m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+                m = _mm_add_ss(m, _mm_movehdup_ps(m));
+                out[t * ldy + i] = kx_hsum(acc[i][t]) - _mm_cvtss_f32(m);
+            }
+        }
+}
+
+/* Rows [r0, r1) x nt (<= KX_KG_CHUNK) tokens. */
+KX_INLINE void kx_kg_rows(enum kx_kq k, const struct kern_mat *w, const uint8_t *xq, size_t xs,
+                          int64_t nt, struct kx_kw *wq, float *y, int64_t ldy, int64_t r0,
+                          int64_t r1) {
+    const int64_t nb = w->n_cols / QK_K;
+    for (int64_t r = r0; r < r1; r += r + KX_PF_ROWS <= r1 ? KX_PF_ROWS : 1) {
+        const int full = r + KX_PF_ROWS <= r1;
+        const int NR = full ? KX_PF_ROWS : 1;
+        for (int i = 0; i < NR; i++) {
+            const uint8_t *row = (const uint8_t *)w->data + (size_t)(r + i) * w->row_bytes;
+            for (int64_t b = 0; b < nb; b++)
+                kx_kw_unpack(k, row, b, &wq[b * KX_PF_ROWS + i]);
+        }
+        for (int64_t t = 0; t < nt; t += KX_TILE) {
+            const uint8_t *xt = xq + (size_t)t * xs;
+            float *o = y + t * ldy + r;
+            switch ((full ? 10 : 0) + (nt - t < KX_TILE ? (int)(nt - t) : KX_TILE)) {
+            case 14:
+                kx_kg_tile(k, wq, KX_PF_ROWS, nb, xt, xs, 4, o, ldy);
+                break;
+            case 13:
+                kx_kg_tile(k, wq, KX_PF_ROWS, nb, xt, xs, 3, o, ldy);
+                break;
+            case 12:
+                kx_kg_tile(k, wq, KX_PF_ROWS, nb, xt, xs, 2, o, ldy);
+                break;
+            case 11:
+                kx_kg_tile(k, wq, KX_PF_ROWS, nb, xt, xs, 1, o, ldy);
+                break;
+            case 4:
+                kx_kg_tile(k, wq, 1, nb, xt, xs, 4, o, ldy);
+                break;
+            case 3:
+                kx_kg_tile(k, wq, 1, nb, xt, xs, 3, o, ldy);
+                break;
+            case 2:
+                kx_kg_tile(k, wq, 1, nb, xt, xs, 2, o, ldy);
+                break;
+            default:
+                kx_kg_tile(k, wq, 1, nb, xt, xs, 1, o, ldy);
+                break;
+            }
+        }
+    }
+}
+
+/* The K-quant GEMM over all tokens; 0 when the scratch could not be
+ * allocated (the caller then takes the tiled path, same bits). */
+static int kx_kg_matmul(enum kx_kq k, const struct kern_mat *w, const void *xq, size_t xs,
+                        int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    const int64_t nb = w->n_cols / QK_K;
+    struct kx_kw *wq = aligned_alloc(64, (size_t)(nb * KX_PF_ROWS) * sizeof(struct kx_kw));
+    if (!wq)
+        return 0;
+    for (int64_t t0 = 0; t0 < n_tok; t0 += KX_KG_CHUNK) {
+        int64_t nt = n_tok - t0 < KX_KG_CHUNK ? n_tok - t0 : KX_KG_CHUNK;
+        kx_kg_rows(k, w, (const uint8_t *)xq + (size_t)t0 * xs, xs, nt, wq, y + t0 * ldy, ldy, r0,
+                   r1);
+    }
+    free(wq);
+    return 1;
+}
+
+#define KX_KG_FN(name, kind, row_fn)                                                               \
+    static void name(const struct kern_mat *w, const void *xq, size_t xs, int64_t n_tok, float *y, \
+                     int64_t ldy, int64_t r0, int64_t r1) {                                        \
+        if (n_tok >= KX_KG_MIN && w->n_cols / QK_K > 0 &&                                          \
+            kx_kg_matmul(kind, w, xq, xs, n_tok, y, ldy, r0, r1))                                  \
+            return;                                                                                \
+        KX_TILED(row_fn)                                                                           \
+    }
+
 /* ---- plain floats: F32, F16, BF16 (activation in the weight's format) ------- */
 
 enum kx_flt { KX_F32, KX_F16, KX_BF16 };
@@ -320,9 +578,9 @@ KX_INLINE void kx_bf16_tile(const struct kern_mat *w, int64_t r, int NR, const u
                      int64_t ldy, int64_t r0, int64_t r1) {                                        \
         KX_TILED(row_fn)                                                                           \
     }
-KX_TILED_FN(kx_matmul_q4_K, kx_q4k_tile)
-KX_TILED_FN(kx_matmul_q5_K, kx_q5k_tile)
-KX_TILED_FN(kx_matmul_q6_K, kx_q6k_tile)
+KX_KG_FN(kx_matmul_q4_K, KX_KQ4, kx_q4k_tile)
+KX_KG_FN(kx_matmul_q5_K, KX_KQ5, kx_q5k_tile)
+KX_KG_FN(kx_matmul_q6_K, KX_KQ6, kx_q6k_tile)
 KX_TILED_FN(kx_matmul_f32, kx_f32_tile)
 KX_TILED_FN(kx_matmul_f16, kx_f16_tile)
 KX_TILED_FN(kx_matmul_bf16, kx_bf16_tile)
