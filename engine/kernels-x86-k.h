@@ -205,9 +205,26 @@ KX_INLINE void kx_q6k_tile(const struct kern_mat *w, int64_t r, int NR, const ui
  * super-block) the operations are kx_q45k_tile's / kx_q6k_tile's: the same
  * exact int32 sums, the same float products and fma order, so results are
  * bit-identical to the decode path and to any tiling or row split.
- * Quant vector j (0..7) pairs with activation bytes [32 j, 32 j + 32). */
+ * Quant vector j (0..7) pairs with activation bytes [32 j, 32 j + 32).
+ *
+ * Measured (this 2-vCPU AMD EPYC VM, AVX-512 VNNI, shared box, best of
+ * interleaved runs, 2026-12-01; release builds, old = the 4-token tiles of
+ * kx_q45k_tile / kx_q6k_tile):
+ *   `kernels-bench 4 1 -1 3 q4_K,q5_K,q6_K 64` (1 thread, G MAC/s):
+ *     old q4_K ~70, q5_K ~66, q6_K ~77; GEMM 2 rows x 4 tokens, ymm
+ *     maddubs/madd ~87 (q4_K); + zmm pairs and vpdpwssd ~115 / 115 / 120;
+ *     4 rows x 4 tokens (AVX-512) ~134 / - / 140.
+ *   `bench-model llama-3.2-1b-q4_k_m.gguf 2 8 512 1` (prefill 512 tok, 2
+ *     threads): old ~111 tok/s, new (2-row GEMM) ~188 tok/s.
+ *   `bench-model llama-3.2-1b-q4_k_m.gguf 2 16 64 8` (batched decode, 8
+ *     seqs): old ~61 tok/s, new (2-row GEMM) ~96 tok/s. */
 #define KX_KG_MIN 8
 #define KX_KG_CHUNK 32
+#if defined(__AVX512BW__)
+#define KX_KG_ROWS 4
+#else
+#define KX_KG_ROWS KX_PF_ROWS
+#endif
 
 struct kx_kw {
     __m256i q[8], s[8];
@@ -295,26 +312,26 @@ KX_INLINE __m256i kx_dot_u8_scaled_acc(__m256i acc, __m256i u, __m256i y, __m256
 #endif
 }
 
-/* NR rows (unpacked: wq[b * KX_PF_ROWS + i]) x nt tokens over nb super-blocks. */
+/* NR rows (unpacked: wq[b * KX_KG_ROWS + i]) x nt tokens over nb super-blocks. */
 KX_INLINE void kx_kg_tile(enum kx_kq k, const struct kx_kw *wq, int NR, int64_t nb,
                           const uint8_t *xq, size_t xs, int nt, float *out, int64_t ldy) {
-    __m256 acc[KX_PF_ROWS][KX_TILE], accm[KX_PF_ROWS][KX_TILE];
-    __m128 accm4[KX_PF_ROWS][KX_TILE];
+    __m256 acc[KX_KG_ROWS][KX_TILE], accm[KX_KG_ROWS][KX_TILE];
+    __m128 accm4[KX_KG_ROWS][KX_TILE];
     for (int i = 0; i < NR; i++)
         for (int t = 0; t < nt; t++) {
             acc[i][t] = accm[i][t] = _mm256_setzero_ps();
             accm4[i][t] = _mm_setzero_ps();
         }
     for (int64_t b = 0; b < nb; b++) {
-        const struct kx_kw *wb = wq + b * KX_PF_ROWS;
-        __m256i isum[KX_PF_ROWS][KX_TILE];
+        const struct kx_kw *wb = wq + b * KX_KG_ROWS;
+        __m256i isum[KX_KG_ROWS][KX_TILE];
         for (int i = 0; i < NR; i++)
             for (int t = 0; t < nt; t++)
                 isum[i][t] = _mm256_setzero_si256();
 #if defined(__AVX512BW__)
         /* Vectors j = 2m, 2m + 1 in one zmm (lanes 0-7 and 8-15), folded to
          * the same 8 int32 lanes at the end: exact, so the same isum. */
-        __m512i isz[KX_PF_ROWS][KX_TILE];
+        __m512i isz[KX_KG_ROWS][KX_TILE];
         for (int i = 0; i < NR; i++)
             for (int t = 0; t < nt; t++)
                 isz[i][t] = _mm512_setzero_si512();
@@ -387,29 +404,29 @@ KX_INLINE void kx_kg_rows(enum kx_kq k, const struct kern_mat *w, const uint8_t 
                           int64_t nt, struct kx_kw *wq, float *y, int64_t ldy, int64_t r0,
                           int64_t r1) {
     const int64_t nb = w->n_cols / QK_K;
-    for (int64_t r = r0; r < r1; r += r + KX_PF_ROWS <= r1 ? KX_PF_ROWS : 1) {
-        const int full = r + KX_PF_ROWS <= r1;
-        const int NR = full ? KX_PF_ROWS : 1;
+    for (int64_t r = r0; r < r1; r += r + KX_KG_ROWS <= r1 ? KX_KG_ROWS : 1) {
+        const int full = r + KX_KG_ROWS <= r1;
+        const int NR = full ? KX_KG_ROWS : 1;
         for (int i = 0; i < NR; i++) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)(r + i) * w->row_bytes;
             for (int64_t b = 0; b < nb; b++)
-                kx_kw_unpack(k, row, b, &wq[b * KX_PF_ROWS + i]);
+                kx_kw_unpack(k, row, b, &wq[b * KX_KG_ROWS + i]);
         }
         for (int64_t t = 0; t < nt; t += KX_TILE) {
             const uint8_t *xt = xq + (size_t)t * xs;
             float *o = y + t * ldy + r;
             switch ((full ? 10 : 0) + (nt - t < KX_TILE ? (int)(nt - t) : KX_TILE)) {
             case 14:
-                kx_kg_tile(k, wq, KX_PF_ROWS, nb, xt, xs, 4, o, ldy);
+                kx_kg_tile(k, wq, KX_KG_ROWS, nb, xt, xs, 4, o, ldy);
                 break;
             case 13:
-                kx_kg_tile(k, wq, KX_PF_ROWS, nb, xt, xs, 3, o, ldy);
+                kx_kg_tile(k, wq, KX_KG_ROWS, nb, xt, xs, 3, o, ldy);
                 break;
             case 12:
-                kx_kg_tile(k, wq, KX_PF_ROWS, nb, xt, xs, 2, o, ldy);
+                kx_kg_tile(k, wq, KX_KG_ROWS, nb, xt, xs, 2, o, ldy);
                 break;
             case 11:
-                kx_kg_tile(k, wq, KX_PF_ROWS, nb, xt, xs, 1, o, ldy);
+                kx_kg_tile(k, wq, KX_KG_ROWS, nb, xt, xs, 1, o, ldy);
                 break;
             case 4:
                 kx_kg_tile(k, wq, 1, nb, xt, xs, 4, o, ldy);
@@ -433,7 +450,7 @@ KX_INLINE void kx_kg_rows(enum kx_kq k, const struct kern_mat *w, const uint8_t 
 static int kx_kg_matmul(enum kx_kq k, const struct kern_mat *w, const void *xq, size_t xs,
                         int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     const int64_t nb = w->n_cols / QK_K;
-    struct kx_kw *wq = aligned_alloc(64, (size_t)(nb * KX_PF_ROWS) * sizeof(struct kx_kw));
+    struct kx_kw *wq = aligned_alloc(64, (size_t)(nb * KX_KG_ROWS) * sizeof(struct kx_kw));
     if (!wq)
         return 0;
     for (int64_t t0 = 0; t0 < n_tok; t0 += KX_KG_CHUNK) {
