@@ -11,13 +11,14 @@
  * descriptor and bumps a per-worker ticket for each invited worker (a worker
  * learns it is invited from its own ticket only); workers spin a bounded
  * budget (params.spin, STRATA_POOL_SPIN via config, default 4000) then park,
- * and a parked flag lets the caller skip the wake syscall. Rows are handed out
- * by a shared cursor in grains (>= 1 chunk per worker, ~8 per worker, floor
- * `min_grain`, default 32 rows); a job with few chunks invites only that many
- * workers. Several tasks (e.g. Q, K and V, or gate and up) share one dispatch.
- * A worker claims its ticket before running; once every row is handed out the
- * caller revokes tickets nobody claimed yet, so a descheduled worker never
- * delays a row job (pool_run_each jobs always wait for every participant).
+ * and a parked flag lets the caller skip the wake syscall. Rows are cut in
+ * grains (>= 1 chunk per worker, ~8 per worker, floor `min_grain`, default
+ * 32 rows); each participant owns a contiguous slab of the chunks and, once
+ * its slab is done, takes the others' unclaimed chunks; a job with few chunks
+ * invites only that many workers. Several tasks (e.g. Q, K and V, or gate and up) share one
+ * dispatch. A worker claims its ticket before running; once every row is handed out the caller
+ * revokes tickets nobody claimed yet, so a descheduled worker never delays a row job (pool_run_each
+ * jobs always wait for every participant).
  *
  * Threading: one dispatching thread at a time per pool (the scheduler thread
  * owns it); fn runs concurrently on disjoint row ranges.
@@ -50,7 +51,7 @@ struct pool_task {
      * bounds[g+1]) are then handed only to the workers of group g (the
      * workers whose threads sit on the node holding those weight pages), each
      * group through its own cursor. Today the pool ignores these fields and
-     * hands every row through its one shared cursor. */
+     * hands every row through its per-participant slabs. */
     int n_groups;
     const int64_t *group_bounds;
 };
