@@ -64,7 +64,8 @@ int kernels_supports(enum quant_type wtype);
  * Weight blocks are unpacked once per tile of 4 tokens and stay in L1 across
  * tiles (chunked prefill is a matrix-matrix product; for n_tok >= 8 the
  * AVX-512 kinds Q4_0/Q8_0/IQ4_NL/MXFP4 take a register-blocked GEMM that
- * unpacks weights once per 32 tokens, see kernels-x86.h); decode (n_tok = 1)
+ * unpacks weights once per 32 tokens, see kernels-x86.h; on every x86 ISA
+ * Q4_K/Q5_K/Q6_K likewise, see kernels-x86-k.h); decode (n_tok = 1)
  * streams one row at a time (faster from DRAM, see kernels-x86.h). A result never depends on r0/r1
  * or on how many other tokens share the call (same bits), so any row split across threads and any
  * batch size agree. A malformed shape (unknown type, n_cols not a multiple of the block size,
