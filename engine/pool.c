@@ -144,10 +144,14 @@ static void pool_participate(struct pool *p, int worker) {
      * build/bench-models/llama-3.2-1b-q4_0.gguf 2 64 8 1`, alternated with
      * the shared-cursor build, 4 pairs, box shared with other builds):
      * decode 45.7 44.4 46.8 48.1 -> 42.1 49.9 50.0 50.0 tok/s (median
-     * 46.3 -> 50.0, +8%). One shared cursor interleaved the two threads'
-     * 16 chunks across the matrix; separate contiguous streams read DRAM
-     * faster. Whole halves without stealing (1 chunk per thread) got the
-     * same on a quiet box but a preempted thread then holds half the job. */
+     * 46.3 -> 50.0, +8%); rerun with both builds on the same kernels
+     * (commit 653adeb), 3 quiet pairs: llama 46.3 45.7 48.5 -> 48.9 48.8
+     * 46.5; qwen3-0.6b Q8_0 45.5 57.9 56.8 -> 61.8 65.9 67.6. With one core
+     * taken by another job both give the same ~23 tok/s. One shared
+     * cursor interleaved the two threads' 16 chunks across the matrix;
+     * separate contiguous streams read DRAM faster. Whole halves without
+     * stealing (1 chunk per thread) got the same on a quiet box, but a
+     * preempted thread then holds half the job. */
     for (int k = 0; k < ns; k++) {
         const int s = (worker + k) % ns;
         const int64_t end = (int64_t)(s + 1) * n_chunks / ns;
