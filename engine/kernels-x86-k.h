@@ -214,10 +214,13 @@ KX_INLINE void kx_q6k_tile(const struct kern_mat *w, int64_t r, int NR, const ui
  *     old q4_K ~70, q5_K ~66, q6_K ~77; GEMM 2 rows x 4 tokens, ymm
  *     maddubs/madd ~87 (q4_K); + zmm pairs and vpdpwssd ~115 / 115 / 120;
  *     4 rows x 4 tokens (AVX-512) ~134 / - / 140.
+ *   `kernels-bench 128 2 -1 2 q4_K,q6_K 8` (weights from DRAM, 8 tokens,
+ *     2 threads): old ~104 / ~81; 4-row GEMM ~60 / ~55 (the unpack waited
+ *     on DRAM); + prefetch of the next row tile ~148 / ~129.
  *   `bench-model llama-3.2-1b-q4_k_m.gguf 2 8 512 1` (prefill 512 tok, 2
- *     threads): old ~111 tok/s, new (2-row GEMM) ~188 tok/s.
+ *     threads; llama.cpp 178): old ~108-111 tok/s, new ~218-220 tok/s.
  *   `bench-model llama-3.2-1b-q4_k_m.gguf 2 16 64 8` (batched decode, 8
- *     seqs): old ~61 tok/s, new (2-row GEMM) ~96 tok/s. */
+ *     seqs): old ~89 tok/s (90 ms/step), new ~121 tok/s (66 ms/step). */
 #define KX_KG_MIN 8
 #define KX_KG_CHUNK 32
 #if defined(__AVX512BW__)
@@ -411,6 +414,15 @@ KX_INLINE void kx_kg_rows(enum kx_kq k, const struct kern_mat *w, const uint8_t 
             const uint8_t *row = (const uint8_t *)w->data + (size_t)(r + i) * w->row_bytes;
             for (int64_t b = 0; b < nb; b++)
                 kx_kw_unpack(k, row, b, &wq[b * KX_KG_ROWS + i]);
+        }
+        /* The next tile's weights load from DRAM while this one computes
+         * (without this, n_tok = 8 from DRAM was slower than the tiled path). */
+        const int64_t rn = r + NR, rn1 = rn + KX_KG_ROWS < r1 ? rn + KX_KG_ROWS : r1;
+        if (rn < rn1) {
+            const uint8_t *nx = (const uint8_t *)w->data + (size_t)rn * w->row_bytes;
+            const size_t nbytes = (size_t)(rn1 - rn) * w->row_bytes;
+            for (size_t o = 0; o < nbytes; o += 64)
+                _mm_prefetch((const char *)nx + o, _MM_HINT_T0);
         }
         for (int64_t t = 0; t < nt; t += KX_TILE) {
             const uint8_t *xt = xq + (size_t)t * xs;
