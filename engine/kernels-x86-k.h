@@ -199,7 +199,7 @@ KX_INLINE void kx_q6k_tile(const struct kern_mat *w, int64_t r, int NR, const ui
 /* ---- K-quant GEMM for n_tok >= KX_KG_MIN (prefill chunks, batched decode)
  * Tokens go in chunks of KX_KG_CHUNK; for each tile of KX_KG_ROWS rows (4 with AVX-512, else
  * KX_PF_ROWS) the super-blocks are unpacked once per chunk into a scratch (8 x 32 quants as u8,
- * their int16 scales, the mins or Q6_K scales, d, dmin: 584 bytes per super-block and row) and the
+ * their int16 scales, the mins or Q6_K scales, d, dmin: 576 bytes per super-block and row) and the
  * micro-kernel (KX_KG_ROWS rows x 4 tokens) loads each activation vector once per row tile. Per
  * (row, token, super-block) the operations are kx_q45k_tile's / kx_q6k_tile's: the same exact int32
  * sums, the same float products and fma order, so results are bit-identical to the decode path and
