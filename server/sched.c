@@ -8,6 +8,7 @@
 
 #include "engine/gguf.h"
 #include "engine/kv.h"
+#include "engine/quant.h"
 #include "engine/pool.h"
 #include "engine/prefix.h"
 #include "engine/template.h"
@@ -456,9 +457,36 @@ static void token_text(const struct tokenizer *tok, int32_t id, char *buf, size_
     }
 }
 
-static void quant_mix(const struct gguf_file *f, char *buf, size_t cap) {
-    (void)f;
-    snprintf(buf, cap, "%s", "");
+/* /status: model path, quant mix (tensors and bytes per weight type, largest
+ * first; more types than slots are summed into a last "other" slot) and KV
+ * bytes. Also the compact "type:count,..." string of gen_stats.quant_mix.
+ * Runs in sched_init before the scheduler thread starts: no lock needed. */
+static void stats_model_facts(struct gen_stats *st, const struct model *m, const char *path,
+                              const struct kv_params *kp) {
+    snprintf(st->model_path, sizeof(st->model_path), "%s", path);
+    struct model_weight_type wt[64];
+    int n_wt = model_weight_types(m, wt, 64);
+    if (n_wt > 64)
+        n_wt = 64;
+    size_t len = 0;
+    st->quant_mix[0] = '\0';
+    for (int i = 0; i < n_wt; i++) {
+        int k = i < GEN_WEIGHT_TYPES_MAX - 1 ? i : GEN_WEIGHT_TYPES_MAX - 1;
+        struct gen_weight_type *g = &st->weight_types[k];
+        snprintf(g->type, sizeof(g->type), "%s",
+                 n_wt > GEN_WEIGHT_TYPES_MAX && k == GEN_WEIGHT_TYPES_MAX - 1
+                     ? "other"
+                     : quant_type_name(wt[i].type));
+        g->n_tensors += wt[i].n_tensors;
+        g->n_bytes += wt[i].n_bytes;
+        st->n_weight_types = k + 1;
+        if (len < sizeof(st->quant_mix)) {
+            int w = snprintf(st->quant_mix + len, sizeof(st->quant_mix) - len, "%s%s:%lld",
+                             i ? "," : "", quant_type_name(wt[i].type), (long long)wt[i].n_tensors);
+            len += w > 0 ? (size_t)w : 0;
+        }
+    }
+    st->kv_block_bytes = kv_block_bytes(kp);
 }
 
 struct sched *sched_init(const struct sched_params *params, struct strata_error *err) {
@@ -580,7 +608,7 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     st->ready = true;
     snprintf(st->model_id, sizeof(st->model_id), "%s", s->model_id);
     snprintf(st->architecture, sizeof(st->architecture), "%s", model_arch_name(s->model));
-    quant_mix(gf, st->quant_mix, sizeof(st->quant_mix));
+    stats_model_facts(st, s->model, params->model_path, &kp);
     st->n_ctx = s->n_ctx;
     st->n_threads = n_threads;
     snprintf(st->threads_source, sizeof(st->threads_source), "%s",
