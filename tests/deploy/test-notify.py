@@ -21,21 +21,15 @@ import tempfile
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "peers"))
+import strata_daemon as sd  # noqa: E402
+
 STRATA = sys.argv[1]
 SHARED = os.environ.get("STRATA_SHARED_DIR", "../shared")
 MODEL = os.path.join(SHARED, "models", "stories260K.gguf")
 
-passed = failed = 0
-
-
-def check(name, cond, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-        print(f"ok   {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name} {detail}")
+results = sd.Results(verbose=True)
+check = results.check
 
 
 def recv_all(sock, until, timeout):
@@ -192,8 +186,7 @@ def main():
     run_normal("abstract socket", asock, "@" + name,
                {"WATCHDOG_USEC": "200000", "WATCHDOG_PID": "1"}, False)
     asock.close()
-    print(f"RESULT notify: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return results.report("notify")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ concurrent requests, /metrics as Prometheus text, config errors (exit 2) and
 SIGTERM draining (exit 0, which under ASan also means no leak).
 Prints `RESULT http-raw: N passed, M failed`.
 """
-import http.client
 import json
 import os
 import re
@@ -22,21 +21,14 @@ import sys
 import threading
 import time
 
+import strata_daemon as sd
+
 BIN = sys.argv[1] if len(sys.argv) > 1 else "build/tests/strata-fake-serve"
 STRATA = sys.argv[2] if len(sys.argv) > 2 else None
-SHARED = os.environ.get("STRATA_SHARED_DIR") or os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared")
+SHARED = sd.shared_dir()
 KEY = "sk-test-key"
-passed = 0
-failed = 0
-
-
-def check(name, cond, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAIL {name} {detail}", flush=True)
+results = sd.Results()
+check = results.check
 
 
 def start(*extra, env=None):
@@ -46,22 +38,11 @@ def start(*extra, env=None):
 def start_cmd(cmd, env=None):
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
-    port = None
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        m = re.search(r"listening on http://[0-9.]+:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-            break
+    port = sd.wait_listening(proc, 30)
     if port is None:
         proc.kill()
         raise RuntimeError("daemon did not start: " + proc.stderr.read())
-    # keep draining stderr so the daemon never blocks on a full pipe
-    log = []
-    threading.Thread(target=lambda: log.extend(proc.stderr), daemon=True).start()
+    log, _ = sd.drain_stderr(proc)
     return proc, port, log
 
 
@@ -69,15 +50,7 @@ def request(port, method, path, body=None, headers=None, key=KEY, timeout=20):
     h = dict(headers or {})
     if key:
         h["Authorization"] = "Bearer " + key
-    if body is not None and not isinstance(body, bytes):
-        body = json.dumps(body).encode()
-        h.setdefault("Content-Type", "application/json")
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    c.request(method, path, body=body, headers=h)
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, dict((k.lower(), v) for k, v in r.getheaders()), data
+    return sd.request(port, method, path, body, h, timeout)
 
 
 def error_shape_ok(data, etype=None):
@@ -582,8 +555,7 @@ def main():
             fn()
         except Exception as e:  # noqa: BLE001
             check(fn.__name__, False, repr(e))
-    print(f"RESULT http-raw: {passed} passed, {failed} failed", flush=True)
-    sys.exit(1 if failed else 0)
+    sys.exit(results.report("http-raw"))
 
 
 if __name__ == "__main__":

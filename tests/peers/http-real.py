@@ -12,10 +12,8 @@ a client that leaves mid-stream (the session is freed), 200 mixed concurrent
 requests, then SIGTERM: exit 0 with no sanitizer report on stderr.
 Prints `RESULT http-real: N passed, M failed`.
 """
-import http.client
 import json
 import os
-import re
 import signal
 import socket
 import struct
@@ -25,52 +23,28 @@ import tempfile
 import threading
 import time
 
+import strata_daemon as sd
+
 STRATA = sys.argv[1] if len(sys.argv) > 1 else "build/cli/strata"
-SHARED = os.environ.get("STRATA_SHARED_DIR") or os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared")
+SHARED = sd.shared_dir()
 MODEL = os.path.join(SHARED, "models", "stories260K.gguf")
 MODEL_ID = "stories260K"
 EOS = 2  # stories260K's </s>: a logit bias of -100 keeps a stream going
 TIMEOUT_S = 2  # --timeout: idle connections (slowloris) are dropped after this
-SANITIZER_RE = re.compile(r"AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|runtime error:")
-passed = 0
-failed = 0
-
-
-def check(name, cond, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAIL {name} {str(detail)[:600]}", flush=True)
+SANITIZER_RE = sd.SANITIZER_RE
+results = sd.Results(limit=600)
+check = results.check
 
 
 def start(model, *extra):
     proc = subprocess.Popen([STRATA, "serve", model, "--port", "0", *extra], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, errors="replace")
-    port = None
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        m = re.search(r"listening on http://[0-9.]+:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-            break
+    port = sd.wait_listening(proc, 60)
     if port is None:
         proc.kill()
         raise RuntimeError("daemon did not start: " + proc.stderr.read())
-    log = []
-    reader = threading.Thread(target=lambda: log.extend(proc.stderr), daemon=True)
-    reader.start()
-    for _ in range(600):  # /health is 503 until the weights are warm
-        try:
-            if request(port, "GET", "/health")[0] == 200:
-                break
-        except OSError:
-            pass
-        time.sleep(0.05)
+    log, reader = sd.drain_stderr(proc)
+    sd.wait_health(port, 0.05, tries=600)  # /health is 503 until the weights are warm
     return proc, port, log, reader
 
 
@@ -88,17 +62,7 @@ def stop(proc, log, reader, name):
     check(f"{name}: no sanitizer report on stderr", not SANITIZER_RE.search(text), text[-3000:])
 
 
-def request(port, method, path, body=None, headers=None, timeout=60):
-    h = dict(headers or {})
-    if body is not None and not isinstance(body, bytes):
-        body = json.dumps(body).encode()
-        h.setdefault("Content-Type", "application/json")
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    c.request(method, path, body=body, headers=h)
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, dict((k.lower(), v) for k, v in r.getheaders()), data
+request = sd.request
 
 
 def chat(port, content="Once upon a time", **kw):
@@ -523,8 +487,7 @@ def main():
             except Exception as e:  # noqa: BLE001
                 check("test_template_error", False, repr(e))
         print(f"# total {time.time() - t_start:.1f} s", flush=True)
-    print(f"RESULT http-real: {passed} passed, {failed} failed", flush=True)
-    sys.exit(1 if failed else 0)
+    sys.exit(results.report("http-real"))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ reported as null must have a note saying why. A second daemon started under
 histogram buckets ascending in le and monotone, +Inf bucket == _count).
 Prints `RESULT status-real: N passed, M failed`.
 """
-import http.client
 import json
 import math
 import os
@@ -27,48 +26,27 @@ import subprocess
 import sys
 import time
 
+import strata_daemon as sd
+
 STRATA = sys.argv[1] if len(sys.argv) > 1 else "build/cli/strata"
-SHARED = os.environ.get("STRATA_SHARED_DIR") or os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared")
+SHARED = sd.shared_dir()
 MODEL = os.path.join(SHARED, "models", "stories260K.gguf")
 MODEL_ID = "stories260K"
-SANITIZER_RE = re.compile(r"AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|runtime error:")
+SANITIZER_RE = sd.SANITIZER_RE
 ISAS = {"ref", "avx2", "avx512", "avx512-vnni"}
-passed = 0
-failed = 0
-
-
-def check(name, cond, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAIL {name} {str(detail)[:600]}", flush=True)
+results = sd.Results(limit=600)
+check = results.check
 
 
 def start(*extra, prefix=()):
     proc = subprocess.Popen([*prefix, STRATA, "serve", MODEL, "--port", "0", *extra], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, errors="replace")
-    port = None
     deadline = time.time() + 60
-    while time.time() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        m = re.search(r"listening on http://[0-9.]+:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-            break
+    port = sd.wait_listening(proc, 60)
     if port is None:
         proc.kill()
         raise SystemExit("strata serve did not start")
-    while time.time() < deadline:  # ready: /health 200
-        try:
-            if request(port, "GET", "/health")[0] == 200:
-                break
-        except OSError:
-            pass
-        time.sleep(0.1)
+    sd.wait_health(port, 0.1, deadline=deadline)  # ready: /health 200
     return proc, port
 
 
@@ -85,13 +63,8 @@ def stop(proc, name):
 
 
 def request(port, method, path, body=None):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    headers = {"Content-Type": "application/json"} if body is not None else {}
-    c.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, r.getheader("Content-Type"), data
+    st, h, data = sd.request(port, method, path, body)
+    return st, h.get("content-type"), data
 
 
 def status(port):
@@ -355,8 +328,7 @@ def main():
     else:
         print("note: one CPU allowed (or no taskset): pinned-daemon check skipped", flush=True)
 
-    print(f"RESULT status-real: {passed} passed, {failed} failed", flush=True)
-    return 1 if failed else 0
+    return results.report("status-real")
 
 
 if __name__ == "__main__":
