@@ -414,7 +414,7 @@ OPS_AVX2 static void attn_group_avx2(const float *q, int n_q, const uint16_t *co
  * tile of outputs in 16 zmm registers across all positions (one f16 load and
  * convert per 16 V values, one FMA with a broadcast weight per 16 outputs),
  * where the AVX2 path loads and stores its outputs every four positions.
- * Measured on the dev box (Sapphire Rapids class, /tmp microbenchmark of one
+ * Measured on the dev box (2-vCPU AMD EPYC VM, AVX-512, /tmp microbenchmark of one
  * 4-head group, head_dim 64, 512 positions, gcc -O2): AVX2 7.5 us, this
  * 6.0 us; scalar ops_attn_head x4: 242 us (before this change: 13.5 us
  * for the first AVX2 version that loaded/stored outputs every position). */

@@ -627,28 +627,26 @@ static struct tnode *parse_not(struct parser *P) {
     return parse_compare(P);
 }
 
-static struct tnode *parse_and(struct parser *P) {
-    struct tnode *l = parse_not(P);
-    while (is_name(cur(P), "and")) {
+/* `operand (word operand)*`, left-associative: `and` and `or`. */
+static struct tnode *parse_word_chain(struct parser *P, const char *word, enum tnode_kind kind,
+                                      struct tnode *(*operand)(struct parser *)) {
+    struct tnode *l = operand(P);
+    while (is_name(cur(P), word)) {
         struct tlex_tok *at = next(P);
-        struct tnode *n = node(P, E_AND, at);
+        struct tnode *n = node(P, kind, at);
         n->a = l;
-        n->b = parse_not(P);
+        n->b = operand(P);
         l = n;
     }
     return l;
 }
 
+static struct tnode *parse_and(struct parser *P) {
+    return parse_word_chain(P, "and", E_AND, parse_not);
+}
+
 static struct tnode *parse_or(struct parser *P) {
-    struct tnode *l = parse_and(P);
-    while (is_name(cur(P), "or")) {
-        struct tlex_tok *at = next(P);
-        struct tnode *n = node(P, E_OR, at);
-        n->a = l;
-        n->b = parse_and(P);
-        l = n;
-    }
-    return l;
+    return parse_word_chain(P, "or", E_OR, parse_and);
 }
 
 static struct tnode *parse_expression(struct parser *P, bool with_condexpr) {
