@@ -2,14 +2,18 @@
  * metadata, and tensor binding with shape/type checks (see model.h). The
  * per-architecture facts (rope type, which tensors exist, whether top-k
  * weights are renormalised) follow llama.cpp's llama-arch.cpp / llama-model.cpp. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "engine/gguf.h"
 #include "engine/kv.h"
 #include "engine/model-impl.h"
+#include "engine/pool.h"
 #include "engine/profile.h"
 
 struct arch_info {
@@ -31,7 +35,66 @@ static const struct arch_info archs[] = {
 };
 
 struct model_params model_params_default(void) {
-    return (struct model_params){.pool = NULL, .n_ctx_max = 0, .n_batch_max = 512, .profile = NULL};
+    return (struct model_params){
+        .pool = NULL, .n_ctx_max = 0, .n_batch_max = 512, .profile = NULL, .prefault = true};
+}
+
+/* Prefault: the tensor data span cut in PREFAULT_CHUNK pieces, mapped by the
+ * pool's threads (the kernel maps page-cache pages at ~13 GB/s per thread
+ * here: olmoe-1b-7b Q4_K_M, 4.2 GB in the page cache, `strata run ... -t 2
+ * --json` load_ms: 318 ms on one thread, 193-198 ms on the pool of 2). */
+#define PREFAULT_CHUNK ((uintptr_t)32 << 20)
+
+struct prefault_job {
+    uintptr_t lo, hi; /* page-aligned start, end of the span */
+    long page;
+};
+
+static void prefault_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
+    const struct prefault_job *j = ctx;
+    uintptr_t a = j->lo + (uintptr_t)r0 * PREFAULT_CHUNK;
+    uintptr_t b = j->lo + (uintptr_t)r1 * PREFAULT_CHUNK;
+    if (b > j->hi)
+        b = j->hi;
+#ifdef MADV_POPULATE_READ
+    if (madvise((void *)a, b - a, MADV_POPULATE_READ) == 0 || errno != EINVAL)
+        return;
+#endif
+    /* Kernel before 5.14 (EINVAL): one read per page; fault-around maps its neighbours. */
+    uint8_t acc = 0;
+    for (uintptr_t p = a; p < b; p += (uintptr_t)j->page)
+        acc ^= *(const volatile uint8_t *)p;
+    __asm__ volatile("" : : "r"(acc));
+}
+
+/* Maps the pages of every tensor's data now, so decode does not take page
+ * faults on weights it touches for the first time (each MoE token reads
+ * experts no earlier token used). A hint: failures are ignored. */
+static void prefault_weights(struct model *m) {
+    const long page = sysconf(_SC_PAGESIZE);
+    const long n_phys = sysconf(_SC_PHYS_PAGES);
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++) {
+        const struct gguf_tensor_info *t = gguf_tensor_at(m->gguf, i);
+        if (!t || !t->n_bytes)
+            continue;
+        uintptr_t a = (uintptr_t)t->data, b = a + t->n_bytes;
+        lo = a < lo ? a : lo;
+        hi = b > hi ? b : hi;
+    }
+    if (page <= 0 || lo >= hi)
+        return;
+    if (n_phys > 0 && (uint64_t)(hi - lo) / 3 * 4 > (uint64_t)n_phys * (uint64_t)page)
+        return; /* more than 3/4 of RAM: most pages would be evicted again */
+    struct prefault_job j = {.lo = lo & ~(uintptr_t)(page - 1), .hi = hi, .page = page};
+    struct pool_task t = {.fn = prefault_rows,
+                          .ctx = &j,
+                          .n_rows = (int64_t)((j.hi - j.lo + PREFAULT_CHUNK - 1) / PREFAULT_CHUNK),
+                          .min_grain = 1};
+    if (m->params.pool)
+        pool_run(m->params.pool, &t, 1);
+    else
+        prefault_rows(&j, 0, t.n_rows, 0);
 }
 
 /* ---- metadata helpers ------------------------------------------------------- */
@@ -430,6 +493,8 @@ struct model *model_load(const char *path, const struct model_params *params,
     }
     for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++)
         m->weight_bytes += gguf_tensor_at(m->gguf, i)->n_bytes;
+    if (m->params.prefault)
+        prefault_weights(m);
     if (m->params.n_ctx_max == 0)
         m->params.n_ctx_max = hp->n_ctx_train < (1 << 20) ? hp->n_ctx_train : (1 << 20);
     m->be = backend_cpu_init(m->params.pool, err);

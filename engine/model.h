@@ -96,6 +96,13 @@ struct model_params {
     int n_batch_max;   /* most entries per model_forward call (default 512) */
     struct profile
         *profile; /* borrowed; routed (layer, expert) picks are counted here; may be NULL */
+    /* Map every weight page at load (MADV_POPULATE_READ; kernels before 5.14:
+     * one read per page) instead of faulting pages in during the first
+     * tokens. Default true. Skipped when the weights exceed 3/4 of physical
+     * RAM (they could not all stay resident). RSS then counts the whole file
+     * from load on (olmoe-1b-7b Q4_K_M: 4.0 GB either way after a 512-token
+     * prompt; llama.cpp 7.2 GB); load time: see model-load.c. */
+    bool prefault;
 };
 struct model_params model_params_default(void);
 
