@@ -202,161 +202,61 @@ KX_INLINE void kx_b32_tile(enum kx_b32 k, const uint8_t *row0, size_t row_bytes,
 }
 
 #if defined(__AVX512BW__)
-/* Which kinds take the two-blocks-per-zmm path: all four with VNNI; Q4_0 and
- * MXFP4 on plain AVX-512BW (vpmaddubsw saturates for Q8_0's and IQ4_NL's
- * unsigned weights up to 255, while 0..15 and 0..24 stay exact). */
+/* ---- AVX-512: whole units of blocks per 512-bit register -------------------
+ * Which kinds take this path: all four with VNNI; Q4_0 and MXFP4 on plain
+ * AVX-512BW (vpmaddubsw saturates for Q8_0's and IQ4_NL's unsigned weights up
+ * to 255, while 0..15 and 0..24 stay exact). */
 #define KX_Z_KIND(k)                                                                               \
     ((k) == KX_Q4_0 || (k) == KX_MXFP4 || (KX_VNNI && ((k) == KX_Q8_0 || (k) == KX_IQ4_NL)))
 
-/* Unsigned x signed bytes -> 16 int32 sums of 4 products each. */
-KX_INLINE __m512i kx_z_dot(__m512i u, __m512i y) {
-#if KX_VNNI
-    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, y);
-#else
-    return _mm512_madd_epi16(_mm512_maddubs_epi16(u, y), _mm512_set1_epi16(1));
-#endif
-}
-
-/* ---- AVX-512: two 32-element blocks per 512-bit register -------------------
- * Weights are made unsigned (Q4_0 nibbles 0..15, offset 8; MXFP4 table values
- * + 12; IQ4_NL table values + 128; Q8_0 x ^ 0x80 = x + 128) so one vpdpbusd
- * (vpmaddubsw + vpmaddwd without VNNI) does the dot, and the offset comes off
- * through the activation sum (offset * sum(y), exact in int32). Register
- * layout of a block pair (128-bit lanes): nibble kinds [b0 lo16, b1 lo16,
- * b0 hi16, b1 hi16], Q8_0 [b0 0..15, b0 16..31, b1 0..15, b1 16..31]; the
- * activations are arranged the same way. Lanes of block 0 and block 1 get
- * their own scale; 16 float lanes accumulate per (row, token). */
-
-/* Pair (or, when `two` is 0, a single block with zeros for the second). */
-/* Nibble kinds (Q4_0, IQ4_NL, MXFP4) share one layout; Q8_0 has its own. */
+/* A unit is 4 nibble blocks (Q4_0, IQ4_NL, MXFP4: 128 weights, 72 or 68
+ * bytes) or 2 Q8_0 blocks (64 weights, 68 bytes), read straight from the
+ * file's blocks (no repacking of the weights). Register layout (128-bit lane
+ * j = 4 int32 lanes):
+ *   nibble kinds: w0 lane j = block j's 16 low nibbles (elements 0..15),
+ *                 w1 lane j = its 16 high nibbles (elements 16..31);
+ *   Q8_0:         w0 lanes 0-1 = block 0's 32 bytes, lanes 2-3 = block 1's.
+ * Weights are made unsigned (Q4_0 nibbles 0..15, offset 8; MXFP4 doubled
+ * E2M1 values + 12; IQ4_NL values + 128; Q8_0 x ^ 0x80 = x + 128) so
+ * vpdpbusd (vpmaddubsw + vpmaddwd without VNNI) does the dot; the offset
+ * comes off through nsum = -offset * sum(y) per int32 lane, which is the
+ * vpdpbusd accumulator's starting value (exact int32, so free).
+ * Activations are packed once per kernels_matmul call in the same layout,
+ * per unit V = nvec + 2 zmm: y0 (, y1), nsum, dy (16 float lanes: each
+ * lane's block scale). Weight scales: the f16 d of the unit's blocks picked
+ * by one vpermw from the first load and converted by one vcvtph2ps (MXFP4:
+ * E8M0 exponents built in int32 lanes).
+ * Per (row, token, unit) the float work is exactly
+ *   acc = fma(dx * dy, cvt(nsum + dot(w0, y0) [+ dot(w1, y1)]), acc)
+ * on one 16-lane accumulator, then one _mm512_reduce_add_ps per (row,
+ * token); decode (n_tok < KX_GEMM_MIN) and the GEMM do exactly these
+ * operations in this order, so a token alone and inside a batch, and any row
+ * split, give identical bits.
+ * Loads of a full unit stay inside its own bytes (two 64-byte loads at +0
+ * and +8 (Q8_0: +4), the second ending at the unit's last byte); a partial
+ * last unit (1-3 blocks) is copied to a zeroed 80-byte buffer first, so the
+ * last row of a tensor never reads past the end of the file mapping (zero
+ * blocks contribute exactly 0: zero activations, zero nsum). */
 #define KX_Z_NIB(k) ((k) != KX_Q8_0)
+
+KX_INLINE int kx_zu_blocks(enum kx_b32 k) {
+    return KX_Z_NIB(k) ? 4 : 2;
+}
+/* zmm of weights (and of activations) per unit */
+KX_INLINE int kx_zu_nvec(enum kx_b32 k) {
+    return KX_Z_NIB(k) ? 2 : 1;
+}
+/* zmm per packed activation unit: y0 (, y1), nsum, dy */
+KX_INLINE int kx_zu_avec(enum kx_b32 k) {
+    return kx_zu_nvec(k) + 2;
+}
 
 /* Offset that makes each kind's weights unsigned. */
 KX_INLINE int kx_z_offset(enum kx_b32 k) {
     return k == KX_Q4_0 ? 8 : k == KX_MXFP4 ? 12 : 128;
 }
 
-/* Pair (or, when `two` is 0, a single block with zeros for the second). */
-KX_INLINE __m512i kx_z_weights(enum kx_b32 k, const uint8_t *blk, int two, __m128 *dpair) {
-    if (KX_Z_NIB(k)) {
-        const size_t bsz = kx_b32_size(k);
-        const size_t qoff = k == KX_MXFP4 ? 1 : 2; /* qs after e (u8) or d (f16) */
-        __m128i a = _mm_loadu_si128((const __m128i *)(blk + qoff));
-        __m128i b =
-            two ? _mm_loadu_si128((const __m128i *)(blk + bsz + qoff)) : _mm_setzero_si128();
-        __m256i ab = _mm256_set_m128i(b, a);
-        __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(ab), _mm256_srli_epi16(ab, 4), 1);
-        z = _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
-        if (k == KX_MXFP4) {
-            /* E2M1 values (doubled) + 12: 0..24 */
-            static const int8_t tab[16] = {12, 13, 14, 15, 16, 18, 20, 24,
-                                           12, 11, 10, 9,  8,  6,  4,  0};
-            z = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)tab)),
-                                    z);
-            const block_mxfp4 *x = (const block_mxfp4 *)blk;
-            *dpair = _mm_set_ps(0, 0, two ? kern_e8m0_half(x[1].e) : 0, kern_e8m0_half(x[0].e));
-            return z;
-        }
-        if (k == KX_IQ4_NL) {
-            /* IQ4_NL values + 128: 1..241 (vpdpbusd only; vpmaddubsw would
-             * saturate) */
-            static const uint8_t tab[16] = {1,   24,  45,  63,  79,  93,  106, 118,
-                                            129, 141, 153, 166, 181, 197, 217, 241};
-            z = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)tab)),
-                                    z);
-        }
-        quant_f16 d0, d1 = 0;
-        memcpy(&d0, blk, 2);
-        if (two)
-            memcpy(&d1, blk + bsz, 2);
-        *dpair = _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, 0, 0, (short)d1, (short)d0));
-        return z;
-    }
-    const block_q8_0 *x = (const block_q8_0 *)blk;
-    __m256i a = _mm256_loadu_si256((const __m256i *)x[0].qs);
-    __m256i b = two ? _mm256_loadu_si256((const __m256i *)x[1].qs) : _mm256_set1_epi8(-128);
-    *dpair = _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, 0, 0, two ? (short)x[1].d : 0, (short)x[0].d));
-    return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1),
-                            _mm512_set1_epi8((char)0x80));
-}
-
-/* Activation pair in the weights' layout; offset sum and scale pair. */
-KX_INLINE __m512i kx_z_act(enum kx_b32 k, const block_q8_0 *a, int two, __m512i *ysum,
-                           __m128 *dpair) {
-    __m256i y0 = _mm256_loadu_si256((const __m256i *)a[0].qs);
-    __m256i y1 = two ? _mm256_loadu_si256((const __m256i *)a[1].qs) : _mm256_setzero_si256();
-    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(y0), y1, 1);
-    if (KX_Z_NIB(k))
-        z = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
-    *ysum = kx_z_dot(_mm512_set1_epi8((char)kx_z_offset(k)), z);
-    *dpair = _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, 0, 0, two ? (short)a[1].d : 0, (short)a[0].d));
-    return z;
-}
-
-KX_INLINE __m512 kx_z_scales(enum kx_b32 k, __m128 s) {
-    /* nibble kinds: lanes alternate block 0 / block 1 per 128 bits; Q8_0: halves */
-    const __m512i idx = KX_Z_NIB(k)
-                            ? _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0)
-                            : _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(s));
-}
-
-KX_INLINE void kx_z_step(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, int NR, int64_t b,
-                         int two, const uint8_t *xq, size_t xs, int nt, __m512 acc[4][KX_TILE]) {
-    const size_t bsz = kx_b32_size(k);
-    __m512i yv[KX_TILE], ys[KX_TILE];
-    __m128 dy[KX_TILE];
-    for (int t = 0; t < nt; t++)
-        yv[t] = kx_z_act(k, (const block_q8_0 *)(xq + (size_t)t * xs) + b, two, &ys[t], &dy[t]);
-    for (int i = 0; i < NR; i++) {
-        const uint8_t *blk = row0 + (size_t)i * row_bytes + (size_t)b * bsz;
-        kx_prefetch(blk);
-        __m128 dx;
-        __m512i q = kx_z_weights(k, blk, two, &dx);
-        for (int t = 0; t < nt; t++) {
-            __m512i sum = _mm512_sub_epi32(kx_z_dot(q, yv[t]), ys[t]);
-            acc[i][t] = _mm512_fmadd_ps(kx_z_scales(k, _mm_mul_ps(dx, dy[t])),
-                                        _mm512_cvtepi32_ps(sum), acc[i][t]);
-        }
-    }
-}
-
-/* ---- AVX-512 GEMM for n_tok >= KX_GEMM_MIN (prefill chunks, batched decode)
- * Kinds of KX_Z_KIND (Q4_0, MXFP4; with VNNI also Q8_0, IQ4_NL). Tokens go in
- * chunks of KX_GEMM_CHUNK: the chunk's activations are packed once (block
- * pairs in the weights' layout, 64 bytes, plus the scale pair); for each
- * 4-row tile the weights are unpacked once per chunk into a scratch (64
- * bytes + spread scales per row and pair, L1-sized), and the 4 rows x 4
- * tokens micro-kernel does per (row, token, pair) only vpdpbusd (into the
- * negated offset sum, computed once per token and tile), cvt, mul and fma on
- * 16 zmm accumulators. The integer lanes, the scale products and the fma
- * order per (row, token) are exactly kx_z_step's, so results are
- * bit-identical to the n_tok = 1 (decode) path and to any tiling or split.
- *
- * Measured (this 2-vCPU AMD EPYC VM, AVX-512 VNNI, shared box: best of
- * interleaved runs, 2026-11-30; release builds of the same tree with the old
- * and the new kernels-x86.h):
- *   `kernels-bench 4 1 -1 3 q4_0 64` (1 thread, 4 MB Q4_0, 4096 cols, 64 tok):
- *     old 4x4 tiles re-preparing activations per row tile ~82 G MAC/s;
- *     first GEMM (fat 192 B/token-pair activation pack, weights decoded per
- *     token tile) ~100-108; weights unpacked once per chunk + compact
- *     activations (64 + 16 B) ~135; chunk 32 vs 16 vs 8: ~138 / 135 / 113.
- *   `kernels-bench 8 2 -1 3 q4_0 512`: 278 G MAC/s with 2 threads.
- *   `bench-model llama-3.2-1b-q4_0.gguf 2 8 512 1` prefill 512 tok, 2 threads
- *     (o2's attention at fbf19cf in both): old ~121-134 tok/s, new ~204-242
- *     tok/s (also with the AVX-512 Q8_0 quantizer of kernels-x86-k.h).
- * The remaining per-(row, token) cost is 4-5 ops per 64 MACs (the scale
- * product and the lane-wise float accumulation the decode path fixed); a
- * further step would sum the lanes of a block in int32 first, which changes
- * the decode path's bits too. */
-#define KX_GEMM_MIN 8
-#define KX_GEMM_CHUNK 32
-
-struct kx_zact {
-    __m512i y; /* activation pair in the weights' layout */
-};
-
-/* Unsigned x signed bytes added to acc (exact int32, same lanes as kx_z_dot). */
+/* Unsigned x signed bytes added to acc (exact int32: 16 lanes of 4 products). */
 KX_INLINE __m512i kx_z_dot_acc(__m512i acc, __m512i u, __m512i y) {
 #if KX_VNNI
     return _mm512_dpbusd_epi32(acc, u, y);
@@ -366,66 +266,328 @@ KX_INLINE __m512i kx_z_dot_acc(__m512i acc, __m512i u, __m512i y) {
 #endif
 }
 
-/* nt tokens of activation rows -> dst[t * np + p] and their scale pairs
- * dys[t * np + p] for block pairs p < np. */
+/* 16-bit word indices: lane j of the result = the 16 bytes at byte offset
+ * 2 + bsz * j of a unit (nibble kinds with f16 d: qs of block j), from two
+ * 64-byte loads at +0 and +8. Q8_0: bytes 2..33 and 36..67, loads at +0 and
+ * +4. */
+KX_INLINE __m512i kx_zu_qidx(enum kx_b32 k) {
+    if (k == KX_Q8_0)
+        return _mm512_set_epi16(63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52, 51, 50, 49, 48, 16,
+                                15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
+    /* blocks 0-2 from the first load (word 1 + 9 j + i), block 3 (words
+     * 28..35) from the second (word - 4 + 32) */
+    return _mm512_set_epi16(63, 62, 61, 60, 59, 58, 57, 56, 26, 25, 24, 23, 22, 21, 20, 19, 17, 16,
+                            15, 14, 13, 12, 11, 10, 8, 7, 6, 5, 4, 3, 2, 1);
+}
+
+/* f16 scale words of the unit's blocks spread to 16 words: 4 lanes per block
+ * (nibble kinds: words 0, 9, 18, 27) or 8 (Q8_0: words 0, 17). */
+KX_INLINE __m256i kx_zu_didx(enum kx_b32 k) {
+    if (k == KX_Q8_0)
+        return _mm256_set_epi16(17, 17, 17, 17, 17, 17, 17, 17, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm256_set_epi16(27, 27, 27, 27, 18, 18, 18, 18, 9, 9, 9, 9, 0, 0, 0, 0);
+}
+
+/* One full unit of weights at p: w[0..nvec), 16 lanes of block scales. */
+KX_INLINE void kx_zu_weights(enum kx_b32 k, const uint8_t *p, __m512i w[2], __m512 *dx) {
+    if (k == KX_MXFP4) {
+        /* 17-byte blocks: qs at the odd offsets 1 + 17 j, e at 17 j */
+        __m512i q = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + 1)));
+        q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + 18)), 1);
+        q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + 35)), 2);
+        q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + 52)), 3);
+        /* E2M1 values (doubled) + 12: 0..24 */
+        const __m512i tab = _mm512_broadcast_i32x4(
+            _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+        const __m512i m4 = _mm512_set1_epi8(0x0F);
+        w[0] = _mm512_shuffle_epi8(tab, _mm512_and_si512(q, m4));
+        w[1] = _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+        /* e of block j into int32 lanes 4j..4j+3; kern_e8m0_half per lane */
+        uint32_t e4 =
+            (uint32_t)p[0] | (uint32_t)p[17] << 8 | (uint32_t)p[34] << 16 | (uint32_t)p[51] << 24;
+        const __m512i spread =
+            _mm512_set_epi32((int)0x80808003, (int)0x80808003, (int)0x80808003, (int)0x80808003,
+                             (int)0x80808002, (int)0x80808002, (int)0x80808002, (int)0x80808002,
+                             (int)0x80808001, (int)0x80808001, (int)0x80808001, (int)0x80808001,
+                             (int)0x80808000, (int)0x80808000, (int)0x80808000, (int)0x80808000);
+        __m512i e = _mm512_shuffle_epi8(_mm512_set1_epi32((int)e4), spread);
+        __m512i big = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+        __m512i tiny = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+        __mmask16 ge2 = _mm512_cmpge_epu32_mask(e, _mm512_set1_epi32(2));
+        *dx = _mm512_castsi512_ps(_mm512_mask_blend_epi32(ge2, tiny, big));
+        return;
+    }
+    const __m512i l0 = _mm512_loadu_si512((const void *)p);
+    const __m512i l1 = _mm512_loadu_si512((const void *)(p + (k == KX_Q8_0 ? 4 : 8)));
+    const __m512i q = _mm512_permutex2var_epi16(l0, kx_zu_qidx(k), l1);
+    *dx = _mm512_cvtph_ps(_mm512_castsi512_si256(
+        _mm512_permutexvar_epi16(_mm512_castsi256_si512(kx_zu_didx(k)), l0)));
+    if (k == KX_Q8_0) {
+        w[0] = _mm512_xor_si512(q, _mm512_set1_epi8((char)0x80));
+        return;
+    }
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    w[0] = _mm512_and_si512(q, m4);
+    w[1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+    if (k == KX_IQ4_NL) {
+        /* IQ4_NL values + 128: 1..241 (vpdpbusd only) */
+        const __m512i tab = _mm512_broadcast_i32x4(
+            _mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129, (char)141, (char)153,
+                          (char)166, (char)181, (char)197, (char)217, (char)241));
+        w[0] = _mm512_shuffle_epi8(tab, w[0]);
+        w[1] = _mm512_shuffle_epi8(tab, w[1]);
+    }
+}
+
+/* Unit u of a row of nb blocks: decoded from the file's bytes when whole,
+ * from a zero-padded copy when it is the partial last unit. */
+KX_INLINE void kx_zu_weights_at(enum kx_b32 k, const uint8_t *row, int64_t nb, int64_t u,
+                                __m512i w[2], __m512 *dx) {
+    const int B = kx_zu_blocks(k);
+    const size_t ub = kx_b32_size(k) * (size_t)B;
+    if ((u + 1) * B <= nb) {
+        kx_zu_weights(k, row + (size_t)u * ub, w, dx);
+        return;
+    }
+    uint8_t tmp[80] = {0};
+    memcpy(tmp, row + (size_t)u * ub, (size_t)(nb - u * B) * kx_b32_size(k));
+    kx_zu_weights(k, tmp, w, dx);
+}
+
+/* Packs unit u of one activation row (nb Q8_0 blocks) into a[0..avec):
+ * y0 (, y1) in the weights' layout, nsum = -offset * sum(y) per int32 lane,
+ * dy = each lane's block scale (missing blocks of a partial unit: zeros). */
+KX_INLINE void kx_zu_pack(enum kx_b32 k, const block_q8_0 *x, int64_t nb, int64_t u, __m512i *a) {
+    const int B = kx_zu_blocks(k);
+    const int64_t b0 = u * B;
+    const int n = nb - b0 < B ? (int)(nb - b0) : B;
+    const __m512i off = _mm512_set1_epi8((char)kx_z_offset(k));
+    float d[4] = {0, 0, 0, 0};
+    for (int j = 0; j < n; j++)
+        d[j] = kx_f16(x[b0 + j].d);
+    __m512i s;
+    if (KX_Z_NIB(k)) {
+        __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+        for (int j = 0; j < n; j++) {
+            const int8_t *qs = x[b0 + j].qs;
+            /* lane j: inserted with a runtime-constant-free switch */
+            __m128i l = _mm_loadu_si128((const __m128i *)qs);
+            __m128i h = _mm_loadu_si128((const __m128i *)(qs + 16));
+            switch (j) {
+            case 0:
+                lo = _mm512_inserti32x4(lo, l, 0);
+                hi = _mm512_inserti32x4(hi, h, 0);
+                break;
+            case 1:
+                lo = _mm512_inserti32x4(lo, l, 1);
+                hi = _mm512_inserti32x4(hi, h, 1);
+                break;
+            case 2:
+                lo = _mm512_inserti32x4(lo, l, 2);
+                hi = _mm512_inserti32x4(hi, h, 2);
+                break;
+            default:
+                lo = _mm512_inserti32x4(lo, l, 3);
+                hi = _mm512_inserti32x4(hi, h, 3);
+                break;
+            }
+        }
+        a[0] = lo;
+        a[1] = hi;
+        s = kx_z_dot_acc(kx_z_dot_acc(_mm512_setzero_si512(), off, lo), off, hi);
+        a[3] = _mm512_castps_si512(_mm512_set_ps(d[3], d[3], d[3], d[3], d[2], d[2], d[2], d[2],
+                                                 d[1], d[1], d[1], d[1], d[0], d[0], d[0], d[0]));
+        a[2] = _mm512_sub_epi32(_mm512_setzero_si512(), s);
+        return;
+    }
+    __m256i y0 = _mm256_loadu_si256((const __m256i *)x[b0].qs);
+    __m256i y1 = n > 1 ? _mm256_loadu_si256((const __m256i *)x[b0 + 1].qs) : _mm256_setzero_si256();
+    a[0] = _mm512_inserti64x4(_mm512_castsi256_si512(y0), y1, 1);
+    s = kx_z_dot_acc(_mm512_setzero_si512(), off, a[0]);
+    a[1] = _mm512_sub_epi32(_mm512_setzero_si512(), s);
+    a[2] = _mm512_castps_si512(_mm512_set_ps(d[1], d[1], d[1], d[1], d[1], d[1], d[1], d[1], d[0],
+                                             d[0], d[0], d[0], d[0], d[0], d[0], d[0]));
+}
+
+/* nt activation rows (stride xs bytes) -> dst[(t * U + u) * avec + v]. */
 KX_INLINE void kx_z_pack(enum kx_b32 k, const uint8_t *xq, size_t xs, int64_t nt, int64_t nb,
-                         struct kx_zact *dst, __m128 *dys) {
-    const int64_t np = (nb + 1) / 2;
-    for (int64_t t = 0; t < nt; t++) {
-        const block_q8_0 *a = (const block_q8_0 *)(xq + (size_t)t * xs);
-        for (int64_t p = 0; p < np; p++) {
-            __m512i ys;
-            dst[t * np + p].y = kx_z_act(k, a + 2 * p, 2 * p + 1 < nb, &ys, &dys[t * np + p]);
+                         __m512i *dst) {
+    const int B = kx_zu_blocks(k), V = kx_zu_avec(k);
+    const int64_t U = (nb + B - 1) / B;
+    for (int64_t t = 0; t < nt; t++)
+        for (int64_t u = 0; u < U; u++)
+            kx_zu_pack(k, (const block_q8_0 *)(xq + (size_t)t * xs), nb, u,
+                       dst + (size_t)(t * U + u) * (size_t)V);
+}
+
+/* The per-(row, token, unit) step (see the layout comment: the only float
+ * operations of the path). a: one packed activation unit. */
+KX_INLINE __m512 kx_zu_fma(enum kx_b32 k, const __m512i w[2], __m512 dx, const __m512i *a,
+                           __m512 acc) {
+    const int V = kx_zu_avec(k);
+    __m512i s = kx_z_dot_acc(a[V - 2], w[0], a[0]);
+    if (KX_Z_NIB(k))
+        s = kx_z_dot_acc(s, w[1], a[1]);
+    return _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_castsi512_ps(a[V - 1])), _mm512_cvtepi32_ps(s),
+                           acc);
+}
+
+/* Decode and small batches: one row, nt (<= KX_TILE, compile-time) tokens of
+ * packed activations act[(t * U + u) * avec]; each weight unit is decoded
+ * once and used for the nt tokens. One accumulator chain per (row, token):
+ * consecutive rows overlap in the out-of-order window. */
+KX_INLINE void kx_zd_row(enum kx_b32 k, const uint8_t *row, int64_t nb, const __m512i *act, int nt,
+                         float *out, int64_t ldy) {
+    const int B = kx_zu_blocks(k), V = kx_zu_avec(k);
+    const int64_t U = (nb + B - 1) / B, full = nb / B;
+    const size_t ub = kx_b32_size(k) * (size_t)B;
+    __m512 acc[KX_TILE];
+    for (int t = 0; t < nt; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (int64_t u = 0; u < full; u++) {
+        __m512i w[2];
+        __m512 dx;
+        kx_prefetch(row + (size_t)u * ub);
+        kx_zu_weights(k, row + (size_t)u * ub, w, &dx);
+        for (int t = 0; t < nt; t++)
+            acc[t] = kx_zu_fma(k, w, dx, act + (size_t)(t * U + u) * (size_t)V, acc[t]);
+    }
+    if (full < U) {
+        __m512i w[2];
+        __m512 dx;
+        kx_zu_weights_at(k, row, nb, full, w, &dx);
+        for (int t = 0; t < nt; t++)
+            acc[t] = kx_zu_fma(k, w, dx, act + (size_t)(t * U + full) * (size_t)V, acc[t]);
+    }
+    for (int t = 0; t < nt; t++)
+        out[t * ldy] = _mm512_reduce_add_ps(acc[t]);
+}
+
+/* Rows [r0, r1) x nt (<= KX_TILE) packed tokens, one row at a time. */
+KX_INLINE void kx_zd_rows(enum kx_b32 k, const struct kern_mat *w, int64_t nb, const __m512i *act,
+                          int64_t nt, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+        switch (nt) {
+        case 1:
+            kx_zd_row(k, row, nb, act, 1, y + r, ldy);
+            break;
+        case 2:
+            kx_zd_row(k, row, nb, act, 2, y + r, ldy);
+            break;
+        case 3:
+            kx_zd_row(k, row, nb, act, 3, y + r, ldy);
+            break;
+        default:
+            kx_zd_row(k, row, nb, act, 4, y + r, ldy);
+            break;
         }
     }
 }
 
-/* A weight block pair unpacked once per chunk (4 rows: [p * 4 + i]). */
-struct kx_zw {
-    __m512i q;
-    __m512 dx; /* weight scales spread like kx_z_scales */
-};
+/* Packed activations of up to KX_TILE tokens live on the stack up to this
+ * many bytes (32 KB: 16384 columns of one Q4_0 token, 4096 of 4 tokens);
+ * beyond it they are malloc'd per call (a matrix that wide is several MB of
+ * weights per call, so the allocation is noise). */
+#define KX_Z_STACK_ACT 32768
 
-/* Unpacks NR rows' block pairs into wq[p * 4 + i]. */
-KX_INLINE void kx_zw_unpack(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, int NR,
-                            int64_t nb, struct kx_zw *wq) {
-    const size_t bsz = kx_b32_size(k);
-    const int64_t np = (nb + 1) / 2;
+/* Last resort when a heap buffer could not be had: one token at a time, each
+ * activation unit packed into registers just before its step (same
+ * operations and order, so the same bits; only slower). */
+KX_INLINE void kx_zd_rows_direct(enum kx_b32 k, const struct kern_mat *w, int64_t nb,
+                                 const uint8_t *xq, size_t xs, int64_t n_tok, float *y, int64_t ldy,
+                                 int64_t r0, int64_t r1) {
+    const int B = kx_zu_blocks(k);
+    const int64_t U = (nb + B - 1) / B;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+            __m512 acc = _mm512_setzero_ps();
+            for (int64_t u = 0; u < U; u++) {
+                __m512i wv[2], a[4];
+                __m512 dx;
+                kx_zu_weights_at(k, row, nb, u, wv, &dx);
+                kx_zu_pack(k, (const block_q8_0 *)(xq + (size_t)t * xs), nb, u, a);
+                acc = kx_zu_fma(k, wv, dx, a, acc);
+            }
+            y[t * ldy + r] = _mm512_reduce_add_ps(acc);
+        }
+}
+
+/* n_tok < KX_GEMM_MIN: token tiles of up to KX_TILE packed once per call. */
+static void kx_zd_matmul(enum kx_b32 k, const struct kern_mat *w, const void *xq, size_t xs,
+                         int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    const int64_t nb = w->n_cols / 32;
+    const int B = kx_zu_blocks(k), V = kx_zu_avec(k);
+    const int64_t U = (nb + B - 1) / B;
+    const size_t per_tok = (size_t)U * (size_t)V * sizeof(__m512i);
+    const int64_t tile = n_tok < KX_TILE ? n_tok : KX_TILE;
+    _Alignas(64) uint8_t stack[KX_Z_STACK_ACT];
+    __m512i *act = (__m512i *)stack;
+    void *heap = NULL;
+    if (per_tok * (size_t)tile > sizeof stack) {
+        heap = aligned_alloc(64, per_tok * (size_t)tile);
+        if (!heap) {
+            kx_zd_rows_direct(k, w, nb, xq, xs, n_tok, y, ldy, r0, r1);
+            return;
+        }
+        act = heap;
+    }
+    for (int64_t t = 0; t < n_tok; t += KX_TILE) {
+        const int64_t nt = n_tok - t < KX_TILE ? n_tok - t : KX_TILE;
+        kx_z_pack(k, (const uint8_t *)xq + (size_t)t * xs, xs, nt, nb, act);
+        kx_zd_rows(k, w, nb, act, nt, y + t * ldy, ldy, r0, r1);
+    }
+    free(heap);
+}
+
+/* ---- AVX-512 GEMM for n_tok >= KX_GEMM_MIN (prefill chunks, batched decode)
+ * Tokens go in chunks of KX_GEMM_CHUNK whose activations are packed once
+ * (kx_z_pack); for each 4-row tile the weight units are decoded once per
+ * chunk into a scratch (w0 (, w1), dx per row and unit, 128-192 B), and the
+ * 4 rows x 4 tokens micro-kernel does per (row, token, unit) only kx_zu_fma:
+ * 2 vpdpbusd + cvt + mul + fma per 128 MACs for the nibble kinds (1 vpdpbusd
+ * per 64 for Q8_0), on 16 zmm accumulators. Same operations and order per
+ * (row, token) as kx_zd_row, so results are bit-identical to decode and to
+ * any tiling or split. */
+#define KX_GEMM_MIN 8
+#define KX_GEMM_CHUNK 32
+
+/* zmm per (row, unit) in the weight scratch: w0 (, w1), dx */
+KX_INLINE int kx_zu_wvec(enum kx_b32 k) {
+    return kx_zu_nvec(k) + 1;
+}
+
+/* Decodes NR rows' units into wq[(u * 4 + i) * wvec]. */
+KX_INLINE void kx_zg_unpack(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, int NR,
+                            int64_t nb, __m512i *wq) {
+    const int B = kx_zu_blocks(k), W = kx_zu_wvec(k);
+    const int64_t U = (nb + B - 1) / B;
     for (int i = 0; i < NR; i++) {
         const uint8_t *row = row0 + (size_t)i * row_bytes;
-        for (int64_t p = 0; p < np; p++) {
-            __m128 d;
-            wq[p * 4 + i].q = kx_z_weights(k, row + (size_t)(2 * p) * bsz, 2 * p + 1 < nb, &d);
-            wq[p * 4 + i].dx = kx_z_scales(k, d);
+        for (int64_t u = 0; u < U; u++) {
+            __m512i *d = wq + (size_t)(u * 4 + i) * (size_t)W;
+            __m512 dx;
+            kx_zu_weights_at(k, row, nb, u, d, &dx);
+            d[W - 1] = _mm512_castps_si512(dx);
         }
     }
 }
 
-/* NR rows x nt tokens over all block pairs; act points at the tile's first
- * token, wq at the rows' unpacked weights. */
-KX_INLINE void kx_zg_tile(enum kx_b32 k, const struct kx_zw *wq, int NR, int64_t np,
-                          const struct kx_zact *act, const __m128 *dys, int nt, float *out,
-                          int64_t ldy) {
-    const __m512i off = _mm512_set1_epi8((char)kx_z_offset(k));
+/* NR rows x nt tokens over all units; act points at the tile's first token. */
+KX_INLINE void kx_zg_tile(enum kx_b32 k, const __m512i *wq, int NR, int64_t U, const __m512i *act,
+                          int nt, float *out, int64_t ldy) {
+    const int V = kx_zu_avec(k), W = kx_zu_wvec(k);
     __m512 acc[4][KX_TILE];
     for (int i = 0; i < NR; i++)
         for (int t = 0; t < nt; t++)
             acc[i][t] = _mm512_setzero_ps();
-    for (int64_t p = 0; p < np; p++) {
-        __m512i q[4];
-        __m512 dx[4];
-        for (int i = 0; i < NR; i++) {
-            q[i] = wq[p * 4 + i].q;
-            dx[i] = wq[p * 4 + i].dx;
-        }
+    for (int64_t u = 0; u < U; u++) {
         for (int t = 0; t < nt; t++) {
-            const __m512i y = act[t * np + p].y;
-            const __m512i negs = _mm512_sub_epi32(_mm512_setzero_si512(), kx_z_dot(off, y));
-            const __m512 dy = kx_z_scales(k, dys[t * np + p]);
+            const __m512i *a = act + (size_t)(t * U + u) * (size_t)V;
             for (int i = 0; i < NR; i++) {
-                __m512i sum = kx_z_dot_acc(negs, q[i], y);
-                acc[i][t] =
-                    _mm512_fmadd_ps(_mm512_mul_ps(dx[i], dy), _mm512_cvtepi32_ps(sum), acc[i][t]);
+                const __m512i *wv = wq + (size_t)(u * 4 + i) * (size_t)W;
+                acc[i][t] = kx_zu_fma(k, wv, _mm512_castsi512_ps(wv[W - 1]), a, acc[i][t]);
             }
         }
     }
@@ -435,46 +597,44 @@ KX_INLINE void kx_zg_tile(enum kx_b32 k, const struct kx_zw *wq, int NR, int64_t
 }
 
 /* Rows [r0, r1) x nt (<= KX_GEMM_CHUNK) packed tokens: 4-row tiles (weights
- * unpacked once into wq), then single rows; token tiles of KX_TILE with
+ * decoded once into wq), then single rows; token tiles of KX_TILE with
  * compile-time remainders. */
-KX_INLINE void kx_zg_rows(enum kx_b32 k, const struct kern_mat *w, int64_t nb,
-                          const struct kx_zact *act, const __m128 *dys, int64_t nt,
-                          struct kx_zw *wq, float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    const int64_t np = (nb + 1) / 2;
+KX_INLINE void kx_zg_rows(enum kx_b32 k, const struct kern_mat *w, int64_t nb, const __m512i *act,
+                          int64_t nt, __m512i *wq, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    const int B = kx_zu_blocks(k), V = kx_zu_avec(k);
+    const int64_t U = (nb + B - 1) / B;
     const size_t rb = w->row_bytes;
-    int64_t r = r0;
-    for (; r < r1; r += r + 4 <= r1 ? 4 : 1) {
+    for (int64_t r = r0; r < r1; r += r + 4 <= r1 ? 4 : 1) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
         const int four = r + 4 <= r1;
-        kx_zw_unpack(k, row, rb, four ? 4 : 1, nb, wq);
+        kx_zg_unpack(k, row, rb, four ? 4 : 1, nb, wq);
         for (int64_t t = 0; t < nt; t += KX_TILE) {
-            const struct kx_zact *a = act + t * np;
-            const __m128 *ds = dys + t * np;
+            const __m512i *a = act + (size_t)(t * U) * (size_t)V;
             float *o = y + t * ldy + r;
             switch ((four ? 10 : 0) + (nt - t < KX_TILE ? (int)(nt - t) : KX_TILE)) {
             case 14:
-                kx_zg_tile(k, wq, 4, np, a, ds, 4, o, ldy);
+                kx_zg_tile(k, wq, 4, U, a, 4, o, ldy);
                 break;
             case 13:
-                kx_zg_tile(k, wq, 4, np, a, ds, 3, o, ldy);
+                kx_zg_tile(k, wq, 4, U, a, 3, o, ldy);
                 break;
             case 12:
-                kx_zg_tile(k, wq, 4, np, a, ds, 2, o, ldy);
+                kx_zg_tile(k, wq, 4, U, a, 2, o, ldy);
                 break;
             case 11:
-                kx_zg_tile(k, wq, 4, np, a, ds, 1, o, ldy);
+                kx_zg_tile(k, wq, 4, U, a, 1, o, ldy);
                 break;
             case 4:
-                kx_zg_tile(k, wq, 1, np, a, ds, 4, o, ldy);
+                kx_zg_tile(k, wq, 1, U, a, 4, o, ldy);
                 break;
             case 3:
-                kx_zg_tile(k, wq, 1, np, a, ds, 3, o, ldy);
+                kx_zg_tile(k, wq, 1, U, a, 3, o, ldy);
                 break;
             case 2:
-                kx_zg_tile(k, wq, 1, np, a, ds, 2, o, ldy);
+                kx_zg_tile(k, wq, 1, U, a, 2, o, ldy);
                 break;
             default:
-                kx_zg_tile(k, wq, 1, np, a, ds, 1, o, ldy);
+                kx_zg_tile(k, wq, 1, U, a, 1, o, ldy);
                 break;
             }
         }
@@ -482,61 +642,32 @@ KX_INLINE void kx_zg_rows(enum kx_b32 k, const struct kern_mat *w, int64_t nb,
 }
 
 /* The GEMM over all tokens; 0 when the scratch could not be allocated (the
- * caller then takes the tiled path, same bits). */
+ * caller then takes the decode path, same bits). */
 static int kx_zg_matmul(enum kx_b32 k, const struct kern_mat *w, const void *xq, size_t xs,
                         int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     const int64_t nb = w->n_cols / 32;
-    const int64_t np = (nb + 1) / 2;
-    const size_t act_bytes = (size_t)KX_GEMM_CHUNK * (size_t)np * sizeof(struct kx_zact);
-    const size_t dys_bytes = (size_t)KX_GEMM_CHUNK * (size_t)np * sizeof(__m128);
-    uint8_t *buf =
-        aligned_alloc(64, act_bytes + dys_bytes + (size_t)(4 * np) * sizeof(struct kx_zw));
+    const int B = kx_zu_blocks(k), V = kx_zu_avec(k), W = kx_zu_wvec(k);
+    const int64_t U = (nb + B - 1) / B;
+    const size_t act_bytes = (size_t)KX_GEMM_CHUNK * (size_t)U * (size_t)V * sizeof(__m512i);
+    const size_t wq_bytes = (size_t)(4 * U) * (size_t)W * sizeof(__m512i);
+    uint8_t *buf = aligned_alloc(64, act_bytes + wq_bytes);
     if (!buf)
         return 0;
-    struct kx_zact *act = (struct kx_zact *)buf;
-    __m128 *dys = (__m128 *)(buf + act_bytes);
-    struct kx_zw *wq = (struct kx_zw *)(buf + act_bytes + dys_bytes);
+    __m512i *act = (__m512i *)buf;
+    __m512i *wq = (__m512i *)(buf + act_bytes);
     for (int64_t t0 = 0; t0 < n_tok; t0 += KX_GEMM_CHUNK) {
         int64_t nt = n_tok - t0 < KX_GEMM_CHUNK ? n_tok - t0 : KX_GEMM_CHUNK;
-        kx_z_pack(k, (const uint8_t *)xq + (size_t)t0 * xs, xs, nt, nb, act, dys);
-        kx_zg_rows(k, w, nb, act, dys, nt, wq, y + t0 * ldy, ldy, r0, r1);
+        kx_z_pack(k, (const uint8_t *)xq + (size_t)t0 * xs, xs, nt, nb, act);
+        kx_zg_rows(k, w, nb, act, nt, wq, y + t0 * ldy, ldy, r0, r1);
     }
     free(buf);
     return 1;
 }
-
-KX_INLINE void kx_z_tile(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, int NR, int64_t nb,
-                         const uint8_t *xq, size_t xs, int nt, float *out, int64_t ldy) {
-    __m512 acc[4][KX_TILE];
-    for (int i = 0; i < NR; i++)
-        for (int t = 0; t < nt; t++)
-            acc[i][t] = _mm512_setzero_ps();
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2)
-        kx_z_step(k, row0, row_bytes, NR, b, 1, xq, xs, nt, acc);
-    if (b < nb)
-        kx_z_step(k, row0, row_bytes, NR, b, 0, xq, xs, nt, acc);
-    for (int i = 0; i < NR; i++)
-        for (int t = 0; t < nt; t++)
-            out[t * ldy + i] = _mm512_reduce_add_ps(acc[i][t]);
-}
 #endif
 
-/* The tile kernel for kind k in this build. */
-KX_INLINE void kx_b32_any(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, int NR, int64_t nb,
-                          const uint8_t *xq, size_t xs, int nt, float *out, int64_t ldy) {
-#if defined(__AVX512BW__)
-    if (KX_Z_KIND(k)) {
-        kx_z_tile(k, row0, row_bytes, NR, nb, xq, xs, nt, out, ldy);
-        return;
-    }
-#endif
-    kx_b32_tile(k, row0, row_bytes, NR, nb, xq, xs, nt, out, ldy);
-}
-
-/* Rows per tile when n_tok > 1: the accumulators (2 x KX_PF_ROWS x KX_TILE)
- * plus the tile's activations must fit the register file (16 ymm on AVX2, 32
- * with AVX-512VL). */
+/* Rows per tile when n_tok > 1 on the 256-bit path: the accumulators (2 x
+ * KX_PF_ROWS x KX_TILE) plus the tile's activations must fit the register
+ * file (16 ymm on AVX2, 32 with AVX-512VL). */
 #if defined(__AVX512VL__)
 #define KX_PF_ROWS 2
 #else
@@ -550,38 +681,36 @@ KX_INLINE void kx_b32_matmul(enum kx_b32 k, const struct kern_mat *w, const void
     const size_t rb = w->row_bytes;
     int64_t r = r0;
 #if defined(__AVX512BW__)
-    if (KX_Z_KIND(k) && n_tok >= KX_GEMM_MIN && kx_zg_matmul(k, w, xq, xs, n_tok, y, ldy, r0, r1))
+    if (KX_Z_KIND(k)) {
+        if (n_tok < KX_GEMM_MIN || !kx_zg_matmul(k, w, xq, xs, n_tok, y, ldy, r0, r1))
+            kx_zd_matmul(k, w, xq, xs, n_tok, y, ldy, r0, r1);
         return;
+    }
 #endif
     if (n_tok == 1) {
         /* Decode: KX_DECODE_ROWS rows share each activation block (see there). */
         for (; KX_DECODE_ROWS > 1 && r + KX_DECODE_ROWS <= r1; r += KX_DECODE_ROWS)
-            kx_b32_any(k, (const uint8_t *)w->data + (size_t)r * rb, rb, KX_DECODE_ROWS, nb, x8, xs,
-                       1, y + r, ldy);
+            kx_b32_tile(k, (const uint8_t *)w->data + (size_t)r * rb, rb, KX_DECODE_ROWS, nb, x8,
+                        xs, 1, y + r, ldy);
     } else {
         /* Prefill: KX_PF_ROWS rows x KX_TILE tokens; each weight block is
          * unpacked once per KX_TILE tokens, each activation block loaded once
          * per KX_PF_ROWS rows. */
-        /* The two-blocks-per-zmm path has one accumulator set: 4 rows fit. */
-#if defined(__AVX512BW__)
-        const int PR = KX_Z_KIND(k) ? 4 : KX_PF_ROWS;
-#else
-        const int PR = KX_PF_ROWS;
-#endif
-        for (; r + PR <= r1; r += PR) {
+        for (; r + KX_PF_ROWS <= r1; r += KX_PF_ROWS) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
             int64_t t = 0;
             for (; t + KX_TILE <= n_tok; t += KX_TILE)
-                kx_b32_any(k, row, rb, PR, nb, x8 + t * xs, xs, KX_TILE, y + t * ldy + r, ldy);
+                kx_b32_tile(k, row, rb, KX_PF_ROWS, nb, x8 + t * xs, xs, KX_TILE, y + t * ldy + r,
+                            ldy);
             switch (n_tok - t) {
             case 3:
-                kx_b32_any(k, row, rb, PR, nb, x8 + t * xs, xs, 3, y + t * ldy + r, ldy);
+                kx_b32_tile(k, row, rb, KX_PF_ROWS, nb, x8 + t * xs, xs, 3, y + t * ldy + r, ldy);
                 break;
             case 2:
-                kx_b32_any(k, row, rb, PR, nb, x8 + t * xs, xs, 2, y + t * ldy + r, ldy);
+                kx_b32_tile(k, row, rb, KX_PF_ROWS, nb, x8 + t * xs, xs, 2, y + t * ldy + r, ldy);
                 break;
             case 1:
-                kx_b32_any(k, row, rb, PR, nb, x8 + t * xs, xs, 1, y + t * ldy + r, ldy);
+                kx_b32_tile(k, row, rb, KX_PF_ROWS, nb, x8 + t * xs, xs, 1, y + t * ldy + r, ldy);
                 break;
             default:
                 break;
@@ -592,16 +721,16 @@ KX_INLINE void kx_b32_matmul(enum kx_b32 k, const struct kern_mat *w, const void
         const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
         int64_t t = 0;
         for (; t + KX_TILE <= n_tok; t += KX_TILE)
-            kx_b32_any(k, row, 0, 1, nb, x8 + t * xs, xs, KX_TILE, y + t * ldy + r, ldy);
+            kx_b32_tile(k, row, 0, 1, nb, x8 + t * xs, xs, KX_TILE, y + t * ldy + r, ldy);
         switch (n_tok - t) {
         case 3:
-            kx_b32_any(k, row, 0, 1, nb, x8 + t * xs, xs, 3, y + t * ldy + r, ldy);
+            kx_b32_tile(k, row, 0, 1, nb, x8 + t * xs, xs, 3, y + t * ldy + r, ldy);
             break;
         case 2:
-            kx_b32_any(k, row, 0, 1, nb, x8 + t * xs, xs, 2, y + t * ldy + r, ldy);
+            kx_b32_tile(k, row, 0, 1, nb, x8 + t * xs, xs, 2, y + t * ldy + r, ldy);
             break;
         case 1:
-            kx_b32_any(k, row, 0, 1, nb, x8 + t * xs, xs, 1, y + t * ldy + r, ldy);
+            kx_b32_tile(k, row, 0, 1, nb, x8 + t * xs, xs, 1, y + t * ldy + r, ldy);
             break;
         default:
             break;
