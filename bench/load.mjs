@@ -13,6 +13,7 @@
 // per client per level)  THREADS=2  PARALLEL=32  CTX=2048  PORT (use a daemon
 // already running there instead of starting one).
 import { spawn } from "node:child_process";
+import { appendFileSync } from "node:fs";
 
 const strata = process.argv[2] || "build/cli/strata";
 const model = process.argv[3];
@@ -31,6 +32,7 @@ function startDaemon() {
     let log = "";
     const timer = setTimeout(() => reject(new Error(`daemon did not start: ${log}`)), 300000);
     p.stderr.on("data", (d) => {
+      if (process.env.DAEMON_LOG) appendFileSync(process.env.DAEMON_LOG, d);
       log += d.toString();
       const m = log.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
       if (m && /loaded/.test(log)) { clearTimeout(timer); resolve({ p, port: Number(m[1]) }); }
@@ -80,6 +82,31 @@ async function streamOne(base, id, out) {
   if (!done || !got) out.errors++;
 }
 
+// Scheduler counters from /metrics (strata_sched_*): name{label} -> value.
+async function schedMetrics(base) {
+  const text = await (await fetch(`${base}/metrics`)).text();
+  const m = {};
+  for (const line of text.split("\n")) {
+    const r = line.match(/^(strata_sched_[a-z_]+(?:\{[^}]*\})?) ([0-9.eE+-]+)$/);
+    if (r) m[r[1]] = Number(r[2]);
+  }
+  return m;
+}
+
+// Per-step breakdown of a level from two /metrics snapshots.
+function stepLine(a, b, secs) {
+  const d = (k) => (b[k] ?? 0) - (a[k] ?? 0);
+  const steps = d("strata_sched_steps_total");
+  if (!steps) return "  (no strata_sched_* metrics)";
+  const ms = (ph) => (1000 * d(`strata_sched_seconds_total{phase="${ph}"}`) / steps).toFixed(1);
+  const busy = ["forward", "sample", "emit", "other"]
+    .reduce((t, ph) => t + d(`strata_sched_seconds_total{phase="${ph}"}`), 0);
+  return `  ${steps} steps, ${(d('strata_sched_step_tokens_total{kind="decode"}') / steps).toFixed(2)} decode + ` +
+    `${(d('strata_sched_step_tokens_total{kind="prefill"}') / steps).toFixed(2)} prefill tokens/step; ms/step: ` +
+    `forward ${ms("forward")} sample ${ms("sample")} emit ${ms("emit")} other ${ms("other")}; ` +
+    `scheduler busy ${(100 * busy / secs).toFixed(0)}% of the level`;
+}
+
 function pct(a, p) {
   if (!a.length) return NaN;
   const s = [...a].sort((x, y) => x - y);
@@ -101,11 +128,13 @@ async function main() {
   const rows = [];
   for (const c of LEVELS) {
     const out = { tokens: 0, ttft: [], itl: [], errors: 0 };
+    const m0 = await schedMetrics(base);
     const t0 = performance.now();
     await Promise.all(Array.from({ length: c }, async (_, k) => {
       for (let r = 0; r < REQS; r++) await streamOne(base, c * 1000 + k * REQS + r, out);
     }));
     const secs = (performance.now() - t0) / 1000;
+    const m1 = await schedMetrics(base);
     const st = await (await fetch(`${base}/status`)).json();
     rows.push({ c, tok_s: out.tokens / secs, ttft50: pct(out.ttft, 50), ttft99: pct(out.ttft, 99),
       itl50: pct(out.itl, 50), itl99: pct(out.itl, 99), errors: out.errors, tokens: out.tokens,
@@ -115,6 +144,7 @@ async function main() {
       `TTFT p50 ${r.ttft50.toFixed(0)} ms p99 ${r.ttft99.toFixed(0)} ms  ` +
       `ITL p50 ${r.itl50.toFixed(0)} ms p99 ${r.itl99.toFixed(0)} ms  errors ${r.errors}  ` +
       `(${r.tokens} tokens in ${r.secs.toFixed(1)} s)`);
+    console.log(stepLine(m0, m1, secs));
   }
   console.log("\n| clients | tok/s | TTFT p50 (ms) | TTFT p99 (ms) | ITL p50 (ms) | ITL p99 (ms) | errors |");
   console.log("|---:|---:|---:|---:|---:|---:|---:|");

@@ -153,6 +153,17 @@ struct gen_stats {
         uint64_t n_bytes; /* tensor data bytes of this type */
     } weight_types[GEN_WEIGHT_TYPES_MAX];
     uint64_t kv_block_bytes; /* bytes of one KV block (all layers, K and V); 0 = unknown */
+    /* scheduler steps (appended; zero from generation layers without steps): totals since
+     * start, so a scraper divides differences; seconds are wall time on the scheduler thread */
+    uint64_t steps;        /* forward steps run */
+    uint64_t step_decode;  /* decode tokens in those steps (one per stream per step) */
+    uint64_t step_prefill; /* prompt tokens in those steps */
+    int last_step_tokens;  /* tokens (decode + prefill) of the latest step */
+    double step_forward_s; /* inside model_forward */
+    double step_sample_s;  /* sampling the output rows (sampler or greedy argmax) */
+    double step_emit_s;    /* after sampling: detokenize, stop matching, event delivery */
+    double step_other_s;   /* reaping, admission (tokenizing prompts), building the batch */
+    double step_idle_s;    /* waiting for work with nothing to run */
 };
 
 struct gen_ops {

@@ -223,6 +223,43 @@ char *metrics_render(const struct metrics *m, const struct gen_stats *st, int co
         (unsigned long long)st->cached_tokens, (unsigned long long)st->pool_dispatches,
         (unsigned long long)st->tokens_prompt, (unsigned long long)st->tokens_generated,
         (long long)st->kv_used, (long long)st->kv_total, st->ready ? 1 : 0);
+    /* the paged KV pool and the scheduler's steps (zero from a generation
+     * layer that reports neither) */
+    put(&t,
+        "# HELP strata_kv_blocks KV blocks of the paged pool by state (used: held by running "
+        "sessions; free: referenced by nobody; cached: held by the prefix cache, some of them "
+        "also in use).\n"
+        "# TYPE strata_kv_blocks gauge\nstrata_kv_blocks{state=\"used\"} %lld\n"
+        "strata_kv_blocks{state=\"free\"} %lld\nstrata_kv_blocks{state=\"cached\"} %lld\n"
+        "# HELP strata_kv_blocks_total KV blocks in the pool.\n"
+        "# TYPE strata_kv_blocks_total gauge\nstrata_kv_blocks_total %lld\n"
+        "# HELP strata_prefix_cache_lookups_total Prefix-cache lookups (admitted requests).\n"
+        "# TYPE strata_prefix_cache_lookups_total counter\nstrata_prefix_cache_lookups_total %llu\n"
+        "# HELP strata_sessions_waiting Requests queued for a session or KV blocks.\n"
+        "# TYPE strata_sessions_waiting gauge\nstrata_sessions_waiting %d\n"
+        "# HELP strata_sched_steps_total Scheduler forward steps.\n"
+        "# TYPE strata_sched_steps_total counter\nstrata_sched_steps_total %llu\n"
+        "# HELP strata_sched_step_tokens_total Tokens evaluated by scheduler steps, by kind.\n"
+        "# TYPE strata_sched_step_tokens_total counter\n"
+        "strata_sched_step_tokens_total{kind=\"decode\"} %llu\n"
+        "strata_sched_step_tokens_total{kind=\"prefill\"} %llu\n"
+        "# HELP strata_sched_tokens_per_step Tokens (decode + prefill) of the latest step.\n"
+        "# TYPE strata_sched_tokens_per_step gauge\nstrata_sched_tokens_per_step %d\n"
+        "# HELP strata_sched_seconds_total Scheduler thread wall time by phase (forward: the "
+        "model's forward pass; sample: picking tokens; emit: detokenizing, stop matching, "
+        "events; other: reaping, admission, building the batch; idle: no work).\n"
+        "# TYPE strata_sched_seconds_total counter\n"
+        "strata_sched_seconds_total{phase=\"forward\"} %.6f\n"
+        "strata_sched_seconds_total{phase=\"sample\"} %.6f\n"
+        "strata_sched_seconds_total{phase=\"emit\"} %.6f\n"
+        "strata_sched_seconds_total{phase=\"other\"} %.6f\n"
+        "strata_sched_seconds_total{phase=\"idle\"} %.6f\n",
+        (long long)st->kv_blocks_used, (long long)st->kv_blocks_free,
+        (long long)st->kv_blocks_cached, (long long)st->kv_blocks_total,
+        (unsigned long long)(st->cache_hits + st->cache_misses), st->n_queued,
+        (unsigned long long)st->steps, (unsigned long long)st->step_decode,
+        (unsigned long long)st->step_prefill, st->last_step_tokens, st->step_forward_s,
+        st->step_sample_s, st->step_emit_s, st->step_other_s, st->step_idle_s);
     put_histogram(&t, "strata_time_to_first_token_seconds",
                   "Seconds from request accepted to first generated token.", &m->ttft, ttft_bounds,
                   N_TTFT);

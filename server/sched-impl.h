@@ -90,6 +90,10 @@ struct sched {
     double rate_t[32]; /* ring of (time, tokens_generated) samples for recent tok/s */
     uint64_t rate_n[32];
     int rate_head;
+    /* per-step accounting for /metrics (gen_stats.steps ...) */
+    uint64_t n_steps, step_decode, step_prefill;
+    int last_step_tokens;
+    double t_forward, t_sample, t_emit, t_other, t_idle; /* seconds */
 
     struct sched_stats_rec stats;
 };

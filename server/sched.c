@@ -91,6 +91,15 @@ static void publish_stats(struct sched *s, int n_waiting) {
     s->stats.st.cache_hits = s->cache_hits;
     s->stats.st.cache_misses = s->cache_misses;
     s->stats.st.cached_tokens = s->cached_tokens;
+    s->stats.st.steps = s->n_steps;
+    s->stats.st.step_decode = s->step_decode;
+    s->stats.st.step_prefill = s->step_prefill;
+    s->stats.st.last_step_tokens = s->last_step_tokens;
+    s->stats.st.step_forward_s = s->t_forward;
+    s->stats.st.step_sample_s = s->t_sample;
+    s->stats.st.step_emit_s = s->t_emit;
+    s->stats.st.step_other_s = s->t_other;
+    s->stats.st.step_idle_s = s->t_idle;
     pthread_mutex_unlock(&s->stats.mu);
 }
 
@@ -244,8 +253,10 @@ static void unlink_active(struct sched *s, struct gen_job *j) {
     }
 }
 
-/* Builds and runs one batch; then samples every output row. */
-static void step(struct sched *s) {
+/* Builds and runs one batch; then samples every output row. t0: when the
+ * scheduler woke for this step (the time before the forward counts as
+ * "other" in the step accounting). */
+static void step(struct sched *s, double t0) {
     int n = 0, n_rows = 0;
     for (struct gen_job *j = s->active; j; j = j->next) {
         if (j->state != JOB_DECODE)
@@ -263,6 +274,7 @@ static void step(struct sched *s) {
      * batched forward costs ~30 ms a token: a 512-token chunk would freeze
      * every stream for seconds). With nobody decoding, prefill takes the
      * whole budget (TTFT). */
+    const int n_decoders = n;
     int limit = s->n_batch;
     if (n > 0) {
         int pf = n > 8 ? n : 8;
@@ -284,11 +296,26 @@ static void step(struct sched *s) {
                 s->row_job[n_rows++] = j;
         }
     }
-    if (n == 0)
+    if (n == 0) {
+        s->t_other += sched_now() - t0;
         goto short_jobs;
+    }
+    const int n_decode = n_decoders;
     struct model_batch b = {s->entries, n};
     struct strata_error err = {0};
+    const double t_fwd = sched_now();
     int rc = model_forward(s->model, s->kv, &b, s->logits, &err);
+    const double t_out = sched_now();
+    s->t_other += t_fwd - t0;
+    s->t_forward += t_out - t_fwd;
+    s->n_steps++;
+    s->step_decode += (uint64_t)n_decode;
+    s->step_prefill += (uint64_t)(n - n_decode);
+    s->last_step_tokens = n;
+#ifdef SCHED_TRACE /* -DSCHED_TRACE: one line a step on stderr (policy experiments) */
+    fprintf(stderr, "STEP %.3f dec %d pf %d fwd %.1f ms act %d wait %d\n", t_fwd, n_decode,
+            n - n_decode, (t_out - t_fwd) * 1e3, s->n_active, count(s->waiting));
+#endif
     if (rc < 0) {
         /* the batch is all-or-nothing (model_forward validates first): fail every active job */
         for (struct gen_job **pp = &s->active; *pp;) {
@@ -324,6 +351,7 @@ static void step(struct sched *s) {
                 job_done(s, j, false); /* ERROR already sent */
         }
     }
+    s->t_emit += sched_now() - t_out; /* less the sampling part, counted in t_sample */
 short_jobs:
     for (struct gen_job *j = s->active, *next; j; j = next) {
         next = j->next;
@@ -338,12 +366,19 @@ static void *sched_thread(void *arg) {
     struct sched *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        while (!s->stop && !s->incoming && !s->active && !s->waiting)
+        double t_wait = 0;
+        while (!s->stop && !s->incoming && !s->active && !s->waiting) {
+            if (t_wait == 0)
+                t_wait = sched_now();
             pthread_cond_wait(&s->cond, &s->mu);
+        }
         bool stop = s->stop;
         struct gen_job *in = s->incoming;
         s->incoming = s->incoming_tail = NULL;
         pthread_mutex_unlock(&s->mu);
+        double now = sched_now();
+        if (t_wait > 0)
+            s->t_idle += now - t_wait;
         /* append the new jobs to the waiting FIFO */
         struct gen_job **pp = &s->waiting;
         while (*pp)
@@ -362,11 +397,10 @@ static void *sched_thread(void *arg) {
             publish_stats(s, 0);
             return NULL;
         }
-        double now = sched_now();
         reap_cancelled(s, &s->waiting, false, now);
         reap_cancelled(s, &s->active, true, now);
         admit(s);
-        step(s);
+        step(s, now);
         publish_stats(s, count(s->waiting));
     }
 }
