@@ -457,6 +457,7 @@ KX_INLINE void kx_kg_rows(enum kx_kq k, const struct kern_mat *w, const uint8_t 
 
 /* The K-quant GEMM over all tokens; 0 when the scratch could not be
  * allocated (the caller then takes the tiled path, same bits). */
+#if !defined(__AVX512BW__)
 static int kx_kg_matmul(enum kx_kq k, const struct kern_mat *w, const void *xq, size_t xs,
                         int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     const int64_t nb = w->n_cols / QK_K;
@@ -471,6 +472,7 @@ static int kx_kg_matmul(enum kx_kq k, const struct kern_mat *w, const void *xq, 
     free(wq);
     return 1;
 }
+#endif
 
 #define KX_KG_FN(name, kind, row_fn)                                                               \
     static void name(const struct kern_mat *w, const void *xq, size_t xs, int64_t n_tok, float *y, \
@@ -480,6 +482,329 @@ static int kx_kg_matmul(enum kx_kq k, const struct kern_mat *w, const void *xq, 
             return;                                                                                \
         KX_TILED(row_fn)                                                                           \
     }
+
+#if defined(__AVX512BW__)
+/* ---- AVX-512 K-quant kernels (both AVX-512 builds): decode and GEMM ----------
+ * One definition of the arithmetic per (row, token, super-block), shared by
+ * decode (n_tok = 1, weights unpacked in registers) and the GEMM (n_tok >= 2,
+ * weights unpacked once per row tile into a scratch), so both give the same
+ * bits for any batch and any row split:
+ *   W_k (k = 0..3): quants of elements 64k..64k+63 in element order, unsigned
+ *     (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63), one zmm each;
+ *   D_k = vpdpbusd(0, W_k, y[64k..64k+63]): 16 int32 lanes of 4 products,
+ *     |D| <= 4 * 63 * 127 = 32004, so vpackssdw packs them exactly;
+ *   I = vpdpwssd(vpdpwssd(0, packs(D_0, D_1), SC_01), packs(D_2, D_3), SC_23):
+ *     each 4-product sum times its sub-block scale (SC: int16 scales laid out
+ *     like the packed words), 16 exact int32 lanes; Q6_K subtracts
+ *     32 * sum_j sc_j bsums_j (its +32 offset) in the low 8 lanes;
+ *   acc = fma(float(I), d * d_act, acc); Q4_K/Q5_K then
+ *   acc = fma(-dmin * float(m_j), d_act * float(bsums_2j + bsums_2j+1), acc)
+ *     in lanes 0..7 (lanes 8..15 add 0 * 0);
+ *   result = _mm512_reduce_add_ps(acc).
+ * Without VNNI, vpdpbusd is vpmaddubsw + vpmaddwd(1) (pairs <= 2 * 63 * 127,
+ * no saturation) and vpdpwssd vpmaddwd + vpaddd: the same integers.
+ * Compared with the 256-bit kernels above: one vpdpbusd per 64 products
+ * instead of vpmaddubsw + vpmaddwd + vpaddd per 32, two scale multiplies per
+ * super-block instead of eight, the 6-bit scales decoded with vector shuffles,
+ * and one float accumulator per (row, token) (the GEMM keeps 4 x 4 of them in
+ * registers). */
+
+/* One row's super-block unpacked (64-byte aligned; 448 bytes). */
+struct kx_kz {
+    __m512i w[4];  /* W_0..W_3 */
+    __m512i sc[2]; /* SC_01, SC_23 */
+    __m256 fm;     /* Q4_K/Q5_K: -dmin * m_j (j = 0..7); Q6_K: the 16 scales as int16 */
+    float d;
+};
+
+/* u8 x s8 dot into int32 lanes (4 products each). */
+KX_INLINE __m512i kx_kz_dpb(__m512i u, __m512i y) {
+#if KX_VNNI
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, y);
+#else
+    return _mm512_madd_epi16(_mm512_maddubs_epi16(u, y), _mm512_set1_epi16(1));
+#endif
+}
+
+KX_INLINE __m512i kx_kz_dpw(__m512i acc, __m512i a, __m512i b) {
+#if KX_VNNI
+    return _mm512_dpwssd_epi32(acc, a, b);
+#else
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+#endif
+}
+
+/* Q4_K/Q5_K 12-byte scale field -> bytes [sc_0..sc_7, m_0..m_7] (ggml's
+ * get_scale_min_k4), with shuffles instead of scalar shifts. Reads 16 bytes
+ * (the scales are followed by the quants inside the block). */
+KX_INLINE __m128i kx_kz_scales4(const uint8_t *scales) {
+    const __m128i b = _mm_loadu_si128((const __m128i *)scales);
+    const __m128i p =
+        _mm_shuffle_epi8(b, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m128i q =
+        _mm_shuffle_epi8(b, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    const __m128i lo =
+        _mm_and_si128(p, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0));
+    const __m128i lo2 = _mm_and_si128(
+        _mm_srli_epi16(p, 4), _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15));
+    const __m128i hi =
+        _mm_and_si128(_mm_srli_epi16(q, 2),
+                      _mm_setr_epi8(0, 0, 0, 0, 48, 48, 48, 48, 0, 0, 0, 0, 48, 48, 48, 48));
+    return _mm_or_si128(_mm_or_si128(lo, lo2), hi);
+}
+
+/* Super-block b of a row, unpacked. */
+KX_INLINE void kx_kz_unpack(enum kx_kq k, const uint8_t *row, int64_t b, struct kx_kz *o) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    if (k == KX_KQ6) {
+        const block_q6_K *x = (const block_q6_K *)row + b;
+        const __m512i m30 = _mm512_set1_epi8(0x30);
+        /* shift counts per 256-bit half (elements 0..31 / 32..63 of W_k) */
+        const __m512i c42 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+        const __m512i c02 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+        for (int h = 0; h < 2; h++) {
+            const __m512i a = _mm512_loadu_si512((const void *)(x->ql + 64 * h));
+            const __m512i hh =
+                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qh + 32 * h)));
+            const __m512i t0 = _mm512_and_si512(_mm512_sllv_epi16(hh, c42), m30);
+            const __m512i t1 = _mm512_and_si512(_mm512_srlv_epi16(hh, c02), m30);
+            /* (a & 0x0F) | t: vpternlogd 0xEA */
+            o->w[2 * h] = _mm512_ternarylogic_epi32(a, m4, t0, 0xEA);
+            o->w[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(a, 4), m4, t1, 0xEA);
+        }
+        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+        /* 128-bit lane L of packs(D_0, D_1) holds sub-blocks L and 4 + L, of
+         * packs(D_2, D_3) 8 + L and 12 + L (4 words each) */
+        const __m512i i01 = _mm512_set_epi16(7, 7, 7, 7, 3, 3, 3, 3, 6, 6, 6, 6, 2, 2, 2, 2, 5, 5,
+                                             5, 5, 1, 1, 1, 1, 4, 4, 4, 4, 0, 0, 0, 0);
+        const __m512i s512 = _mm512_zextsi256_si512(s16);
+        o->sc[0] = _mm512_permutexvar_epi16(i01, s512);
+        o->sc[1] = _mm512_permutexvar_epi16(_mm512_add_epi16(i01, _mm512_set1_epi16(8)), s512);
+        o->fm = _mm256_castsi256_ps(s16);
+        o->d = kx_f16(x->d);
+        return;
+    }
+    const uint8_t *scales, *qs, *qh = NULL;
+    quant_f16 dh, dminh;
+    if (k == KX_KQ5) {
+        const block_q5_K *x = (const block_q5_K *)row + b;
+        scales = x->scales;
+        qs = x->qs;
+        qh = x->qh;
+        dh = x->d;
+        dminh = x->dmin;
+    } else {
+        const block_q4_K *x = (const block_q4_K *)row + b;
+        scales = x->scales;
+        qs = x->qs;
+        dh = x->d;
+        dminh = x->dmin;
+    }
+    const __m512i c04 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    const __m512i hb = qh ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)qh))
+                          : _mm512_setzero_si512();
+    for (int kk = 0; kk < 4; kk++) {
+        const __m512i r =
+            _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * kk)));
+        __m512i wk = _mm512_and_si512(_mm512_srlv_epi16(r, c04), m4);
+        if (qh) {
+            /* element 32 j + l takes bit j of qh[l] */
+            const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * kk))),
+                                                   _mm256_set1_epi8((char)(1 << (2 * kk + 1))), 1);
+            wk = _mm512_mask_add_epi8(wk, _mm512_test_epi8_mask(hb, bit), wk, _mm512_set1_epi8(16));
+        }
+        o->w[kk] = wk;
+    }
+    const __m128i sm = kx_kz_scales4(scales);
+    /* lane L of packs(D_0, D_1): sub-blocks 0, 2 (L < 2) or 1, 3; of
+     * packs(D_2, D_3): 4, 6 or 5, 7 (4 int16 words each) */
+    const __m512i sw = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(sm));
+    o->sc[0] = _mm512_shuffle_epi8(
+        sw, _mm512_set_epi32(0x07060706, 0x07060706, 0x03020302, 0x03020302, 0x07060706, 0x07060706,
+                             0x03020302, 0x03020302, 0x05040504, 0x05040504, 0x01000100, 0x01000100,
+                             0x05040504, 0x05040504, 0x01000100, 0x01000100));
+    o->sc[1] = _mm512_shuffle_epi8(
+        sw, _mm512_set_epi32(0x0F0E0F0E, 0x0F0E0F0E, 0x0B0A0B0A, 0x0B0A0B0A, 0x0F0E0F0E, 0x0F0E0F0E,
+                             0x0B0A0B0A, 0x0B0A0B0A, 0x0D0C0D0C, 0x0D0C0D0C, 0x09080908, 0x09080908,
+                             0x0D0C0D0C, 0x0D0C0D0C, 0x09080908, 0x09080908));
+    o->fm = _mm256_mul_ps(_mm256_set1_ps(-kx_f16(dminh)),
+                          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))));
+    o->d = kx_f16(dh);
+}
+
+/* d_act * float(bsums_2j + bsums_2j+1), j = 0..7: the activation side of the
+ * mins term (Q4_K/Q5_K), once per token and super-block. */
+KX_INLINE __m256 kx_kz_fb(const block_q8_K *a) {
+    const __m256i s =
+        _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), _mm256_set1_epi16(1));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(a->d));
+}
+
+/* acc plus one (row, token, super-block) term; fb = kx_kz_fb(a) (unused for Q6_K). */
+KX_INLINE __m512 kx_kz_acc(enum kx_kq k, const struct kx_kz *w, const block_q8_K *a, __m256 fb,
+                           __m512 acc) {
+    __m512i dk[4];
+    for (int kk = 0; kk < 4; kk++)
+        dk[kk] = kx_kz_dpb(w->w[kk], _mm512_loadu_si512((const void *)(a->qs + 64 * kk)));
+    __m512i is = kx_kz_dpw(_mm512_setzero_si512(), _mm512_packs_epi32(dk[0], dk[1]), w->sc[0]);
+    is = kx_kz_dpw(is, _mm512_packs_epi32(dk[2], dk[3]), w->sc[1]);
+    if (k == KX_KQ6) {
+        const __m256i corr = _mm256_madd_epi16(_mm256_castps_si256(w->fm),
+                                               _mm256_loadu_si256((const __m256i *)a->bsums));
+        is = _mm512_sub_epi32(is, _mm512_zextsi256_si512(_mm256_slli_epi32(corr, 5)));
+    }
+    const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(w->d), _mm512_set1_ps(a->d));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), dd, acc);
+    if (k != KX_KQ6)
+        acc = _mm512_fmadd_ps(_mm512_zextps256_ps512(w->fm), _mm512_zextps256_ps512(fb), acc);
+    return acc;
+}
+
+/* Decode: rows [r0, r1) against one token, one row at a time (see
+ * KX_DECODE_ROWS), the weights unpacked in registers. */
+KX_INLINE void kx_kz_decode(enum kx_kq k, const struct kern_mat *w, const uint8_t *xq, float *y,
+                            int64_t r0, int64_t r1) {
+    const int64_t nb = w->n_cols / QK_K;
+    const block_q8_K *a = (const block_q8_K *)xq;
+    /* The mins' activation side once per call (rows reuse it); long rows
+     * compute it per super-block instead (same values). */
+    enum { FB_MAX = 64 };
+    __m256 fbs[FB_MAX];
+    const int pre = k != KX_KQ6 && nb <= FB_MAX;
+    if (pre)
+        for (int64_t b = 0; b < nb; b++)
+            fbs[b] = kx_kz_fb(a + b);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            struct kx_kz wz;
+            kx_kz_unpack(k, row, b, &wz);
+            const __m256 fb = k == KX_KQ6 ? _mm256_setzero_ps() : (pre ? fbs[b] : kx_kz_fb(a + b));
+            acc = kx_kz_acc(k, &wz, a + b, fb, acc);
+        }
+        y[r] = _mm512_reduce_add_ps(acc);
+    }
+}
+
+/* GEMM micro-kernel: NR rows (wq[b * 4 + i]) x nt tokens over nb super-blocks;
+ * fb: (nt, nb) kx_kz_fb of the tile's tokens. */
+KX_INLINE void kx_kzg_tile(enum kx_kq k, const struct kx_kz *wq, int NR, int64_t nb,
+                           const uint8_t *xq, size_t xs, const __m256 *fb, int nt, float *out,
+                           int64_t ldy) {
+    __m512 acc[4][KX_TILE];
+    for (int i = 0; i < NR; i++)
+        for (int t = 0; t < nt; t++)
+            acc[i][t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++)
+        for (int t = 0; t < nt; t++) {
+            const block_q8_K *a = (const block_q8_K *)(xq + (size_t)t * xs) + b;
+            const __m256 f = k == KX_KQ6 ? _mm256_setzero_ps() : fb[t * nb + b];
+            for (int i = 0; i < NR; i++)
+                acc[i][t] = kx_kz_acc(k, &wq[b * 4 + i], a, f, acc[i][t]);
+        }
+    for (int i = 0; i < NR; i++)
+        for (int t = 0; t < nt; t++)
+            out[t * ldy + i] = _mm512_reduce_add_ps(acc[i][t]);
+}
+
+/* Rows [r0, r1) x nt (<= KX_KG_CHUNK) tokens: 4-row tiles unpacked once into
+ * wq, then single rows; token tiles of KX_TILE with compile-time sizes. */
+KX_INLINE void kx_kzg_rows(enum kx_kq k, const struct kern_mat *w, const uint8_t *xq, size_t xs,
+                           const __m256 *fb, int64_t nt, struct kx_kz *wq, float *y, int64_t ldy,
+                           int64_t r0, int64_t r1) {
+    const int64_t nb = w->n_cols / QK_K;
+    for (int64_t r = r0; r < r1; r += r + 4 <= r1 ? 4 : 1) {
+        const int four = r + 4 <= r1;
+        const int NR = four ? 4 : 1;
+        for (int i = 0; i < NR; i++) {
+            const uint8_t *row = (const uint8_t *)w->data + (size_t)(r + i) * w->row_bytes;
+            for (int64_t b = 0; b < nb; b++)
+                kx_kz_unpack(k, row, b, &wq[b * 4 + i]);
+        }
+        /* The next tile's weights load from DRAM while this one computes. */
+        const int64_t rn = r + NR, rn1 = rn + 4 < r1 ? rn + 4 : r1;
+        if (rn < rn1) {
+            const uint8_t *nx = (const uint8_t *)w->data + (size_t)rn * w->row_bytes;
+            const size_t nbytes = (size_t)(rn1 - rn) * w->row_bytes;
+            for (size_t o = 0; o < nbytes; o += 64)
+                _mm_prefetch((const char *)nx + o, _MM_HINT_T0);
+        }
+        for (int64_t t = 0; t < nt; t += KX_TILE) {
+            const uint8_t *xt = xq + (size_t)t * xs;
+            const __m256 *ft = fb + t * nb;
+            float *o = y + t * ldy + r;
+            switch ((four ? 10 : 0) + (nt - t < KX_TILE ? (int)(nt - t) : KX_TILE)) {
+            case 14:
+                kx_kzg_tile(k, wq, 4, nb, xt, xs, ft, 4, o, ldy);
+                break;
+            case 13:
+                kx_kzg_tile(k, wq, 4, nb, xt, xs, ft, 3, o, ldy);
+                break;
+            case 12:
+                kx_kzg_tile(k, wq, 4, nb, xt, xs, ft, 2, o, ldy);
+                break;
+            case 11:
+                kx_kzg_tile(k, wq, 4, nb, xt, xs, ft, 1, o, ldy);
+                break;
+            case 4:
+                kx_kzg_tile(k, wq, 1, nb, xt, xs, ft, 4, o, ldy);
+                break;
+            case 3:
+                kx_kzg_tile(k, wq, 1, nb, xt, xs, ft, 3, o, ldy);
+                break;
+            case 2:
+                kx_kzg_tile(k, wq, 1, nb, xt, xs, ft, 2, o, ldy);
+                break;
+            default:
+                kx_kzg_tile(k, wq, 1, nb, xt, xs, ft, 1, o, ldy);
+                break;
+            }
+        }
+    }
+}
+
+/* The GEMM over all tokens; 0 when the scratch could not be allocated (the
+ * caller then runs decode per token, same bits). */
+static int kx_kzg_matmul(enum kx_kq k, const struct kern_mat *w, const void *xq, size_t xs,
+                         int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    const int64_t nb = w->n_cols / QK_K;
+    const size_t wq_bytes = (size_t)(nb * 4) * sizeof(struct kx_kz);
+    uint8_t *buf = aligned_alloc(64, wq_bytes + (size_t)(KX_KG_CHUNK * nb) * sizeof(__m256));
+    if (!buf)
+        return 0;
+    struct kx_kz *wq = (struct kx_kz *)buf;
+    __m256 *fb = (__m256 *)(buf + wq_bytes);
+    for (int64_t t0 = 0; t0 < n_tok; t0 += KX_KG_CHUNK) {
+        int64_t nt = n_tok - t0 < KX_KG_CHUNK ? n_tok - t0 : KX_KG_CHUNK;
+        const uint8_t *xt = (const uint8_t *)xq + (size_t)t0 * xs;
+        if (k != KX_KQ6)
+            for (int64_t t = 0; t < nt; t++)
+                for (int64_t b = 0; b < nb; b++)
+                    fb[t * nb + b] = kx_kz_fb((const block_q8_K *)(xt + (size_t)t * xs) + b);
+        kx_kzg_rows(k, w, xt, xs, fb, nt, wq, y + t0 * ldy, ldy, r0, r1);
+    }
+    free(buf);
+    return 1;
+}
+
+/* Below this many tokens the GEMM's unpack does not pay (measured, see the
+ * comment at the top of this section). */
+#ifndef KX_KZ_GEMM_MIN
+#define KX_KZ_GEMM_MIN 2
+#endif
+
+#define KX_KZ_FN(name, kind)                                                                       \
+    static void name(const struct kern_mat *w, const void *xq, size_t xs, int64_t n_tok, float *y, \
+                     int64_t ldy, int64_t r0, int64_t r1) {                                        \
+        if (w->n_cols / QK_K <= 0)                                                                 \
+            return;                                                                                \
+        if (n_tok >= KX_KZ_GEMM_MIN && kx_kzg_matmul(kind, w, xq, xs, n_tok, y, ldy, r0, r1))      \
+            return;                                                                                \
+        for (int64_t t = 0; t < n_tok; t++)                                                        \
+            kx_kz_decode(kind, w, (const uint8_t *)xq + (size_t)t * xs, y + t * ldy, r0, r1);      \
+    }
+#endif
 
 /* ---- plain floats: F32, F16, BF16 (activation in the weight's format) ------- */
 
@@ -605,9 +930,15 @@ KX_INLINE void kx_bf16_tile(const struct kern_mat *w, int64_t r, int NR, const u
                      int64_t ldy, int64_t r0, int64_t r1) {                                        \
         KX_TILED(row_fn)                                                                           \
     }
+#if defined(__AVX512BW__)
+KX_KZ_FN(kx_matmul_q4_K, KX_KQ4)
+KX_KZ_FN(kx_matmul_q5_K, KX_KQ5)
+KX_KZ_FN(kx_matmul_q6_K, KX_KQ6)
+#else
 KX_KG_FN(kx_matmul_q4_K, KX_KQ4, kx_q4k_tile)
 KX_KG_FN(kx_matmul_q5_K, KX_KQ5, kx_q5k_tile)
 KX_KG_FN(kx_matmul_q6_K, KX_KQ6, kx_q6k_tile)
+#endif
 KX_TILED_FN(kx_matmul_f32, kx_f32_tile)
 KX_TILED_FN(kx_matmul_f16, kx_f16_tile)
 KX_TILED_FN(kx_matmul_bf16, kx_bf16_tile)
