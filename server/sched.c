@@ -253,6 +253,11 @@ static void unlink_active(struct sched *s, struct gen_job *j) {
     }
 }
 
+/* Prompt tokens a step gives each joining session while the batch ramps up
+ * (see step()): 64-token chunks reach the batched kernels' rate (prefill
+ * ~219 tok/s at 64 vs ~126 tok/s for 8 tokens a step, same box). */
+#define SCHED_RAMP_CHUNK 64
+
 /* Builds and runs one batch; then samples every output row. t0: when the
  * scheduler woke for this step (the time before the forward counts as
  * "other" in the step accounting). */
@@ -267,18 +272,33 @@ static void step(struct sched *s, double t0) {
         s->entries[n++] = (struct model_batch_entry){j->seq, j->n_past, j->last, true};
         s->row_job[n_rows++] = j;
     }
-    /* While streams decode, a step prefills at most as many tokens as it
-     * decodes (at least 8): a step's time grows with its tokens and every
-     * decoder waits for the whole step, so a prompt being prefilled at most
-     * doubles the others' inter-token time (on a 2-core box a 1B model's
-     * batched forward costs ~30 ms a token: a 512-token chunk would freeze
-     * every stream for seconds). With nobody decoding, prefill takes the
-     * whole budget (TTFT). */
+    /* Prefill budget. A step's time grows with its tokens and every decoder
+     * waits for the whole step, while the cost per token falls with the
+     * batch: llama-3.2-1b Q4_K_M, 2 threads, 2-vCPU EPYC VM
+     * (tests/bench-model MODEL 2 8 8 N): 8 tokens 63 ms, 16: 103, 32: 178
+     * (7.9 -> 5.6 ms a token; 1 token 20 ms).
+     * - Nobody decoding: the whole budget (TTFT).
+     * - A trickle of arrivals into a running batch (fewer joining sessions
+     *   than decoding ones): at most as many prompt tokens as decode tokens
+     *   (at least 8), so a prompt at most doubles the others' inter-token
+     *   time instead of freezing every stream.
+     * - Joining sessions at least as many as decoding ones (start-up, a
+     *   burst): up to SCHED_RAMP_CHUNK prompt tokens per joining session, so
+     *   the batch fills in a step or two; the few running streams lose one
+     *   long step instead of the batch creeping up 8 tokens a step through
+     *   small, inefficient steps (n < 8 tokens uses the per-token path: 7
+     *   tokens cost 75 ms, more than 8). Measured with bench/load.mjs
+     *   CLIENTS=8 REQS=2 (34-token prompts, 32 tokens each): see bench/README.md. */
     const int n_decoders = n;
+    int n_joining = 0;
+    for (struct gen_job *j = s->active; j; j = j->next)
+        n_joining += j->state == JOB_PREFILL;
     int limit = s->n_batch;
     if (n > 0) {
-        int pf = n > 8 ? n : 8;
-        limit = n + pf < s->n_batch ? n + pf : s->n_batch;
+        int64_t pf = n > 8 ? n : 8;
+        if (n_joining >= n && (int64_t)SCHED_RAMP_CHUNK * n_joining > pf)
+            pf = (int64_t)SCHED_RAMP_CHUNK * n_joining;
+        limit = n + pf < s->n_batch ? n + (int)pf : s->n_batch;
     }
     for (struct gen_job *j = s->active; j && n < limit; j = j->next) {
         if (j->state != JOB_PREFILL)

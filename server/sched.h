@@ -13,7 +13,9 @@
  * session plus prefill chunks of admitted sessions, at most n_batch entries
  * in all (decoders first, so a long prompt never stalls running streams;
  * while any decode, a step prefills at most as many tokens as it decodes,
- * at least 8, in arrival order). Sessions join
+ * at least 8, in arrival order; but when at least as many sessions wait to
+ * join as decode, up to 64 prompt tokens of each, so a burst of arrivals
+ * fills the batch in a step or two). Sessions join
  * and leave between steps. At most `parallel` sessions hold a KV sequence;
  * up to `queue` more requests wait; beyond that submit answers
  * STRATA_E_QUEUE_FULL (HTTP 429, Retry-After). A cancelled job (client gone,
@@ -28,7 +30,13 @@
  * idle cached ones minus what running sessions were promised; a request that
  * does not fit waits at the head of the queue (FIFO, later requests wait
  * behind it) until sessions finish, so a running stream never runs out of
- * KV. Idle cached blocks are evicted LRU when a block is taken. A finished
+ * KV. A request without max_tokens reserves a whole context (n_ctx - prompt
+ * tokens may be generated), so with a pool of fewer than `parallel` full
+ * contexts such requests run fewer at a time; none holds its blocks for
+ * ever: generation ends at n_ctx ("length") at the latest, or at
+ * request_timeout, and the blocks go back (tests/server/test-sched.c:
+ * test_no_max_tokens_cannot_hold_the_pool). Idle cached blocks are evicted
+ * LRU when a block is taken. A finished
  * (or cancelled) session's blocks go to the prefix cache with their tokens;
  * the full blocks of a prompt go in as soon as it is prefilled, so
  * concurrent requests with the same system prompt share them too.

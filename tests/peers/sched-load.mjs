@@ -173,6 +173,31 @@ async function main() {
     JSON.stringify(st.prefix_cache));
   check("status: tokens", st.tokens.generated >= stats.ok * 4, JSON.stringify(st.tokens));
 
+  // /metrics: the same pool and cache figures as gauges, plus the step counters
+  const text = await (await fetch(`${base}/metrics`)).text();
+  const metric = (name) => {
+    const line = text.split("\n").find((l) => l.startsWith(`${name} `));
+    return line === undefined ? NaN : Number(line.slice(name.length + 1));
+  };
+  const used = metric('strata_kv_blocks{state="used"}'), free = metric('strata_kv_blocks{state="free"}');
+  const cachedB = metric('strata_kv_blocks{state="cached"}'), total = metric("strata_kv_blocks_total");
+  check("metrics: kv blocks match /status", used === st.kv_blocks.used && free === st.kv_blocks.free &&
+    cachedB === st.kv_blocks.cached && total === st.kv_blocks.total,
+    `${used}/${free}/${cachedB}/${total} vs ${JSON.stringify(st.kv_blocks)}`);
+  check("metrics: prefix lookups = hits + misses", metric("strata_prefix_cache_lookups_total") ===
+    st.prefix_cache.hits + st.prefix_cache.misses && metric("strata_prefix_cache_hits_total") ===
+    st.prefix_cache.hits, text.match(/^strata_prefix.*$/gm)?.join(" "));
+  check("metrics: sessions", metric("strata_sessions_active") === 0 &&
+    metric("strata_sessions_waiting") === 0);
+  const steps = metric("strata_sched_steps_total");
+  const dec = metric('strata_sched_step_tokens_total{kind="decode"}');
+  const pre = metric('strata_sched_step_tokens_total{kind="prefill"}');
+  check("metrics: steps and tokens per step", steps > 0 && pre === st.tokens.prompt &&
+    dec > 0 && dec <= st.tokens.generated && (dec + pre) / steps >= 1,
+    `steps ${steps} decode ${dec} prefill ${pre} tokens ${JSON.stringify(st.tokens)}`);
+  check("metrics: forward time", metric('strata_sched_seconds_total{phase="forward"}') > 0 &&
+    metric("strata_sched_tokens_per_step") >= 0);
+
   // clean exit (ASan leak check at exit)
   const code = await new Promise((resolve) => { d.p.removeAllListeners("exit"); d.p.on("exit", resolve); d.p.kill("SIGTERM"); });
   check("SIGTERM exit 0", code === 0, `exit ${code}`);

@@ -8,6 +8,7 @@
  */
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,8 @@ struct req {
     double stall_s;        /* sleep in the first DELTA (holds the scheduler thread) */
     int delay_us;          /* sleep in every DELTA (slows every step down) */
     pthread_mutex_t *gate; /* locked and unlocked in the first event: waits for the test */
+    int64_t first_step;    /* scheduler steps published when the first DELTA came (-1: none) */
+    atomic_bool at_gate;   /* the scheduler thread reached the gate */
 };
 
 static void req_init(struct req *r, struct sched *s) {
@@ -42,11 +45,13 @@ static void req_init(struct req *r, struct sched *s) {
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     r->s = s;
+    r->first_step = -1;
 }
 
 static void on_event(void *ctx, const struct gen_event *ev) {
     struct req *r = ctx;
     if (r->gate) {
+        atomic_store(&r->at_gate, true);
         pthread_mutex_lock(r->gate);
         pthread_mutex_unlock(r->gate);
         r->gate = NULL;
@@ -55,6 +60,11 @@ static void on_event(void *ctx, const struct gen_event *ev) {
     struct gen_job *cancel = NULL;
     switch (ev->type) {
     case GEN_EV_DELTA:
+        if (r->n_delta_tokens == 0) { /* stats() never blocks on the scheduler thread */
+            struct gen_stats st;
+            sched_gen_ops()->stats(r->s, &st);
+            r->first_step = (int64_t)st.steps;
+        }
         r->n_delta_tokens += ev->n_tokens;
         if (r->cancel_after && r->n_delta_tokens >= r->cancel_after)
             cancel = r->other ? r->other->job : r->job;
@@ -92,10 +102,13 @@ static void on_event(void *ctx, const struct gen_event *ev) {
         sched_gen_ops()->cancel(r->s, cancel);
 }
 
-/* Submits a completion request; returns submit's rc. */
+/* Submits a completion request (max_tokens < 0: the field is left out);
+ * returns submit's rc. */
 static int submit(struct req *r, const char *prompt, int max_tokens) {
     json_t *body = json_pack("{s:s, s:s, s:i, s:f}", "model", "stories260K", "prompt", prompt,
                              "max_tokens", max_tokens, "temperature", 0.0);
+    if (max_tokens < 0)
+        json_object_del(body, "max_tokens");
     struct gen_submit gs = {GEN_ROUTE_COMPLETION, body, false, false};
     struct gen_submit_out out = {0};
     struct strata_error err = {0};
@@ -391,6 +404,91 @@ START_TEST(test_pool_exhaustion_waits) {
 }
 END_TEST
 
+START_TEST(test_no_max_tokens_cannot_hold_the_pool) {
+    /* requests without max_tokens reserve a whole context (n_ctx - prompt
+     * tokens of generation): with a pool of exactly one context (8 blocks,
+     * n_ctx capped to 128) they run one at a time, each ends by n_ctx at the
+     * latest ("length") and hands its blocks back, so the queue drains and
+     * nothing fails */
+    const int64_t blk_bytes = 5 * 16 * (32 + 32) * 2; /* see test_pool_exhaustion_waits */
+    struct sched *s = open_sched(3, 8, 0, 8 * blk_bytes, true);
+    struct req r[3];
+    for (int i = 0; i < 3; i++) {
+        req_init(&r[i], s);
+        ck_assert_int_eq(submit(&r[i], PROMPTS[i], -1), 0);
+    }
+    int max_active = 0;
+    for (int k = 0; k < 2000; k++) {
+        struct gen_stats st = stats_of(s);
+        max_active = st.n_active > max_active ? st.n_active : max_active;
+        ck_assert_int_le(st.kv_blocks_used, 8);
+        pthread_mutex_lock(&r[2].mu);
+        bool last_done = r[2].done;
+        pthread_mutex_unlock(&r[2].mu);
+        if (last_done)
+            break;
+        usleep(1000);
+    }
+    for (int i = 0; i < 3; i++) {
+        wait_done(&r[i]);
+        ck_assert_int_eq(r[i].err_code, 0);
+        ck_assert_int_gt(r[i].n_completion, 0);
+        ck_assert_int_le(r[i].n_prompt + r[i].n_completion, 128);
+        ck_assert_msg(!strcmp(r[i].finish, "length") || !strcmp(r[i].finish, "stop"), "finish '%s'",
+                      r[i].finish);
+        if (!strcmp(r[i].finish, "length"))
+            ck_assert_int_eq(r[i].n_prompt + r[i].n_completion, 128);
+        req_free(&r[i]);
+    }
+    ck_assert_int_eq(max_active, 1);
+    check_settled(s);
+    sched_free(s);
+}
+END_TEST
+
+START_TEST(test_burst_joins_in_one_step) {
+    /* one stream decodes; four requests arrive together (queued while the
+     * first stream's first event holds the scheduler thread): as many
+     * joining sessions as decoding ones, so their prompts (~90 tokens in
+     * all) are prefilled in one step and all four get their first token
+     * from the same step, not 8 prompt tokens a step one after the other */
+    struct sched *s = open_sched(5, 8, 0, 0, false);
+    pthread_mutex_t gate = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&gate);
+    struct req r[5];
+    for (int i = 0; i < 5; i++)
+        req_init(&r[i], s);
+    r[0].gate = &gate;
+    ck_assert_int_eq(submit(&r[0], PROMPTS[0], 20), 0);
+    /* r[0]'s first event arrives (and blocks) on the scheduler thread */
+    for (int k = 0; k < 30000 && !atomic_load(&r[0].at_gate); k++)
+        usleep(1000);
+    ck_assert(atomic_load(&r[0].at_gate));
+    for (int i = 1; i < 5; i++)
+        ck_assert_int_eq(submit(&r[i], PROMPTS[i], 4), 0);
+    pthread_mutex_unlock(&gate);
+    for (int i = 0; i < 5; i++) {
+        wait_done(&r[i]);
+        ck_assert_int_eq(r[i].err_code, 0);
+    }
+    for (int i = 2; i < 5; i++)
+        ck_assert_msg(r[i].first_step == r[1].first_step,
+                      "request %d got its first token after %lld steps, request 1 after %lld", i,
+                      (long long)r[i].first_step, (long long)r[1].first_step);
+    ck_assert_int_gt(r[1].first_step, r[0].first_step);
+    /* step accounting: every prompt token went through a step */
+    struct gen_stats st = settled(s);
+    ck_assert_uint_eq(st.step_prefill, st.tokens_prompt);
+    ck_assert_uint_gt(st.step_decode, 0);
+    ck_assert_uint_le(st.step_decode, st.tokens_generated);
+    ck_assert(st.step_forward_s > 0);
+    for (int i = 0; i < 5; i++)
+        req_free(&r[i]);
+    check_settled(s);
+    sched_free(s);
+}
+END_TEST
+
 START_TEST(test_queue_full) {
     /* parallel 1 + queue 1: the third request in flight is refused. The first
      * request's first event waits on a gate, so nothing finishes meanwhile. */
@@ -508,6 +606,8 @@ static Suite *sched_suite(void) {
     tcase_add_test(tc, test_prefix_reuse);
     tcase_add_test(tc, test_chat_second_turn);
     tcase_add_test(tc, test_pool_exhaustion_waits);
+    tcase_add_test(tc, test_no_max_tokens_cannot_hold_the_pool);
+    tcase_add_test(tc, test_burst_joins_in_one_step);
     tcase_add_test(tc, test_queue_full);
     tcase_add_test(tc, test_cancel_mid_decode_and_prefill);
     tcase_add_test(tc, test_deadline);
