@@ -237,14 +237,15 @@ KX_INLINE void kx_b32_tile(enum kx_b32 k, const uint8_t *row0, size_t row_bytes,
  * last unit (1-3 blocks) is copied to a zeroed 80-byte buffer first, so the
  * last row of a tensor never reads past the end of the file mapping (zero
  * blocks contribute exactly 0: zero activations, zero nsum). */
-#define KX_Z_NIB(k) ((k) != KX_Q8_0)
 
 KX_INLINE int kx_zu_blocks(enum kx_b32 k) {
-    return KX_Z_NIB(k) ? 4 : 2;
+    (void)k;
+    return 4;
 }
 /* zmm of weights (and of activations) per unit */
 KX_INLINE int kx_zu_nvec(enum kx_b32 k) {
-    return KX_Z_NIB(k) ? 2 : 1;
+    (void)k;
+    return 2;
 }
 /* zmm per packed activation unit: y0 (, y1), nsum, dy */
 KX_INLINE int kx_zu_avec(enum kx_b32 k) {
@@ -271,9 +272,9 @@ KX_INLINE __m512i kx_z_dot_acc(__m512i acc, __m512i u, __m512i y) {
  * 64-byte loads at +0 and +8. Q8_0: bytes 2..33 and 36..67, loads at +0 and
  * +4. */
 KX_INLINE __m512i kx_zu_qidx(enum kx_b32 k) {
-    if (k == KX_Q8_0)
-        return _mm512_set_epi16(63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52, 51, 50, 49, 48, 16,
-                                15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
+    if (k == KX_Q8_0) /* bytes 0..15 of each block: words 1 + 17 j + i of loads +0|+64 */
+        return _mm512_set_epi16(59, 58, 57, 56, 55, 54, 53, 52, 42, 41, 40, 39, 38, 37, 36, 35, 25,
+                                24, 23, 22, 21, 20, 19, 18, 8, 7, 6, 5, 4, 3, 2, 1);
     /* blocks 0-2 from the first load (word 1 + 9 j + i), block 3 (words
      * 28..35) from the second (word - 4 + 32) */
     return _mm512_set_epi16(63, 62, 61, 60, 59, 58, 57, 56, 26, 25, 24, 23, 22, 21, 20, 19, 17, 16,
@@ -284,7 +285,7 @@ KX_INLINE __m512i kx_zu_qidx(enum kx_b32 k) {
  * (nibble kinds: words 0, 9, 18, 27) or 8 (Q8_0: words 0, 17). */
 KX_INLINE __m256i kx_zu_didx(enum kx_b32 k) {
     if (k == KX_Q8_0)
-        return _mm256_set_epi16(17, 17, 17, 17, 17, 17, 17, 17, 0, 0, 0, 0, 0, 0, 0, 0);
+        return _mm256_set_epi16(51, 51, 51, 51, 34, 34, 34, 34, 17, 17, 17, 17, 0, 0, 0, 0);
     return _mm256_set_epi16(27, 27, 27, 27, 18, 18, 18, 18, 9, 9, 9, 9, 0, 0, 0, 0);
 }
 
@@ -317,15 +318,29 @@ KX_INLINE void kx_zu_weights(enum kx_b32 k, const uint8_t *p, __m512i w[2], __m5
         *dx = _mm512_castsi512_ps(_mm512_mask_blend_epi32(ge2, tiny, big));
         return;
     }
+    if (k == KX_Q8_0) {
+        /* 136 bytes: words of the loads at +0 and +64 (contiguous, so a
+         * word's index is its offset / 2), lane 3 of w1 (bytes 120..135)
+         * merged from a third load at +72 */
+        const __m512i l0 = _mm512_loadu_si512((const void *)p);
+        const __m512i l1 = _mm512_loadu_si512((const void *)(p + 64));
+        const __m512i i1 =
+            _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 50, 49, 48, 47, 46, 45, 44, 43, 33, 32, 31, 30,
+                             29, 28, 27, 26, 16, 15, 14, 13, 12, 11, 10, 9);
+        __m512i q1 = _mm512_permutex2var_epi16(l0, i1, l1);
+        q1 = _mm512_mask_loadu_epi16(q1, (__mmask32)0xFF000000u, p + 72);
+        const __m512i q0 = _mm512_permutex2var_epi16(l0, kx_zu_qidx(k), l1);
+        *dx = _mm512_cvtph_ps(_mm512_castsi512_si256(
+            _mm512_permutex2var_epi16(l0, _mm512_castsi256_si512(kx_zu_didx(k)), l1)));
+        w[0] = _mm512_xor_si512(q0, _mm512_set1_epi8((char)0x80));
+        w[1] = _mm512_xor_si512(q1, _mm512_set1_epi8((char)0x80));
+        return;
+    }
     const __m512i l0 = _mm512_loadu_si512((const void *)p);
-    const __m512i l1 = _mm512_loadu_si512((const void *)(p + (k == KX_Q8_0 ? 4 : 8)));
+    const __m512i l1 = _mm512_loadu_si512((const void *)(p + 8));
     const __m512i q = _mm512_permutex2var_epi16(l0, kx_zu_qidx(k), l1);
     *dx = _mm512_cvtph_ps(_mm512_castsi512_si256(
         _mm512_permutexvar_epi16(_mm512_castsi256_si512(kx_zu_didx(k)), l0)));
-    if (k == KX_Q8_0) {
-        w[0] = _mm512_xor_si512(q, _mm512_set1_epi8((char)0x80));
-        return;
-    }
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     w[0] = _mm512_and_si512(q, m4);
     w[1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
@@ -349,7 +364,7 @@ KX_INLINE void kx_zu_weights_at(enum kx_b32 k, const uint8_t *row, int64_t nb, i
         kx_zu_weights(k, row + (size_t)u * ub, w, dx);
         return;
     }
-    uint8_t tmp[80] = {0};
+    uint8_t tmp[144] = {0};
     memcpy(tmp, row + (size_t)u * ub, (size_t)(nb - u * B) * kx_b32_size(k));
     kx_zu_weights(k, tmp, w, dx);
 }
@@ -365,48 +380,36 @@ KX_INLINE void kx_zu_pack(enum kx_b32 k, const block_q8_0 *x, int64_t nb, int64_
     float d[4] = {0, 0, 0, 0};
     for (int j = 0; j < n; j++)
         d[j] = kx_f16(x[b0 + j].d);
-    __m512i s;
-    if (KX_Z_NIB(k)) {
-        __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
-        for (int j = 0; j < n; j++) {
-            const int8_t *qs = x[b0 + j].qs;
-            /* lane j: inserted with a runtime-constant-free switch */
-            __m128i l = _mm_loadu_si128((const __m128i *)qs);
-            __m128i h = _mm_loadu_si128((const __m128i *)(qs + 16));
-            switch (j) {
-            case 0:
-                lo = _mm512_inserti32x4(lo, l, 0);
-                hi = _mm512_inserti32x4(hi, h, 0);
-                break;
-            case 1:
-                lo = _mm512_inserti32x4(lo, l, 1);
-                hi = _mm512_inserti32x4(hi, h, 1);
-                break;
-            case 2:
-                lo = _mm512_inserti32x4(lo, l, 2);
-                hi = _mm512_inserti32x4(hi, h, 2);
-                break;
-            default:
-                lo = _mm512_inserti32x4(lo, l, 3);
-                hi = _mm512_inserti32x4(hi, h, 3);
-                break;
-            }
+    __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+    for (int j = 0; j < n; j++) {
+        const int8_t *qs = x[b0 + j].qs;
+        __m128i l = _mm_loadu_si128((const __m128i *)qs);
+        __m128i h = _mm_loadu_si128((const __m128i *)(qs + 16));
+        switch (j) { /* lane j (the insert's lane must be a constant) */
+        case 0:
+            lo = _mm512_inserti32x4(lo, l, 0);
+            hi = _mm512_inserti32x4(hi, h, 0);
+            break;
+        case 1:
+            lo = _mm512_inserti32x4(lo, l, 1);
+            hi = _mm512_inserti32x4(hi, h, 1);
+            break;
+        case 2:
+            lo = _mm512_inserti32x4(lo, l, 2);
+            hi = _mm512_inserti32x4(hi, h, 2);
+            break;
+        default:
+            lo = _mm512_inserti32x4(lo, l, 3);
+            hi = _mm512_inserti32x4(hi, h, 3);
+            break;
         }
-        a[0] = lo;
-        a[1] = hi;
-        s = kx_z_dot_acc(kx_z_dot_acc(_mm512_setzero_si512(), off, lo), off, hi);
-        a[3] = _mm512_castps_si512(_mm512_set_ps(d[3], d[3], d[3], d[3], d[2], d[2], d[2], d[2],
-                                                 d[1], d[1], d[1], d[1], d[0], d[0], d[0], d[0]));
-        a[2] = _mm512_sub_epi32(_mm512_setzero_si512(), s);
-        return;
     }
-    __m256i y0 = _mm256_loadu_si256((const __m256i *)x[b0].qs);
-    __m256i y1 = n > 1 ? _mm256_loadu_si256((const __m256i *)x[b0 + 1].qs) : _mm256_setzero_si256();
-    a[0] = _mm512_inserti64x4(_mm512_castsi256_si512(y0), y1, 1);
-    s = kx_z_dot_acc(_mm512_setzero_si512(), off, a[0]);
-    a[1] = _mm512_sub_epi32(_mm512_setzero_si512(), s);
-    a[2] = _mm512_castps_si512(_mm512_set_ps(d[1], d[1], d[1], d[1], d[1], d[1], d[1], d[1], d[0],
-                                             d[0], d[0], d[0], d[0], d[0], d[0], d[0]));
+    a[0] = lo;
+    a[1] = hi;
+    __m512i s = kx_z_dot_acc(kx_z_dot_acc(_mm512_setzero_si512(), off, lo), off, hi);
+    a[2] = _mm512_sub_epi32(_mm512_setzero_si512(), s);
+    a[3] = _mm512_castps_si512(_mm512_set_ps(d[3], d[3], d[3], d[3], d[2], d[2], d[2], d[2], d[1],
+                                             d[1], d[1], d[1], d[0], d[0], d[0], d[0]));
 }
 
 /* nt activation rows (stride xs bytes) -> dst[(t * U + u) * avec + v]. */
@@ -425,9 +428,7 @@ KX_INLINE void kx_z_pack(enum kx_b32 k, const uint8_t *xq, size_t xs, int64_t nt
 KX_INLINE __m512 kx_zu_fma(enum kx_b32 k, const __m512i w[2], __m512 dx, const __m512i *a,
                            __m512 acc) {
     const int V = kx_zu_avec(k);
-    __m512i s = kx_z_dot_acc(a[V - 2], w[0], a[0]);
-    if (KX_Z_NIB(k))
-        s = kx_z_dot_acc(s, w[1], a[1]);
+    __m512i s = kx_z_dot_acc(kx_z_dot_acc(a[V - 2], w[0], a[0]), w[1], a[1]);
     return _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_castsi512_ps(a[V - 1])), _mm512_cvtepi32_ps(s),
                            acc);
 }
@@ -551,7 +552,12 @@ static void kx_zd_matmul(enum kx_b32 k, const struct kern_mat *w, const void *xq
  * (row, token) as kx_zd_row, so results are bit-identical to decode and to
  * any tiling or split. */
 #define KX_GEMM_MIN 8
+#ifndef KX_ZG_PF
+#define KX_ZG_PF 1
+#endif
+#ifndef KX_GEMM_CHUNK
 #define KX_GEMM_CHUNK 32
+#endif
 
 /* zmm per (row, unit) in the weight scratch: w0 (, w1), dx */
 KX_INLINE int kx_zu_wvec(enum kx_b32 k) {
@@ -576,13 +582,20 @@ KX_INLINE void kx_zg_unpack(enum kx_b32 k, const uint8_t *row0, size_t row_bytes
 
 /* NR rows x nt tokens over all units; act points at the tile's first token. */
 KX_INLINE void kx_zg_tile(enum kx_b32 k, const __m512i *wq, int NR, int64_t U, const __m512i *act,
-                          int nt, float *out, int64_t ldy) {
+                          int nt, float *out, int64_t ldy, const uint8_t *pf, size_t pf_rb) {
     const int V = kx_zu_avec(k), W = kx_zu_wvec(k);
+    const size_t ub = kx_b32_size(k) * (size_t)kx_zu_blocks(k);
     __m512 acc[4][KX_TILE];
     for (int i = 0; i < NR; i++)
         for (int t = 0; t < nt; t++)
             acc[i][t] = _mm512_setzero_ps();
     for (int64_t u = 0; u < U; u++) {
+        if (KX_ZG_PF && pf)
+            for (int i = 0; i < 4; i++) {
+                _mm_prefetch((const char *)pf + (size_t)i * pf_rb + (size_t)u * ub, _MM_HINT_T0);
+                _mm_prefetch((const char *)pf + (size_t)i * pf_rb + (size_t)u * ub + 64,
+                             _MM_HINT_T0);
+            }
         for (int t = 0; t < nt; t++) {
             const __m512i *a = act + (size_t)(t * U + u) * (size_t)V;
             for (int i = 0; i < NR; i++) {
@@ -608,33 +621,36 @@ KX_INLINE void kx_zg_rows(enum kx_b32 k, const struct kern_mat *w, int64_t nb, c
         const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
         const int four = r + 4 <= r1;
         kx_zg_unpack(k, row, rb, four ? 4 : 1, nb, wq);
+        /* the next 4-row tile, prefetched during the first token tile */
+        const uint8_t *next = four && r + 8 <= r1 ? row + 4 * rb : NULL;
         for (int64_t t = 0; t < nt; t += KX_TILE) {
             const __m512i *a = act + (size_t)(t * U) * (size_t)V;
             float *o = y + t * ldy + r;
+            const uint8_t *pf = t == 0 ? next : NULL;
             switch ((four ? 10 : 0) + (nt - t < KX_TILE ? (int)(nt - t) : KX_TILE)) {
             case 14:
-                kx_zg_tile(k, wq, 4, U, a, 4, o, ldy);
+                kx_zg_tile(k, wq, 4, U, a, 4, o, ldy, pf, rb);
                 break;
             case 13:
-                kx_zg_tile(k, wq, 4, U, a, 3, o, ldy);
+                kx_zg_tile(k, wq, 4, U, a, 3, o, ldy, pf, rb);
                 break;
             case 12:
-                kx_zg_tile(k, wq, 4, U, a, 2, o, ldy);
+                kx_zg_tile(k, wq, 4, U, a, 2, o, ldy, pf, rb);
                 break;
             case 11:
-                kx_zg_tile(k, wq, 4, U, a, 1, o, ldy);
+                kx_zg_tile(k, wq, 4, U, a, 1, o, ldy, pf, rb);
                 break;
             case 4:
-                kx_zg_tile(k, wq, 1, U, a, 4, o, ldy);
+                kx_zg_tile(k, wq, 1, U, a, 4, o, ldy, pf, rb);
                 break;
             case 3:
-                kx_zg_tile(k, wq, 1, U, a, 3, o, ldy);
+                kx_zg_tile(k, wq, 1, U, a, 3, o, ldy, pf, rb);
                 break;
             case 2:
-                kx_zg_tile(k, wq, 1, U, a, 2, o, ldy);
+                kx_zg_tile(k, wq, 1, U, a, 2, o, ldy, pf, rb);
                 break;
             default:
-                kx_zg_tile(k, wq, 1, U, a, 1, o, ldy);
+                kx_zg_tile(k, wq, 1, U, a, 1, o, ldy, pf, rb);
                 break;
             }
         }
