@@ -486,12 +486,16 @@ static int kx_kg_matmul(enum kx_kq k, const struct kern_mat *w, const void *xq, 
 #if defined(__AVX512BW__)
 /* ---- AVX-512 K-quant kernels (both AVX-512 builds): decode and GEMM ----------
  * One definition of the arithmetic per (row, token, super-block), shared by
- * decode (n_tok = 1, weights unpacked in registers) and the GEMM (n_tok >= 2,
- * weights unpacked once per row tile into a scratch), so both give the same
- * bits for any batch and any row split:
- *   W_k (k = 0..3): quants of elements 64k..64k+63 in element order, unsigned
- *     (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63), one zmm each;
- *   D_k = vpdpbusd(0, W_k, y[64k..64k+63]): 16 int32 lanes of 4 products,
+ * decode (weights unpacked in registers) and the GEMM (weights unpacked once
+ * per row tile into a scratch), so every path gives the same bits for any
+ * batch and any row split:
+ *   W_k (k = 0..3): 64 unsigned quants in one zmm (Q4_K 0..15, Q5_K 0..31,
+ *     Q6_K 0..63). Q6_K: elements 64k..64k+63 in order. Q4_K/Q5_K: the low
+ *     (k even) or high (k odd) nibbles of 64 bytes of qs as loaded, i.e.
+ *     elements [0..31, 64..95], [32..63, 96..127], [128..159, 192..223],
+ *     [160..191, 224..255]; the activations are permuted to match once per
+ *     call (struct kx_ka), which is cheaper than arranging the weights;
+ *   D_k = vpdpbusd(0, W_k, Y_k): 16 int32 lanes of 4 products each,
  *     |D| <= 4 * 63 * 127 = 32004, so vpackssdw packs them exactly;
  *   I = vpdpwssd(vpdpwssd(0, packs(D_0, D_1), SC_01), packs(D_2, D_3), SC_23):
  *     each 4-product sum times its sub-block scale (SC: int16 scales laid out
@@ -506,8 +510,7 @@ static int kx_kg_matmul(enum kx_kq k, const struct kern_mat *w, const void *xq, 
  * Compared with the 256-bit kernels above: one vpdpbusd per 64 products
  * instead of vpmaddubsw + vpmaddwd + vpaddd per 32, two scale multiplies per
  * super-block instead of eight, the 6-bit scales decoded with vector shuffles,
- * and one float accumulator per (row, token) (the GEMM keeps 4 x 4 of them in
- * registers). */
+ * and one float accumulator per (row, token). */
 
 /* One row's super-block unpacked (64-byte aligned; 448 bytes). */
 struct kx_kz {
@@ -515,6 +518,14 @@ struct kx_kz {
     __m512i sc[2]; /* SC_01, SC_23 */
     __m256 fm;     /* Q4_K/Q5_K: -dmin * m_j (j = 0..7); Q6_K: the 16 scales as int16 */
     float d;
+};
+
+/* One token's super-block of activations in the weights' order (384 bytes). */
+struct kx_ka {
+    __m512i y[4]; /* Y_k, matching W_k */
+    __m256 fb;    /* Q4_K/Q5_K: d_act * float(bsums_2j + bsums_2j+1) */
+    __m256i bs;   /* Q6_K: the 16 bsums */
+    float d;      /* d_act */
 };
 
 /* u8 x s8 dot into int32 lanes (4 products each). */
@@ -600,65 +611,83 @@ KX_INLINE void kx_kz_unpack(enum kx_kq k, const uint8_t *row, int64_t b, struct 
         dh = x->d;
         dminh = x->dmin;
     }
-    const __m512i c04 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
     const __m512i hb = qh ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)qh))
                           : _mm512_setzero_si512();
-    for (int kk = 0; kk < 4; kk++) {
-        const __m512i r =
-            _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * kk)));
-        __m512i wk = _mm512_and_si512(_mm512_srlv_epi16(r, c04), m4);
-        if (qh) {
-            /* element 32 j + l takes bit j of qh[l] */
-            const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * kk))),
-                                                   _mm256_set1_epi8((char)(1 << (2 * kk + 1))), 1);
-            wk = _mm512_mask_add_epi8(wk, _mm512_test_epi8_mask(hb, bit), wk, _mm512_set1_epi8(16));
-        }
-        o->w[kk] = wk;
+    for (int h = 0; h < 2; h++) {
+        const __m512i r = _mm512_loadu_si512((const void *)(qs + 64 * h));
+        o->w[2 * h] = _mm512_and_si512(r, m4);
+        o->w[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(r, 4), m4);
     }
+    if (qh)
+        for (int kk = 0; kk < 4; kk++) {
+            /* element 32 j + l takes bit j of qh[l]; W_k holds sub-blocks
+             * j0 = 4 (k / 2) + k % 2 and j0 + 2 */
+            const int j0 = 4 * (kk / 2) + kk % 2;
+            const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << j0)),
+                                                   _mm256_set1_epi8((char)(1 << (j0 + 2))), 1);
+            o->w[kk] = _mm512_mask_add_epi8(o->w[kk], _mm512_test_epi8_mask(hb, bit), o->w[kk],
+                                            _mm512_set1_epi8(16));
+        }
     const __m128i sm = kx_kz_scales4(scales);
-    /* lane L of packs(D_0, D_1): sub-blocks 0, 2 (L < 2) or 1, 3; of
-     * packs(D_2, D_3): 4, 6 or 5, 7 (4 int16 words each) */
+    /* lane L of packs(D_0, D_1): sub-blocks 0, 1 (L < 2) or 2, 3; of
+     * packs(D_2, D_3): 4, 5 or 6, 7 (4 int16 words each) */
     const __m512i sw = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(sm));
     o->sc[0] = _mm512_shuffle_epi8(
-        sw, _mm512_set_epi32(0x07060706, 0x07060706, 0x03020302, 0x03020302, 0x07060706, 0x07060706,
-                             0x03020302, 0x03020302, 0x05040504, 0x05040504, 0x01000100, 0x01000100,
-                             0x05040504, 0x05040504, 0x01000100, 0x01000100));
+        sw, _mm512_set_epi32(0x07060706, 0x07060706, 0x05040504, 0x05040504, 0x07060706, 0x07060706,
+                             0x05040504, 0x05040504, 0x03020302, 0x03020302, 0x01000100, 0x01000100,
+                             0x03020302, 0x03020302, 0x01000100, 0x01000100));
     o->sc[1] = _mm512_shuffle_epi8(
-        sw, _mm512_set_epi32(0x0F0E0F0E, 0x0F0E0F0E, 0x0B0A0B0A, 0x0B0A0B0A, 0x0F0E0F0E, 0x0F0E0F0E,
-                             0x0B0A0B0A, 0x0B0A0B0A, 0x0D0C0D0C, 0x0D0C0D0C, 0x09080908, 0x09080908,
-                             0x0D0C0D0C, 0x0D0C0D0C, 0x09080908, 0x09080908));
+        sw, _mm512_set_epi32(0x0F0E0F0E, 0x0F0E0F0E, 0x0D0C0D0C, 0x0D0C0D0C, 0x0F0E0F0E, 0x0F0E0F0E,
+                             0x0D0C0D0C, 0x0D0C0D0C, 0x0B0A0B0A, 0x0B0A0B0A, 0x09080908, 0x09080908,
+                             0x0B0A0B0A, 0x0B0A0B0A, 0x09080908, 0x09080908));
     o->fm = _mm256_mul_ps(_mm256_set1_ps(-kx_f16(dminh)),
                           _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))));
     o->d = kx_f16(dh);
 }
 
-/* d_act * float(bsums_2j + bsums_2j+1), j = 0..7: the activation side of the
- * mins term (Q4_K/Q5_K), once per token and super-block. */
-KX_INLINE __m256 kx_kz_fb(const block_q8_K *a) {
+/* One token's super-block a in the weights' order (see struct kx_ka). */
+KX_INLINE void kx_ka_pack(enum kx_kq k, const block_q8_K *a, struct kx_ka *o) {
+    o->d = a->d;
+    if (k == KX_KQ6) {
+        for (int kk = 0; kk < 4; kk++)
+            o->y[kk] = _mm512_loadu_si512((const void *)(a->qs + 64 * kk));
+        o->bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+        o->fb = _mm256_setzero_ps();
+        return;
+    }
+    for (int h = 0; h < 2; h++) {
+        const __m512i lo = _mm512_loadu_si512((const void *)(a->qs + 128 * h));
+        const __m512i hi = _mm512_loadu_si512((const void *)(a->qs + 128 * h + 64));
+        o->y[2 * h] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
+        o->y[2 * h + 1] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
+    }
     const __m256i s =
         _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), _mm256_set1_epi16(1));
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(a->d));
+    o->fb = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(a->d));
+    o->bs = _mm256_setzero_si256();
 }
 
-/* acc plus one (row, token, super-block) term; fb = kx_kz_fb(a) (unused for Q6_K). */
-KX_INLINE __m512 kx_kz_acc(enum kx_kq k, const struct kx_kz *w, const block_q8_K *a, __m256 fb,
-                           __m512 acc) {
+/* acc plus one (row, token, super-block) term. */
+KX_INLINE __m512 kx_kz_acc(enum kx_kq k, const struct kx_kz *w, const struct kx_ka *a, __m512 acc) {
     __m512i dk[4];
     for (int kk = 0; kk < 4; kk++)
-        dk[kk] = kx_kz_dpb(w->w[kk], _mm512_loadu_si512((const void *)(a->qs + 64 * kk)));
+        dk[kk] = kx_kz_dpb(w->w[kk], a->y[kk]);
     __m512i is = kx_kz_dpw(_mm512_setzero_si512(), _mm512_packs_epi32(dk[0], dk[1]), w->sc[0]);
     is = kx_kz_dpw(is, _mm512_packs_epi32(dk[2], dk[3]), w->sc[1]);
     if (k == KX_KQ6) {
-        const __m256i corr = _mm256_madd_epi16(_mm256_castps_si256(w->fm),
-                                               _mm256_loadu_si256((const __m256i *)a->bsums));
+        const __m256i corr = _mm256_madd_epi16(_mm256_castps_si256(w->fm), a->bs);
         is = _mm512_sub_epi32(is, _mm512_zextsi256_si512(_mm256_slli_epi32(corr, 5)));
     }
     const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(w->d), _mm512_set1_ps(a->d));
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), dd, acc);
     if (k != KX_KQ6)
-        acc = _mm512_fmadd_ps(_mm512_zextps256_ps512(w->fm), _mm512_zextps256_ps512(fb), acc);
+        acc = _mm512_fmadd_ps(_mm512_zextps256_ps512(w->fm), _mm512_zextps256_ps512(a->fb), acc);
     return acc;
 }
+
+/* Activations packed once per decode call up to this many super-blocks
+ * (24 KB of stack); longer rows pack per super-block (same values). */
+#define KX_KA_STACK 64
 
 /* Decode: rows [r0, r1) against one token, one row at a time (see
  * KX_DECODE_ROWS), the weights unpacked in registers. */
@@ -666,53 +695,52 @@ KX_INLINE void kx_kz_decode(enum kx_kq k, const struct kern_mat *w, const uint8_
                             int64_t r0, int64_t r1) {
     const int64_t nb = w->n_cols / QK_K;
     const block_q8_K *a = (const block_q8_K *)xq;
-    /* The mins' activation side once per call (rows reuse it); long rows
-     * compute it per super-block instead (same values). */
-    enum { FB_MAX = 64 };
-    __m256 fbs[FB_MAX];
-    const int pre = k != KX_KQ6 && nb <= FB_MAX;
+    struct kx_ka act[KX_KA_STACK];
+    const int pre = nb <= KX_KA_STACK;
     if (pre)
         for (int64_t b = 0; b < nb; b++)
-            fbs[b] = kx_kz_fb(a + b);
+            kx_ka_pack(k, a + b, &act[b]);
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
         __m512 acc = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; b++) {
             struct kx_kz wz;
             kx_kz_unpack(k, row, b, &wz);
-            const __m256 fb = k == KX_KQ6 ? _mm256_setzero_ps() : (pre ? fbs[b] : kx_kz_fb(a + b));
-            acc = kx_kz_acc(k, &wz, a + b, fb, acc);
+            if (pre) {
+                acc = kx_kz_acc(k, &wz, &act[b], acc);
+            } else {
+                struct kx_ka ab;
+                kx_ka_pack(k, a + b, &ab);
+                acc = kx_kz_acc(k, &wz, &ab, acc);
+            }
         }
         y[r] = _mm512_reduce_add_ps(acc);
     }
 }
 
-/* GEMM micro-kernel: NR rows (wq[b * 4 + i]) x nt tokens over nb super-blocks;
- * fb: (nt, nb) kx_kz_fb of the tile's tokens. */
+/* GEMM micro-kernel: NR rows (wq[b * 4 + i]) x nt tokens (act[t * nb + b])
+ * over nb super-blocks. */
 KX_INLINE void kx_kzg_tile(enum kx_kq k, const struct kx_kz *wq, int NR, int64_t nb,
-                           const uint8_t *xq, size_t xs, const __m256 *fb, int nt, float *out,
-                           int64_t ldy) {
+                           const struct kx_ka *act, int nt, float *out, int64_t ldy) {
     __m512 acc[4][KX_TILE];
     for (int i = 0; i < NR; i++)
         for (int t = 0; t < nt; t++)
             acc[i][t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++)
-        for (int t = 0; t < nt; t++) {
-            const block_q8_K *a = (const block_q8_K *)(xq + (size_t)t * xs) + b;
-            const __m256 f = k == KX_KQ6 ? _mm256_setzero_ps() : fb[t * nb + b];
+        for (int t = 0; t < nt; t++)
             for (int i = 0; i < NR; i++)
-                acc[i][t] = kx_kz_acc(k, &wq[b * 4 + i], a, f, acc[i][t]);
-        }
+                acc[i][t] = kx_kz_acc(k, &wq[b * 4 + i], &act[t * nb + b], acc[i][t]);
     for (int i = 0; i < NR; i++)
         for (int t = 0; t < nt; t++)
             out[t * ldy + i] = _mm512_reduce_add_ps(acc[i][t]);
 }
 
-/* Rows [r0, r1) x nt (<= KX_KG_CHUNK) tokens: 4-row tiles unpacked once into
- * wq, then single rows; token tiles of KX_TILE with compile-time sizes. */
-KX_INLINE void kx_kzg_rows(enum kx_kq k, const struct kern_mat *w, const uint8_t *xq, size_t xs,
-                           const __m256 *fb, int64_t nt, struct kx_kz *wq, float *y, int64_t ldy,
-                           int64_t r0, int64_t r1) {
+/* Rows [r0, r1) x nt (<= KX_KG_CHUNK) packed tokens: 4-row tiles unpacked
+ * once into wq, then single rows; token tiles of KX_TILE with compile-time
+ * sizes. */
+KX_INLINE void kx_kzg_rows(enum kx_kq k, const struct kern_mat *w, const struct kx_ka *act,
+                           int64_t nt, struct kx_kz *wq, float *y, int64_t ldy, int64_t r0,
+                           int64_t r1) {
     const int64_t nb = w->n_cols / QK_K;
     for (int64_t r = r0; r < r1; r += r + 4 <= r1 ? 4 : 1) {
         const int four = r + 4 <= r1;
@@ -731,33 +759,32 @@ KX_INLINE void kx_kzg_rows(enum kx_kq k, const struct kern_mat *w, const uint8_t
                 _mm_prefetch((const char *)nx + o, _MM_HINT_T0);
         }
         for (int64_t t = 0; t < nt; t += KX_TILE) {
-            const uint8_t *xt = xq + (size_t)t * xs;
-            const __m256 *ft = fb + t * nb;
+            const struct kx_ka *at = act + t * nb;
             float *o = y + t * ldy + r;
             switch ((four ? 10 : 0) + (nt - t < KX_TILE ? (int)(nt - t) : KX_TILE)) {
             case 14:
-                kx_kzg_tile(k, wq, 4, nb, xt, xs, ft, 4, o, ldy);
+                kx_kzg_tile(k, wq, 4, nb, at, 4, o, ldy);
                 break;
             case 13:
-                kx_kzg_tile(k, wq, 4, nb, xt, xs, ft, 3, o, ldy);
+                kx_kzg_tile(k, wq, 4, nb, at, 3, o, ldy);
                 break;
             case 12:
-                kx_kzg_tile(k, wq, 4, nb, xt, xs, ft, 2, o, ldy);
+                kx_kzg_tile(k, wq, 4, nb, at, 2, o, ldy);
                 break;
             case 11:
-                kx_kzg_tile(k, wq, 4, nb, xt, xs, ft, 1, o, ldy);
+                kx_kzg_tile(k, wq, 4, nb, at, 1, o, ldy);
                 break;
             case 4:
-                kx_kzg_tile(k, wq, 1, nb, xt, xs, ft, 4, o, ldy);
+                kx_kzg_tile(k, wq, 1, nb, at, 4, o, ldy);
                 break;
             case 3:
-                kx_kzg_tile(k, wq, 1, nb, xt, xs, ft, 3, o, ldy);
+                kx_kzg_tile(k, wq, 1, nb, at, 3, o, ldy);
                 break;
             case 2:
-                kx_kzg_tile(k, wq, 1, nb, xt, xs, ft, 2, o, ldy);
+                kx_kzg_tile(k, wq, 1, nb, at, 2, o, ldy);
                 break;
             default:
-                kx_kzg_tile(k, wq, 1, nb, xt, xs, ft, 1, o, ldy);
+                kx_kzg_tile(k, wq, 1, nb, at, 1, o, ldy);
                 break;
             }
         }
@@ -770,26 +797,24 @@ static int kx_kzg_matmul(enum kx_kq k, const struct kern_mat *w, const void *xq,
                          int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     const int64_t nb = w->n_cols / QK_K;
     const size_t wq_bytes = (size_t)(nb * 4) * sizeof(struct kx_kz);
-    uint8_t *buf = aligned_alloc(64, wq_bytes + (size_t)(KX_KG_CHUNK * nb) * sizeof(__m256));
+    uint8_t *buf = aligned_alloc(64, wq_bytes + (size_t)(KX_KG_CHUNK * nb) * sizeof(struct kx_ka));
     if (!buf)
         return 0;
     struct kx_kz *wq = (struct kx_kz *)buf;
-    __m256 *fb = (__m256 *)(buf + wq_bytes);
+    struct kx_ka *act = (struct kx_ka *)(buf + wq_bytes);
     for (int64_t t0 = 0; t0 < n_tok; t0 += KX_KG_CHUNK) {
         int64_t nt = n_tok - t0 < KX_KG_CHUNK ? n_tok - t0 : KX_KG_CHUNK;
         const uint8_t *xt = (const uint8_t *)xq + (size_t)t0 * xs;
-        if (k != KX_KQ6)
-            for (int64_t t = 0; t < nt; t++)
-                for (int64_t b = 0; b < nb; b++)
-                    fb[t * nb + b] = kx_kz_fb((const block_q8_K *)(xt + (size_t)t * xs) + b);
-        kx_kzg_rows(k, w, xt, xs, fb, nt, wq, y + t0 * ldy, ldy, r0, r1);
+        for (int64_t t = 0; t < nt; t++)
+            for (int64_t b = 0; b < nb; b++)
+                kx_ka_pack(k, (const block_q8_K *)(xt + (size_t)t * xs) + b, &act[t * nb + b]);
+        kx_kzg_rows(k, w, act, nt, wq, y + t0 * ldy, ldy, r0, r1);
     }
     free(buf);
     return 1;
 }
 
-/* Below this many tokens the GEMM's unpack does not pay (measured, see the
- * comment at the top of this section). */
+/* From this many tokens on the GEMM runs (see the measurements above). */
 #ifndef KX_KZ_GEMM_MIN
 #define KX_KZ_GEMM_MIN 2
 #endif

@@ -182,6 +182,7 @@ START_TEST(test_isa_vs_ref) {
     bad += check_matrix(t, 37, 4096, 9);
     bad += check_matrix(t, 9, unit * 3, 37); /* GEMM path: chunks, token and row tails */
     bad += check_matrix(t, 64, 512, 1);
+    bad += check_matrix(t, 5, unit * 65, 2); /* K-quants: > 64 super-blocks a row */
     ck_assert_int_eq(bad, 0);
 }
 END_TEST
