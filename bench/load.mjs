@@ -9,7 +9,7 @@
 //   build-s-rel/cli/strata gguf synth --preset llama-3.2-1b --type q4_k_m -o /tmp/l1b.gguf
 //   node bench/load.mjs build-s-rel/cli/strata /tmp/l1b.gguf
 //
-// Env: CLIENTS=1,4,8,16,32  TOKENS=32 (max_tokens, greedy)  REQS=3 (requests
+// Env: CLIENTS=1,4,8,16,32  TOKENS=32 (max_tokens)  TEMP=0 (greedy)  REQS=3 (requests
 // per client per level)  THREADS=2  PARALLEL=32  CTX=2048  PORT (use a daemon
 // already running there instead of starting one).
 import { spawn } from "node:child_process";
@@ -19,6 +19,7 @@ const strata = process.argv[2] || "build/cli/strata";
 const model = process.argv[3];
 const LEVELS = (process.env.CLIENTS || "1,4,8,16,32").split(",").map(Number);
 const TOKENS = Number(process.env.TOKENS || 32);
+const TEMP = Number(process.env.TEMP || 0); // 0 = greedy; e.g. TEMP=1 for the SDKs' default sampling
 const REQS = Number(process.env.REQS || 3);
 const THREADS = process.env.THREADS || "2";
 const PARALLEL = process.env.PARALLEL || String(Math.max(...LEVELS));
@@ -51,7 +52,7 @@ async function streamOne(base, id, out) {
   try {
     res = await fetch(`${base}/v1/completions`, { method: "POST",
       headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ model: modelId, prompt, max_tokens: TOKENS, temperature: 0, stream: true,
+      body: JSON.stringify({ model: modelId, prompt, max_tokens: TOKENS, temperature: TEMP, stream: true,
         stream_options: { include_usage: true } }) });
   } catch (e) { out.errors++; return; }
   if (res.status !== 200) { out.errors++; await res.text(); return; }

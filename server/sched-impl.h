@@ -45,7 +45,12 @@ struct gen_job {
     struct openai_logprobs *lp;
     char *text; /* non-stream: the completion so far */
     size_t text_len, text_cap;
-    double t_first;            /* monotonic seconds of the first token */
+    double t_first; /* monotonic seconds of the first token */
+    /* the step's pick (session_sample, possibly on a pool worker; then read by
+     * session_on_logits on the scheduler thread) */
+    struct sampler_result pick;
+    int pick_rc; /* 0 or negative STRATA_E_* (pick_err says why) */
+    struct strata_error pick_err;
     const char *finish_reason; /* static: "stop" / "length"; NULL after an error */
 };
 
@@ -105,9 +110,13 @@ double sched_now(void);
  * error sends ERROR (the caller then sends DONE). */
 int session_prepare(struct sched *s, struct gen_job *j, struct strata_error *err, char *param,
                     size_t param_cap);
-/* One sampled logits row for a decoding job. Returns true when the job finished
- * (FINISH/USAGE sent; the caller sends DONE). */
-bool session_on_logits(struct sched *s, struct gen_job *j, const float *logits);
+/* Picks the next token of j from its logits row into j->pick / pick_rc.
+ * Touches only j's sampler and pick fields: the rows of one step may be
+ * sampled concurrently (one job per thread). */
+void session_sample(const struct sched *s, struct gen_job *j, const float *logits);
+/* Takes j->pick (session_sample ran). Returns true when the job finished
+ * (FINISH/USAGE sent, or ERROR; the caller sends DONE). Scheduler thread. */
+bool session_on_logits(struct sched *s, struct gen_job *j);
 /* Sends ERROR then nothing else (the caller sends DONE). */
 void session_error(struct gen_job *j, int code, const char *msg, const char *param);
 /* Frees session state (not the job). */

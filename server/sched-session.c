@@ -261,20 +261,19 @@ static int greedy_pick(const float *logits, int n, struct sampler_result *r,
     return 0;
 }
 
-bool session_on_logits(struct sched *s, struct gen_job *j, const float *logits) {
-    struct sampler_result r;
-    struct strata_error err = {0};
-    const double t0 = sched_now();
-    int rc = session_greedy_only(j) ? greedy_pick(logits, s->n_vocab, &r, &err)
-                                    : sampler_sample(j->smp, logits, &r, &err);
-    const double dt = sched_now() - t0;
-    s->t_sample += dt;
-    s->t_emit -= dt; /* step() counts the whole post-forward time as emit */
-    if (rc < 0) {
-        session_error(j, err.code, err.message, NULL);
+void session_sample(const struct sched *s, struct gen_job *j, const float *logits) {
+    j->pick_err.code = 0;
+    j->pick_rc = session_greedy_only(j) ? greedy_pick(logits, s->n_vocab, &j->pick, &j->pick_err)
+                                        : sampler_sample(j->smp, logits, &j->pick, &j->pick_err);
+}
+
+bool session_on_logits(struct sched *s, struct gen_job *j) {
+    if (j->pick_rc < 0) {
+        session_error(j, j->pick_err.code, j->pick_err.message, NULL);
         j->finish_reason = NULL;
         return true;
     }
+    const struct sampler_result r = j->pick;
     sampler_accept(j->smp, r.token);
     j->n_gen++;
     j->n_unsent++;

@@ -120,6 +120,22 @@ static int submit(struct req *r, const char *prompt, int max_tokens) {
     return rc;
 }
 
+/* Submits a sampled completion request (temperature, top_p, seed). */
+static int submit_sampled(struct req *r, const char *prompt, int max_tokens, int seed) {
+    json_t *body =
+        json_pack("{s:s, s:s, s:i, s:f, s:f, s:i}", "model", "stories260K", "prompt", prompt,
+                  "max_tokens", max_tokens, "temperature", 0.9, "top_p", 0.95, "seed", seed);
+    struct gen_submit gs = {GEN_ROUTE_COMPLETION, body, false, false};
+    struct gen_submit_out out = {0};
+    struct strata_error err = {0};
+    pthread_mutex_lock(&r->mu);
+    int rc = sched_gen_ops()->submit(r->s, &gs, (struct gen_sink){on_event, r}, &out, &err);
+    r->job = out.job;
+    pthread_mutex_unlock(&r->mu);
+    json_decref(body);
+    return rc;
+}
+
 /* Submits a chat request with the messages array (borrowed). */
 static int submit_chat(struct req *r, json_t *messages, int max_tokens) {
     json_t *body = json_pack("{s:s, s:O, s:i, s:f}", "model", "stories260K", "messages", messages,
@@ -170,11 +186,12 @@ static char *body_content(const char *body) {
     return out;
 }
 
-static struct sched *open_sched(int parallel, int queue, int n_batch, int64_t kv_mem, bool prefix) {
+static struct sched *open_sched_threads(int parallel, int queue, int n_batch, int64_t kv_mem,
+                                        bool prefix, int n_threads) {
     char path[1024];
     struct sched_params sp = sched_params_default();
     sp.model_path = test_shared_path(path, sizeof(path), "models/stories260K.gguf");
-    sp.n_threads = 1;
+    sp.n_threads = n_threads;
     sp.n_ctx = 256;
     sp.parallel = parallel;
     sp.queue = queue;
@@ -185,6 +202,10 @@ static struct sched *open_sched(int parallel, int queue, int n_batch, int64_t kv
     struct sched *s = sched_init(&sp, &err);
     ck_assert_msg(s != NULL, "sched_init: %s", err.message);
     return s;
+}
+
+static struct sched *open_sched(int parallel, int queue, int n_batch, int64_t kv_mem, bool prefix) {
+    return open_sched_threads(parallel, queue, n_batch, kv_mem, prefix, 1);
 }
 
 static struct gen_stats stats_of(struct sched *s) {
@@ -263,6 +284,40 @@ START_TEST(test_batched_equals_alone) {
     ck_assert_uint_gt(st.tokens_generated, 100);
     check_settled(s);
     sched_free(s);
+}
+END_TEST
+
+START_TEST(test_sampled_batched_equals_alone) {
+    /* seeded sampling: the rows of a step are sampled on the pool's threads
+     * (2 here), each session with its own sampler, so a batched session
+     * draws exactly the tokens it draws alone */
+    char *alone[N_PROMPTS], *batched[N_PROMPTS];
+    for (int pass = 0; pass < 2; pass++) {
+        struct sched *s = open_sched_threads(pass ? 6 : 1, 8, 0, 0, false, 2);
+        struct req r[N_PROMPTS];
+        for (int i = 0; i < N_PROMPTS; i++) {
+            req_init(&r[i], s);
+            ck_assert_int_eq(submit_sampled(&r[i], PROMPTS[i], MAX_TOK[i], 100 + i), 0);
+            if (!pass)
+                wait_done(&r[i]);
+        }
+        for (int i = 0; i < N_PROMPTS; i++) {
+            if (pass)
+                wait_done(&r[i]);
+            ck_assert_int_eq(r[i].err_code, 0);
+            (pass ? batched : alone)[i] = body_text(r[i].body);
+            ck_assert((pass ? batched : alone)[i] != NULL);
+            req_free(&r[i]);
+        }
+        check_settled(s);
+        sched_free(s);
+    }
+    for (int i = 0; i < N_PROMPTS; i++) {
+        ck_assert_msg(!strcmp(batched[i], alone[i]), "prompt %d: batched '%s' vs alone '%s'", i,
+                      batched[i], alone[i]);
+        free(alone[i]);
+        free(batched[i]);
+    }
 }
 END_TEST
 
@@ -603,6 +658,7 @@ static Suite *sched_suite(void) {
     TCase *tc = tcase_create("sched");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_batched_equals_alone);
+    tcase_add_test(tc, test_sampled_batched_equals_alone);
     tcase_add_test(tc, test_prefix_reuse);
     tcase_add_test(tc, test_chat_second_turn);
     tcase_add_test(tc, test_pool_exhaustion_waits);
