@@ -206,10 +206,8 @@ static void attn_block(struct model *m, struct kv_cache *kv, int il, int n) {
     for (int t = 0; t < n; t++) {
         uint16_t *kr = kv_k_row(kv, il, f->seq[t], f->pos[t]);
         uint16_t *vr = kv_v_row(kv, il, f->seq[t], f->pos[t]);
-        for (int64_t i = 0; i < nk; i++)
-            kr[i] = quant_f32_to_f16(f->k[t * nk + i]);
-        for (int64_t i = 0; i < nv; i++)
-            vr[i] = quant_f32_to_f16(f->v[t * nv + i]);
+        ops_f32_to_f16_row(f->k + t * nk, kr, nk);
+        ops_f32_to_f16_row(f->v + t * nv, vr, nv);
     }
     struct backend_attn a = {
         .q = f->q,

@@ -36,6 +36,9 @@ void ops_softmax(float *x, int64_t n);
 /* y[i] = silu(g[i]) * u[i]; y may alias g or u. */
 void ops_swiglu(const float *g, const float *u, float *y, int64_t n);
 float ops_silu(float x);
+/* y[i] = quant_f32_to_f16(x[i]) for n values (F16C when the CPU has it; the
+ * same bits, NaN included). */
+void ops_f32_to_f16_row(const float *x, uint16_t *y, int64_t n);
 /* IEEE binary16 bits to f32, exact (same results as quant_f16_to_f32). */
 float ops_f16_to_f32(uint16_t h);
 

@@ -169,7 +169,8 @@ START_TEST(test_attn_group) {
         float q_amp;
     } shapes[] = {{4, 64, 64, 300, 1.0f}, {1, 16, 16, 1, 1.0f},   {3, 128, 64, 37, 1.0f},
                   {8, 20, 12, 17, 1.0f},  {2, 64, 64, 999, 6.0f}, {5, 8, 8, 9, 30.0f},
-                  {4, 24, 40, 70, 2.0f},  {6, 48, 80, 33, 1.0f}};
+                  {4, 24, 40, 70, 2.0f},  {6, 48, 80, 33, 1.0f},  {1, 128, 128, 131, 1.0f},
+                  {1, 64, 272, 6, 3.0f}};
     for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
         const int nq = shapes[c].n_q, dk = shapes[c].dk, dv = shapes[c].dv, n = shapes[c].n_kv;
         uint16_t *k = malloc((size_t)n * dk * sizeof *k), *v = malloc((size_t)n * dv * sizeof *v);
@@ -207,6 +208,18 @@ START_TEST(test_attn_group) {
             sc[i] = NAN;
         ops_attn_group(q, nq, kr, vr, n, dk, dv, scale, sc, o2);
         ck_assert(memcmp(o1, o2, (size_t)nq * dv * sizeof *o1) == 0);
+        if (nq == 1) { /* the one-head path gives the multi-head tile's bits */
+            float *q2 = malloc((size_t)2 * dk * sizeof *q2),
+                  *sc2 = malloc((size_t)2 * n * sizeof *sc2);
+            float *o3 = malloc((size_t)2 * dv * sizeof *o3);
+            ck_assert(q2 && sc2 && o3);
+            memcpy(q2, q, (size_t)dk * sizeof *q2);
+            memcpy(q2 + dk, q, (size_t)dk * sizeof *q2);
+            ops_attn_group(q2, 2, kr, vr, n, dk, dv, scale, sc2, o3);
+            ck_assert_msg(memcmp(o1, o3, (size_t)dv * sizeof *o1) == 0, "shape %zu: 1 vs 2 heads",
+                          c);
+            free(q2), free(sc2), free(o3);
+        }
         free(k);
         free(v);
         free(kr);
@@ -226,6 +239,44 @@ START_TEST(test_f16_all_values) {
         ck_assert_msg(memcmp(&a, &b, 4) == 0 || (isnan(a) && isnan(b)), "f16 %04x: %g vs %g", h, a,
                       b);
     }
+}
+END_TEST
+
+/* ops_f32_to_f16_row (F16C blocks of 8 + scalar tail) gives quant_f32_to_f16's
+ * bits: a sweep over every exponent with several mantissas, every f16 value
+ * and the midpoints between neighbours (ties), overflow and subnormal
+ * boundaries, and NaNs placed inside otherwise finite blocks. */
+START_TEST(test_f32_to_f16_row) {
+    enum { N = 262144 + 65536 * 2 + 64 };
+    float *x = malloc(N * sizeof *x);
+    uint16_t *y = malloc(N * sizeof *y);
+    ck_assert(x && y);
+    int n = 0;
+    for (uint32_t u = 0; u < 262144; u++) { /* sign x exponent x 1024 mantissas */
+        uint32_t b = (u & 0x20000u) << 14 | (u >> 10 & 0xffu) << 23 | (u & 1023u) * 8191u;
+        memcpy(&x[n++], &b, 4);
+    }
+    for (uint32_t h = 0; h < 65536; h++) {
+        x[n++] = quant_f16_to_f32((uint16_t)h);
+        uint32_t b;
+        memcpy(&b, &x[n - 1], 4);
+        b += 1u << 12; /* halfway to the next f16 for normals: a tie */
+        memcpy(&x[n++], &b, 4);
+    }
+    const float special[] = {65504.0f, 65519.99f, 65520.0f,   -65520.0f, 5.96e-8f,
+                             2.98e-8f, 2.99e-8f,  6.1035e-5f, INFINITY,  -INFINITY,
+                             NAN,      -NAN,      0.0f,       -0.0f};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++)
+        x[n++] = special[i];
+    x[n++] = NAN; /* NaNs inside a block of finite values */
+    ck_assert_int_le(n, N);
+    for (int off = 0; off < 3; off++) { /* block alignment and the scalar tail */
+        ops_f32_to_f16_row(x + off, y, n - off);
+        for (int i = 0; i < n - off; i++)
+            ck_assert_msg(y[i] == quant_f32_to_f16(x[off + i]), "value %d (%a): %04x vs %04x", i,
+                          (double)x[off + i], y[i], quant_f32_to_f16(x[off + i]));
+    }
+    free(x), free(y);
 }
 END_TEST
 
@@ -351,6 +402,7 @@ static Suite *ops_suite(void) {
     tcase_add_test(tc, test_attn_head);
     tcase_add_test(tc, test_attn_group);
     tcase_add_test(tc, test_f16_all_values);
+    tcase_add_test(tc, test_f32_to_f16_row);
     tcase_add_test(tc, test_kv);
     tcase_add_test(tc, test_profile_roundtrip);
     tcase_add_test(tc, test_experts_mmap_dense_file);
