@@ -368,8 +368,10 @@ static void step(struct sched *s, double t0) {
     }
     /* pick every row's token, spread over the pool when there are several:
      * with temperature 1 (the SDKs' default) a row costs ~1.9 ms (two exp()
-     * per vocabulary entry, llama-3.2-1b), 13.6 ms a step at 7 streams next
-     * to a 65-180 ms forward (bench/load.mjs CLIENTS=8 TEMP=1, 2-vCPU VM) */
+     * per vocabulary entry, llama-3.2-1b), next to a ~65-95 ms forward.
+     * bench/load.mjs CLIENTS=8 REQS=2 TEMP=1, 2 threads, 2-vCPU EPYC VM, two
+     * alternated pairs: sample 13.3/13.4 -> 7.2/7.3 ms a step, 68.2/68.7 ->
+     * 73.1/72.2 tok/s. */
     const double t_smp = sched_now();
     if (n_rows >= 2) {
         struct pool_task t = {.fn = sample_rows, .ctx = s, .n_rows = n_rows, .min_grain = 1};
