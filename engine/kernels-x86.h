@@ -267,42 +267,71 @@ KX_INLINE __m512i kx_z_dot_acc(__m512i acc, __m512i u, __m512i y) {
 #endif
 }
 
-/* 16-bit word indices: lane j of the result = the 16 bytes at byte offset
- * 2 + bsz * j of a unit (nibble kinds with f16 d: qs of block j), from two
- * 64-byte loads at +0 and +8. Q8_0: bytes 2..33 and 36..67, loads at +0 and
- * +4. */
-KX_INLINE __m512i kx_zu_qidx(enum kx_b32 k) {
-    if (k == KX_Q8_0) /* bytes 0..15 of each block: words 1 + 17 j + i of loads +0|+64 */
-        return _mm512_set_epi16(59, 58, 57, 56, 55, 54, 53, 52, 42, 41, 40, 39, 38, 37, 36, 35, 25,
-                                24, 23, 22, 21, 20, 19, 18, 8, 7, 6, 5, 4, 3, 2, 1);
-    /* blocks 0-2 from the first load (word 1 + 9 j + i), block 3 (words
-     * 28..35) from the second (word - 4 + 32) */
-    return _mm512_set_epi16(63, 62, 61, 60, 59, 58, 57, 56, 26, 25, 24, 23, 22, 21, 20, 19, 17, 16,
-                            15, 14, 13, 12, 11, 10, 8, 7, 6, 5, 4, 3, 2, 1);
+/* Lane j of the result = the 16 bytes at p + stride * j. Four 16-byte loads
+ * (three as vinserti32x4 memory operands) beat two overlapping 64-byte loads
+ * and a vpermt2w: 1 thread, `kernels-bench 256 1 -1 3 q8_0 8` (DRAM) 16.3 ->
+ * 32.0 GB/s, `kernels-bench 1 1 -1 10 q8_0 8` (L2) 58.2 -> 64.6 GB/s (this
+ * 2-vCPU EPYC VM, 2026-12-01); the 64-byte loads each straddle two lines. */
+KX_INLINE __m512i kx_zu_lanes(const uint8_t *p, size_t stride) {
+    __m512i q = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
+    q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + stride)), 1);
+    q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + 2 * stride)), 2);
+    return _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + 3 * stride)), 3);
 }
 
-/* f16 scale words of the unit's blocks spread to 16 words: 4 lanes per block
- * (nibble kinds: words 0, 9, 18, 27) or 8 (Q8_0: words 0, 17). */
-KX_INLINE __m256i kx_zu_didx(enum kx_b32 k) {
-    if (k == KX_Q8_0)
-        return _mm256_set_epi16(51, 51, 51, 51, 34, 34, 34, 34, 17, 17, 17, 17, 0, 0, 0, 0);
-    return _mm256_set_epi16(27, 27, 27, 27, 18, 18, 18, 18, 9, 9, 9, 9, 0, 0, 0, 0);
+/* The f16 scales at p + stride * j (j < 4), each spread to 4 float lanes. */
+KX_INLINE __m512 kx_zu_f16x4(const uint8_t *p, size_t stride) {
+    uint16_t d0, d1, d2, d3;
+    memcpy(&d0, p, 2);
+    memcpy(&d1, p + stride, 2);
+    memcpy(&d2, p + 2 * stride, 2);
+    memcpy(&d3, p + 3 * stride, 2);
+    const __m128 d =
+        _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, (short)d3, (short)d2, (short)d1, (short)d0));
+    return _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+                                 _mm512_castps128_ps512(d));
+}
+
+/* The f16 scales of four 18-byte blocks (Q4_0, IQ4_NL: words 0, 9, 18, 27
+ * of one 64-byte load), each spread to 4 float lanes: vpermw + vcvtph2ps.
+ * Against kx_zu_f16x4 (scalar loads): q4_0 decode 44.2 -> 48.0 GB/s, iq4_nl
+ * 42.7 -> 51.3 from L2, the same 32 GB/s from DRAM (1 thread, this VM,
+ * kernels-bench 1 / 256 1 -1 N q4_0,iq4_nl, 2026-12-01). */
+KX_INLINE __m512 kx_zu_f16x4_b18(const uint8_t *p) {
+    const __m256i idx = _mm256_set_epi16(27, 27, 27, 27, 18, 18, 18, 18, 9, 9, 9, 9, 0, 0, 0, 0);
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(
+        _mm512_castsi256_si512(idx), _mm512_loadu_si512((const void *)p))));
 }
 
 /* One full unit of weights at p: w[0..nvec), 16 lanes of block scales. */
 KX_INLINE void kx_zu_weights(enum kx_b32 k, const uint8_t *p, __m512i w[2], __m512 *dx) {
-    if (k == KX_MXFP4) {
-        /* 17-byte blocks: qs at the odd offsets 1 + 17 j, e at 17 j */
-        __m512i q = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + 1)));
-        q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + 18)), 1);
-        q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + 35)), 2);
-        q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + 52)), 3);
-        /* E2M1 values (doubled) + 12: 0..24 */
+    const size_t bsz = kx_b32_size(k);
+    if (k == KX_Q8_0) {
+        w[0] = _mm512_xor_si512(kx_zu_lanes(p + 2, bsz), _mm512_set1_epi8((char)0x80));
+        w[1] = _mm512_xor_si512(kx_zu_lanes(p + 18, bsz), _mm512_set1_epi8((char)0x80));
+        *dx = kx_zu_f16x4(p, bsz);
+        return;
+    }
+    const __m512i q = kx_zu_lanes(p + (k == KX_MXFP4 ? 1 : 2), bsz);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    w[0] = _mm512_and_si512(q, m4);
+    w[1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+    if (k == KX_Q4_0) {
+        *dx = kx_zu_f16x4_b18(p);
+    } else if (k == KX_IQ4_NL) {
+        /* IQ4_NL values + 128: 1..241 (vpdpbusd only) */
+        const __m512i tab = _mm512_broadcast_i32x4(
+            _mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129, (char)141, (char)153,
+                          (char)166, (char)181, (char)197, (char)217, (char)241));
+        w[0] = _mm512_shuffle_epi8(tab, w[0]);
+        w[1] = _mm512_shuffle_epi8(tab, w[1]);
+        *dx = kx_zu_f16x4_b18(p);
+    } else {
+        /* MXFP4: E2M1 values (doubled) + 12: 0..24 */
         const __m512i tab = _mm512_broadcast_i32x4(
             _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-        const __m512i m4 = _mm512_set1_epi8(0x0F);
-        w[0] = _mm512_shuffle_epi8(tab, _mm512_and_si512(q, m4));
-        w[1] = _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+        w[0] = _mm512_shuffle_epi8(tab, w[0]);
+        w[1] = _mm512_shuffle_epi8(tab, w[1]);
         /* e of block j into int32 lanes 4j..4j+3; kern_e8m0_half per lane */
         uint32_t e4 =
             (uint32_t)p[0] | (uint32_t)p[17] << 8 | (uint32_t)p[34] << 16 | (uint32_t)p[51] << 24;
@@ -316,41 +345,6 @@ KX_INLINE void kx_zu_weights(enum kx_b32 k, const uint8_t *p, __m512i w[2], __m5
         __m512i tiny = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
         __mmask16 ge2 = _mm512_cmpge_epu32_mask(e, _mm512_set1_epi32(2));
         *dx = _mm512_castsi512_ps(_mm512_mask_blend_epi32(ge2, tiny, big));
-        return;
-    }
-    if (k == KX_Q8_0) {
-        /* 136 bytes: words of the loads at +0 and +64 (contiguous, so a
-         * word's index is its offset / 2), lane 3 of w1 (bytes 120..135)
-         * merged from a third load at +72 */
-        const __m512i l0 = _mm512_loadu_si512((const void *)p);
-        const __m512i l1 = _mm512_loadu_si512((const void *)(p + 64));
-        const __m512i i1 =
-            _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 50, 49, 48, 47, 46, 45, 44, 43, 33, 32, 31, 30,
-                             29, 28, 27, 26, 16, 15, 14, 13, 12, 11, 10, 9);
-        __m512i q1 = _mm512_permutex2var_epi16(l0, i1, l1);
-        q1 = _mm512_mask_loadu_epi16(q1, (__mmask32)0xFF000000u, p + 72);
-        const __m512i q0 = _mm512_permutex2var_epi16(l0, kx_zu_qidx(k), l1);
-        *dx = _mm512_cvtph_ps(_mm512_castsi512_si256(
-            _mm512_permutex2var_epi16(l0, _mm512_castsi256_si512(kx_zu_didx(k)), l1)));
-        w[0] = _mm512_xor_si512(q0, _mm512_set1_epi8((char)0x80));
-        w[1] = _mm512_xor_si512(q1, _mm512_set1_epi8((char)0x80));
-        return;
-    }
-    const __m512i l0 = _mm512_loadu_si512((const void *)p);
-    const __m512i l1 = _mm512_loadu_si512((const void *)(p + 8));
-    const __m512i q = _mm512_permutex2var_epi16(l0, kx_zu_qidx(k), l1);
-    *dx = _mm512_cvtph_ps(_mm512_castsi512_si256(
-        _mm512_permutexvar_epi16(_mm512_castsi256_si512(kx_zu_didx(k)), l0)));
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    w[0] = _mm512_and_si512(q, m4);
-    w[1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-    if (k == KX_IQ4_NL) {
-        /* IQ4_NL values + 128: 1..241 (vpdpbusd only) */
-        const __m512i tab = _mm512_broadcast_i32x4(
-            _mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129, (char)141, (char)153,
-                          (char)166, (char)181, (char)197, (char)217, (char)241));
-        w[0] = _mm512_shuffle_epi8(tab, w[0]);
-        w[1] = _mm512_shuffle_epi8(tab, w[1]);
     }
 }
 
@@ -552,6 +546,9 @@ static void kx_zd_matmul(enum kx_b32 k, const struct kern_mat *w, const void *xq
  * (row, token) as kx_zd_row, so results are bit-identical to decode and to
  * any tiling or split. */
 #define KX_GEMM_MIN 8
+#ifndef KX_ZG_UNITS
+#define KX_ZG_UNITS 16
+#endif
 #ifndef KX_ZG_PF
 #define KX_ZG_PF 1
 #endif
@@ -564,15 +561,14 @@ KX_INLINE int kx_zu_wvec(enum kx_b32 k) {
     return kx_zu_nvec(k) + 1;
 }
 
-/* Decodes NR rows' units into wq[(u * 4 + i) * wvec]. */
+/* Decodes NR rows' units [u0, u1) into wq[((u - u0) * 4 + i) * wvec]. */
 KX_INLINE void kx_zg_unpack(enum kx_b32 k, const uint8_t *row0, size_t row_bytes, int NR,
-                            int64_t nb, __m512i *wq) {
-    const int B = kx_zu_blocks(k), W = kx_zu_wvec(k);
-    const int64_t U = (nb + B - 1) / B;
+                            int64_t nb, int64_t u0, int64_t u1, __m512i *wq) {
+    const int W = kx_zu_wvec(k);
     for (int i = 0; i < NR; i++) {
         const uint8_t *row = row0 + (size_t)i * row_bytes;
-        for (int64_t u = 0; u < U; u++) {
-            __m512i *d = wq + (size_t)(u * 4 + i) * (size_t)W;
+        for (int64_t u = u0; u < u1; u++) {
+            __m512i *d = wq + (size_t)((u - u0) * 4 + i) * (size_t)W;
             __m512 dx;
             kx_zu_weights_at(k, row, nb, u, d, &dx);
             d[W - 1] = _mm512_castps_si512(dx);
@@ -580,16 +576,20 @@ KX_INLINE void kx_zg_unpack(enum kx_b32 k, const uint8_t *row0, size_t row_bytes
     }
 }
 
-/* NR rows x nt tokens over all units; act points at the tile's first token. */
-KX_INLINE void kx_zg_tile(enum kx_b32 k, const __m512i *wq, int NR, int64_t U, const __m512i *act,
-                          int nt, float *out, int64_t ldy, const uint8_t *pf, size_t pf_rb) {
+/* NR rows x nt tokens over units [u0, u1); act points at the tile's first
+ * token. The accumulators continue from st (16 zmm) unless u0 == 0 and are
+ * reduced into out when u1 == U, else stored back to st: splitting the units
+ * changes no operation or its order. */
+KX_INLINE void kx_zg_tile(enum kx_b32 k, const __m512i *wq, int NR, int64_t u0, int64_t u1,
+                          int64_t U, const __m512i *act, int nt, __m512 *st, float *out,
+                          int64_t ldy, const uint8_t *pf, size_t pf_rb) {
     const int V = kx_zu_avec(k), W = kx_zu_wvec(k);
     const size_t ub = kx_b32_size(k) * (size_t)kx_zu_blocks(k);
     __m512 acc[4][KX_TILE];
     for (int i = 0; i < NR; i++)
         for (int t = 0; t < nt; t++)
-            acc[i][t] = _mm512_setzero_ps();
-    for (int64_t u = 0; u < U; u++) {
+            acc[i][t] = u0 == 0 ? _mm512_setzero_ps() : st[i * KX_TILE + t];
+    for (int64_t u = u0; u < u1; u++) {
         if (KX_ZG_PF && pf)
             for (int i = 0; i < 4; i++) {
                 _mm_prefetch((const char *)pf + (size_t)i * pf_rb + (size_t)u * ub, _MM_HINT_T0);
@@ -599,59 +599,71 @@ KX_INLINE void kx_zg_tile(enum kx_b32 k, const __m512i *wq, int NR, int64_t U, c
         for (int t = 0; t < nt; t++) {
             const __m512i *a = act + (size_t)(t * U + u) * (size_t)V;
             for (int i = 0; i < NR; i++) {
-                const __m512i *wv = wq + (size_t)(u * 4 + i) * (size_t)W;
+                const __m512i *wv = wq + (size_t)((u - u0) * 4 + i) * (size_t)W;
                 acc[i][t] = kx_zu_fma(k, wv, _mm512_castsi512_ps(wv[W - 1]), a, acc[i][t]);
             }
         }
     }
     for (int i = 0; i < NR; i++)
-        for (int t = 0; t < nt; t++)
-            out[t * ldy + i] = _mm512_reduce_add_ps(acc[i][t]);
+        for (int t = 0; t < nt; t++) {
+            if (u1 == U)
+                out[t * ldy + i] = _mm512_reduce_add_ps(acc[i][t]);
+            else
+                st[i * KX_TILE + t] = acc[i][t];
+        }
 }
 
-/* Rows [r0, r1) x nt (<= KX_GEMM_CHUNK) packed tokens: 4-row tiles (weights
- * decoded once into wq), then single rows; token tiles of KX_TILE with
- * compile-time remainders. */
+/* Rows [r0, r1) x nt (<= KX_GEMM_CHUNK) packed tokens: 4-row tiles, then
+ * single rows. Units go in blocks of KX_ZG_UNITS, decoded once per chunk
+ * into wq, and each block runs over all token tiles (KX_TILE, compile-time
+ * remainders) before the next, so the block's weights (4 x 8 x 192 B = 6 KB)
+ * stay in L1 while the activations stream; the token tiles' accumulators wait
+ * in st ((KX_GEMM_CHUNK / KX_TILE) x 16 zmm) between blocks. */
 KX_INLINE void kx_zg_rows(enum kx_b32 k, const struct kern_mat *w, int64_t nb, const __m512i *act,
-                          int64_t nt, __m512i *wq, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+                          int64_t nt, __m512i *wq, __m512 *st, float *y, int64_t ldy, int64_t r0,
+                          int64_t r1) {
     const int B = kx_zu_blocks(k), V = kx_zu_avec(k);
     const int64_t U = (nb + B - 1) / B;
     const size_t rb = w->row_bytes;
     for (int64_t r = r0; r < r1; r += r + 4 <= r1 ? 4 : 1) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
         const int four = r + 4 <= r1;
-        kx_zg_unpack(k, row, rb, four ? 4 : 1, nb, wq);
         /* the next 4-row tile, prefetched during the first token tile */
         const uint8_t *next = four && r + 8 <= r1 ? row + 4 * rb : NULL;
-        for (int64_t t = 0; t < nt; t += KX_TILE) {
-            const __m512i *a = act + (size_t)(t * U) * (size_t)V;
-            float *o = y + t * ldy + r;
-            const uint8_t *pf = t == 0 ? next : NULL;
-            switch ((four ? 10 : 0) + (nt - t < KX_TILE ? (int)(nt - t) : KX_TILE)) {
-            case 14:
-                kx_zg_tile(k, wq, 4, U, a, 4, o, ldy, pf, rb);
-                break;
-            case 13:
-                kx_zg_tile(k, wq, 4, U, a, 3, o, ldy, pf, rb);
-                break;
-            case 12:
-                kx_zg_tile(k, wq, 4, U, a, 2, o, ldy, pf, rb);
-                break;
-            case 11:
-                kx_zg_tile(k, wq, 4, U, a, 1, o, ldy, pf, rb);
-                break;
-            case 4:
-                kx_zg_tile(k, wq, 1, U, a, 4, o, ldy, pf, rb);
-                break;
-            case 3:
-                kx_zg_tile(k, wq, 1, U, a, 3, o, ldy, pf, rb);
-                break;
-            case 2:
-                kx_zg_tile(k, wq, 1, U, a, 2, o, ldy, pf, rb);
-                break;
-            default:
-                kx_zg_tile(k, wq, 1, U, a, 1, o, ldy, pf, rb);
-                break;
+        for (int64_t u0 = 0; u0 < U; u0 += KX_ZG_UNITS) {
+            const int64_t u1 = U - u0 < KX_ZG_UNITS ? U : u0 + KX_ZG_UNITS;
+            kx_zg_unpack(k, row, rb, four ? 4 : 1, nb, u0, u1, wq);
+            for (int64_t t = 0; t < nt; t += KX_TILE) {
+                const __m512i *a = act + (size_t)(t * U) * (size_t)V;
+                float *o = y + t * ldy + r;
+                const uint8_t *pf = t == 0 ? next : NULL;
+                __m512 *s = st + (t / KX_TILE) * 4 * KX_TILE;
+                switch ((four ? 10 : 0) + (nt - t < KX_TILE ? (int)(nt - t) : KX_TILE)) {
+                case 14:
+                    kx_zg_tile(k, wq, 4, u0, u1, U, a, 4, s, o, ldy, pf, rb);
+                    break;
+                case 13:
+                    kx_zg_tile(k, wq, 4, u0, u1, U, a, 3, s, o, ldy, pf, rb);
+                    break;
+                case 12:
+                    kx_zg_tile(k, wq, 4, u0, u1, U, a, 2, s, o, ldy, pf, rb);
+                    break;
+                case 11:
+                    kx_zg_tile(k, wq, 4, u0, u1, U, a, 1, s, o, ldy, pf, rb);
+                    break;
+                case 4:
+                    kx_zg_tile(k, wq, 1, u0, u1, U, a, 4, s, o, ldy, pf, rb);
+                    break;
+                case 3:
+                    kx_zg_tile(k, wq, 1, u0, u1, U, a, 3, s, o, ldy, pf, rb);
+                    break;
+                case 2:
+                    kx_zg_tile(k, wq, 1, u0, u1, U, a, 2, s, o, ldy, pf, rb);
+                    break;
+                default:
+                    kx_zg_tile(k, wq, 1, u0, u1, U, a, 1, s, o, ldy, pf, rb);
+                    break;
+                }
             }
         }
     }
@@ -665,16 +677,18 @@ static int kx_zg_matmul(enum kx_b32 k, const struct kern_mat *w, const void *xq,
     const int B = kx_zu_blocks(k), V = kx_zu_avec(k), W = kx_zu_wvec(k);
     const int64_t U = (nb + B - 1) / B;
     const size_t act_bytes = (size_t)KX_GEMM_CHUNK * (size_t)U * (size_t)V * sizeof(__m512i);
-    const size_t wq_bytes = (size_t)(4 * U) * (size_t)W * sizeof(__m512i);
-    uint8_t *buf = aligned_alloc(64, act_bytes + wq_bytes);
+    const size_t wq_bytes = (size_t)(4 * KX_ZG_UNITS) * (size_t)W * sizeof(__m512i);
+    const size_t st_bytes = (size_t)(KX_GEMM_CHUNK / KX_TILE) * 4 * KX_TILE * sizeof(__m512);
+    uint8_t *buf = aligned_alloc(64, act_bytes + wq_bytes + st_bytes);
     if (!buf)
         return 0;
     __m512i *act = (__m512i *)buf;
     __m512i *wq = (__m512i *)(buf + act_bytes);
+    __m512 *st = (__m512 *)(buf + act_bytes + wq_bytes);
     for (int64_t t0 = 0; t0 < n_tok; t0 += KX_GEMM_CHUNK) {
         int64_t nt = n_tok - t0 < KX_GEMM_CHUNK ? n_tok - t0 : KX_GEMM_CHUNK;
         kx_z_pack(k, (const uint8_t *)xq + (size_t)t0 * xs, xs, nt, nb, act);
-        kx_zg_rows(k, w, nb, act, nt, wq, y + t0 * ldy, ldy, r0, r1);
+        kx_zg_rows(k, w, nb, act, nt, wq, st, y + t0 * ldy, ldy, r0, r1);
     }
     free(buf);
     return 1;
