@@ -718,74 +718,83 @@ KX_INLINE void kx_kz_decode(enum kx_kq k, const struct kern_mat *w, const uint8_
     }
 }
 
-/* GEMM micro-kernel: NR rows (wq[b * 4 + i]) x nt tokens (act[t * nb + b])
+/* GEMM register tile per kind: rows x tokens, one zmm accumulator each.
+ * `kernels-bench 1 1 -1 3 q4_K,q6_K 8` and `... 64` (G MAC/s, 1 thread, this
+ * 2-vCPU EPYC VM, 2026-12-01), rows x tokens: q4_K 4x4 130/159, 4x2 156/187,
+ * 4x3 153/194, 3x4 147/186, 2x4 147/158, 5x2 143/182, 2x8 122/124, 6x2
+ * 101/111 (spills); q6_K 4x4 115/138, 3x4 134/176, 2x4 140/151, 4x2
+ * 131/161, 4x3 133/167, 3x3 129/160. Q4_K/Q5_K take 4x2, Q6_K 3x4. */
+#define KX_KZ_TR(k) ((k) == KX_KQ6 ? 3 : 4)
+#define KX_KZ_TT(k) ((k) == KX_KQ6 ? 4 : 2)
+#define KX_KZ_TRMAX 4
+
+/* GEMM micro-kernel: NR rows (wq[b * tr + i]) x nt tokens (act[t * nb + b])
  * over nb super-blocks. */
-KX_INLINE void kx_kzg_tile(enum kx_kq k, const struct kx_kz *wq, int NR, int64_t nb,
+KX_INLINE void kx_kzg_tile(enum kx_kq k, const struct kx_kz *wq, int tr, int NR, int64_t nb,
                            const struct kx_ka *act, int nt, float *out, int64_t ldy) {
-    __m512 acc[4][KX_TILE];
+    __m512 acc[KX_KZ_TRMAX][4];
     for (int i = 0; i < NR; i++)
         for (int t = 0; t < nt; t++)
             acc[i][t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++)
         for (int t = 0; t < nt; t++)
             for (int i = 0; i < NR; i++)
-                acc[i][t] = kx_kz_acc(k, &wq[b * 4 + i], &act[t * nb + b], acc[i][t]);
+                acc[i][t] = kx_kz_acc(k, &wq[b * tr + i], &act[t * nb + b], acc[i][t]);
     for (int i = 0; i < NR; i++)
         for (int t = 0; t < nt; t++)
             out[t * ldy + i] = _mm512_reduce_add_ps(acc[i][t]);
 }
 
-/* Rows [r0, r1) x nt (<= KX_KG_CHUNK) packed tokens: 4-row tiles unpacked
- * once into wq, then single rows; token tiles of KX_TILE with compile-time
- * sizes. */
+/* kx_kzg_tile with compile-time NR and nt (1..4). */
+#define KX_KZG_NT(NR_)                                                                             \
+    switch (ntt) {                                                                                 \
+    case 4:                                                                                        \
+        kx_kzg_tile(k, wq, tr, NR_, nb, at, 4, o, ldy);                                            \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        kx_kzg_tile(k, wq, tr, NR_, nb, at, 3, o, ldy);                                            \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        kx_kzg_tile(k, wq, tr, NR_, nb, at, 2, o, ldy);                                            \
+        break;                                                                                     \
+    default:                                                                                       \
+        kx_kzg_tile(k, wq, tr, NR_, nb, at, 1, o, ldy);                                            \
+        break;                                                                                     \
+    }
+
+/* Rows [r0, r1) x nt (<= KX_KG_CHUNK) packed tokens: tiles of KX_KZ_TR(k)
+ * rows unpacked once into wq, then single rows; token tiles of KX_KZ_TT(k). */
 KX_INLINE void kx_kzg_rows(enum kx_kq k, const struct kern_mat *w, const struct kx_ka *act,
                            int64_t nt, struct kx_kz *wq, float *y, int64_t ldy, int64_t r0,
                            int64_t r1) {
     const int64_t nb = w->n_cols / QK_K;
-    for (int64_t r = r0; r < r1; r += r + 4 <= r1 ? 4 : 1) {
-        const int four = r + 4 <= r1;
-        const int NR = four ? 4 : 1;
+    const int tr = KX_KZ_TR(k), tt = KX_KZ_TT(k);
+    for (int64_t r = r0; r < r1; r += r + tr <= r1 ? tr : 1) {
+        const int full = r + tr <= r1;
+        const int NR = full ? tr : 1;
         for (int i = 0; i < NR; i++) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)(r + i) * w->row_bytes;
             for (int64_t b = 0; b < nb; b++)
-                kx_kz_unpack(k, row, b, &wq[b * 4 + i]);
+                kx_kz_unpack(k, row, b, &wq[b * tr + i]);
         }
         /* The next tile's weights load from DRAM while this one computes. */
-        const int64_t rn = r + NR, rn1 = rn + 4 < r1 ? rn + 4 : r1;
+        const int64_t rn = r + NR, rn1 = rn + tr < r1 ? rn + tr : r1;
         if (rn < rn1) {
             const uint8_t *nx = (const uint8_t *)w->data + (size_t)rn * w->row_bytes;
             const size_t nbytes = (size_t)(rn1 - rn) * w->row_bytes;
             for (size_t o = 0; o < nbytes; o += 64)
                 _mm_prefetch((const char *)nx + o, _MM_HINT_T0);
         }
-        for (int64_t t = 0; t < nt; t += KX_TILE) {
+        for (int64_t t = 0; t < nt; t += tt) {
             const struct kx_ka *at = act + t * nb;
             float *o = y + t * ldy + r;
-            switch ((four ? 10 : 0) + (nt - t < KX_TILE ? (int)(nt - t) : KX_TILE)) {
-            case 14:
-                kx_kzg_tile(k, wq, 4, nb, at, 4, o, ldy);
-                break;
-            case 13:
-                kx_kzg_tile(k, wq, 4, nb, at, 3, o, ldy);
-                break;
-            case 12:
-                kx_kzg_tile(k, wq, 4, nb, at, 2, o, ldy);
-                break;
-            case 11:
-                kx_kzg_tile(k, wq, 4, nb, at, 1, o, ldy);
-                break;
-            case 4:
-                kx_kzg_tile(k, wq, 1, nb, at, 4, o, ldy);
-                break;
-            case 3:
-                kx_kzg_tile(k, wq, 1, nb, at, 3, o, ldy);
-                break;
-            case 2:
-                kx_kzg_tile(k, wq, 1, nb, at, 2, o, ldy);
-                break;
-            default:
-                kx_kzg_tile(k, wq, 1, nb, at, 1, o, ldy);
-                break;
+            const int ntt = nt - t < tt ? (int)(nt - t) : tt;
+            if (full && tr == 4) {
+                KX_KZG_NT(4)
+            } else if (full && tr == 3) {
+                KX_KZG_NT(3)
+            } else {
+                KX_KZG_NT(1)
             }
         }
     }
@@ -796,7 +805,7 @@ KX_INLINE void kx_kzg_rows(enum kx_kq k, const struct kern_mat *w, const struct 
 static int kx_kzg_matmul(enum kx_kq k, const struct kern_mat *w, const void *xq, size_t xs,
                          int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     const int64_t nb = w->n_cols / QK_K;
-    const size_t wq_bytes = (size_t)(nb * 4) * sizeof(struct kx_kz);
+    const size_t wq_bytes = (size_t)(nb * KX_KZ_TRMAX) * sizeof(struct kx_kz);
     uint8_t *buf = aligned_alloc(64, wq_bytes + (size_t)(KX_KG_CHUNK * nb) * sizeof(struct kx_ka));
     if (!buf)
         return 0;
