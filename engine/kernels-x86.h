@@ -238,16 +238,17 @@ KX_INLINE void kx_b32_tile(enum kx_b32 k, const uint8_t *row0, size_t row_bytes,
  * last row of a tensor never reads past the end of the file mapping (zero
  * blocks contribute exactly 0: zero activations, zero nsum). */
 
+#define KX_ZU_BLOCKS 8
 KX_INLINE int kx_zu_blocks(enum kx_b32 k) {
     (void)k;
-    return 4;
+    return KX_ZU_BLOCKS;
 }
 /* zmm of weights (and of activations) per unit */
 KX_INLINE int kx_zu_nvec(enum kx_b32 k) {
     (void)k;
-    return 2;
+    return 4;
 }
-/* zmm per packed activation unit: y0 (, y1), nsum, dy */
+/* zmm per packed activation unit: y0..y3, nsum, dy */
 KX_INLINE int kx_zu_avec(enum kx_b32 k) {
     return kx_zu_nvec(k) + 2;
 }
@@ -267,11 +268,11 @@ KX_INLINE __m512i kx_z_dot_acc(__m512i acc, __m512i u, __m512i y) {
 #endif
 }
 
-/* Lane j of the result = the 16 bytes at p + stride * j. Four 16-byte loads
- * (three as vinserti32x4 memory operands) beat two overlapping 64-byte loads
- * and a vpermt2w: 1 thread, `kernels-bench 256 1 -1 3 q8_0 8` (DRAM) 16.3 ->
- * 32.0 GB/s, `kernels-bench 1 1 -1 10 q8_0 8` (L2) 58.2 -> 64.6 GB/s (this
- * 2-vCPU EPYC VM, 2026-12-01); the 64-byte loads each straddle two lines. */
+/* 128-bit lane m of the result = the 16 bytes at p + stride * m. Four
+ * 16-byte loads (three as vinserti32x4 memory operands) beat two overlapping
+ * 64-byte loads and a vpermt2w: 1 thread, `kernels-bench 256 1 -1 3 q8_0 8`
+ * (DRAM) 16.3 -> 32.0 GB/s, `kernels-bench 1 1 -1 10 q8_0 8` (L2) 58.2 ->
+ * 64.6 GB/s (this 2-vCPU EPYC VM, 2026-12-01, 2-block units). */
 KX_INLINE __m512i kx_zu_lanes(const uint8_t *p, size_t stride) {
     __m512i q = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
     q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + stride)), 1);
@@ -279,131 +280,138 @@ KX_INLINE __m512i kx_zu_lanes(const uint8_t *p, size_t stride) {
     return _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + 3 * stride)), 3);
 }
 
-/* The f16 scales at p + stride * j (j < 4), each spread to 4 float lanes. */
-KX_INLINE __m512 kx_zu_f16x4(const uint8_t *p, size_t stride) {
-    uint16_t d0, d1, d2, d3;
-    memcpy(&d0, p, 2);
-    memcpy(&d1, p + stride, 2);
-    memcpy(&d2, p + 2 * stride, 2);
-    memcpy(&d3, p + 3 * stride, 2);
-    const __m128 d =
-        _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, (short)d3, (short)d2, (short)d1, (short)d0));
-    return _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
-                                 _mm512_castps128_ps512(d));
+/* Spreads 8 block values (v: 8 floats) so int32 lane l gets block l / 2. */
+KX_INLINE __m512 kx_zu_spread8(__m256 v) {
+    return _mm512_permutexvar_ps(_mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0),
+                                 _mm512_castps256_ps512(v));
 }
 
-/* The f16 scales of four 18-byte blocks (Q4_0, IQ4_NL: words 0, 9, 18, 27
- * of one 64-byte load), each spread to 4 float lanes: vpermw + vcvtph2ps.
- * Against kx_zu_f16x4 (scalar loads): q4_0 decode 44.2 -> 48.0 GB/s, iq4_nl
- * 42.7 -> 51.3 from L2, the same 32 GB/s from DRAM (1 thread, this VM,
- * kernels-bench 1 / 256 1 -1 N q4_0,iq4_nl, 2026-12-01). */
-KX_INLINE __m512 kx_zu_f16x4_b18(const uint8_t *p) {
-    const __m256i idx = _mm256_set_epi16(27, 27, 27, 27, 18, 18, 18, 18, 9, 9, 9, 9, 0, 0, 0, 0);
-    return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(
-        _mm512_castsi256_si512(idx), _mm512_loadu_si512((const void *)p))));
+/* The 8 f16 scales at p + stride * j, spread (scalar loads: the 34-byte
+ * blocks of Q8_0 span 272 bytes). */
+KX_INLINE __m512 kx_zu_f16x8(const uint8_t *p, size_t stride) {
+    uint16_t d[8];
+    for (int j = 0; j < 8; j++)
+        memcpy(&d[j], p + (size_t)j * stride, 2);
+    __m128i h;
+    memcpy(&h, d, 16);
+    return kx_zu_spread8(_mm256_cvtph_ps(h));
 }
 
-/* One full unit of weights at p: w[0..nvec), 16 lanes of block scales. */
-KX_INLINE void kx_zu_weights(enum kx_b32 k, const uint8_t *p, __m512i w[2], __m512 *dx) {
+/* The f16 scales of eight 18-byte blocks (Q4_0, IQ4_NL: words 0, 9, 18, 27
+ * of 64-byte loads at +0 and +72), spread: one vpermt2w + vcvtph2ps. With
+ * 4-block units this beat scalar loads (q4_0 decode 44.2 -> 48.0 GB/s,
+ * iq4_nl 42.7 -> 51.3 from L2, DRAM unchanged: 1 thread, this VM). */
+KX_INLINE __m512 kx_zu_f16x8_b18(const uint8_t *p) {
+    const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 59, 59, 50,
+                                         50, 41, 41, 32, 32, 27, 27, 18, 18, 9, 9, 0, 0);
+    const __m512i h = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)p), idx,
+                                                _mm512_loadu_si512((const void *)(p + 72)));
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+}
+
+/* Bytes [16 h, 16 h + 16) of 8 blocks of stride bsz starting at q (the quant
+ * bytes of block 0) as two zmm: c0 = bytes 0..7 and c1 = bytes 8..15 of that
+ * range, int32 lanes 2 j and 2 j + 1 holding block j's 8 bytes. */
+KX_INLINE void kx_zu_half(const uint8_t *q, size_t bsz, __m512i *c0, __m512i *c1) {
+    const __m512i even = kx_zu_lanes(q, 2 * bsz);      /* blocks 0, 2, 4, 6 */
+    const __m512i odd = kx_zu_lanes(q + bsz, 2 * bsz); /* blocks 1, 3, 5, 7 */
+    *c0 = _mm512_unpacklo_epi64(even, odd);
+    *c1 = _mm512_unpackhi_epi64(even, odd);
+}
+
+/* One full unit (8 blocks) of weights at p: w[c] holds elements 8c..8c+7 of
+ * block l / 2 in int32 lane l (unsigned, see kx_z_offset); dx: lane scales. */
+KX_INLINE void kx_zu_weights(enum kx_b32 k, const uint8_t *p, __m512i w[4], __m512 *dx) {
     const size_t bsz = kx_b32_size(k);
     if (k == KX_Q8_0) {
-        w[0] = _mm512_xor_si512(kx_zu_lanes(p + 2, bsz), _mm512_set1_epi8((char)0x80));
-        w[1] = _mm512_xor_si512(kx_zu_lanes(p + 18, bsz), _mm512_set1_epi8((char)0x80));
-        *dx = kx_zu_f16x4(p, bsz);
+        const __m512i x80 = _mm512_set1_epi8((char)0x80);
+        kx_zu_half(p + 2, bsz, &w[0], &w[1]);
+        kx_zu_half(p + 18, bsz, &w[2], &w[3]);
+        for (int c = 0; c < 4; c++)
+            w[c] = _mm512_xor_si512(w[c], x80);
+        *dx = kx_zu_f16x8(p, bsz);
         return;
     }
-    const __m512i q = kx_zu_lanes(p + (k == KX_MXFP4 ? 1 : 2), bsz);
+    /* nibble kinds: qs bytes 0..7 / 8..15 hold elements 0..7 / 8..15 in the
+     * low nibbles and 16..23 / 24..31 in the high ones */
+    __m512i a, b;
+    kx_zu_half(p + (k == KX_MXFP4 ? 1 : 2), bsz, &a, &b);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    w[0] = _mm512_and_si512(q, m4);
-    w[1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+    w[0] = _mm512_and_si512(a, m4);
+    w[1] = _mm512_and_si512(b, m4);
+    w[2] = _mm512_and_si512(_mm512_srli_epi16(a, 4), m4);
+    w[3] = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
     if (k == KX_Q4_0) {
-        *dx = kx_zu_f16x4_b18(p);
-    } else if (k == KX_IQ4_NL) {
+        *dx = kx_zu_f16x8_b18(p);
+        return;
+    }
+    if (k == KX_IQ4_NL) {
         /* IQ4_NL values + 128: 1..241 (vpdpbusd only) */
         const __m512i tab = _mm512_broadcast_i32x4(
             _mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129, (char)141, (char)153,
                           (char)166, (char)181, (char)197, (char)217, (char)241));
-        w[0] = _mm512_shuffle_epi8(tab, w[0]);
-        w[1] = _mm512_shuffle_epi8(tab, w[1]);
-        *dx = kx_zu_f16x4_b18(p);
-    } else {
-        /* MXFP4: E2M1 values (doubled) + 12: 0..24 */
-        const __m512i tab = _mm512_broadcast_i32x4(
-            _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-        w[0] = _mm512_shuffle_epi8(tab, w[0]);
-        w[1] = _mm512_shuffle_epi8(tab, w[1]);
-        /* e of block j into int32 lanes 4j..4j+3; kern_e8m0_half per lane */
-        uint32_t e4 =
-            (uint32_t)p[0] | (uint32_t)p[17] << 8 | (uint32_t)p[34] << 16 | (uint32_t)p[51] << 24;
-        const __m512i spread =
-            _mm512_set_epi32((int)0x80808003, (int)0x80808003, (int)0x80808003, (int)0x80808003,
-                             (int)0x80808002, (int)0x80808002, (int)0x80808002, (int)0x80808002,
-                             (int)0x80808001, (int)0x80808001, (int)0x80808001, (int)0x80808001,
-                             (int)0x80808000, (int)0x80808000, (int)0x80808000, (int)0x80808000);
-        __m512i e = _mm512_shuffle_epi8(_mm512_set1_epi32((int)e4), spread);
-        __m512i big = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
-        __m512i tiny = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
-        __mmask16 ge2 = _mm512_cmpge_epu32_mask(e, _mm512_set1_epi32(2));
-        *dx = _mm512_castsi512_ps(_mm512_mask_blend_epi32(ge2, tiny, big));
+        for (int c = 0; c < 4; c++)
+            w[c] = _mm512_shuffle_epi8(tab, w[c]);
+        *dx = kx_zu_f16x8_b18(p);
+        return;
     }
+    /* MXFP4: E2M1 values (doubled) + 12: 0..24 */
+    const __m512i tab = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    for (int c = 0; c < 4; c++)
+        w[c] = _mm512_shuffle_epi8(tab, w[c]);
+    /* e of block j (byte 17 j) into int32 lanes 2j, 2j+1; kern_e8m0_half */
+    uint64_t e8 = 0;
+    for (int j = 0; j < 8; j++)
+        e8 |= (uint64_t)p[17 * j] << (8 * j);
+    const __m512i spread =
+        _mm512_set_epi32((int)0x80808007, (int)0x80808007, (int)0x80808006, (int)0x80808006,
+                         (int)0x80808005, (int)0x80808005, (int)0x80808004, (int)0x80808004,
+                         (int)0x80808003, (int)0x80808003, (int)0x80808002, (int)0x80808002,
+                         (int)0x80808001, (int)0x80808001, (int)0x80808000, (int)0x80808000);
+    const __m512i e = _mm512_shuffle_epi8(_mm512_set1_epi64((long long)e8), spread);
+    const __m512i big = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const __m512i tiny = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    const __mmask16 ge2 = _mm512_cmpge_epu32_mask(e, _mm512_set1_epi32(2));
+    *dx = _mm512_castsi512_ps(_mm512_mask_blend_epi32(ge2, tiny, big));
 }
 
 /* Unit u of a row of nb blocks: decoded from the file's bytes when whole,
  * from a zero-padded copy when it is the partial last unit. */
 KX_INLINE void kx_zu_weights_at(enum kx_b32 k, const uint8_t *row, int64_t nb, int64_t u,
-                                __m512i w[2], __m512 *dx) {
+                                __m512i w[4], __m512 *dx) {
     const int B = kx_zu_blocks(k);
     const size_t ub = kx_b32_size(k) * (size_t)B;
     if ((u + 1) * B <= nb) {
         kx_zu_weights(k, row + (size_t)u * ub, w, dx);
         return;
     }
-    uint8_t tmp[144] = {0};
+    uint8_t tmp[8 * sizeof(block_q8_0)] = {0};
     memcpy(tmp, row + (size_t)u * ub, (size_t)(nb - u * B) * kx_b32_size(k));
     kx_zu_weights(k, tmp, w, dx);
 }
 
-/* Packs unit u of one activation row (nb Q8_0 blocks) into a[0..avec):
- * y0 (, y1) in the weights' layout, nsum = -offset * sum(y) per int32 lane,
- * dy = each lane's block scale (missing blocks of a partial unit: zeros). */
+/* Packs unit u of one activation row (nb Q8_0 blocks) into a[0..avec): y0..y3
+ * in the weights' layout (the Q8_0 weight layout without the ^ 0x80), nsum =
+ * -offset * sum(y) per int32 lane, dy = lane scales (missing blocks of a
+ * partial unit: zeros). */
 KX_INLINE void kx_zu_pack(enum kx_b32 k, const block_q8_0 *x, int64_t nb, int64_t u, __m512i *a) {
     const int B = kx_zu_blocks(k);
     const int64_t b0 = u * B;
-    const int n = nb - b0 < B ? (int)(nb - b0) : B;
-    const __m512i off = _mm512_set1_epi8((char)kx_z_offset(k));
-    float d[4] = {0, 0, 0, 0};
-    for (int j = 0; j < n; j++)
-        d[j] = kx_f16(x[b0 + j].d);
-    __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
-    for (int j = 0; j < n; j++) {
-        const int8_t *qs = x[b0 + j].qs;
-        __m128i l = _mm_loadu_si128((const __m128i *)qs);
-        __m128i h = _mm_loadu_si128((const __m128i *)(qs + 16));
-        switch (j) { /* lane j (the insert's lane must be a constant) */
-        case 0:
-            lo = _mm512_inserti32x4(lo, l, 0);
-            hi = _mm512_inserti32x4(hi, h, 0);
-            break;
-        case 1:
-            lo = _mm512_inserti32x4(lo, l, 1);
-            hi = _mm512_inserti32x4(hi, h, 1);
-            break;
-        case 2:
-            lo = _mm512_inserti32x4(lo, l, 2);
-            hi = _mm512_inserti32x4(hi, h, 2);
-            break;
-        default:
-            lo = _mm512_inserti32x4(lo, l, 3);
-            hi = _mm512_inserti32x4(hi, h, 3);
-            break;
-        }
+    const uint8_t *p = (const uint8_t *)(x + b0);
+    uint8_t tmp[8 * sizeof(block_q8_0)] = {0};
+    if (nb - b0 < B) {
+        memcpy(tmp, p, (size_t)(nb - b0) * sizeof(block_q8_0));
+        p = tmp;
     }
-    a[0] = lo;
-    a[1] = hi;
-    __m512i s = kx_z_dot_acc(kx_z_dot_acc(_mm512_setzero_si512(), off, lo), off, hi);
-    a[2] = _mm512_sub_epi32(_mm512_setzero_si512(), s);
-    a[3] = _mm512_castps_si512(_mm512_set_ps(d[3], d[3], d[3], d[3], d[2], d[2], d[2], d[2], d[1],
-                                             d[1], d[1], d[1], d[0], d[0], d[0], d[0]));
+    kx_zu_half(p + 2, sizeof(block_q8_0), &a[0], &a[1]);
+    kx_zu_half(p + 18, sizeof(block_q8_0), &a[2], &a[3]);
+    const __m512i off = _mm512_set1_epi8((char)kx_z_offset(k));
+    __m512i s = _mm512_setzero_si512();
+    for (int c = 0; c < 4; c++)
+        s = kx_z_dot_acc(s, off, a[c]);
+    a[4] = _mm512_sub_epi32(_mm512_setzero_si512(), s);
+    a[5] = _mm512_castps_si512(kx_zu_f16x8(p, sizeof(block_q8_0)));
 }
 
 /* nt activation rows (stride xs bytes) -> dst[(t * U + u) * avec + v]. */
@@ -419,11 +427,11 @@ KX_INLINE void kx_z_pack(enum kx_b32 k, const uint8_t *xq, size_t xs, int64_t nt
 
 /* The per-(row, token, unit) step (see the layout comment: the only float
  * operations of the path). a: one packed activation unit. */
-KX_INLINE __m512 kx_zu_fma(enum kx_b32 k, const __m512i w[2], __m512 dx, const __m512i *a,
+KX_INLINE __m512 kx_zu_fma(enum kx_b32 k, const __m512i w[4], __m512 dx, const __m512i *a,
                            __m512 acc) {
-    const int V = kx_zu_avec(k);
-    __m512i s = kx_z_dot_acc(kx_z_dot_acc(a[V - 2], w[0], a[0]), w[1], a[1]);
-    return _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_castsi512_ps(a[V - 1])), _mm512_cvtepi32_ps(s),
+    __m512i s = kx_z_dot_acc(kx_z_dot_acc(a[4], w[0], a[0]), w[1], a[1]);
+    s = kx_z_dot_acc(kx_z_dot_acc(s, w[2], a[2]), w[3], a[3]);
+    return _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_castsi512_ps(a[5])), _mm512_cvtepi32_ps(s),
                            acc);
 }
 
@@ -440,7 +448,7 @@ KX_INLINE void kx_zd_row(enum kx_b32 k, const uint8_t *row, int64_t nb, const __
     for (int t = 0; t < nt; t++)
         acc[t] = _mm512_setzero_ps();
     for (int64_t u = 0; u < full; u++) {
-        __m512i w[2];
+        __m512i w[4];
         __m512 dx;
         kx_prefetch(row + (size_t)u * ub);
         kx_zu_weights(k, row + (size_t)u * ub, w, &dx);
@@ -448,7 +456,7 @@ KX_INLINE void kx_zd_row(enum kx_b32 k, const uint8_t *row, int64_t nb, const __
             acc[t] = kx_zu_fma(k, w, dx, act + (size_t)(t * U + u) * (size_t)V, acc[t]);
     }
     if (full < U) {
-        __m512i w[2];
+        __m512i w[4];
         __m512 dx;
         kx_zu_weights_at(k, row, nb, full, w, &dx);
         for (int t = 0; t < nt; t++)
@@ -499,7 +507,7 @@ KX_INLINE void kx_zd_rows_direct(enum kx_b32 k, const struct kern_mat *w, int64_
             const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
             __m512 acc = _mm512_setzero_ps();
             for (int64_t u = 0; u < U; u++) {
-                __m512i wv[2], a[4];
+                __m512i wv[4], a[6];
                 __m512 dx;
                 kx_zu_weights_at(k, row, nb, u, wv, &dx);
                 kx_zu_pack(k, (const block_q8_0 *)(xq + (size_t)t * xs), nb, u, a);
