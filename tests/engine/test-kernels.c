@@ -4,6 +4,8 @@
 #include "tests/harness.h"
 
 #include <math.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "engine/kernels-impl.h"
 #include "engine/kernels.h"
@@ -183,7 +185,62 @@ START_TEST(test_isa_vs_ref) {
     bad += check_matrix(t, 9, unit * 3, 37); /* GEMM path: chunks, token and row tails */
     bad += check_matrix(t, 64, 512, 1);
     bad += check_matrix(t, 5, unit * 65, 2); /* K-quants: > 64 super-blocks a row */
+    if (bs == 32) {
+        /* wide rows: a 4-token tile's packed activations leave the stack
+         * (heap path), and the GEMM splits the row into unit blocks with a
+         * partial last unit */
+        bad += check_matrix(t, 6, unit * 195, 4);
+        bad += check_matrix(t, 6, unit * 195, 8);
+    }
     ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* The 32-element block kinds read no byte past a matrix whose last row ends
+ * right before an unreadable page (the end of a file mapping), for decode and
+ * the GEMM, whole and partial units. */
+START_TEST(test_b32_guard_page) {
+    static const enum quant_type b32[] = {QUANT_Q4_0, QUANT_Q8_0, QUANT_IQ4_NL, QUANT_MXFP4};
+    static const int64_t cols[] = {32 * 16, 32 * 19, 32 * 1, 32 * 7};
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    for (int ti = 0; ti < 4; ti++)
+        for (int ci = 0; ci < 4; ci++) {
+            const enum quant_type t = b32[ti];
+            const int64_t n_rows = 5, n_cols = cols[ci], n_tok = 9;
+            const size_t rb = quant_row_size(t, n_cols), wb = (size_t)n_rows * rb;
+            const size_t map = (wb + page - 1) / page * page + page;
+            uint8_t *m =
+                mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            ck_assert(m != MAP_FAILED);
+            ck_assert_int_eq(mprotect(m + map - page, page, PROT_NONE), 0);
+            uint8_t *w = m + map - page - wb;
+            fill_weights(t, w, n_rows, n_cols);
+            size_t ab = kernels_act_row_size(t, n_cols);
+            uint8_t *xq = malloc((size_t)n_tok * ab);
+            float *x = malloc((size_t)n_cols * sizeof(float));
+            float ref[5 * 9], got[5 * 9];
+            for (int64_t k = 0; k < n_tok; k++) {
+                for (int64_t i = 0; i < n_cols; i++)
+                    x[i] = rng_uniform();
+                kernels_quantize_act(t, x, xq + k * ab, n_cols);
+            }
+            struct kern_mat mt = {w, t, n_rows, n_cols, rb};
+            kernels_matmul_ref(&mt, xq, ab, n_tok, ref, n_rows, 0, n_rows);
+            for (int isa = 0; isa < isa_count(); isa++) {
+                kernels_isa_force((enum kernels_isa)isa);
+                kernels_matmul(&mt, xq, ab, n_tok, got, n_rows, 0, n_rows);      /* GEMM */
+                kernels_matmul(&mt, xq, ab, 1, got, n_rows, n_rows - 1, n_rows); /* decode */
+                for (int i = 0; i < n_rows * n_tok; i++)
+                    ck_assert_msg(fabs((double)got[i] - ref[i]) <= 1e-3 * (fabs(ref[i]) + 1.0),
+                                  "%s %s cols %lld [%d]: %g vs ref %g", quant_type_name(t),
+                                  kernels_isa_name((enum kernels_isa)isa), (long long)n_cols, i,
+                                  got[i], ref[i]);
+            }
+            kernels_isa_force(kernels_isa_detected());
+            free(x);
+            free(xq);
+            munmap(m, map);
+        }
 }
 END_TEST
 
@@ -354,6 +411,7 @@ static Suite *kernels_suite(void) {
     tcase_add_loop_test(tc, test_isa_vs_ref, 0, N_TYPES);
     tcase_add_loop_test(tc, test_fixture, 0, N_FIXTURES);
     tcase_add_test(tc, test_act_edge_cases);
+    tcase_add_test(tc, test_b32_guard_page);
     tcase_add_test(tc, test_quantize_q8_0_isa);
     tcase_add_loop_test(tc, test_ref_vs_quant_ref, 0, N_TYPES);
     suite_add_tcase(s, tc);
