@@ -1,7 +1,8 @@
 /* engine/kernels-avx512.c: the kernels of kernels-x86.h built with AVX-512
- * F/BW/VL: Q4_0 two blocks per 512-bit register, the rest on 256-bit vectors
- * with EVEX encodings and 32 registers for the token tiles; called only when
- * kernels.c detected AVX-512 F/BW/VL. */
+ * F/BW/VL: Q4_0 and MXFP4 in units of 8 blocks (4 zmm, vpmaddubsw +
+ * vpmaddwd), the rest on 256-bit vectors with EVEX encodings and 32
+ * registers for the token tiles; called only when kernels.c detected AVX-512
+ * F/BW/VL. */
 #define KX_VNNI 0
 #include "engine/kernels-x86.h"
 

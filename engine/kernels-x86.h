@@ -1,9 +1,10 @@
 /* engine/kernels-x86.h: x86 SIMD matmul kernels, written once and compiled
  * per ISA: kernels-avx2.c (AVX2+FMA+F16C, 256-bit), kernels-avx512.c (the
- * same with EVEX encodings and 32 registers, plus Q4_0 two blocks per zmm)
- * and kernels-avx512-vnni.c (KX_VNNI=1: int8 dots are vpdpbusd; Q4_0 and
- * Q8_0 two blocks per zmm). Only those files include it, each under its own
- * -m flags; the functions are static so the copies never collide.
+ * same with EVEX encodings and 32 registers, plus Q4_0 and MXFP4 eight
+ * blocks per unit of four zmm) and kernels-avx512-vnni.c (KX_VNNI=1: int8
+ * dots are vpdpbusd; Q4_0, Q8_0, IQ4_NL and MXFP4 in 8-block units). Only
+ * those files include it, each under its own -m flags; the functions are
+ * static so the copies never collide.
  *
  * Shape of every kernel: rows in tiles of NR, tokens in tiles of nt <=
  * KX_TILE; each weight block is loaded and unpacked once per tile and dotted
@@ -209,34 +210,53 @@ KX_INLINE void kx_b32_tile(enum kx_b32 k, const uint8_t *row0, size_t row_bytes,
 #define KX_Z_KIND(k)                                                                               \
     ((k) == KX_Q4_0 || (k) == KX_MXFP4 || (KX_VNNI && ((k) == KX_Q8_0 || (k) == KX_IQ4_NL)))
 
-/* A unit is 4 nibble blocks (Q4_0, IQ4_NL, MXFP4: 128 weights, 72 or 68
- * bytes) or 2 Q8_0 blocks (64 weights, 68 bytes), read straight from the
- * file's blocks (no repacking of the weights). Register layout (128-bit lane
- * j = 4 int32 lanes):
- *   nibble kinds: w0 lane j = block j's 16 low nibbles (elements 0..15),
- *                 w1 lane j = its 16 high nibbles (elements 16..31);
- *   Q8_0:         w0 lanes 0-1 = block 0's 32 bytes, lanes 2-3 = block 1's.
+/* A unit is 8 consecutive blocks of a row (256 weights: 144 bytes of Q4_0 or
+ * IQ4_NL, 136 of MXFP4, 272 of Q8_0), read straight from the file's blocks
+ * (no repacking of the weights) into 4 zmm w0..w3: int32 lane l (of 16)
+ * holds 4 weights of block l / 2, w[c] elements 8c..8c+7 of each block (two
+ * lanes of 4). Built from 16-byte loads of each block's quants (even blocks
+ * into one zmm, odd into another, vpunpck{l,h}qdq), then for nibble kinds
+ * and / shift+and (elements 0..15 are the low nibbles of bytes 0..15,
+ * 16..31 the high ones).
  * Weights are made unsigned (Q4_0 nibbles 0..15, offset 8; MXFP4 doubled
  * E2M1 values + 12; IQ4_NL values + 128; Q8_0 x ^ 0x80 = x + 128) so
  * vpdpbusd (vpmaddubsw + vpmaddwd without VNNI) does the dot; the offset
  * comes off through nsum = -offset * sum(y) per int32 lane, which is the
  * vpdpbusd accumulator's starting value (exact int32, so free).
- * Activations are packed once per kernels_matmul call in the same layout,
- * per unit V = nvec + 2 zmm: y0 (, y1), nsum, dy (16 float lanes: each
- * lane's block scale). Weight scales: the f16 d of the unit's blocks picked
- * by one vpermw from the first load and converted by one vcvtph2ps (MXFP4:
- * E8M0 exponents built in int32 lanes).
+ * Activations (Q8_0 blocks) are packed once per kernels_matmul call in the
+ * same layout (kx_zu_pack; per unit 6 zmm: y0..y3, nsum, dy = each lane's
+ * block scale), on the stack for decode, so a row's step reads only its
+ * weights. Weight scales: Q4_0 / IQ4_NL one vpermt2w of two 64-byte loads
+ * + vcvtph2ps; Q8_0 8 scalar f16 loads; MXFP4 E8M0 exponents built in int32
+ * lanes (kern_e8m0_half, vectorised).
  * Per (row, token, unit) the float work is exactly
- *   acc = fma(dx * dy, cvt(nsum + dot(w0, y0) [+ dot(w1, y1)]), acc)
- * on one 16-lane accumulator, then one _mm512_reduce_add_ps per (row,
- * token); decode (n_tok < KX_GEMM_MIN) and the GEMM do exactly these
- * operations in this order, so a token alone and inside a batch, and any row
- * split, give identical bits.
- * Loads of a full unit stay inside its own bytes (two 64-byte loads at +0
- * and +8 (Q8_0: +4), the second ending at the unit's last byte); a partial
- * last unit (1-3 blocks) is copied to a zeroed 80-byte buffer first, so the
- * last row of a tensor never reads past the end of the file mapping (zero
- * blocks contribute exactly 0: zero activations, zero nsum). */
+ *   acc = fma(dx * dy, cvt(nsum + dot(w0, y0) + .. + dot(w3, y3)), acc)
+ * on one 16-lane accumulator (4 vpdpbusd + cvt + mul + fma per 256 MACs;
+ * the previous 2-block layout needed ~25 ops per 64), then one
+ * _mm512_reduce_add_ps per (row, token); decode (n_tok < KX_GEMM_MIN) and
+ * the GEMM do exactly these operations in this order, so a token alone and
+ * inside a batch, and any row split, give identical bits.
+ * Loads of a full unit stay inside its own bytes; a partial last unit (1-7
+ * blocks) is copied to a zeroed buffer first, so the last row of a tensor
+ * never reads past the end of the file mapping (zero blocks contribute
+ * exactly 0: zero activations, zero nsum; test-kernels checks it against a
+ * PROT_NONE page).
+ * One accumulator chain per (row, token) is enough for decode: consecutive
+ * rows overlap in the out-of-order window (L2-resident 4096-column rows run
+ * at 50-54 GB/s a thread, ~75% of a plain read of the same bytes).
+ * Measured (this 2-vCPU AMD EPYC VM, AVX-512 VNNI, 1 thread pinned,
+ * `flock /tmp/strata-bench.lock taskset -c 0 kernels-bench 1 1 -1 7
+ * q4_0,q8_0,iq4_nl,mxfp4 64`, release builds of the old (HEAD 20a8352) and
+ * new code interleaved, best of 7, 2026-12-01), L2-resident (1 MB):
+ *   decode GB/s   q4_0 23.6 -> 52.9   q8_0 50.5 -> 67.2 (plain read ~70)
+ *                 iq4_nl 22.0 -> 50.8   mxfp4 19.7 -> 48
+ *   GEMM 64 tok G MAC/s   q4_0 146 -> 250   q8_0 141 -> 228
+ *                 iq4_nl 144 -> 241   mxfp4 138 -> 234
+ * Steps on the way (same command): 4-block units with vpermt2w from two
+ * overlapping 64-byte loads: q4_0 decode 49.5 but DRAM decode fell (q4_0
+ * 22 -> 18, q8_0 32 -> 16 GB/s, `kernels-bench 256 1 -1 3`): 16-byte lane
+ * loads fixed that (33 / 32); 8-block units then took the GEMM from ~190 to
+ * ~250 and decode slightly up. */
 
 #define KX_ZU_BLOCKS 8
 KX_INLINE int kx_zu_blocks(enum kx_b32 k) {
@@ -547,12 +567,13 @@ static void kx_zd_matmul(enum kx_b32 k, const struct kern_mat *w, const void *xq
 /* ---- AVX-512 GEMM for n_tok >= KX_GEMM_MIN (prefill chunks, batched decode)
  * Tokens go in chunks of KX_GEMM_CHUNK whose activations are packed once
  * (kx_z_pack); for each 4-row tile the weight units are decoded once per
- * chunk into a scratch (w0 (, w1), dx per row and unit, 128-192 B), and the
- * 4 rows x 4 tokens micro-kernel does per (row, token, unit) only kx_zu_fma:
- * 2 vpdpbusd + cvt + mul + fma per 128 MACs for the nibble kinds (1 vpdpbusd
- * per 64 for Q8_0), on 16 zmm accumulators. Same operations and order per
- * (row, token) as kx_zd_row, so results are bit-identical to decode and to
- * any tiling or split. */
+ * chunk into a scratch (w0..w3, dx: 320 B per row and unit), and the 4 rows x
+ * 4 tokens micro-kernel does per (row, token, unit) only kx_zu_fma: 4
+ * vpdpbusd + cvt + mul + fma per 256 MACs, on 16 zmm accumulators. Same
+ * operations and order per (row, token) as kx_zd_row, so results are
+ * bit-identical to decode and to any tiling or split. The next 4-row tile is
+ * prefetched during the first token tile (q4_0 64 tokens 154 -> 163 G MAC/s
+ * with 4-block units, same command as above). */
 #define KX_GEMM_MIN 8
 #ifndef KX_ZG_UNITS
 #define KX_ZG_UNITS 16
@@ -622,11 +643,14 @@ KX_INLINE void kx_zg_tile(enum kx_b32 k, const __m512i *wq, int NR, int64_t u0, 
 }
 
 /* Rows [r0, r1) x nt (<= KX_GEMM_CHUNK) packed tokens: 4-row tiles, then
- * single rows. Units go in blocks of KX_ZG_UNITS, decoded once per chunk
- * into wq, and each block runs over all token tiles (KX_TILE, compile-time
- * remainders) before the next, so the block's weights (4 x 8 x 192 B = 6 KB)
- * stay in L1 while the activations stream; the token tiles' accumulators wait
- * in st ((KX_GEMM_CHUNK / KX_TILE) x 16 zmm) between blocks. */
+ * single rows. Units go in blocks of KX_ZG_UNITS (4096 columns), decoded once
+ * per chunk into wq, and each block runs over all token tiles (KX_TILE,
+ * compile-time remainders) before the next, so the block's weights (4 x 16 x
+ * 320 B = 20 KB) stay in L1 while a token tile's activations (24 KB) stream
+ * through; the token tiles' accumulators wait in st ((KX_GEMM_CHUNK /
+ * KX_TILE) x 16 zmm) between blocks. KX_ZG_UNITS 4 / 8 / 16: q4_0 64 tokens
+ * 203 / 236 / 250 G MAC/s (4096 columns, same command as above); with the
+ * earlier 4-block units, blocks of 2048 columns beat whole rows 190 / 150. */
 KX_INLINE void kx_zg_rows(enum kx_b32 k, const struct kern_mat *w, int64_t nb, const __m512i *act,
                           int64_t nt, __m512i *wq, __m512 *st, float *y, int64_t ldy, int64_t r0,
                           int64_t r1) {

@@ -66,9 +66,11 @@ int kernels_supports(enum quant_type wtype);
  * AVX-512 kinds Q4_0/Q8_0/IQ4_NL/MXFP4 take a register-blocked GEMM that
  * unpacks weights once per 32 tokens, see kernels-x86.h; on every x86 ISA
  * Q4_K/Q5_K/Q6_K likewise, see kernels-x86-k.h); decode (n_tok = 1)
- * streams one row at a time (faster from DRAM, see kernels-x86.h). A result never depends on r0/r1
- * or on how many other tokens share the call (same bits), so any row split across threads and any
- * batch size agree. A malformed shape (unknown type, n_cols not a multiple of the block size,
+ * streams one row at a time (faster from DRAM, see kernels-x86.h); on
+ * AVX-512 those four kinds first pack the call's activations (per thread,
+ * on the stack up to 32 KB) into the weights' 8-block register layout. A result never depends on
+ * r0/r1 or on how many other tokens share the call (same bits), so any row split across threads and
+ * any batch size agree. A malformed shape (unknown type, n_cols not a multiple of the block size,
  * row_bytes too small, [r0, r1) outside [0, n_rows)) leaves y untouched; check kernels_supports and
  * the shape when loading a model. */
 void kernels_matmul(const struct kern_mat *w, const void *xq, size_t xq_stride, int64_t n_tok,
