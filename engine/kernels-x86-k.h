@@ -1,5 +1,11 @@
 /* engine/kernels-x86-k.h: K-quant (Q4_K, Q5_K, Q6_K; Q8_K activations) and
- * float (F32, F16, BF16) kernels; part of kernels-x86.h, see there. */
+ * float (F32, F16, BF16) kernels; part of kernels-x86.h, see there.
+ *
+ * K-quants have two implementations: the 256-bit tiles and GEMM below
+ * (kx_q45k_tile, kx_q6k_tile, kx_kg_*) serve the AVX2 build only; both
+ * AVX-512 builds take the kernels of the "AVX-512 K-quant kernels" section
+ * (kx_kz_*: decode, and a GEMM for every n_tok >= 2). Each build is
+ * bit-identical across batch sizes and row splits within itself. */
 #ifndef STRATA_KERNELS_X86_K_H
 #define STRATA_KERNELS_X86_K_H
 
@@ -29,7 +35,7 @@ KX_INLINE __m128i kx_scales_k4(const uint8_t *q, __m128i *mins) {
     return _mm256_castsi256_si128(all);
 }
 
-/* Q4_K (hbits = 0) and Q5_K (hbits = 1): NR rows x nt tokens (NR * nt <= 4).
+/* AVX2 build. Q4_K (hbits = 0) and Q5_K (hbits = 1): NR rows x nt tokens (NR * nt <= 4).
  * The integer sum of a super-block is exact; the mins term goes to its own
  * float accumulator. Same operations per (row, token) for every tiling. */
 KX_INLINE void kx_q45k_tile(const struct kern_mat *w, int64_t r, int NR, const uint8_t *xq,
@@ -196,14 +202,16 @@ KX_INLINE void kx_q6k_tile(const struct kern_mat *w, int64_t r, int NR, const ui
             out[t * ldy + i] = kx_hsum(acc[i][t]) - 32.0f * kx_hsum(accm[i][t]);
 }
 
-/* ---- K-quant GEMM for n_tok >= KX_KG_MIN (prefill chunks, batched decode)
- * Tokens go in chunks of KX_KG_CHUNK; for each tile of KX_KG_ROWS rows (4 with AVX-512, else
- * KX_PF_ROWS) the super-blocks are unpacked once per chunk into a scratch (8 x 32 quants as u8,
- * their int16 scales, the mins or Q6_K scales, d, dmin: 576 bytes per super-block and row) and the
- * micro-kernel (KX_KG_ROWS rows x 4 tokens) loads each activation vector once per row tile. Per
- * (row, token, super-block) the operations are kx_q45k_tile's / kx_q6k_tile's: the same exact int32
- * sums, the same float products and fma order, so results are bit-identical to the decode path and
- * to any tiling or row split. Quant vector j (0..7) pairs with activation bytes [32 j, 32 j + 32).
+/* ---- K-quant GEMM for n_tok >= KX_KG_MIN (prefill chunks, batched decode),
+ * AVX2 build (the AVX-512 builds had it too until the kx_kz_* kernels; the
+ * AVX-512 figures below are that history). Tokens go in chunks of KX_KG_CHUNK; for each tile of
+ * KX_KG_ROWS rows (4 with AVX-512, else KX_PF_ROWS) the super-blocks are unpacked once per chunk
+ * into a scratch (8 x 32 quants as u8, their int16 scales, the mins or Q6_K scales, d, dmin: 576
+ * bytes per super-block and row) and the micro-kernel (KX_KG_ROWS rows x 4 tokens) loads each
+ * activation vector once per row tile. Per (row, token, super-block) the operations are
+ * kx_q45k_tile's / kx_q6k_tile's: the same exact int32 sums, the same float products and fma order,
+ * so results are bit-identical to the decode path and to any tiling or row split. Quant vector j
+ * (0..7) pairs with activation bytes [32 j, 32 j + 32).
  *
  * Measured (this 2-vCPU AMD EPYC VM, AVX-512 VNNI, shared box, best of
  * interleaved runs, 2026-12-01; release builds, old = the 4-token tiles of
@@ -221,11 +229,7 @@ KX_INLINE void kx_q6k_tile(const struct kern_mat *w, int64_t r, int NR, const ui
  *     seqs): old ~89 tok/s (90 ms/step), new ~121 tok/s (66 ms/step). */
 #define KX_KG_MIN 8
 #define KX_KG_CHUNK 32
-#if defined(__AVX512BW__)
-#define KX_KG_ROWS 4
-#else
 #define KX_KG_ROWS KX_PF_ROWS
-#endif
 
 struct kx_kw {
     __m256i q[8], s[8];
@@ -329,33 +333,6 @@ KX_INLINE void kx_kg_tile(enum kx_kq k, const struct kx_kw *wq, int NR, int64_t 
         for (int i = 0; i < NR; i++)
             for (int t = 0; t < nt; t++)
                 isum[i][t] = _mm256_setzero_si256();
-#if defined(__AVX512BW__)
-        /* Vectors j = 2m, 2m + 1 in one zmm (lanes 0-7 and 8-15), folded to
-         * the same 8 int32 lanes at the end: exact, so the same isum. */
-        __m512i isz[KX_KG_ROWS][KX_TILE];
-        for (int i = 0; i < NR; i++)
-            for (int t = 0; t < nt; t++)
-                isz[i][t] = _mm512_setzero_si512();
-        for (int m = 0; m < 4; m++)
-            for (int t = 0; t < nt; t++) {
-                const block_q8_K *a = (const block_q8_K *)(xq + (size_t)t * xs) + b;
-                const __m512i yv = _mm512_loadu_si512((const void *)(a->qs + 64 * m));
-                for (int i = 0; i < NR; i++) {
-                    const __m512i p16 =
-                        _mm512_maddubs_epi16(_mm512_loadu_si512((const void *)&wb[i].q[2 * m]), yv);
-                    const __m512i s16 = _mm512_loadu_si512((const void *)&wb[i].s[2 * m]);
-#if KX_VNNI
-                    isz[i][t] = _mm512_dpwssd_epi32(isz[i][t], p16, s16);
-#else
-                    isz[i][t] = _mm512_add_epi32(isz[i][t], _mm512_madd_epi16(p16, s16));
-#endif
-                }
-            }
-        for (int i = 0; i < NR; i++)
-            for (int t = 0; t < nt; t++)
-                isum[i][t] = _mm256_add_epi32(_mm512_castsi512_si256(isz[i][t]),
-                                              _mm512_extracti64x4_epi64(isz[i][t], 1));
-#else
         for (int j = 0; j < 8; j++)
             for (int t = 0; t < nt; t++) {
                 const block_q8_K *a = (const block_q8_K *)(xq + (size_t)t * xs) + b;
@@ -363,7 +340,6 @@ KX_INLINE void kx_kg_tile(enum kx_kq k, const struct kx_kw *wq, int NR, int64_t 
                 for (int i = 0; i < NR; i++)
                     isum[i][t] = kx_dot_u8_scaled_acc(isum[i][t], wb[i].q[j], yv, wb[i].s[j]);
             }
-#endif
         for (int t = 0; t < nt; t++) {
             const block_q8_K *a = (const block_q8_K *)(xq + (size_t)t * xs) + b;
             const __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
@@ -510,7 +486,30 @@ static int kx_kg_matmul(enum kx_kq k, const struct kern_mat *w, const void *xq, 
  * Compared with the 256-bit kernels above: one vpdpbusd per 64 products
  * instead of vpmaddubsw + vpmaddwd + vpaddd per 32, two scale multiplies per
  * super-block instead of eight, the 6-bit scales decoded with vector shuffles,
- * and one float accumulator per (row, token). */
+ * and one float accumulator per (row, token).
+ *
+ * Measured (this 2-vCPU AMD EPYC VM, avx512-vnni; zmm vpdpbusd, vpdpwssd,
+ * vpackssdw and vfmadd each ran ~1 per cycle at ~2.6 GHz in a loop of
+ * independent chains, so the int8 ceiling is ~170 G MAC/s per core; release
+ * builds, old = HEAD 20a8352, new = this code, interleaved under the bench
+ * lock, best of the runs, 2026-12-01):
+ *   `taskset -c 1 kernels-bench 1 1 -1 7 q4_K,q6_K,q5_K 8` (1 MB, L2,
+ *     1 thread), decode GB/s: q4_K 26.5 -> 49.5, q5_K 25.9 -> 47.6, q6_K
+ *     46.4 -> 73.7 (steps: element-order W_k + vpdpbusd/packs/vpdpwssd
+ *     44.2 / 43.7 / 72.0, then Q4_K/Q5_K nibbles as loaded with permuted
+ *     activations 49.3 / 47.6 / 73.7); n_tok = 8 G MAC/s: q4_K 109 -> 152,
+ *     q5_K 100 -> 139, q6_K 105 -> 133; n_tok = 64: 132 -> 187, 126 -> 174,
+ *     132 -> 167. n_tok = 2 / 3 / 4 / 16 (q4_K, q6_K): 89 / 109 / 123 / 176,
+ *     73 / 91 / 103 / 153 (decode alone: ~88 G MAC/s for both).
+ *   `kernels-bench 256 2 -1 3 q4_K,q6_K 8` (DRAM, plain read of the same
+ *     bytes in brackets): decode 1 thread q4_K 24.2 -> 32.8 GB/s (33-35),
+ *     q6_K 32.3 -> 32.6 (32-35); 2 threads q4_K 47.8 -> 61.0 (68-70), q6_K
+ *     59.2 -> 66.4 (68-69), i.e. 90-98% of the read; n_tok = 8, 2 threads:
+ *     q4_K 153 -> 233 G MAC/s, q6_K 155 -> 190.
+ *   Tried and dropped: Q6_K's +32 offset folded into vpdpbusd's start value
+ *     (-32 * byte sums per token, 256 more bytes per packed super-block):
+ *     decode 72 -> 67 GB/s, n_tok = 8 133 -> 96 G MAC/s (the micro-kernel is
+ *     bound by loads as much as by arithmetic). */
 
 /* One row's super-block unpacked (64-byte aligned; 448 bytes). */
 struct kx_kz {

@@ -64,8 +64,9 @@ int kernels_supports(enum quant_type wtype);
  * Weight blocks are unpacked once per tile of 4 tokens and stay in L1 across
  * tiles (chunked prefill is a matrix-matrix product; for n_tok >= 8 the
  * AVX-512 kinds Q4_0/Q8_0/IQ4_NL/MXFP4 take a register-blocked GEMM that
- * unpacks weights once per 32 tokens, see kernels-x86.h; on every x86 ISA
- * Q4_K/Q5_K/Q6_K likewise, see kernels-x86-k.h); decode (n_tok = 1)
+ * unpacks weights once per 32 tokens, see kernels-x86.h; Q4_K/Q5_K/Q6_K
+ * likewise on AVX2 for n_tok >= 8, and on AVX-512 for every n_tok >= 2, so a
+ * batched decode step reads each weight once, see kernels-x86-k.h); decode (n_tok = 1)
  * streams one row at a time (faster from DRAM, see kernels-x86.h); on
  * AVX-512 those four kinds first pack the call's activations (per thread,
  * on the stack up to 32 KB) into the weights' 8-block register layout. A result never depends on
