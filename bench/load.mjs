@@ -10,7 +10,8 @@
 //   node bench/load.mjs build-s-rel/cli/strata /tmp/l1b.gguf
 //
 // Env: CLIENTS=1,4,8,16,32  TOKENS=32 (max_tokens)  TEMP=0 (greedy)  REQS=3 (requests
-// per client per level)  THREADS=2  PARALLEL=32  CTX=2048  PORT (use a daemon
+// per client per level)  STAGGER=0 (ms between the clients' first requests,
+// so arrivals trickle into a running batch instead of coming in rounds)  THREADS=2  PARALLEL=32  CTX=2048  PORT (use a daemon
 // already running there instead of starting one).
 import { spawn } from "node:child_process";
 import { appendFileSync } from "node:fs";
@@ -19,6 +20,7 @@ const strata = process.argv[2] || "build/cli/strata";
 const model = process.argv[3];
 const LEVELS = (process.env.CLIENTS || "1,4,8,16,32").split(",").map(Number);
 const TOKENS = Number(process.env.TOKENS || 32);
+const STAGGER = Number(process.env.STAGGER || 0); // ms between clients' first requests (desynchronized arrivals)
 const TEMP = Number(process.env.TEMP || 0); // 0 = greedy; e.g. TEMP=1 for the SDKs' default sampling
 const REQS = Number(process.env.REQS || 3);
 const THREADS = process.env.THREADS || "2";
@@ -132,6 +134,7 @@ async function main() {
     const m0 = await schedMetrics(base);
     const t0 = performance.now();
     await Promise.all(Array.from({ length: c }, async (_, k) => {
+      if (STAGGER) await new Promise((r) => setTimeout(r, k * STAGGER));
       for (let r = 0; r < REQS; r++) await streamOne(base, c * 1000 + k * REQS + r, out);
     }));
     const secs = (performance.now() - t0) / 1000;
