@@ -252,6 +252,21 @@ KX_INLINE void kx_b32_tile(enum kx_b32 k, const uint8_t *row0, size_t row_bytes,
  *                 iq4_nl 22.0 -> 50.8   mxfp4 19.7 -> 48
  *   GEMM 64 tok G MAC/s   q4_0 146 -> 250   q8_0 141 -> 228
  *                 iq4_nl 144 -> 241   mxfp4 138 -> 234
+ * From DRAM (`kernels-bench 256 1 -1 3 q4_0,q8_0 8`, 1 thread pinned, old
+ * -> new interleaved; plain read of the same bytes 32-36 GB/s): q4_0 decode
+ * 21-22 -> 30-33 GB/s, q8_0 32 -> 32 (both at the plain read); 2 threads
+ * (`kernels-bench 256 2 -1 4 q4_0,q8_0 8`): q4_0 42-44 -> 44-46, q8_0 43-46
+ * -> 43-46 (plain read 43-47: bandwidth-bound before and after); n_tok = 8,
+ * 2 threads: q4_0 9.7 -> 15-16 GB/s, q8_0 ~17.7 -> ~17.
+ * End to end (2 threads, `flock /tmp/strata-bench.lock bench-model MODEL 2
+ * 16 512 1`, old / new interleaved, 2026-12-01): llama-3.2-1b Q4_0 prefill
+ * 512 tok 238-249 -> 412-418 tok/s, decode 50.6-50.8 -> 60.3-62.3 tok/s;
+ * qwen3-0.6b Q8_0 prefill 358 -> 582, decode 48.9 -> 51.1; llama Q4_0 8
+ * sequences (`... 2 16 64 8`) decode 111 -> 160 tok/s. `bench/cpu`
+ * (STRATA=build-kb32r/cli/strata): llama-3.2-1b Q4_0 prefill 422.7 tok/s vs
+ * llama.cpp 295.9 (1.43x), decode 54.5 tok/s = 63% of the roofline (its
+ * Q6_K output matrix is 28% of the bytes); qwen3-0.6b Q8_0 prefill 594 vs
+ * 298, decode 62.7 = 68%.
  * Steps on the way (same command): 4-block units with vpermt2w from two
  * overlapping 64-byte loads: q4_0 decode 49.5 but DRAM decode fell (q4_0
  * 22 -> 18, q8_0 32 -> 16 GB/s, `kernels-bench 256 1 -1 3`): 16-byte lane
@@ -455,6 +470,15 @@ KX_INLINE __m512 kx_zu_fma(enum kx_b32 k, const __m512i w[4], __m512 dx, const _
                            acc);
 }
 
+/* Software prefetch distance of the b32 decode rows (0 = off, the default):
+ * 2048 B gave +0-10% on `kernels-bench 256 2 -1 3 q4_0,q8_0 8` (2 threads,
+ * DRAM, within the box's noise) and nothing measurable on `bench-model
+ * llama-3.2-1b-q4_0.gguf 2 48 16 1` decode (0 / 2048 / 4096 B: 54.9 / 51.9 /
+ * 54.9 then 54.8 / 56.2 / 57.0 tok/s, interleaved), so the hardware
+ * prefetchers are left alone. */
+#ifndef KX_ZD_PF_BYTES
+#define KX_ZD_PF_BYTES 0
+#endif
 /* Decode and small batches: one row, nt (<= KX_TILE, compile-time) tokens of
  * packed activations act[(t * U + u) * avec]; each weight unit is decoded
  * once and used for the nt tokens. One accumulator chain per (row, token):
@@ -470,7 +494,8 @@ KX_INLINE void kx_zd_row(enum kx_b32 k, const uint8_t *row, int64_t nb, const __
     for (int64_t u = 0; u < full; u++) {
         __m512i w[4];
         __m512 dx;
-        kx_prefetch(row + (size_t)u * ub);
+        if (KX_ZD_PF_BYTES > 0)
+            _mm_prefetch((const char *)row + (size_t)u * ub + KX_ZD_PF_BYTES, _MM_HINT_T0);
         kx_zu_weights(k, row + (size_t)u * ub, w, &dx);
         for (int t = 0; t < nt; t++)
             acc[t] = kx_zu_fma(k, w, dx, act + (size_t)(t * U + u) * (size_t)V, acc[t]);
