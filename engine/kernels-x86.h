@@ -534,7 +534,8 @@ KX_INLINE void kx_zd_rows(enum kx_b32 k, const struct kern_mat *w, int64_t nb, c
 }
 
 /* Packed activations of up to KX_TILE tokens live on the stack up to this
- * many bytes (32 KB: 16384 columns of one Q4_0 token, 4096 of 4 tokens);
+ * many bytes (384 bytes per 256 columns: 32 KB holds 21845 columns of one
+ * token, 5461 of 4 tokens);
  * beyond it they are malloc'd per call (a matrix that wide is several MB of
  * weights per call, so the allocation is noise). */
 #define KX_Z_STACK_ACT 32768
