@@ -495,7 +495,7 @@ START_TEST(test_no_max_tokens_cannot_hold_the_pool) {
             ck_assert_int_eq(r[i].n_prompt + r[i].n_completion, 128);
         req_free(&r[i]);
     }
-    ck_assert_int_eq(max_active, 1);
+    ck_assert_int_le(max_active, 1); /* one whole-context reservation at a time */
     check_settled(s);
     sched_free(s);
 }
