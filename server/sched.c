@@ -283,8 +283,9 @@ static void step(struct sched *s, double t0) {
     /* Prefill budget. A step's time grows with its tokens and every decoder
      * waits for the whole step, while the cost per token falls with the
      * batch: llama-3.2-1b Q4_K_M, 2 threads, 2-vCPU EPYC VM
-     * (tests/bench-model MODEL 2 8 8 N): 8 tokens 63 ms, 16: 103, 32: 178
-     * (7.9 -> 5.6 ms a token; 1 token 20 ms).
+     * (tests/bench-model MODEL 2 8 8 N, kernels of eb0e0e4): 8 tokens 63
+     * ms, 16: 103, 32: 178 (7.9 -> 5.6 ms a token; 1 token 20 ms); at
+     * c9d1bf9: 8 tokens 54 ms, 16: 85, 32: 152.
      * - Nobody decoding: the whole budget (TTFT).
      * - A trickle of arrivals into a running batch (fewer joining sessions
      *   than decoding ones): at most as many prompt tokens as decode tokens
@@ -299,8 +300,8 @@ static void step(struct sched *s, double t0) {
      *   burst): up to SCHED_RAMP_CHUNK prompt tokens per joining session, so
      *   the batch fills in a step or two; the few running streams lose one
      *   long step instead of the batch creeping up 8 tokens a step through
-     *   small, inefficient steps (n < 8 tokens uses the per-token path: 7
-     *   tokens cost 75 ms, more than 8). bench/load.mjs CLIENTS=8 REQS=2
+     *   small, inefficient steps (at eb0e0e4, n < 8 tokens took the per-token
+     *   path: 7 tokens cost 75 ms, more than 8). bench/load.mjs CLIENTS=8 REQS=2
      *   (34-token prompts, 32 tokens each), 4 alternated pairs, kernels of
      *   c9d1bf9: 85 -> 97 tok/s, ITL p50 74 -> 53 ms, p99 ~85 -> 58-81 ms,
      *   TTFT p99 2.1 -> 1.0 s (p50 0.4 -> 0.95 s); 97 -> 66 steps. */
