@@ -511,20 +511,31 @@ static int kx_kg_matmul(enum kx_kq k, const struct kern_mat *w, const void *xq, 
  *     decode 72 -> 67 GB/s, n_tok = 8 133 -> 96 G MAC/s (the micro-kernel is
  *     bound by loads as much as by arithmetic). */
 
-/* One row's super-block unpacked (64-byte aligned; 448 bytes). */
+/* One row's super-block unpacked (registers only). */
 struct kx_kz {
-    __m512i w[4];  /* W_0..W_3 */
-    __m512i sc[2]; /* SC_01, SC_23 */
-    __m256 fm;     /* Q4_K/Q5_K: -dmin * m_j (j = 0..7); Q6_K: the 16 scales as int16 */
+    __m512i w[4]; /* W_0..W_3 */
+    __m256i s;    /* Q6_K: int16 scale of W_k's 128-bit lane L at word 4k + L;
+                     Q4_K/Q5_K: bytes sc_0..sc_7, m_0..m_7 in the low 16 */
+    __m256 fm;    /* Q4_K/Q5_K: -dmin * m_j (j = 0..7) */
     float d;
 };
 
-/* One token's super-block of activations in the weights' order (384 bytes). */
-struct kx_ka {
-    __m512i y[4]; /* Y_k, matching W_k */
-    __m256 fb;    /* Q4_K/Q5_K: d_act * float(bsums_2j + bsums_2j+1) */
-    __m256i bs;   /* Q6_K: the 16 bsums */
-    float d;      /* d_act */
+/* Super-blocks b, b + 1 of one row (b + 1 all zero past the row's end) in
+ * the micro-kernel's layout (64-byte aligned, 896 bytes). */
+struct kx_kz2 {
+    __m512i w[8];  /* W_k of b (k = 0..3), then of b + 1 */
+    __m512i sc[4]; /* SC_k: lane L words 0..3 the scale of W_k^b's lane L, 4..7 of W_k^(b+1)'s */
+    __m512 dp;     /* d of b in dwords 0, 1 of each 128-bit lane, of b + 1 in 2, 3 */
+    __m512 fm;     /* Q4_K/Q5_K: [fm of b, fm of b + 1]; Q6_K: -32 * scales as int16
+                      (lane L words 0..3: b's 4L..4L+3, words 4..7: b + 1's) */
+};
+
+/* One token's super-blocks b, b + 1 in the weights' order (640 bytes). */
+struct kx_ka2 {
+    __m512i y[8]; /* Y_k of b, then of b + 1 */
+    __m512 ap;    /* d_act laid out like kx_kz2.dp */
+    __m512 fb;    /* Q4_K/Q5_K: [fb of b, fb of b + 1], fb_j = d_act * float(bsums_2j +
+                     bsums_2j+1); Q6_K: the bsums as int16 laid out like kx_kz2.fm */
 };
 
 /* u8 x s8 dot into int32 lanes (4 products each). */
@@ -582,15 +593,9 @@ KX_INLINE void kx_kz_unpack(enum kx_kq k, const uint8_t *row, int64_t b, struct 
             o->w[2 * h] = _mm512_ternarylogic_epi32(a, m4, t0, 0xEA);
             o->w[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(a, 4), m4, t1, 0xEA);
         }
-        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
-        /* 128-bit lane L of packs(D_0, D_1) holds sub-blocks L and 4 + L, of
-         * packs(D_2, D_3) 8 + L and 12 + L (4 words each) */
-        const __m512i i01 = _mm512_set_epi16(7, 7, 7, 7, 3, 3, 3, 3, 6, 6, 6, 6, 2, 2, 2, 2, 5, 5,
-                                             5, 5, 1, 1, 1, 1, 4, 4, 4, 4, 0, 0, 0, 0);
-        const __m512i s512 = _mm512_zextsi256_si512(s16);
-        o->sc[0] = _mm512_permutexvar_epi16(i01, s512);
-        o->sc[1] = _mm512_permutexvar_epi16(_mm512_add_epi16(i01, _mm512_set1_epi16(8)), s512);
-        o->fm = _mm256_castsi256_ps(s16);
+        /* W_k's lane L is sub-block 4k + L: the scales in order */
+        o->s = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+        o->fm = _mm256_setzero_ps();
         o->d = kx_f16(x->d);
         return;
     }
@@ -628,89 +633,160 @@ KX_INLINE void kx_kz_unpack(enum kx_kq k, const uint8_t *row, int64_t b, struct 
                                             _mm512_set1_epi8(16));
         }
     const __m128i sm = kx_kz_scales4(scales);
-    /* lane L of packs(D_0, D_1): sub-blocks 0, 1 (L < 2) or 2, 3; of
-     * packs(D_2, D_3): 4, 5 or 6, 7 (4 int16 words each) */
-    const __m512i sw = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(sm));
-    o->sc[0] = _mm512_shuffle_epi8(
-        sw, _mm512_set_epi32(0x07060706, 0x07060706, 0x05040504, 0x05040504, 0x07060706, 0x07060706,
-                             0x05040504, 0x05040504, 0x03020302, 0x03020302, 0x01000100, 0x01000100,
-                             0x03020302, 0x03020302, 0x01000100, 0x01000100));
-    o->sc[1] = _mm512_shuffle_epi8(
-        sw, _mm512_set_epi32(0x0F0E0F0E, 0x0F0E0F0E, 0x0D0C0D0C, 0x0D0C0D0C, 0x0F0E0F0E, 0x0F0E0F0E,
-                             0x0D0C0D0C, 0x0D0C0D0C, 0x0B0A0B0A, 0x0B0A0B0A, 0x09080908, 0x09080908,
-                             0x0B0A0B0A, 0x0B0A0B0A, 0x09080908, 0x09080908));
+    o->s = _mm256_castsi128_si256(sm);
     o->fm = _mm256_mul_ps(_mm256_set1_ps(-kx_f16(dminh)),
                           _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))));
     o->d = kx_f16(dh);
 }
 
-/* One token's super-block a in the weights' order (see struct kx_ka). */
-KX_INLINE void kx_ka_pack(enum kx_kq k, const block_q8_K *a, struct kx_ka *o) {
-    o->d = a->d;
+/* Two unpacked super-blocks (b1 may be all zero) in the micro-kernel's layout. */
+KX_INLINE void kx_kz_pair(enum kx_kq k, const struct kx_kz *b0, const struct kx_kz *b1,
+                          struct kx_kz2 *o) {
+    for (int kk = 0; kk < 4; kk++) {
+        o->w[kk] = b0->w[kk];
+        o->w[4 + kk] = b1->w[kk];
+    }
     if (k == KX_KQ6) {
+        const __m512i z = _mm512_inserti64x4(_mm512_zextsi256_si512(b0->s), b1->s, 1);
+        /* SC_k lane L: words 4k + L (b) and 16 + 4k + L (b + 1), 4 each */
+        const __m512i idx =
+            _mm512_set_epi16(19, 19, 19, 19, 3, 3, 3, 3, 18, 18, 18, 18, 2, 2, 2, 2, 17, 17, 17, 17,
+                             1, 1, 1, 1, 16, 16, 16, 16, 0, 0, 0, 0);
         for (int kk = 0; kk < 4; kk++)
-            o->y[kk] = _mm512_loadu_si512((const void *)(a->qs + 64 * kk));
-        o->bs = _mm256_loadu_si256((const __m256i *)a->bsums);
-        o->fb = _mm256_setzero_ps();
-        return;
+            o->sc[kk] =
+                _mm512_permutexvar_epi16(_mm512_add_epi16(idx, _mm512_set1_epi16(4 * kk)), z);
+    } else {
+        /* bytes sc_0..7 of b then of b + 1 in every 128-bit lane; W_k's lanes
+         * 0, 1 hold sub-block j = 4 (k / 2) + k % 2, lanes 2, 3 j + 2; SC_k
+         * lane L takes byte j (b) and 8 + j (b + 1) as int16 words */
+        const __m512i q = _mm512_broadcast_i32x4(
+            _mm_unpacklo_epi64(_mm256_castsi256_si128(b0->s), _mm256_castsi256_si128(b1->s)));
+        for (int kk = 0; kk < 4; kk++) {
+            const int j = 4 * (kk / 2) + kk % 2;
+            const int lo = (int)(0x80008000u | (unsigned)j | (unsigned)j << 16);
+            const int lo2 = (int)(0x80008000u | (unsigned)(j + 2) | (unsigned)(j + 2) << 16);
+            const int hi = lo + 8 + (8 << 16), hi2 = lo2 + 8 + (8 << 16);
+            o->sc[kk] =
+                _mm512_shuffle_epi8(q, _mm512_set_epi32(hi2, hi2, lo2, lo2, hi2, hi2, lo2, lo2, hi,
+                                                        hi, lo, lo, hi, hi, lo, lo));
+        }
     }
-    for (int h = 0; h < 2; h++) {
-        const __m512i lo = _mm512_loadu_si512((const void *)(a->qs + 128 * h));
-        const __m512i hi = _mm512_loadu_si512((const void *)(a->qs + 128 * h + 64));
-        o->y[2 * h] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
-        o->y[2 * h + 1] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
+    o->dp = _mm512_mask_blend_ps(0xCCCC, _mm512_set1_ps(b0->d), _mm512_set1_ps(b1->d));
+    if (k == KX_KQ6) {
+        const __m512i q = _mm512_permutex2var_epi64(_mm512_zextsi256_si512(b0->s),
+                                                    _mm512_set_epi64(11, 3, 10, 2, 9, 1, 8, 0),
+                                                    _mm512_zextsi256_si512(b1->s));
+        o->fm = _mm512_castsi512_ps(_mm512_mullo_epi16(q, _mm512_set1_epi16(-32)));
+    } else {
+        o->fm = _mm512_castsi512_ps(_mm512_inserti64x4(
+            _mm512_castps_si512(_mm512_zextps256_ps512(b0->fm)), _mm256_castps_si256(b1->fm), 1));
     }
-    const __m256i s =
-        _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), _mm256_set1_epi16(1));
-    o->fb = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(a->d));
-    o->bs = _mm256_setzero_si256();
 }
 
-/* acc plus one (row, token, super-block) term. */
-KX_INLINE __m512 kx_kz_acc(enum kx_kq k, const struct kx_kz *w, const struct kx_ka *a, __m512 acc) {
-    __m512i dk[4];
-    for (int kk = 0; kk < 4; kk++)
-        dk[kk] = kx_kz_dpb(w->w[kk], a->y[kk]);
-    __m512i is = kx_kz_dpw(_mm512_setzero_si512(), _mm512_packs_epi32(dk[0], dk[1]), w->sc[0]);
-    is = kx_kz_dpw(is, _mm512_packs_epi32(dk[2], dk[3]), w->sc[1]);
-    if (k == KX_KQ6) {
-        const __m256i corr = _mm256_madd_epi16(_mm256_castps_si256(w->fm), a->bs);
-        is = _mm512_sub_epi32(is, _mm512_zextsi256_si512(_mm256_slli_epi32(corr, 5)));
+/* One token's super-blocks a[0], a[1] (a[1] only when two) in the weights' order. */
+KX_INLINE void kx_ka_pack(enum kx_kq k, const block_q8_K *a, int two, struct kx_ka2 *o) {
+    __m256i bs[2];
+    __m256 fb[2];
+    float d[2];
+    for (int h = 0; h < 2; h++) {
+        __m512i *y = o->y + 4 * h;
+        if (h == 1 && !two) {
+            for (int kk = 0; kk < 4; kk++)
+                y[kk] = _mm512_setzero_si512();
+            bs[1] = _mm256_setzero_si256();
+            fb[1] = _mm256_setzero_ps();
+            d[1] = 0.0f;
+            break;
+        }
+        const block_q8_K *x = a + h;
+        d[h] = x->d;
+        bs[h] = _mm256_loadu_si256((const __m256i *)x->bsums);
+        if (k == KX_KQ6) {
+            for (int kk = 0; kk < 4; kk++)
+                y[kk] = _mm512_loadu_si512((const void *)(x->qs + 64 * kk));
+            fb[h] = _mm256_setzero_ps();
+            continue;
+        }
+        for (int g = 0; g < 2; g++) {
+            const __m512i lo = _mm512_loadu_si512((const void *)(x->qs + 128 * g));
+            const __m512i hi = _mm512_loadu_si512((const void *)(x->qs + 128 * g + 64));
+            y[2 * g] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
+            y[2 * g + 1] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
+        }
+        fb[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs[h], _mm256_set1_epi16(1))),
+                              _mm256_set1_ps(x->d));
     }
-    const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(w->d), _mm512_set1_ps(a->d));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), dd, acc);
+    o->ap = _mm512_mask_blend_ps(0xCCCC, _mm512_set1_ps(d[0]), _mm512_set1_ps(d[1]));
+    if (k == KX_KQ6)
+        o->fb = _mm512_castsi512_ps(_mm512_permutex2var_epi64(
+            _mm512_zextsi256_si512(bs[0]), _mm512_set_epi64(11, 3, 10, 2, 9, 1, 8, 0),
+            _mm512_zextsi256_si512(bs[1])));
+    else
+        o->fb = _mm512_castsi512_ps(_mm512_inserti64x4(
+            _mm512_castps_si512(_mm512_zextps256_ps512(fb[0])), _mm256_castps_si256(fb[1]), 1));
+}
+
+/* acc plus one (row, token, super-block pair) term. */
+KX_INLINE __m512 kx_kz_acc(enum kx_kq k, const struct kx_kz2 *w, const struct kx_ka2 *a,
+                           __m512 acc) {
+    __m512i is = _mm512_setzero_si512();
+    for (int kk = 0; kk < 4; kk++) {
+        const __m512i p = _mm512_packs_epi32(kx_kz_dpb(w->w[kk], a->y[kk]),
+                                             kx_kz_dpb(w->w[4 + kk], a->y[4 + kk]));
+        is = kx_kz_dpw(is, p, w->sc[kk]);
+    }
+    if (k == KX_KQ6) /* -32 * sum_j sc_j bsums_j */
+        is = kx_kz_dpw(is, _mm512_castps_si512(a->fb), _mm512_castps_si512(w->fm));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(w->dp, a->ap), acc);
     if (k != KX_KQ6)
-        acc = _mm512_fmadd_ps(_mm512_zextps256_ps512(w->fm), _mm512_zextps256_ps512(a->fb), acc);
+        acc = _mm512_fmadd_ps(w->fm, a->fb, acc);
     return acc;
 }
 
-/* Activations packed once per decode call up to this many super-blocks
- * (24 KB of stack); longer rows pack per super-block (same values). */
-#define KX_KA_STACK 64
+/* Super-block pair p of a row (the second all zero past the row's end). */
+KX_INLINE void kx_kz_unpack2(enum kx_kq k, const uint8_t *row, int64_t nb, int64_t p,
+                             struct kx_kz2 *o) {
+    struct kx_kz u0, u1;
+    kx_kz_unpack(k, row, 2 * p, &u0);
+    if (2 * p + 1 < nb) {
+        kx_kz_unpack(k, row, 2 * p + 1, &u1);
+    } else {
+        for (int kk = 0; kk < 4; kk++)
+            u1.w[kk] = _mm512_setzero_si512();
+        u1.s = _mm256_setzero_si256();
+        u1.fm = _mm256_setzero_ps();
+        u1.d = 0.0f;
+    }
+    kx_kz_pair(k, &u0, &u1, o);
+}
+
+/* Activations packed once per decode call up to this many super-block pairs
+ * (20 KB of stack); longer rows pack per pair (same values). */
+#define KX_KA_STACK 32
 
 /* Decode: rows [r0, r1) against one token, one row at a time (see
  * KX_DECODE_ROWS), the weights unpacked in registers. */
 KX_INLINE void kx_kz_decode(enum kx_kq k, const struct kern_mat *w, const uint8_t *xq, float *y,
                             int64_t r0, int64_t r1) {
-    const int64_t nb = w->n_cols / QK_K;
+    const int64_t nb = w->n_cols / QK_K, np = (nb + 1) / 2;
     const block_q8_K *a = (const block_q8_K *)xq;
-    struct kx_ka act[KX_KA_STACK];
-    const int pre = nb <= KX_KA_STACK;
+    struct kx_ka2 act[KX_KA_STACK];
+    const int pre = np <= KX_KA_STACK;
     if (pre)
-        for (int64_t b = 0; b < nb; b++)
-            kx_ka_pack(k, a + b, &act[b]);
+        for (int64_t p = 0; p < np; p++)
+            kx_ka_pack(k, a + 2 * p, 2 * p + 1 < nb, &act[p]);
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
         __m512 acc = _mm512_setzero_ps();
-        for (int64_t b = 0; b < nb; b++) {
-            struct kx_kz wz;
-            kx_kz_unpack(k, row, b, &wz);
+        for (int64_t p = 0; p < np; p++) {
+            struct kx_kz2 wz;
+            kx_kz_unpack2(k, row, nb, p, &wz);
             if (pre) {
-                acc = kx_kz_acc(k, &wz, &act[b], acc);
+                acc = kx_kz_acc(k, &wz, &act[p], acc);
             } else {
-                struct kx_ka ab;
-                kx_ka_pack(k, a + b, &ab);
-                acc = kx_kz_acc(k, &wz, &ab, acc);
+                struct kx_ka2 ap;
+                kx_ka_pack(k, a + 2 * p, 2 * p + 1 < nb, &ap);
+                acc = kx_kz_acc(k, &wz, &ap, acc);
             }
         }
         y[r] = _mm512_reduce_add_ps(acc);
@@ -728,9 +804,9 @@ KX_INLINE void kx_kz_decode(enum kx_kq k, const struct kern_mat *w, const uint8_
 #define KX_KZ_TRMAX 4
 
 /* GEMM micro-kernel: NR rows (wq[b * tr + i]) x nt tokens (act[t * nb + b])
- * over nb super-blocks. */
-KX_INLINE void kx_kzg_tile(enum kx_kq k, const struct kx_kz *wq, int tr, int NR, int64_t nb,
-                           const struct kx_ka *act, int nt, float *out, int64_t ldy) {
+ * over nb super-block pairs. */
+KX_INLINE void kx_kzg_tile(enum kx_kq k, const struct kx_kz2 *wq, int tr, int NR, int64_t nb,
+                           const struct kx_ka2 *act, int nt, float *out, int64_t ldy) {
     __m512 acc[KX_KZ_TRMAX][4];
     for (int i = 0; i < NR; i++)
         for (int t = 0; t < nt; t++)
@@ -763,18 +839,18 @@ KX_INLINE void kx_kzg_tile(enum kx_kq k, const struct kx_kz *wq, int tr, int NR,
 
 /* Rows [r0, r1) x nt (<= KX_KG_CHUNK) packed tokens: tiles of KX_KZ_TR(k)
  * rows unpacked once into wq, then single rows; token tiles of KX_KZ_TT(k). */
-KX_INLINE void kx_kzg_rows(enum kx_kq k, const struct kern_mat *w, const struct kx_ka *act,
-                           int64_t nt, struct kx_kz *wq, float *y, int64_t ldy, int64_t r0,
+KX_INLINE void kx_kzg_rows(enum kx_kq k, const struct kern_mat *w, const struct kx_ka2 *act,
+                           int64_t nt, struct kx_kz2 *wq, float *y, int64_t ldy, int64_t r0,
                            int64_t r1) {
-    const int64_t nb = w->n_cols / QK_K;
+    const int64_t nb = (w->n_cols / QK_K + 1) / 2; /* super-block pairs */
     const int tr = KX_KZ_TR(k), tt = KX_KZ_TT(k);
     for (int64_t r = r0; r < r1; r += r + tr <= r1 ? tr : 1) {
         const int full = r + tr <= r1;
         const int NR = full ? tr : 1;
         for (int i = 0; i < NR; i++) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)(r + i) * w->row_bytes;
-            for (int64_t b = 0; b < nb; b++)
-                kx_kz_unpack(k, row, b, &wq[b * tr + i]);
+            for (int64_t p = 0; p < nb; p++)
+                kx_kz_unpack2(k, row, w->n_cols / QK_K, p, &wq[p * tr + i]);
         }
         /* The next tile's weights load from DRAM while this one computes. */
         const int64_t rn = r + NR, rn1 = rn + tr < r1 ? rn + tr : r1;
@@ -785,7 +861,7 @@ KX_INLINE void kx_kzg_rows(enum kx_kq k, const struct kern_mat *w, const struct 
                 _mm_prefetch((const char *)nx + o, _MM_HINT_T0);
         }
         for (int64_t t = 0; t < nt; t += tt) {
-            const struct kx_ka *at = act + t * nb;
+            const struct kx_ka2 *at = act + t * nb;
             float *o = y + t * ldy + r;
             const int ntt = nt - t < tt ? (int)(nt - t) : tt;
             if (full && tr == 4) {
@@ -803,19 +879,20 @@ KX_INLINE void kx_kzg_rows(enum kx_kq k, const struct kern_mat *w, const struct 
  * caller then runs decode per token, same bits). */
 static int kx_kzg_matmul(enum kx_kq k, const struct kern_mat *w, const void *xq, size_t xs,
                          int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    const int64_t nb = w->n_cols / QK_K;
-    const size_t wq_bytes = (size_t)(nb * KX_KZ_TRMAX) * sizeof(struct kx_kz);
-    uint8_t *buf = aligned_alloc(64, wq_bytes + (size_t)(KX_KG_CHUNK * nb) * sizeof(struct kx_ka));
+    const int64_t nb = w->n_cols / QK_K, np = (nb + 1) / 2;
+    const size_t wq_bytes = (size_t)(np * KX_KZ_TRMAX) * sizeof(struct kx_kz2);
+    uint8_t *buf = aligned_alloc(64, wq_bytes + (size_t)(KX_KG_CHUNK * np) * sizeof(struct kx_ka2));
     if (!buf)
         return 0;
-    struct kx_kz *wq = (struct kx_kz *)buf;
-    struct kx_ka *act = (struct kx_ka *)(buf + wq_bytes);
+    struct kx_kz2 *wq = (struct kx_kz2 *)buf;
+    struct kx_ka2 *act = (struct kx_ka2 *)(buf + wq_bytes);
     for (int64_t t0 = 0; t0 < n_tok; t0 += KX_KG_CHUNK) {
         int64_t nt = n_tok - t0 < KX_KG_CHUNK ? n_tok - t0 : KX_KG_CHUNK;
         const uint8_t *xt = (const uint8_t *)xq + (size_t)t0 * xs;
         for (int64_t t = 0; t < nt; t++)
-            for (int64_t b = 0; b < nb; b++)
-                kx_ka_pack(k, (const block_q8_K *)(xt + (size_t)t * xs) + b, &act[t * nb + b]);
+            for (int64_t p = 0; p < np; p++)
+                kx_ka_pack(k, (const block_q8_K *)(xt + (size_t)t * xs) + 2 * p, 2 * p + 1 < nb,
+                           &act[t * np + p]);
         kx_kzg_rows(k, w, act, nt, wq, y + t0 * ldy, ldy, r0, r1);
     }
     free(buf);
