@@ -47,9 +47,16 @@
 #define POOL_MAX_THREADS 1024
 /* Tasks per published descriptor; pool_run splits longer lists into batches. */
 #define POOL_MAX_TASKS 16
-/* ~8 chunks per participant: small enough for load balance between a fast
- * and a preempted worker, large enough that the cursor is not contended. */
-#define POOL_CHUNKS_PER_THREAD 8
+/* ~4 chunks per task per participant: small enough that stealing still
+ * balances a fast and a preempted worker, large enough that each kernel call
+ * streams a long contiguous run of rows. Measured (2-vCPU EPYC dev box,
+ * release, `strata run -m olmoe-1b-7b-q4_k_m.gguf --ids 1 -n 129 --temp 0
+ * --ignore-eos -t 2 --json`, gen_tok_s, binaries alternated under the bench
+ * lock, other jobs compiling): 8 -> 4 chunks: 48.2 47.0 48.0 47.8 46.5 ->
+ * 52.8 52.9 52.1 50.9 51.8; a quiet pair 61.9 -> 65.0; 8 -> 16 was worse
+ * (best of 6: 59.1 -> 56.5). For an expert's 1024 x 2048 gate that is 128
+ * rows a chunk. */
+#define POOL_CHUNKS_PER_THREAD 4
 
 enum pool_job_kind { POOL_JOB_ROWS, POOL_JOB_EACH };
 

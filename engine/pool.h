@@ -12,7 +12,7 @@
  * learns it is invited from its own ticket only); workers spin a bounded
  * budget (params.spin, STRATA_POOL_SPIN via config, default 4000) then park,
  * and a parked flag lets the caller skip the wake syscall. Rows are cut in
- * grains (>= 1 chunk per worker, ~8 per worker, floor `min_grain`, default
+ * grains (>= 1 chunk per worker, ~4 per worker, floor `min_grain`, default
  * 32 rows); each participant owns a contiguous slab of the chunks and, once
  * its slab is done, takes the others' unclaimed chunks; a job with few chunks
  * invites only that many workers. Several tasks (e.g. Q, K and V, or gate and up) share one
