@@ -794,12 +794,13 @@ KX_INLINE void kx_kz_decode(enum kx_kq k, const struct kern_mat *w, const uint8_
 }
 
 /* GEMM register tile per kind: rows x tokens, one zmm accumulator each.
- * `kernels-bench 1 1 -1 3 q4_K,q6_K 8` and `... 64` (G MAC/s, 1 thread, this
- * 2-vCPU EPYC VM, 2026-12-01), rows x tokens: q4_K 4x4 130/159, 4x2 156/187,
- * 4x3 153/194, 3x4 147/186, 2x4 147/158, 5x2 143/182, 2x8 122/124, 6x2
- * 101/111 (spills); q6_K 4x4 115/138, 3x4 134/176, 2x4 140/151, 4x2
- * 131/161, 4x3 133/167, 3x3 129/160. Q4_K/Q5_K take 4x2, Q6_K 3x4. */
-#define KX_KZ_TR(k) ((k) == KX_KQ6 ? 3 : 4)
+ * `taskset -c 1 kernels-bench 1 1 -1 5 q4_K,q6_K 8` and `... 64` (G MAC/s,
+ * 1 thread, this 2-vCPU EPYC VM, 2026-12-01, best of 2 interleaved rounds),
+ * rows x tokens: q4_K 4x2 179/221, 4x3 139/158, 3x4 126/187; q6_K 2x4
+ * 158/190, 4x2 149/189, 3x4 140/175, 3x3 127/146. (Before the super-block
+ * pairs, one block per step: q4_K 4x4 130/159, 4x2 156/187, 6x2 101/111
+ * from spills.) Q4_K/Q5_K take 4x2, Q6_K 2x4. */
+#define KX_KZ_TR(k) ((k) == KX_KQ6 ? 2 : 4)
 #define KX_KZ_TT(k) ((k) == KX_KQ6 ? 4 : 2)
 #define KX_KZ_TRMAX 4
 
@@ -866,8 +867,8 @@ KX_INLINE void kx_kzg_rows(enum kx_kq k, const struct kern_mat *w, const struct 
             const int ntt = nt - t < tt ? (int)(nt - t) : tt;
             if (full && tr == 4) {
                 KX_KZG_NT(4)
-            } else if (full && tr == 3) {
-                KX_KZG_NT(3)
+            } else if (full && tr == 2) {
+                KX_KZG_NT(2)
             } else {
                 KX_KZG_NT(1)
             }
