@@ -259,11 +259,13 @@ KX_INLINE void kx_b32_tile(enum kx_b32 k, const uint8_t *row0, size_t row_bytes,
  * -> 43-46 (plain read 43-47: bandwidth-bound before and after); n_tok = 8,
  * 2 threads: q4_0 9.7 -> 15-16 GB/s, q8_0 ~17.7 -> ~17.
  * End to end (2 threads, `flock /tmp/strata-bench.lock bench-model MODEL 2
- * 16 512 1`, old / new interleaved, 2026-12-01): llama-3.2-1b Q4_0 prefill
- * 512 tok 238-249 -> 412-418 tok/s, decode 50.6-50.8 -> 60.3-62.3 tok/s;
- * qwen3-0.6b Q8_0 prefill 358 -> 582, decode 48.9 -> 51.1; llama Q4_0 8
- * sequences (`... 2 16 64 8`) decode 111 -> 160 tok/s. `bench/cpu`
- * (STRATA=build-kb32r/cli/strata): llama-3.2-1b Q4_0 prefill 422.7 tok/s vs
+ * 32 512 1`; release builds of one tree (38681f9) with the old and the new
+ * kernels-x86.h, interleaved, 2026-12-01): llama-3.2-1b Q4_0 prefill 512
+ * tok 237-264 -> 418-430 tok/s, decode 50.7-51.6 -> 56.5-62.6 tok/s;
+ * qwen3-0.6b Q8_0 prefill 430-438 -> 581-591, decode 47-51 -> 49-51
+ * (memory-bound); llama Q4_0 8 sequences (`... 2 16 64 8`) decode 113-115
+ * -> 151-160 tok/s. `bench/cpu` (STRATA=build-kb32r/cli/strata, the box's
+ * probe 54-66 GB/s during the run): llama-3.2-1b Q4_0 prefill 422.7 tok/s vs
  * llama.cpp 295.9 (1.43x), decode 54.5 tok/s = 63% of the roofline (its
  * Q6_K output matrix is 28% of the bytes); qwen3-0.6b Q8_0 prefill 594 vs
  * 298, decode 62.7 = 68%.
