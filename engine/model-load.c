@@ -47,6 +47,7 @@ struct model_params model_params_default(void) {
 
 struct prefault_job {
     uintptr_t lo, hi; /* page-aligned start, end of the span */
+    uintptr_t first;  /* first byte of tensor data (>= lo) */
     long page;
 };
 
@@ -62,8 +63,8 @@ static void prefault_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
 #endif
     /* Kernel before 5.14 (EINVAL): one read per page; fault-around maps its neighbours. */
     uint8_t acc = 0;
-    for (uintptr_t p = a; p < b; p += (uintptr_t)j->page)
-        acc ^= *(const volatile uint8_t *)p;
+    for (uintptr_t p = a; p < b; p += (uintptr_t)j->page) /* a tensor byte of each page */
+        acc ^= *(const volatile uint8_t *)(p < j->first ? j->first : p);
     __asm__ volatile("" : : "r"(acc));
 }
 
@@ -86,7 +87,8 @@ static void prefault_weights(struct model *m) {
         return;
     if (n_phys > 0 && (uint64_t)(hi - lo) / 3 * 4 > (uint64_t)n_phys * (uint64_t)page)
         return; /* more than 3/4 of RAM: most pages would be evicted again */
-    struct prefault_job j = {.lo = lo & ~(uintptr_t)(page - 1), .hi = hi, .page = page};
+    struct prefault_job j = {
+        .lo = lo & ~(uintptr_t)(page - 1), .hi = hi, .first = lo, .page = page};
     struct pool_task t = {.fn = prefault_rows,
                           .ctx = &j,
                           .n_rows = (int64_t)((j.hi - j.lo + PREFAULT_CHUNK - 1) / PREFAULT_CHUNK),
