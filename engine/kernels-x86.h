@@ -602,7 +602,16 @@ static void kx_zd_matmul(enum kx_b32 k, const struct kern_mat *w, const void *xq
  * bit-identical to decode and to any tiling or split. The next 4-row tile is
  * prefetched during the first token tile (q4_0 64 tokens 154 -> 163 G MAC/s
  * with 4-block units, same command as above). */
-#define KX_GEMM_MIN 8
+/* Below this many tokens the decode path (kx_zd_*: 4-token passes over the
+ * rows, nothing stored) beats the GEMM's unpack-once scratch: n_tok = 8,
+ * `bench-model llama-3.2-1b-q4_0.gguf 2 16 16 8` (8 sequences) 48-51 ->
+ * 55-58 tok/s and qwen3-0.6b-q8_0 59-69 -> 92-98 with the GEMM from 16 instead
+ * of 8 (3 interleaved pairs, loaded box, 2026-12-01); at n_tok = 12 the GEMM
+ * was ahead (`kernels-bench 1 1 -1 7 q4_0,q8_0 12`: 208 / 174 vs 184 / 137 G
+ * MAC/s), so from 9. */
+#ifndef KX_GEMM_MIN
+#define KX_GEMM_MIN 9
+#endif
 #ifndef KX_ZG_UNITS
 #define KX_ZG_UNITS 16
 #endif

@@ -62,7 +62,7 @@ int kernels_supports(enum quant_type wtype);
 /* y[t*ldy + r] = dot(w row r, activation row t) for r in [r0, r1), t in [0, n_tok).
  * xq: (n_tok, xq_stride bytes) activations from kernels_quantize_act.
  * Weight blocks are unpacked once per tile of 4 tokens and stay in L1 across
- * tiles (chunked prefill is a matrix-matrix product; for n_tok >= 8 the
+ * tiles (chunked prefill is a matrix-matrix product; for n_tok >= 9 the
  * AVX-512 kinds Q4_0/Q8_0/IQ4_NL/MXFP4 take a register-blocked GEMM that
  * unpacks weights once per 32 tokens, see kernels-x86.h; Q4_K/Q5_K/Q6_K
  * likewise on AVX2 for n_tok >= 8, and on AVX-512 for every n_tok >= 2, so a
