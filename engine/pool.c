@@ -55,7 +55,12 @@
  * lock, other jobs compiling): 8 -> 4 chunks: 48.2 47.0 48.0 47.8 46.5 ->
  * 52.8 52.9 52.1 50.9 51.8; a quiet pair 61.9 -> 65.0; 8 -> 16 was worse
  * (best of 6: 59.1 -> 56.5). For an expert's 1024 x 2048 gate that is 128
- * rows a chunk. */
+ * rows a chunk. 2 chunks was within noise (olmoe median ~61.9 -> ~63.0 over
+ * 6 pairs, 4 of 6 won; llama-3.2-1b Q4_K_M 60.4 -> 61.4 best of 4) and
+ * halves the granularity of stealing from a preempted thread: not taken.
+ * Capping decode chunks at 256 KiB of weights (shorter tails for the
+ * 1-2 MB chunks of a dense FFN) was slower: llama-3.2-1b Q4_K_M best of 5
+ * 63.5 -> 59.4. */
 #define POOL_CHUNKS_PER_THREAD 4
 
 enum pool_job_kind { POOL_JOB_ROWS, POOL_JOB_EACH };
