@@ -51,14 +51,24 @@
  *     vpdpbusd/packs/vpdpwssd 44 / 72, 112 / 123; Q4_K nibbles as loaded with
  *     permuted activations 49 / 74, 132 / 113; GEMM tiles per kind (below)
  *     -, 152 / 133; super-block pairs 53 / 78, 178 / 140; Q6_K tile 2x4
- *     -, 180 / 158. n_tok = 2 / 3 / 4 / 16 before the pairs: q4_K 89 / 109 /
- *     123 / 176, q6_K 73 / 91 / 103 / 153 (decode alone ~88 for both), so
+ *     -, 180 / 158 (the figures above), then 4x2 for DRAM's sake (below):
+ *     a later round on a busier box (load 5.5; old in brackets) gave decode
+ *     q4_K 50.0 (25.7), q5_K 42.6 (24.9), q6_K 71.9 (45.0); n_tok = 8 160
+ *     (105), 147 (96), 146 (103); n_tok = 64 203 (130), 198 (123), 193 (131).
+ *     n_tok = 2 / 3 / 4 / 16 before the pairs: q4_K 89 / 109 / 123 / 176,
+ *     q6_K 73 / 91 / 103 / 153 (decode alone ~88 for both), so
  *     the GEMM runs from 2 tokens: each weight is read once per call.
  *   `kernels-bench 256 2 -1 3 q4_K,q6_K 8` (DRAM, before the pairs; a plain
  *     read of the same bytes in brackets): decode 1 thread q4_K 24.2 -> 32.8
  *     GB/s (33-35), q6_K 32.3 -> 32.6 (32-35); 2 threads q4_K 47.8 -> 61.0
  *     (68-70), q6_K 59.2 -> 66.4 (68-69), i.e. 90-98% of the read; n_tok =
- *     8, 2 threads: q4_K 153 -> 233 G MAC/s, q6_K 155 -> 190.
+ *     8, 2 threads: q4_K 153 -> 233 G MAC/s, q6_K 155 -> 190. With the
+ *     pairs (busier box): decode 1 thread q4_K 23.7 -> 31.4 (33), q6_K 29.5
+ *     -> 32.0 (33); 2 threads q4_K 48.6 -> 62.9 (64), q6_K 56.7 -> 65.0
+ *     (58); n_tok = 8 q4_K 151 -> 206, q6_K (2x4 tile) 153 -> 158.
+ *   `STRATA=build-kqr/cli/strata bench/cpu` (one run each, busy box),
+ *     llama-3.2-1b Q4_K_M: decode 54.0 -> 61.4 tok/s, prefill 220 -> 289
+ *     tok/s (llama.cpp 190-192: 1.16 -> 1.51x).
  *   `bench-model llama-3.2-1b-q4_k_m.gguf 2 16 64 8` (8 sequences, 2
  *     threads, best of 3): 64.1 -> 54.1-56.5 ms/step; `... 2 16 512 1`
  *     (prefill 512 tokens, best of 2): 225 -> 287 tok/s. Decode of one
@@ -358,9 +368,12 @@ KX_INLINE void kx_kz_decode(enum kx_kq k, const struct kern_mat *w, const uint8_
  * rows x tokens: q4_K 4x2 179/221, 4x3 139/158, 3x4 126/187; q6_K 2x4
  * 158/190, 4x2 149/189, 3x4 140/175, 3x3 127/146. (Before the super-block
  * pairs, one block per step: q4_K 4x4 130/159, 4x2 156/187, 6x2 101/111
- * from spills.) Q4_K/Q5_K take 4x2, Q6_K 2x4. */
-#define KX_KZ_TR(k) ((k) == KX_KQ6 ? 2 : 4)
-#define KX_KZ_TT(k) ((k) == KX_KQ6 ? 4 : 2)
+ * from spills.) From DRAM (`kernels-bench 256 2 -1 3 q6_K 8`, 2 threads,
+ * 3 interleaved rounds on a busy box) q6_K 4x2 beat 2x4 every time: 172 /
+ * 81 / 79 against 127 / 54 / 71 G MAC/s (the next tile's prefetch covers 4
+ * rows instead of 2). Both kinds take 4x2. */
+#define KX_KZ_TR(k) 4
+#define KX_KZ_TT(k) 2
 #define KX_KZ_TRMAX 4
 
 /* GEMM micro-kernel: NR rows (wq[b * tr + i]) x nt tokens (act[t * nb + b])
