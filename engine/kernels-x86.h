@@ -472,14 +472,29 @@ KX_INLINE __m512 kx_zu_fma(enum kx_b32 k, const __m512i w[4], __m512 dx, const _
                            acc);
 }
 
-/* Software prefetch distance of the b32 decode rows (0 = off, the default):
- * 2048 B gave +0-10% on `kernels-bench 256 2 -1 3 q4_0,q8_0 8` (2 threads,
- * DRAM, within the box's noise) and nothing measurable on `bench-model
- * llama-3.2-1b-q4_0.gguf 2 48 16 1` decode (0 / 2048 / 4096 B: 54.9 / 51.9 /
- * 54.9 then 54.8 / 56.2 / 57.0 tok/s, interleaved), so the hardware
- * prefetchers are left alone. */
+/* Software prefetch of the b32 decode rows: every cache line of the weights
+ * KX_ZD_PF_BYTES ahead of the unit being decoded, as prefetchnta (0 = off).
+ * The hardware prefetchers alone left decode ~10% under a plain read of the
+ * same bytes; a prefetch per line several KB ahead closes that, nearer ones
+ * (256 B-4 KB, either hint) do nothing or hurt, and NTA beats T0 at every
+ * distance tried. This 2-vCPU EPYC (Zen 5) VM, release build, runtime
+ * distance/hint variants interleaved in one process,
+ * `flock /tmp/strata-bench.lock kernels-bench 384 2 -1 6 q4_0,q8_0,iq4_nl 1`
+ * (2026-12-01 ~02:05; bench/roofline.c in the same locked run: 2 threads
+ * 56-67, 1 thread 31-35 GB/s), best of 6, GB/s 1 thread / 2 threads:
+ *   q4_0    off 32.5 / 46.0   8 KB NTA 37.5 / 53.4   16 KB NTA 37.8 / 53.8
+ *           32 KB NTA 40.2 / 53.1   8 KB T0 36.3 / 49.9   16 KB T0 33.3 / 50.0
+ *   q8_0    off 35.2 / 47.3   8 KB NTA 43.4 / 52.1   16 KB NTA 44.2 / 52.7
+ *           32 KB NTA 42.8 / 54.0   8 KB T0 41.8 / 51.6
+ *   iq4_nl  off 32.0 / 45.2   8 KB NTA 31.6 / 52.8 (1 thread is compute-bound)
+ *   (the same bench's probe loop over the same bytes, 2 threads: 51-52);
+ * an earlier run with the second core busy (2 threads = 1 thread): q4_0
+ * off 30.9, 2 KB NTA 27.5, 4 KB NTA 29.7, 8 KB NTA 33.9, 16 KB NTA 33.8;
+ * q8_0 off 31.3, 4 KB NTA 29.8, 8 KB NTA 33.6, 8 KB T1/T2 31.8/33.3.
+ * 8 KB: as good as 16-32 KB and the least fetched past a chunk's last row.
+ * Prefetches past the end of the mapping are harmless (no fault). */
 #ifndef KX_ZD_PF_BYTES
-#define KX_ZD_PF_BYTES 0
+#define KX_ZD_PF_BYTES 8192
 #endif
 /* Decode and small batches: one row, nt (<= KX_TILE, compile-time) tokens of
  * packed activations act[(t * U + u) * avec]; each weight unit is decoded
@@ -496,8 +511,10 @@ KX_INLINE void kx_zd_row(enum kx_b32 k, const uint8_t *row, int64_t nb, const __
     for (int64_t u = 0; u < full; u++) {
         __m512i w[4];
         __m512 dx;
-        if (KX_ZD_PF_BYTES > 0)
-            _mm_prefetch((const char *)row + (size_t)u * ub + KX_ZD_PF_BYTES, _MM_HINT_T0);
+        /* one prefetch per 64 bytes of the unit: the units are contiguous,
+         * so consecutive prefetches are <= 64 bytes apart and hit every line */
+        for (size_t o = 0; KX_ZD_PF_BYTES > 0 && o < ub; o += 64)
+            _mm_prefetch((const char *)row + (size_t)u * ub + KX_ZD_PF_BYTES + o, _MM_HINT_NTA);
         kx_zu_weights(k, row + (size_t)u * ub, w, &dx);
         for (int t = 0; t < nt; t++)
             acc[t] = kx_zu_fma(k, w, dx, act + (size_t)(t * U + u) * (size_t)V, acc[t]);
