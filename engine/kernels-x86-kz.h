@@ -66,6 +66,14 @@
  *     pairs (busier box): decode 1 thread q4_K 23.7 -> 31.4 (33), q6_K 29.5
  *     -> 32.0 (33); 2 threads q4_K 48.6 -> 62.9 (64), q6_K 56.7 -> 65.0
  *     (58); n_tok = 8 q4_K 151 -> 206, q6_K (2x4 tile) 153 -> 158.
+ *   Same L2 bench forced to avx512 (no VNNI, isa 2): decode q4_K 25.9 ->
+ *     46.3, q6_K 45.7 -> 66.3 GB/s; n_tok = 8 99 -> 115, 98 -> 106 G MAC/s.
+ *     avx2 (isa 1) unchanged: 24.5 / 38.8 GB/s, 65 / 62 G MAC/s.
+ *   One tree (HEAD 169a18e) with old vs new K kernels, `bench-model
+ *     llama-3.2-1b-q4_k_m.gguf 2 16 64 8` (8 sequences, best of 3): 66.1
+ *     -> 57.5 ms/step (121 -> 139 tok/s; perf: 88% of the step is still
+ *     kx_matmul_q4_K 55% + kx_matmul_q6_K 34%, Q8_K quantization 3%);
+ *     `... 2 32 512 1`: prefill 217 -> 271 tok/s.
  *   `STRATA=build-kqr/cli/strata bench/cpu` (one run each, busy box),
  *     llama-3.2-1b Q4_K_M: decode 54.0 -> 61.4 tok/s, prefill 220 -> 289
  *     tok/s (llama.cpp 190-192: 1.16 -> 1.51x).
