@@ -52,6 +52,25 @@ static void matmul_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
     kernels_matmul(j->w, j->xq, j->xq_stride, j->n_tok, j->y, j->ldy, r0, r1);
 }
 
+/* Decode matmuls (n_tok < CPU_GEMM_TOK) cap a chunk at CPU_CHUNK_BYTES of
+ * weights, so that when one thread has finished the other is at most that
+ * far from the end: 4 chunks a thread made 27 MB chunks of llama-3.2-1b's
+ * 128k-row Q6_K output matrix (~1 ms of streaming each). Measured (dev box,
+ * `strata run --ids 1 -n 65 -t 2`, alternated pairs under the bench lock with
+ * no compiler running, gen_tok_s uncapped/capped): llama-3.2-1b Q4_K_M 61.1/61.7
+ * 60.8/62.1; Q4_0 52.0/50.1 52.5/54.4 54.2/54.3; olmoe (-n 129) 49.6/47.4
+ * 50.4/49.9 49.7/50.2: within noise, kept because it bounds the tail. A 256 KiB
+ * cap was slower (pool.c). */
+#define CPU_CHUNK_BYTES ((size_t)4 << 20)
+#define CPU_GEMM_TOK 8
+
+static int64_t decode_max_grain(const struct backend_matmul *j) {
+    if (j->n_tok >= CPU_GEMM_TOK || j->w->row_bytes == 0)
+        return 0;
+    int64_t g = (int64_t)(CPU_CHUNK_BYTES / (j->w->row_bytes * (size_t)j->n_tok));
+    return g < 32 ? 32 : g;
+}
+
 static void cpu_matmul(void *ctx, const struct backend_matmul *jobs, int n_jobs) {
     struct pool_task stack[16];
     struct pool_task *t = n_jobs <= 16 ? stack : malloc((size_t)n_jobs * sizeof *t);
@@ -65,7 +84,8 @@ static void cpu_matmul(void *ctx, const struct backend_matmul *jobs, int n_jobs)
         t[i] = (struct pool_task){.fn = matmul_rows,
                                   .ctx = (void *)&jobs[i],
                                   .n_rows = jobs[i].w->n_rows,
-                                  .min_grain = 0};
+                                  .min_grain = 0,
+                                  .max_grain = decode_max_grain(&jobs[i])};
         work += (uint64_t)jobs[i].w->n_rows * jobs[i].w->row_bytes * (uint64_t)jobs[i].n_tok;
     }
     if (work < CPU_INLINE_MATMUL_BYTES) {

@@ -347,7 +347,7 @@ int pool_run(struct pool *p, const struct pool_task *tasks, int n_tasks) {
     if (n_tasks < 0 || (n_tasks > 0 && !tasks))
         return STRATA_E_INVALID;
     for (int i = 0; i < n_tasks; i++)
-        if (!tasks[i].fn || tasks[i].n_rows < 0 || tasks[i].min_grain < 0)
+        if (!tasks[i].fn || tasks[i].n_rows < 0 || tasks[i].min_grain < 0 || tasks[i].max_grain < 0)
             return STRATA_E_INVALID;
     enter_dispatch(p);
     for (int base = 0; base < n_tasks; base += POOL_MAX_TASKS) {
@@ -364,6 +364,8 @@ int pool_run(struct pool *p, const struct pool_task *tasks, int n_tasks) {
             int64_t g = (t->n_rows + want - 1) / want;
             if (g < floor_rows)
                 g = floor_rows;
+            if (t->max_grain > 0 && g > t->max_grain)
+                g = t->max_grain;
             job->grain[i] = g;
             job->chunk_begin[i + 1] = job->chunk_begin[i] + (t->n_rows + g - 1) / g;
         }

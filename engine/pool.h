@@ -45,6 +45,8 @@ struct pool_task {
     void *ctx; /* borrowed for the duration of pool_run */
     int64_t n_rows;
     int64_t min_grain; /* 0 = pool default */
+    int64_t max_grain; /* 0 = none; else most rows per chunk (wins over min_grain);
+                          backend-cpu caps decode matmul chunks at 4 MiB of weights */
     /* NUMA seam (optional; not implemented yet, leave n_groups = 0).
      * A two-node split will set n_groups = 2 and group_bounds = {0, b, n_rows}
      * (borrowed, n_groups + 1 ascending row boundaries): rows [bounds[g],

@@ -268,6 +268,49 @@ START_TEST(test_limited_rows_stress) {
 }
 END_TEST
 
+/* max_grain caps the rows of every chunk (it wins over min_grain); rows stay
+ * exactly once; a negative cap is refused. */
+struct span_ctx {
+    struct rows_ctx rows;
+    _Atomic int64_t max_span;
+};
+
+static void span_fn(void *vctx, int64_t r0, int64_t r1, int worker) {
+    struct span_ctx *c = vctx;
+    rows_fn(&c->rows, r0, r1, worker);
+    int64_t m = atomic_load(&c->max_span);
+    while (r1 - r0 > m && !atomic_compare_exchange_weak(&c->max_span, &m, r1 - r0)) {
+    }
+}
+
+START_TEST(test_max_grain) {
+    static const int64_t caps[] = {1, 7, 32, 100, 5000};
+    for (int nt = 1; nt <= 3; nt++) {
+        struct pool_params pp = pool_params_default();
+        pp.n_threads = nt;
+        struct pool *p = pool_init(&pp, NULL);
+        ck_assert_ptr_nonnull(p);
+        for (size_t k = 0; k < sizeof caps / sizeof caps[0]; k++) {
+            enum { N = 4099 };
+            static _Atomic int hits[N];
+            for (int64_t r = 0; r < N; r++)
+                atomic_store(&hits[r], 0);
+            struct span_ctx c = {.rows = {.hits = hits, .n_rows = N}};
+            struct pool_task t = {
+                .fn = span_fn, .ctx = &c, .n_rows = N, .min_grain = 64, .max_grain = caps[k]};
+            ck_assert_int_eq(pool_run(p, &t, 1), 0);
+            ck_assert_int_eq(atomic_load(&c.rows.bad), 0);
+            for (int64_t r = 0; r < N; r++)
+                ck_assert_int_eq(atomic_load(&hits[r]), 1);
+            ck_assert_int_le(atomic_load(&c.max_span), caps[k]);
+        }
+        struct pool_task bad = {.fn = span_fn, .ctx = NULL, .n_rows = 10, .max_grain = -1};
+        ck_assert_int_eq(pool_run(p, &bad, 1), STRATA_E_INVALID);
+        pool_free(p);
+    }
+}
+END_TEST
+
 /* Parked workers (spin 0) are often revoked: the caller takes every chunk
  * before they wake, and a late worker must then skip that job and still run
  * the next one it is invited to. Rows stay exactly once. */
@@ -425,6 +468,7 @@ static Suite *pool_suite(void) {
     tcase_add_test(tc, test_limited_rows_stress);
     tcase_add_test(tc, test_park_and_wake);
     tcase_add_test(tc, test_revoked_workers);
+    tcase_add_test(tc, test_max_grain);
     tcase_add_test(tc, test_matmul_bit_identical);
     suite_add_tcase(s, tc);
     return s;
