@@ -11,7 +11,14 @@
  * nobody preempted). MB=1 keeps the matrix in L2: the kernel's compute
  * ceiling; MB=128 is far beyond the 32 MB L3: the memory stream.
  * Prints, per type: GB/s of weights streamed for n_tok = 1 (decode) with one
- * thread and with `threads` threads, and tokens*rows/s for n_tok = 8. */
+ * thread and with `threads` threads, and tokens*rows/s for n_tok = 8. Beside
+ * each decode figure, reads of the same bytes measured in the same rounds
+ * (each rep runs every measurement once, so they share the minute's
+ * bandwidth): "plain read" (4 mixed accumulators through the pool's row
+ * chunks), "8-acc" (bench/roofline.c's loop through the pool), "probe"
+ * (that loop over contiguous 1/n slices, all participants started by one
+ * dispatch: bench/roofline.c on these bytes) with decode as a multiple of
+ * it, and "probe+pf" (the probe with the decode kernels' prefetch). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +98,28 @@ static void read_rows8(void *vctx, int64_t r0, int64_t r1, int worker) {
     j->sink[(worker & 7) * 8] += a0 ^ a1 ^ a2 ^ a3 ^ a4 ^ a5 ^ a6 ^ a7;
 }
 
+/* read_rows8 with the decode kernels' software prefetch (every line 8 KB
+ * ahead, non-temporal): what one core can stream when it does not rely on
+ * the hardware prefetchers alone. */
+static void read_rows8_pf(void *vctx, int64_t r0, int64_t r1, int worker) {
+    struct read_job *j = vctx;
+    const uint64_t *p = (const uint64_t *)(j->data + (size_t)r0 * j->row_bytes);
+    size_t n = (size_t)(r1 - r0) * j->row_bytes / 8 & ~(size_t)7;
+    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+    for (size_t i = 0; i < n; i += 8) {
+        __builtin_prefetch((const char *)(p + i) + 8192, 0, 0);
+        a0 += p[i];
+        a1 += p[i + 1];
+        a2 += p[i + 2];
+        a3 += p[i + 3];
+        a4 += p[i + 4];
+        a5 += p[i + 5];
+        a6 += p[i + 6];
+        a7 += p[i + 7];
+    }
+    j->sink[(worker & 7) * 8] += a0 ^ a1 ^ a2 ^ a3 ^ a4 ^ a5 ^ a6 ^ a7;
+}
+
 /* The probe itself on the same bytes: participant w of n streams the w-th
  * contiguous 1/n of them with read_rows8's loop (pool_run_each: all start at
  * one dispatch, as the probe's threads leave one barrier). */
@@ -98,17 +127,18 @@ struct probe_job {
     struct read_job *rj;
     int64_t n_rows;
     int n;
+    int pf; /* 1: read_rows8_pf */
 };
 
 static void probe_each(void *vctx, int worker) {
     struct probe_job *pj = vctx;
     int64_t r0 = pj->n_rows * worker / pj->n, r1 = pj->n_rows * (worker + 1) / pj->n;
     if (r1 > r0)
-        read_rows8(pj->rj, r0, r1, worker);
+        (pj->pf ? read_rows8_pf : read_rows8)(pj->rj, r0, r1, worker);
 }
 
-static double run_probe(struct pool *p, struct read_job *j, int64_t n_rows, int n) {
-    struct probe_job pj = {j, n_rows, n};
+static double run_probe(struct pool *p, struct read_job *j, int64_t n_rows, int n, int pf) {
+    struct probe_job pj = {j, n_rows, n, pf};
     double t0 = now_s();
     pool_run_each(p, probe_each, &pj, n);
     return now_s() - t0;
@@ -241,26 +271,28 @@ int main(int argc, char **argv) {
         struct read_job rj = {.data = w, .row_bytes = rb};
         /* One round per rep, each measurement once in turn, so all of them
          * see the same minute of the shared box's bandwidth. */
-        double t1 = 1e30, tn = 1e30, rd1 = 1e30, rdn = 1e30, r8n = 1e30, pr1 = 1e30, prn = 1e30;
+        double t1 = 1e30, tn = 1e30, rd1 = 1e30, rdn = 1e30, r8n = 1e30, pr1 = 1e30, prn = 1e30,
+               pf1 = 1e30, pfn = 1e30;
         for (int rep = 0; rep < reps; rep++) {
             t1 = fmin(t1, run(p1, &j, 1));
             tn = fmin(tn, run(pn, &j, 1));
             rd1 = fmin(rd1, run_read(p1, &rj, n_rows, 1));
             rdn = fmin(rdn, run_read(pn, &rj, n_rows, 1));
             r8n = fmin(r8n, run_read8(pn, &rj, n_rows));
-            pr1 = fmin(pr1, run_probe(p1, &rj, n_rows, 1));
-            prn = fmin(prn, run_probe(pn, &rj, n_rows, nt));
+            pr1 = fmin(pr1, run_probe(p1, &rj, n_rows, 1, 0));
+            prn = fmin(prn, run_probe(pn, &rj, n_rows, nt, 0));
+            pf1 = fmin(pf1, run_probe(p1, &rj, n_rows, 1, 1));
+            pfn = fmin(pfn, run_probe(pn, &rj, n_rows, nt, 1));
         }
         j.n_tok = ntok;
         double t8 = run(pn, &j, reps);
-        printf(
-            "%-7s decode 1 thread %5.1f GB/s (plain read %5.1f, probe %5.1f: %.2fx)  %d threads "
-            "%5.1f GB/s (plain read %5.1f, 8-acc %5.1f, probe %5.1f: %.2fx)  n_tok=%d %d threads "
-            "%5.1f GB/s (%.0f M row-tok/s, %.0f GMAC/s)\n",
-            quant_type_name(t), bytes / t1 / 1e9, bytes / rd1 / 1e9, bytes / pr1 / 1e9, pr1 / t1,
-            nt, bytes / tn / 1e9, bytes / rdn / 1e9, bytes / r8n / 1e9, bytes / prn / 1e9, prn / tn,
-            ntok, nt, bytes / t8 / 1e9, ntok * (double)n_rows / t8 / 1e6,
-            ntok * (double)n_rows * (double)n_cols / t8 / 1e9);
+        printf("%-7s decode 1 thread %5.1f GB/s (plain read %5.1f, probe %5.1f: %.2fx, probe+pf "
+               "%5.1f)  %d threads %5.1f GB/s (plain read %5.1f, 8-acc %5.1f, probe %5.1f: %.2fx, "
+               "probe+pf %5.1f)  n_tok=%d %d threads %5.1f GB/s (%.0f M row-tok/s, %.0f GMAC/s)\n",
+               quant_type_name(t), bytes / t1 / 1e9, bytes / rd1 / 1e9, bytes / pr1 / 1e9, pr1 / t1,
+               bytes / pf1 / 1e9, nt, bytes / tn / 1e9, bytes / rdn / 1e9, bytes / r8n / 1e9,
+               bytes / prn / 1e9, prn / tn, bytes / pfn / 1e9, ntok, nt, bytes / t8 / 1e9,
+               ntok * (double)n_rows / t8 / 1e6, ntok * (double)n_rows * (double)n_cols / t8 / 1e9);
         fflush(stdout);
         free(w);
         free(x);
