@@ -39,8 +39,56 @@
 #ifndef KX_DECODE_ROWS
 #define KX_DECODE_ROWS 1
 #endif
-/* Software prefetch distance into each weight row, in bytes (0 = off). With
- * one row per decode tile the hardware prefetchers do better alone: 512 MB,
+/* Software prefetch of the b32 decode rows (kx_zd_row on AVX-512: every 64
+ * bytes of each 8-block unit; 1 x 1 tiles of the 256-bit path: every second
+ * block), KX_DECODE_PF_BYTES ahead of the bytes being decoded, as
+ * prefetchnta (0 = off). With the hardware prefetchers alone decode ran
+ * ~10% under a plain read of the same bytes; a prefetch per line several KB
+ * ahead puts it 1.1-1.35x above bench/roofline.c's loop (which has no
+ * software prefetch: the probe is not the box's ceiling), nearer ones
+ * (256 B-4 KB, either hint) do nothing or hurt, and NTA beats T0 at every
+ * distance tried. This 2-vCPU EPYC (Zen 5) VM, release build, runtime
+ * distance/hint variants interleaved in one process,
+ * `flock /tmp/strata-bench.lock kernels-bench 384 2 -1 6 q4_0,q8_0,iq4_nl 1`
+ * (2026-12-01 ~02:05; bench/roofline.c in the same locked run: 2 threads
+ * 56-67, 1 thread 31-35 GB/s), best of 6, GB/s 1 thread / 2 threads:
+ *   q4_0    off 32.5 / 46.0   8 KB NTA 37.5 / 53.4   16 KB NTA 37.8 / 53.8
+ *           32 KB NTA 40.2 / 53.1   8 KB T0 36.3 / 49.9   16 KB T0 33.3 / 50.0
+ *   q8_0    off 35.2 / 47.3   8 KB NTA 43.4 / 52.1   16 KB NTA 44.2 / 52.7
+ *           32 KB NTA 42.8 / 54.0   8 KB T0 41.8 / 51.6
+ *   iq4_nl  off 32.0 / 45.2   8 KB NTA 31.6 / 52.8 (1 thread is compute-bound)
+ *   (the same bench's probe loop over the same bytes, 2 threads: 51-52);
+ * an earlier run with the second core busy (2 threads = 1 thread): q4_0
+ * off 30.9, 2 KB NTA 27.5, 4 KB NTA 29.7, 8 KB NTA 33.9, 16 KB NTA 33.8;
+ * q8_0 off 31.3, 4 KB NTA 29.8, 8 KB NTA 33.6, 8 KB T1/T2 31.8/33.3.
+ * 8 KB: as good as 16-32 KB and the least fetched past a chunk's last row.
+ * Prefetches past the end of the mapping are harmless (no fault).
+ * The 256-bit path (AVX2, and Q8_0 / IQ4_NL on AVX-512 without VNNI), one
+ * prefetch per two blocks, 8 KB NTA vs off (`kernels-bench 256 2 ISA 4
+ * q8_0,iq4_nl 1`, two interleaved rounds): q8_0 avx2 30.2-32.2 -> 42.0 /
+ * 42.7-44.9 -> 53.3-54.3 GB/s (1 / 2 threads; probe loop 37 / 45-48), q8_0
+ * avx512 30.8-32.3 -> 39.5-40.8 / 42.3-44.2 -> 52.2-53.0; iq4_nl (compute-
+ * bound at ~15.5 / 29-31) unchanged.
+ * Against the probe, same locked run (`kernels-bench 384 2 -1 5
+ * q4_0,q8_0,q4_K 1`, 02:06; bench/roofline.c 44-53 GB/s 2 threads, 33-34
+ * 1 thread): decode q4_0 42.3 / 51.6, q8_0 42.7 / 53.2 GB/s = 1.34-1.36x /
+ * 1.17-1.21x the probe loop on the same bytes (31.6 / 44); q4_K (no
+ * prefetch) 31.3 / 43.4 = 0.96-0.97x. The pool's "plain read" was under the
+ * probe only by its loop (4 add/xor accumulators: 41.9 vs 43.6-43.9 for the
+ * probe's 8-add loop through the pool's chunks or as contiguous halves, so
+ * the chunking costs nothing); bench/roofline.c built -march=native reads
+ * with one 64-byte load per line, 35.5-36.1 vs 32.0-32.2 GB/s for its SSE2
+ * build (1 thread, interleaved).
+ * End to end (`bench-model MODEL 2 48 16 1`, one tree old vs new
+ * kernels-x86.h, 3 interleaved pairs): llama-3.2-1b Q4_0 decode 50.8-53.4
+ * -> 56.5-59.8 tok/s (probe 45-46 GB/s: 763 MB x 59.8 = 45.6 GB/s);
+ * qwen3-0.6b Q8_0 19.8-22.2 -> 24.3-26.3 (a busy minute, probe 28-29). */
+#ifndef KX_DECODE_PF_BYTES
+#define KX_DECODE_PF_BYTES 8192
+#endif
+/* Software prefetch distance into each weight row for the 256-bit tiles
+ * other than decode's 1 x 1 (and the AVX2 K-quant path), in bytes (0 = off).
+ * Measured with one row per decode tile, T0, short distances only: 512 MB,
  * 1 thread, quietest of 3 interleaved rounds, GB/s q4_0/q8_0/q4_K/q6_K:
  * off 21.9/30.0/21.4/28.0, 256 B 21.3/29.6/21.0/27.6, 512 B 18.8/21.2/18.4/
  * 21.7, 2048 B 21.2/25.9/21.0/22.6 (built with -DKX_PF_BYTES=N). Kept as a
@@ -163,8 +211,12 @@ KX_INLINE void kx_b32_step(enum kx_b32 k, const uint8_t *row0, size_t row_bytes,
     for (int i = 0; i < NR; i++) {
         float dx;
         const uint8_t *blk = row0 + (size_t)i * row_bytes + (size_t)b * bsz;
-        if (!(b & 1))
-            kx_prefetch(blk);
+        if (!(b & 1)) {
+            if (NR == 1 && nt == 1 && KX_DECODE_PF_BYTES > 0)
+                _mm_prefetch((const char *)blk + KX_DECODE_PF_BYTES, _MM_HINT_NTA);
+            else
+                kx_prefetch(blk);
+        }
         __m256i q = kx_b32_decode(k, blk, table, &dx);
         for (int t = 0; t < nt; t++) {
             __m256i s = kx_b32_dot(k, q, yv[t], ys8[t]);
@@ -472,30 +524,6 @@ KX_INLINE __m512 kx_zu_fma(enum kx_b32 k, const __m512i w[4], __m512 dx, const _
                            acc);
 }
 
-/* Software prefetch of the b32 decode rows: every cache line of the weights
- * KX_ZD_PF_BYTES ahead of the unit being decoded, as prefetchnta (0 = off).
- * The hardware prefetchers alone left decode ~10% under a plain read of the
- * same bytes; a prefetch per line several KB ahead closes that, nearer ones
- * (256 B-4 KB, either hint) do nothing or hurt, and NTA beats T0 at every
- * distance tried. This 2-vCPU EPYC (Zen 5) VM, release build, runtime
- * distance/hint variants interleaved in one process,
- * `flock /tmp/strata-bench.lock kernels-bench 384 2 -1 6 q4_0,q8_0,iq4_nl 1`
- * (2026-12-01 ~02:05; bench/roofline.c in the same locked run: 2 threads
- * 56-67, 1 thread 31-35 GB/s), best of 6, GB/s 1 thread / 2 threads:
- *   q4_0    off 32.5 / 46.0   8 KB NTA 37.5 / 53.4   16 KB NTA 37.8 / 53.8
- *           32 KB NTA 40.2 / 53.1   8 KB T0 36.3 / 49.9   16 KB T0 33.3 / 50.0
- *   q8_0    off 35.2 / 47.3   8 KB NTA 43.4 / 52.1   16 KB NTA 44.2 / 52.7
- *           32 KB NTA 42.8 / 54.0   8 KB T0 41.8 / 51.6
- *   iq4_nl  off 32.0 / 45.2   8 KB NTA 31.6 / 52.8 (1 thread is compute-bound)
- *   (the same bench's probe loop over the same bytes, 2 threads: 51-52);
- * an earlier run with the second core busy (2 threads = 1 thread): q4_0
- * off 30.9, 2 KB NTA 27.5, 4 KB NTA 29.7, 8 KB NTA 33.9, 16 KB NTA 33.8;
- * q8_0 off 31.3, 4 KB NTA 29.8, 8 KB NTA 33.6, 8 KB T1/T2 31.8/33.3.
- * 8 KB: as good as 16-32 KB and the least fetched past a chunk's last row.
- * Prefetches past the end of the mapping are harmless (no fault). */
-#ifndef KX_ZD_PF_BYTES
-#define KX_ZD_PF_BYTES 8192
-#endif
 /* Decode and small batches: one row, nt (<= KX_TILE, compile-time) tokens of
  * packed activations act[(t * U + u) * avec]; each weight unit is decoded
  * once and used for the nt tokens. One accumulator chain per (row, token):
@@ -513,8 +541,8 @@ KX_INLINE void kx_zd_row(enum kx_b32 k, const uint8_t *row, int64_t nb, const __
         __m512 dx;
         /* one prefetch per 64 bytes of the unit: the units are contiguous,
          * so consecutive prefetches are <= 64 bytes apart and hit every line */
-        for (size_t o = 0; KX_ZD_PF_BYTES > 0 && o < ub; o += 64)
-            _mm_prefetch((const char *)row + (size_t)u * ub + KX_ZD_PF_BYTES + o, _MM_HINT_NTA);
+        for (size_t o = 0; KX_DECODE_PF_BYTES > 0 && o < ub; o += 64)
+            _mm_prefetch((const char *)row + (size_t)u * ub + KX_DECODE_PF_BYTES + o, _MM_HINT_NTA);
         kx_zu_weights(k, row + (size_t)u * ub, w, &dx);
         for (int t = 0; t < nt; t++)
             acc[t] = kx_zu_fma(k, w, dx, act + (size_t)(t * U + u) * (size_t)V, acc[t]);
