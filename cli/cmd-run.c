@@ -95,6 +95,7 @@ static bool arg_float(const char *s, float *out) {
 static int parse_args(int argc, char **argv, struct run_opts *o) {
     *o = (struct run_opts){.n_gen = 128};
     o->sp = sampler_params_default();
+    o->sp.want_logprob = false; /* run prints no logprobs */
     o->sp.temperature = 0.8f;
     o->sp.top_k = 40;
     o->sp.top_p = 0.95f;

@@ -63,6 +63,9 @@ struct sampler_params {
     int penalty_last_n;              /* window of accepted tokens the penalties see. default 64 */
     uint64_t seed;                   /* PRNG seed */
     int n_top_logprobs;              /* alternatives to report, 0..SAMPLER_MAX_TOP_LOGPROBS */
+    bool want_logprob;               /* fill result.logprob (default true); false with
+                                        n_top_logprobs 0 skips the log-sum-exp over the
+                                        vocabulary (result.logprob is then NAN) */
     const struct sampler_bias *bias; /* borrowed for sampler_init only (copied); may be NULL */
     int n_bias;
 };

@@ -425,6 +425,7 @@ int openai_parse(const struct gen_submit *req, const char *model_id, int n_vocab
         goto fail;
     }
     out->sp.n_top_logprobs = out->logprobs ? out->top_logprobs : 0;
+    out->sp.want_logprob = out->logprobs;
     return 0;
 fail:
     openai_request_free(out);

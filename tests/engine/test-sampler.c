@@ -87,6 +87,41 @@ START_TEST(seed_determinism) {
 }
 END_TEST
 
+START_TEST(logprob_off_same_picks) {
+    /* want_logprob = false only skips the log-sum-exp: the same picks (greedy
+     * and seeded draws), logprob NAN; top_logprobs still force it on. */
+    float l[64];
+    for (int i = 0; i < 64; i++)
+        l[i] = (float)((i * 37) % 64) * 0.05f;
+    for (int greedy = 0; greedy < 2; greedy++) {
+        struct sampler_params p = sampler_params_default();
+        p.temperature = greedy ? 0.0f : 0.9f;
+        p.seed = 99;
+        struct sampler *on = mk(p, 64);
+        p.want_logprob = false;
+        struct sampler *off = mk(p, 64);
+        for (int i = 0; i < 32; i++) {
+            struct sampler_result ra, rb;
+            ck_assert_int_eq(sampler_sample(on, l, &ra, NULL), 0);
+            ck_assert_int_eq(sampler_sample(off, l, &rb, NULL), 0);
+            ck_assert_int_eq(ra.token, rb.token);
+            ck_assert(isfinite(ra.logprob) && ra.logprob <= 0.0f);
+            ck_assert(isnan(rb.logprob));
+            ck_assert_int_eq(rb.n_top, 0);
+        }
+        sampler_free(on);
+        sampler_free(off);
+        p.n_top_logprobs = 2;
+        struct sampler *top = mk(p, 64);
+        struct sampler_result rt;
+        ck_assert_int_eq(sampler_sample(top, l, &rt, NULL), 0);
+        ck_assert(isfinite(rt.logprob));
+        ck_assert_int_eq(rt.n_top, 2);
+        sampler_free(top);
+    }
+}
+END_TEST
+
 START_TEST(distribution_matches_softmax) {
     struct sampler_params p = sampler_params_default();
     p.seed = 99;
@@ -305,6 +340,7 @@ static Suite *sampler_suite(void) {
     tcase_add_test(tc, greedy_argmax_and_ties);
     tcase_add_test(tc, logprobs_are_log_softmax);
     tcase_add_test(tc, seed_determinism);
+    tcase_add_test(tc, logprob_off_same_picks);
     tcase_add_test(tc, distribution_matches_softmax);
     tcase_add_test(tc, truncation_top_k_top_p_min_p);
     tcase_add_test(tc, logit_bias);
