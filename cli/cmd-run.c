@@ -49,7 +49,7 @@ struct run_opts {
     int n_threads;   /* 0 = STRATA_THREADS / config, else available CPUs - 1 */
     int n_ctx;       /* 0 = prompt + n_gen */
     int n_batch;     /* prefill chunk; 0 = model default */
-    bool chat, json, ignore_eos;
+    bool chat, json, ignore_eos, no_prefault;
     struct sampler_params sp;
 };
 
@@ -69,7 +69,8 @@ static void usage(FILE *out) {
                  "         [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed N]\n"
                  "         [--repeat-penalty F] [--presence-penalty F] [--frequency-penalty F]\n"
                  "         [--repeat-last-n N] [-t THREADS] [-c CTX] [-b BATCH] [--ignore-eos] "
-                 "[--json]\n");
+                 "[--json]\n"
+                 "         [--no-prefault]   (do not map the weight pages at load)\n");
 }
 
 /* Parses an int/float argument; returns false on junk. */
@@ -147,6 +148,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o) {
                 o->json = true;
             else if (!strcmp(a, "--ignore-eos"))
                 o->ignore_eos = true;
+            else if (!strcmp(a, "--no-prefault"))
+                o->no_prefault = true;
             else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
                 usage(stdout);
                 return 1;
@@ -390,6 +393,7 @@ int cli_run_main(int argc, char **argv) {
     double t0 = now_ms();
     struct model_params mp = model_params_default();
     mp.pool = pool;
+    mp.prefault = !o.no_prefault;
     if (!(m = model_load(o.model, &mp, &err)))
         goto done;
     if (!(tok = tokenizer_init_gguf(model_gguf(m), &err)))

@@ -21,8 +21,12 @@ double sched_now(void) {
 }
 
 struct sched_params sched_params_default(void) {
-    return (struct sched_params){
-        .pool_spin = 4000, .parallel = 4, .queue = 64, .request_timeout = 0, .prefix_cache = true};
+    return (struct sched_params){.pool_spin = 4000,
+                                 .parallel = 4,
+                                 .queue = 64,
+                                 .request_timeout = 0,
+                                 .prefix_cache = true,
+                                 .prefault = true};
 }
 
 /* ---- events that end a job ----------------------------------------------- */
@@ -609,6 +613,7 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     struct model_params mp = model_params_default();
     mp.pool = s->pool;
     mp.n_ctx_max = params->n_ctx;
+    mp.prefault = params->prefault;
     if (!(s->model = model_load(params->model_path, &mp, err)))
         goto fail;
     s->n_vocab = model_n_vocab(s->model);

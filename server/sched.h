@@ -68,6 +68,7 @@ struct sched_params {
     int64_t kv_mem_max;         /* cap of the default pool (memory budget share); 0 = none */
     double request_timeout;     /* seconds from submit to the last token; 0 = none */
     bool prefix_cache;          /* reuse KV blocks of earlier requests with the same prefix */
+    bool prefault;              /* model_params.prefault: map the weight pages at load */
 };
 struct sched_params sched_params_default(void);
 
