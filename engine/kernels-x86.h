@@ -82,7 +82,15 @@
  * End to end (`bench-model MODEL 2 48 16 1`, one tree old vs new
  * kernels-x86.h, 3 interleaved pairs): llama-3.2-1b Q4_0 decode 50.8-53.4
  * -> 56.5-59.8 tok/s (probe 45-46 GB/s: 763 MB x 59.8 = 45.6 GB/s);
- * qwen3-0.6b Q8_0 19.8-22.2 -> 24.3-26.3 (a busy minute, probe 28-29). */
+ * qwen3-0.6b Q8_0 19.8-22.2 -> 24.3-26.3 (a busy minute, probe 28-29).
+ * Quieter minute (`bench-model MODEL 2 32 16 1`, 2 interleaved rounds,
+ * 02:09, probe 60-63 GB/s): llama Q4_0 53.7-55.9 -> 58.9-62.8 tok/s (~0.75x
+ * the roofline: its Q6_K output matrix is 28% of the bytes and has no
+ * prefetch; with the same prefetch in kx_kz_decode, kernels-x86-kz.h, not
+ * committed here: 65.8-68.5), llama Q4_K_M 50.0-51.4 -> 50.1-50.3 (K-quant,
+ * untouched; with the kz prefetch 60.8-64.1), qwen3 Q8_0 58.5-65.4 ->
+ * 75.2-79.0. 8 sequences (`... 2 16 16 8`): llama Q4_0 78.2-78.7 ->
+ * 80.4-83.8, qwen3 132-136 -> 132-147 (no loss on the 4-token passes). */
 #ifndef KX_DECODE_PF_BYTES
 #define KX_DECODE_PF_BYTES 8192
 #endif
