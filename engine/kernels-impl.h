@@ -24,6 +24,7 @@ typedef void (*kern_quant_fn)(const float *x, void *dst, int64_t n);
 struct kern_table {
     kern_matmul_fn matmul[QUANT_TYPE_COUNT]; /* NULL: fall back to the lower ISA */
     kern_quant_fn quantize_q8_0;             /* NULL: the lower ISA's (the reference) */
+    kern_quant_fn quantize_q8_K;             /* NULL: the lower ISA's (the reference) */
 };
 
 /* kernels-ref.c */

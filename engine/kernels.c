@@ -71,6 +71,8 @@ static void kern_detect(void) {
                 kern_tables[isa].matmul[t] = add.matmul[t];
         if (add.quantize_q8_0)
             kern_tables[isa].quantize_q8_0 = add.quantize_q8_0;
+        if (add.quantize_q8_K)
+            kern_tables[isa].quantize_q8_K = add.quantize_q8_K;
     }
     kern_detected = best;
     atomic_store(&kern_active, (int)best);
@@ -150,9 +152,13 @@ void kernels_quantize_act(enum quant_type wtype, const float *x, void *xq, int64
     case QUANT_Q8_1:
         kern_quantize_q8_1(x, xq, n_cols);
         break;
-    case QUANT_Q8_K:
-        kern_quantize_q8_K(x, xq, n_cols);
+    case QUANT_Q8_K: {
+        kernels_init();
+        kern_quant_fn q =
+            kern_tables[atomic_load_explicit(&kern_active, memory_order_relaxed)].quantize_q8_K;
+        (q ? q : kern_quantize_q8_K)(x, xq, n_cols);
         break;
+    }
     default:
         break;
     }

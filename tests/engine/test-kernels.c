@@ -374,6 +374,39 @@ START_TEST(test_quantize_q8_0_isa) {
 }
 END_TEST
 
+/* Every ISA's Q8_K activation quantizer is bitwise the scalar reference:
+ * random blocks at several scales, a zero block, a block whose largest
+ * magnitude appears first negative then positive (the scale's sign comes from
+ * the first), exact halves (round half to even), and blocks holding inf and
+ * NaN (the reference's special cases). */
+START_TEST(test_quantize_q8_K_isa) {
+    enum { N = 256 * 9 };
+    static float x[N];
+    static uint8_t ref[N / 256 * sizeof(block_q8_K)], got[N / 256 * sizeof(block_q8_K)];
+    for (int i = 0; i < N; i++)
+        x[i] = powf(2.0f, (float)(i / 256 % 5) * 3.0f - 6.0f) * rng_uniform();
+    for (int i = 256; i < 512; i++)
+        x[i] = 0.0f;
+    x[512 + 7] = -3.0f; /* block 2: -3 first, +3 later */
+    x[512 + 200] = 3.0f;
+    for (int i = 0; i < 256; i++) /* block 3: iscale = -1, levels at exact halves */
+        x[768 + i] = i == 5 ? -127.0f : (float)(i % 50) - 24.5f;
+    x[1024 + 17] = INFINITY;
+    x[1280 + 3] = NAN;
+    x[1536 + 255] = -INFINITY;
+    kern_quantize_q8_K(x, ref, N);
+    enum kernels_isa saved = kernels_isa_active();
+    for (int isa = 0; isa < isa_count(); isa++) {
+        kernels_isa_force((enum kernels_isa)isa);
+        memset(got, 0xAB, sizeof got);
+        kernels_quantize_act(QUANT_Q4_K, x, got, N);
+        ck_assert_msg(memcmp(got, ref, sizeof ref) == 0, "isa %s differs",
+                      kernels_isa_name((enum kernels_isa)isa));
+    }
+    kernels_isa_force(saved);
+}
+END_TEST
+
 /* Our reference dot agrees with quant.c's (engineer b's independent scalar
  * reference) on random rows of every type. */
 START_TEST(test_ref_vs_quant_ref) {
@@ -413,6 +446,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, test_act_edge_cases);
     tcase_add_test(tc, test_b32_guard_page);
     tcase_add_test(tc, test_quantize_q8_0_isa);
+    tcase_add_test(tc, test_quantize_q8_K_isa);
     tcase_add_loop_test(tc, test_ref_vs_quant_ref, 0, N_TYPES);
     suite_add_tcase(s, tc);
     return s;
