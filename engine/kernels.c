@@ -26,6 +26,11 @@
  *   i.e. decode streams at 55-100+% of what a plain read of the same bytes
  *   got at that moment; the quiet-box figure (~34 GB/s read, llama.cpp at
  *   96% of it) could not be reproduced while the box was shared.
+ * These 2026-11-30 figures predate the 8-block AVX-512 units and the decode
+ * prefetch: current DRAM decode figures, as multiples of the read probe
+ * measured in the same rounds (kernels-bench's "probe" columns), are in the
+ * comment of KX_DECODE_PF_BYTES in engine/kernels-x86.h (K-quants: the
+ * comments of kernels-x86-kz.h).
  */
 #include "engine/kernels.h"
 
