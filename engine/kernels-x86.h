@@ -95,7 +95,16 @@
  * committed here: 65.8-68.5), llama Q4_K_M 50.0-51.4 -> 50.1-50.3 (K-quant,
  * untouched; with the kz prefetch 60.8-64.1), qwen3 Q8_0 58.5-65.4 ->
  * 75.2-79.0. 8 sequences (`... 2 16 16 8`): llama Q4_0 78.2-78.7 ->
- * 80.4-83.8, qwen3 132-136 -> 132-147 (no loss on the 4-token passes). */
+ * 80.4-83.8, qwen3 132-136 -> 132-147 (no loss on the 4-token passes).
+ * Tried and not kept (`bench-model MODEL 2 32 16 1`, HEAD builds with
+ * -DKX_DECODE_PF_BYTES=4096 / 8192 / 16384 interleaved, 3 rounds, 02:14,
+ * probe 41-77 GB/s as the box went quiet): llama Q4_0 62.0 / 60.4 / 58.5,
+ * 62.4 / 56.9 / 56.0, 74.7 / 61.4 / 81.1 tok/s: the distances are not
+ * told apart end to end (the kernels-bench figures above choose 8 KB).
+ * Prefetching each call's first 8 KB of rows before the loop (the lines
+ * the in-loop prefetch never covers): llama Q4_0 8 KB without / with
+ * 55.6 / 62.3, 61.6 / 62.4, 60.5 / 62.6, then 60.4 / 57.4, 56.9 / 62.5,
+ * 61.4 / 61.2 tok/s (qwen3 Q8_0 +0-4%): within the noise, not kept. */
 #ifndef KX_DECODE_PF_BYTES
 #define KX_DECODE_PF_BYTES 8192
 #endif
