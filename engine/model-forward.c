@@ -287,6 +287,29 @@ static void gather_act(struct model *m, enum quant_type wtype, int n, size_t str
         memcpy(dst + (size_t)f->row_of[i] * stride, f->xq[2] + (size_t)(i / K) * stride, stride);
 }
 
+/* Where olmoe decode time goes (the 2-vCPU EPYC dev box, release, 2 threads,
+ * `strata run -m MODEL --ids 100 -n 129 --temp 0 --ignore-eos -t 2`, 02:20-02:25
+ * 2026-12-01, under the bench lock with bench/roofline at 42-56 GB/s; timers
+ * around be->matmul, ffn_moe and model_forward in a scratch copy, not kept):
+ * matmuls are 96% of a decode step (15.1 of 15.8 ms) and stream at the same
+ * rate as the dense models' (olmoe 48.9, llama-3.2-1b Q4_K_M 48.8, qwen3-0.6b
+ * Q8_0 50.9 GB/s of weights, one run each in a row); the expert gate+up and
+ * down dispatches alone 45-48 GB/s, about kernels-bench's q4_K / q6_K decode
+ * on 1024- and 2048-wide rows (47-50 GB/s, same box, same minute). Routing,
+ * gather, swiglu, quantization and the weighted sum are ~0.3 ms a token, the
+ * pool's end-of-dispatch wait 0.2 ms (27 ms over the run, ~200 dispatches
+ * a token). Same run, models in turn, 2 rounds: olmoe 55.5 / 55.5 tok/s
+ * (41 GB/s of its 740 MB a token), llama Q4_K_M 56.7 / 54.5 (44-45 GB/s of
+ * 800 MB), qwen3 67.7 / 69.0 (43-44 GB/s of 633 MB): olmoe within ~8% of
+ * the dense models per byte, not the 66% vs 87% of roofline of bench/cpu's
+ * 02:16 run (each model against its own probe reads, which swing 42-77
+ * GB/s). Tried and not kept (A/B interleaved in one locked run, old/new
+ * pairs): prefetching the next job's first 8 KB while a decode chunk
+ * computes its matrix's last 8 KB of rows (an expert matrix's head starts
+ * cold; in backend-cpu.c): 59.1/61.0 59.0/60.0 64.9/65.3 65.1/63.0 tok/s,
+ * and in a second run gate+up 45.1/46.1 46.6/44.3 45.0/46.3 44.8/44.2
+ * GB/s: noise. KX_DECODE_PF_BYTES 8/16/32 KB on olmoe, 3 rounds:
+ * 61.7/59.9/60.5 61.6/61.7/61.2 62.0/60.0/61.7 tok/s: noise. */
 static int ffn_moe(struct model *m, int il, int n, struct strata_error *err) {
     struct model_fwd *f = m->fwd;
     const struct model_hparams *hp = &m->hp;
