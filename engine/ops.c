@@ -469,14 +469,22 @@ static inline __m256 OPS_AVX512 attn_fold512(__m512 a) {
  *     7.27 7.13 6.88 / 6.97 7.06 7.07 / 7.17 7.11 7.12 (-7%)
  * An earlier run, none -> 8 ahead, qwen3-like at 256 / 512 / 2048 positions:
  * 2.31 2.76 2.43 -> 2.04 1.74 1.99, 7.03 7.08 7.39 -> 6.00 5.90 5.73, 28.5
- * 29.3 30.6 -> 24.7 25.3 26.0. End to end (`strata run -m MODEL --ids 100
- * -n N --temp 0 --ignore-eos -t 2`, old / new interleaved, bench/roofline
+ * 29.3 30.6 -> 24.7 25.3 26.0. Then none / 16 / 32 ahead (02:34-02:36, two
+ * runs, 3 rounds each): qwen3-like 6.92 7.60 7.72 / 5.37 5.68 5.75 / 4.66
+ * 5.51 5.11 and 7.02 7.15 7.17 / 5.41 5.43 5.51 / 4.93 4.85 4.83 (-31%);
+ * olmoe-like 7.67 8.05 7.97 / 7.37 7.52 7.51 / 7.85 7.67 7.42 (-4%, 16 and
+ * 32 alike); prefetching each whole V row in the tile's first pass instead
+ * (the second pass then reads L2) gave the same as 32 (5.02 4.85 5.09 at 16,
+ * 4.96 4.96 5.01 at 32). Chosen: 32. End to end with 16 ahead (`strata run
+ * -m MODEL --ids 100 -n N --temp 0 --ignore-eos -t 2`, old / new interleaved,
+ * bench/roofline
  * 61-114 GB/s in the same locked runs, 02:31-02:33): qwen3-0.6b Q8_0 -n 513
  * 81.5/84.3 82.0/83.7 82.9/84.3 tok/s (+2-3.5%); olmoe-1b-7b Q4_K_M -n 385
  * 73.3/77.0 76.5/75.0 77.4/76.8 (noise). Tokens and logits identical at 1
- * and 2 threads (qwen3, olmoe, llama-3.2-1b). */
+ * and 2 threads (qwen3, olmoe, llama-3.2-1b). 32 ahead, a busier minute
+ * (probe 49-65 GB/s), qwen3 -n 513: 65.1/66.8 64.4/63.0 65.2/66.7. */
 #ifndef OPS_ATTN_PF
-#define OPS_ATTN_PF 16
+#define OPS_ATTN_PF 32
 #endif
 OPS_AVX512 static inline void attn_pf_row(const uint16_t *r, int n) {
     for (int i = 0; i < n; i += 32) /* 32 f16 = one 64-byte line */
