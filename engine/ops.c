@@ -477,8 +477,7 @@ static inline __m256 OPS_AVX512 attn_fold512(__m512 a) {
  * (the second pass then reads L2) gave the same as 32 (5.02 4.85 5.09 at 16,
  * 4.96 4.96 5.01 at 32). Chosen: 32. End to end with 16 ahead (`strata run
  * -m MODEL --ids 100 -n N --temp 0 --ignore-eos -t 2`, old / new interleaved,
- * bench/roofline
- * 61-114 GB/s in the same locked runs, 02:31-02:33): qwen3-0.6b Q8_0 -n 513
+ * bench/roofline 61-114 GB/s in the same locked runs, 02:31-02:33): qwen3-0.6b Q8_0 -n 513
  * 81.5/84.3 82.0/83.7 82.9/84.3 tok/s (+2-3.5%); olmoe-1b-7b Q4_K_M -n 385
  * 73.3/77.0 76.5/75.0 77.4/76.8 (noise). Tokens and logits identical at 1
  * and 2 threads (qwen3, olmoe, llama-3.2-1b). 32 ahead, a busier minute
