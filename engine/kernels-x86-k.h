@@ -35,6 +35,21 @@ KX_INLINE __m128i kx_scales_k4(const uint8_t *q, __m128i *mins) {
     return _mm256_castsi256_si128(all);
 }
 
+/* The fields of super-block b of a Q4_K (hbits 0) or Q5_K (hbits 1) row; qh is
+ * NULL for Q4_K. Shared by the 256-bit tiles and the AVX-512 kernels. */
+struct kx_k45 {
+    const uint8_t *scales, *qs, *qh;
+    quant_f16 d, dmin;
+};
+KX_INLINE struct kx_k45 kx_k45_fields(const uint8_t *row, int64_t b, int hbits) {
+    if (hbits) {
+        const block_q5_K *x = (const block_q5_K *)row + b;
+        return (struct kx_k45){x->scales, x->qs, x->qh, x->d, x->dmin};
+    }
+    const block_q4_K *x = (const block_q4_K *)row + b;
+    return (struct kx_k45){x->scales, x->qs, NULL, x->d, x->dmin};
+}
+
 /* AVX2 build. Q4_K (hbits = 0) and Q5_K (hbits = 1): NR rows x nt tokens (NR * nt <= 4).
  * The integer sum of a super-block is exact; the mins term goes to its own
  * float accumulator. Same operations per (row, token) for every tiling. */
@@ -60,22 +75,9 @@ KX_INLINE void kx_q45k_tile(const struct kern_mat *w, int64_t r, int NR, const u
         }
         for (int i = 0; i < NR; i++) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)(r + i) * w->row_bytes;
-            const uint8_t *scales, *qs, *qh = NULL;
-            quant_f16 dh, dminh;
-            if (hbits) {
-                const block_q5_K *x = (const block_q5_K *)row + b;
-                scales = x->scales;
-                qs = x->qs;
-                qh = x->qh;
-                dh = x->d;
-                dminh = x->dmin;
-            } else {
-                const block_q4_K *x = (const block_q4_K *)row + b;
-                scales = x->scales;
-                qs = x->qs;
-                dh = x->d;
-                dminh = x->dmin;
-            }
+            const struct kx_k45 f = kx_k45_fields(row, b, hbits);
+            const uint8_t *scales = f.scales, *qs = f.qs, *qh = f.qh;
+            const quant_f16 dh = f.d, dminh = f.dmin;
             kx_prefetch(row + (size_t)b * (hbits ? sizeof(block_q5_K) : sizeof(block_q4_K)));
             kx_prefetch(row + (size_t)b * (hbits ? sizeof(block_q5_K) : sizeof(block_q4_K)) + 64);
             __m128i mins;

@@ -176,22 +176,9 @@ KX_INLINE void kx_kz_unpack(enum kx_kq k, const uint8_t *row, int64_t b, struct 
         o->d = kx_f16(x->d);
         return;
     }
-    const uint8_t *scales, *qs, *qh = NULL;
-    quant_f16 dh, dminh;
-    if (k == KX_KQ5) {
-        const block_q5_K *x = (const block_q5_K *)row + b;
-        scales = x->scales;
-        qs = x->qs;
-        qh = x->qh;
-        dh = x->d;
-        dminh = x->dmin;
-    } else {
-        const block_q4_K *x = (const block_q4_K *)row + b;
-        scales = x->scales;
-        qs = x->qs;
-        dh = x->d;
-        dminh = x->dmin;
-    }
+    const struct kx_k45 f = kx_k45_fields(row, b, k == KX_KQ5);
+    const uint8_t *scales = f.scales, *qs = f.qs, *qh = f.qh;
+    const quant_f16 dh = f.d, dminh = f.dmin;
     const __m512i hb = qh ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)qh))
                           : _mm512_setzero_si512();
     for (int h = 0; h < 2; h++) {
