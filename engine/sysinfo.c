@@ -38,6 +38,12 @@ static int join(char *out, size_t cap, const char *root, const char *path) {
     return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 
+/* fopen(root + path, "r"); NULL if the joined path is too long or the open fails. */
+static FILE *open_rooted(const char *root, const char *path) {
+    char full[SYSINFO_PATH_MAX];
+    return join(full, sizeof(full), root, path) ? NULL : fopen(full, "r");
+}
+
 /* Reads at most cap-1 bytes of a small file into buf (NUL-terminated). */
 static int read_small(const char *path, char *buf, size_t cap) {
     FILE *fp = fopen(path, "r");
@@ -106,10 +112,8 @@ static void copy_str(char *dst, size_t cap, const char *src) {
 }
 
 static void read_proc_cgroup(const char *root, struct cgroups *cg) {
-    char path[SYSINFO_PATH_MAX], line[SYSINFO_PATH_MAX];
-    if (join(path, sizeof(path), root, "/proc/self/cgroup"))
-        return;
-    FILE *fp = fopen(path, "r");
+    char line[SYSINFO_PATH_MAX];
+    FILE *fp = open_rooted(root, "/proc/self/cgroup");
     if (!fp)
         return;
     while (fgets(line, sizeof(line), fp)) {
@@ -139,10 +143,8 @@ static void set_mount(struct hier *h, const char *root, const char *mroot, const
 }
 
 static void read_mountinfo(const char *root, struct cgroups *cg) {
-    char path[SYSINFO_PATH_MAX], line[SYSINFO_PATH_MAX];
-    if (join(path, sizeof(path), root, "/proc/self/mountinfo"))
-        return;
-    FILE *fp = fopen(path, "r");
+    char line[SYSINFO_PATH_MAX];
+    FILE *fp = open_rooted(root, "/proc/self/mountinfo");
     if (!fp)
         return;
     while (fgets(line, sizeof(line), fp)) {
@@ -288,10 +290,8 @@ static void visit_mem_v1(const char *dir, void *ctx) {
 }
 
 static int64_t read_mem_available(const char *root) {
-    char path[SYSINFO_PATH_MAX], line[256];
-    if (join(path, sizeof(path), root, "/proc/meminfo"))
-        return -1;
-    FILE *fp = fopen(path, "r");
+    char line[256];
+    FILE *fp = open_rooted(root, "/proc/meminfo");
     if (!fp)
         return -1;
     int64_t out = -1;
