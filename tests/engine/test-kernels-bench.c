@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/probe.h"
 #include "engine/kernels-impl.h"
 #include "engine/kernels.h"
 #include "engine/pool.h"
@@ -78,24 +79,13 @@ static void read_rows(void *vctx, int64_t r0, int64_t r1, int worker) {
     j->sink[(worker & 7) * 8] += a + b + c + d;
 }
 
-/* The probe's loop (bench/roofline.c: eight add accumulators) over the same
- * rows, through the pool's row chunks. */
+/* The probe's loop (bench/probe.h, bench/roofline.c's) over the same rows,
+ * through the pool's row chunks. */
 static void read_rows8(void *vctx, int64_t r0, int64_t r1, int worker) {
     struct read_job *j = vctx;
     const uint64_t *p = (const uint64_t *)(j->data + (size_t)r0 * j->row_bytes);
     size_t n = (size_t)(r1 - r0) * j->row_bytes / 8 & ~(size_t)7;
-    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
-    for (size_t i = 0; i < n; i += 8) {
-        a0 += p[i];
-        a1 += p[i + 1];
-        a2 += p[i + 2];
-        a3 += p[i + 3];
-        a4 += p[i + 4];
-        a5 += p[i + 5];
-        a6 += p[i + 6];
-        a7 += p[i + 7];
-    }
-    j->sink[(worker & 7) * 8] += a0 ^ a1 ^ a2 ^ a3 ^ a4 ^ a5 ^ a6 ^ a7;
+    j->sink[(worker & 7) * 8] += probe_read8(p, n, 0);
 }
 
 /* read_rows8 with the decode kernels' software prefetch (every line 8 KB
@@ -105,19 +95,7 @@ static void read_rows8_pf(void *vctx, int64_t r0, int64_t r1, int worker) {
     struct read_job *j = vctx;
     const uint64_t *p = (const uint64_t *)(j->data + (size_t)r0 * j->row_bytes);
     size_t n = (size_t)(r1 - r0) * j->row_bytes / 8 & ~(size_t)7;
-    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
-    for (size_t i = 0; i < n; i += 8) {
-        __builtin_prefetch((const char *)(p + i) + 8192, 0, 0);
-        a0 += p[i];
-        a1 += p[i + 1];
-        a2 += p[i + 2];
-        a3 += p[i + 3];
-        a4 += p[i + 4];
-        a5 += p[i + 5];
-        a6 += p[i + 6];
-        a7 += p[i + 7];
-    }
-    j->sink[(worker & 7) * 8] += a0 ^ a1 ^ a2 ^ a3 ^ a4 ^ a5 ^ a6 ^ a7;
+    j->sink[(worker & 7) * 8] += probe_read8(p, n, 8192);
 }
 
 /* The probe itself on the same bytes: participant w of n streams the w-th
