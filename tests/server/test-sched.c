@@ -102,6 +102,20 @@ static void on_event(void *ctx, const struct gen_event *ev) {
         sched_gen_ops()->cancel(r->s, cancel);
 }
 
+/* Submits a request body (steals it) on the route with r's sink; returns
+ * submit's rc. */
+static int submit_body(struct req *r, enum gen_route route, json_t *body) {
+    struct gen_submit gs = {route, body, false, false};
+    struct gen_submit_out out = {0};
+    struct strata_error err = {0};
+    pthread_mutex_lock(&r->mu);
+    int rc = sched_gen_ops()->submit(r->s, &gs, (struct gen_sink){on_event, r}, &out, &err);
+    r->job = out.job;
+    pthread_mutex_unlock(&r->mu);
+    json_decref(body);
+    return rc;
+}
+
 /* Submits a completion request (max_tokens < 0: the field is left out);
  * returns submit's rc. */
 static int submit(struct req *r, const char *prompt, int max_tokens) {
@@ -109,15 +123,7 @@ static int submit(struct req *r, const char *prompt, int max_tokens) {
                              "max_tokens", max_tokens, "temperature", 0.0);
     if (max_tokens < 0)
         json_object_del(body, "max_tokens");
-    struct gen_submit gs = {GEN_ROUTE_COMPLETION, body, false, false};
-    struct gen_submit_out out = {0};
-    struct strata_error err = {0};
-    pthread_mutex_lock(&r->mu);
-    int rc = sched_gen_ops()->submit(r->s, &gs, (struct gen_sink){on_event, r}, &out, &err);
-    r->job = out.job;
-    pthread_mutex_unlock(&r->mu);
-    json_decref(body);
-    return rc;
+    return submit_body(r, GEN_ROUTE_COMPLETION, body);
 }
 
 /* Submits a sampled completion request (temperature, top_p, seed). */
@@ -125,30 +131,14 @@ static int submit_sampled(struct req *r, const char *prompt, int max_tokens, int
     json_t *body =
         json_pack("{s:s, s:s, s:i, s:f, s:f, s:i}", "model", "stories260K", "prompt", prompt,
                   "max_tokens", max_tokens, "temperature", 0.9, "top_p", 0.95, "seed", seed);
-    struct gen_submit gs = {GEN_ROUTE_COMPLETION, body, false, false};
-    struct gen_submit_out out = {0};
-    struct strata_error err = {0};
-    pthread_mutex_lock(&r->mu);
-    int rc = sched_gen_ops()->submit(r->s, &gs, (struct gen_sink){on_event, r}, &out, &err);
-    r->job = out.job;
-    pthread_mutex_unlock(&r->mu);
-    json_decref(body);
-    return rc;
+    return submit_body(r, GEN_ROUTE_COMPLETION, body);
 }
 
 /* Submits a chat request with the messages array (borrowed). */
 static int submit_chat(struct req *r, json_t *messages, int max_tokens) {
     json_t *body = json_pack("{s:s, s:O, s:i, s:f}", "model", "stories260K", "messages", messages,
                              "max_tokens", max_tokens, "temperature", 0.0);
-    struct gen_submit gs = {GEN_ROUTE_CHAT, body, false, false};
-    struct gen_submit_out out = {0};
-    struct strata_error err = {0};
-    pthread_mutex_lock(&r->mu);
-    int rc = sched_gen_ops()->submit(r->s, &gs, (struct gen_sink){on_event, r}, &out, &err);
-    r->job = out.job;
-    pthread_mutex_unlock(&r->mu);
-    json_decref(body);
-    return rc;
+    return submit_body(r, GEN_ROUTE_CHAT, body);
 }
 
 static void wait_done(struct req *r) {
