@@ -56,6 +56,16 @@ static void watchdog_stop(struct watchdog *wd) {
     pthread_cond_destroy(&wd->cv);
 }
 
+/* A pool of n_threads participants that spin `spin` rounds before parking. */
+static struct pool *open_pool(int n_threads, int spin) {
+    struct pool_params pp = pool_params_default();
+    pp.n_threads = n_threads;
+    pp.spin = spin;
+    struct pool *p = pool_init(&pp, NULL);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -128,7 +138,7 @@ START_TEST(test_rows_exactly_once) {
 END_TEST
 
 START_TEST(test_many_tasks_and_bad_input) {
-    struct pool_params pp = pool_params_default();
+    struct pool_params pp = pool_params_default(); /* reused for the bad-params checks below */
     pp.n_threads = 3;
     pp.spin = 100;
     struct pool *p = pool_init(&pp, NULL);
@@ -200,11 +210,7 @@ START_TEST(test_straggler_stress) {
         nt = STRESS_MAX_THREADS;
     if (nt < 4)
         nt = 4;
-    struct pool_params pp = pool_params_default();
-    pp.n_threads = nt;
-    pp.spin = 64; /* ASan makes spinning slow; the protocol is the same */
-    struct pool *p = pool_init(&pp, NULL);
-    ck_assert_ptr_nonnull(p);
+    struct pool *p = open_pool(nt, 64); /* ASan makes spinning slow; the protocol is the same */
     struct watchdog wd;
     watchdog_start(&wd, 60, "straggler stress (20000 limited dispatches)");
     double t0 = now_s();
@@ -242,11 +248,7 @@ END_TEST
 /* Limited row jobs: few chunks invite few workers; rows still exactly once. */
 START_TEST(test_limited_rows_stress) {
     int nt = 4 * n_cpus();
-    struct pool_params pp = pool_params_default();
-    pp.n_threads = nt;
-    pp.spin = 64;
-    struct pool *p = pool_init(&pp, NULL);
-    ck_assert_ptr_nonnull(p);
+    struct pool *p = open_pool(nt, 64);
     struct watchdog wd;
     watchdog_start(&wd, 60, "limited rows stress");
     _Atomic int hits[384];
@@ -315,11 +317,7 @@ END_TEST
  * before they wake, and a late worker must then skip that job and still run
  * the next one it is invited to. Rows stay exactly once. */
 START_TEST(test_revoked_workers) {
-    struct pool_params pp = pool_params_default();
-    pp.n_threads = 4;
-    pp.spin = 0;
-    struct pool *p = pool_init(&pp, NULL);
-    ck_assert_ptr_nonnull(p);
+    struct pool *p = open_pool(4, 0);
     struct watchdog wd;
     watchdog_start(&wd, 60, "revoked workers");
     _Atomic int hits[4 * 32];
@@ -350,11 +348,7 @@ END_TEST
 /* ---- park / wake ------------------------------------------------------------ */
 
 START_TEST(test_park_and_wake) {
-    struct pool_params pp = pool_params_default();
-    pp.n_threads = 3;
-    pp.spin = 100;
-    struct pool *p = pool_init(&pp, NULL);
-    ck_assert_ptr_nonnull(p);
+    struct pool *p = open_pool(3, 100);
     struct watchdog wd;
     watchdog_start(&wd, 60, "park and wake");
     for (int round = 0; round < 5; round++) {
