@@ -27,6 +27,7 @@ BIN = sys.argv[1] if len(sys.argv) > 1 else "build/tests/strata-fake-serve"
 STRATA = sys.argv[2] if len(sys.argv) > 2 else None
 SHARED = sd.shared_dir()
 KEY = "sk-test-key"
+AUTH = b"Authorization: Bearer " + KEY.encode() + b"\r\n"  # header line for raw_post
 results = sd.Results()
 check = results.check
 
@@ -231,30 +232,28 @@ def test_slowloris(port, timeout_s):
     check("slow headers dropped after timeout", dt < timeout_s + 5, f"dt={dt:.1f}")
 
 
-def test_disconnect(port):
-    before = status_json(port).get("tokens", {}).get("generated", 0)
-    body = json.dumps({"messages": [], "max_tokens": 200, "fake_delay_ms": 50, "stream": True}).encode()
-    s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
-              b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-    got = b""
-    while got.count(b"data: ") < 3:
-        b = s.recv(4096)
-        if not b:
-            break
-        got += b
-    mid = status_json(port)
-    check("session active mid-stream", mid.get("sessions", {}).get("active", 0) >= 1, mid.get("sessions"))
-    s.close()
-    ok = False
+def wait_freed(port):
+    """Polls /status (5 s at most) until no session is active and no HTTP
+    request pending; returns (freed, the last status)."""
     deadline = time.time() + 5
     st = {}
     while time.time() < deadline:
         st = status_json(port)
         if st.get("sessions", {}).get("active") == 0 and st["sessions"]["http_pending"] == 0:
-            ok = True
-            break
+            return True, st
         time.sleep(0.05)
+    return False, st
+
+
+def test_disconnect(port):
+    before = status_json(port).get("tokens", {}).get("generated", 0)
+    body = json.dumps({"messages": [], "max_tokens": 200, "fake_delay_ms": 50, "stream": True}).encode()
+    s = sd.raw_post(port, "/v1/chat/completions", body, AUTH, timeout=10)
+    sd.read_events(s, 3)
+    mid = status_json(port)
+    check("session active mid-stream", mid.get("sessions", {}).get("active", 0) >= 1, mid.get("sessions"))
+    s.close()
+    ok, st = wait_freed(port)
     check("disconnect frees the session", ok, st.get("sessions"))
     tokens = st.get("tokens", {}).get("generated", 10**9) - before
     check("disconnect cancelled generation early", tokens < 150, tokens)
@@ -268,20 +267,10 @@ def test_disconnect_waiting(port):
     # suspended connection is noticed by the ticker and the job cancelled.
     before = status_json(port).get("tokens", {}).get("generated", 0)
     body = json.dumps({"messages": [], "max_tokens": 200, "fake_delay_ms": 50}).encode()
-    s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
-              b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    s = sd.raw_post(port, "/v1/chat/completions", body, AUTH, timeout=10)
     time.sleep(0.5)
     s.close()
-    ok = False
-    deadline = time.time() + 5
-    st = {}
-    while time.time() < deadline:
-        st = status_json(port)
-        if st.get("sessions", {}).get("active") == 0 and st["sessions"]["http_pending"] == 0:
-            ok = True
-            break
-        time.sleep(0.05)
+    ok, st = wait_freed(port)
     check("non-stream disconnect frees the session", ok, st.get("sessions"))
     gen = st.get("tokens", {}).get("generated", 10**9) - before
     check("non-stream disconnect cancelled early", gen < 150, gen)

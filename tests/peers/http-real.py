@@ -337,15 +337,8 @@ def test_disconnect(port):
     before = status_json(port).get("tokens", {}).get("generated", 0)
     body = json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": "Once upon a time"}],
                        "max_tokens": 1500, "stream": True, "logit_bias": {str(EOS): -100}}).encode()
-    s = socket.create_connection(("127.0.0.1", port), timeout=20)
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"Content-Length: %d\r\n\r\n" % len(body) + body)
-    got = b""
-    while got.count(b"data: ") < 5:
-        b = s.recv(4096)
-        if not b:
-            break
-        got += b
+    s = sd.raw_post(port, "/v1/chat/completions", body)
+    sd.read_events(s, 5)
     mid = status_json(port)
     check("disconnect: session active mid-stream", mid.get("sessions", {}).get("active", 0) >= 1, mid.get("sessions"))
     t0 = time.time()
@@ -358,9 +351,7 @@ def test_disconnect(port):
     before = status_json(port).get("tokens", {}).get("generated", 0)
     body = json.dumps({"model": MODEL_ID, "prompt": "Once", "max_tokens": 1500,
                        "logit_bias": {str(EOS): -100}}).encode()
-    s = socket.create_connection(("127.0.0.1", port), timeout=20)
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    s = sd.raw_post(port, "/v1/completions", body)
     time.sleep(0.5)
     s.close()
     ok, st = wait_idle(port, 2.0)

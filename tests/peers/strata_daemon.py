@@ -9,6 +9,7 @@ import http.client
 import json
 import os
 import re
+import socket
 import threading
 import time
 
@@ -96,3 +97,25 @@ def request(port, method, path, body=None, headers=None, timeout=60):
     data = r.read()
     c.close()
     return r.status, dict((k.lower(), v) for k, v in r.getheaders()), data
+
+
+def raw_post(port, path, body, headers=b"", timeout=20):
+    """Sends `POST <path>` with the JSON body (bytes) and extra header lines
+    (bytes, each ending in \\r\\n) on a fresh socket; returns the open socket
+    (the caller closes it, typically mid-answer to test a disconnect)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\n%sContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % (path.encode(), headers, len(body)) + body)
+    return s
+
+
+def read_events(s, n):
+    """Reads from s until n `data: ` events have arrived or the peer closes;
+    returns the bytes read."""
+    got = b""
+    while got.count(b"data: ") < n:
+        b = s.recv(4096)
+        if not b:
+            break
+        got += b
+    return got
