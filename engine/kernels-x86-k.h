@@ -140,12 +140,31 @@ KX_INLINE void kx_q5k_tile(const struct kern_mat *w, int64_t r, int NR, const ui
     kx_q45k_tile(w, r, NR, xq, xs, nt, out, ldy, 1);
 }
 
+/* Half h (quants 128 h .. 128 h + 127) of a Q6_K super-block as four vectors
+ * of 32 unsigned 6-bit quants (0..63); q[g] pairs with activation bytes
+ * [128 h + 32 g, 128 h + 32 g + 32). Shared by the decode tile and the GEMM
+ * unpack. */
+KX_INLINE void kx_q6k_half(const block_q6_K *x, int h, __m256i q[4]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const uint8_t *ql = x->ql + 64 * h;
+    const __m256i qa = _mm256_loadu_si256((const __m256i *)ql);
+    const __m256i qb = _mm256_loadu_si256((const __m256i *)(ql + 32));
+    const __m256i hh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+    q[0] =
+        _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_and_si256(_mm256_slli_epi16(hh, 4), m30));
+    q[1] =
+        _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16(hh, 2), m30));
+    q[2] =
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(hh, m30));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
+                           _mm256_and_si256(_mm256_srli_epi16(hh, 2), m30));
+}
+
 /* Q6_K: 6-bit unsigned quants (0..63) dotted as is; the -32 offset is folded
  * in exactly through the activation's 16-element sums (bsums). */
 KX_INLINE void kx_q6k_tile(const struct kern_mat *w, int64_t r, int NR, const uint8_t *xq,
                            size_t xs, int nt, float *out, int64_t ldy) {
     const int64_t nb = w->n_cols / QK_K;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     __m256 acc[4][KX_TILE], accm[4][KX_TILE];
     for (int i = 0; i < NR; i++)
         for (int t = 0; t < nt; t++)
@@ -164,21 +183,10 @@ KX_INLINE void kx_q6k_tile(const struct kern_mat *w, int64_t r, int NR, const ui
             for (int t = 0; t < nt; t++)
                 isum[t] = _mm256_setzero_si256();
             for (int h = 0; h < 2; h++) {
-                const uint8_t *ql = x->ql + 64 * h;
                 __m128i sh = h ? _mm256_extracti128_si256(sc16, 1) : _mm256_castsi256_si128(sc16);
                 __m256i shh = _mm256_set_m128i(sh, sh);
-                __m256i qa = _mm256_loadu_si256((const __m256i *)ql);
-                __m256i qb = _mm256_loadu_si256((const __m256i *)(ql + 32));
-                __m256i hh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
                 __m256i q[4];
-                q[0] = _mm256_or_si256(_mm256_and_si256(qa, m4),
-                                       _mm256_and_si256(_mm256_slli_epi16(hh, 4), m30));
-                q[1] = _mm256_or_si256(_mm256_and_si256(qb, m4),
-                                       _mm256_and_si256(_mm256_slli_epi16(hh, 2), m30));
-                q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4),
-                                       _mm256_and_si256(hh, m30));
-                q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
-                                       _mm256_and_si256(_mm256_srli_epi16(hh, 2), m30));
+                kx_q6k_half(x, h, q);
                 for (int g = 0; g < 4; g++) {
                     const __m256i s16 = _mm256_shuffle_epi8(shh, kx_bcast16_mask(2 * g, 2 * g + 1));
                     for (int t = 0; t < nt; t++) {
@@ -244,28 +252,15 @@ enum kx_kq { KX_KQ4, KX_KQ5, KX_KQ6 };
 KX_INLINE void kx_kw_unpack(enum kx_kq k, const uint8_t *row, int64_t b, struct kx_kw *o) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     if (k == KX_KQ6) {
-        const __m256i m30 = _mm256_set1_epi8(0x30);
         const block_q6_K *x = (const block_q6_K *)row + b;
         o->d = kx_f16(x->d);
         o->dmin = 0.0f;
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
         o->m = sc16;
         for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = x->ql + 64 * h;
             __m128i sh = h ? _mm256_extracti128_si256(sc16, 1) : _mm256_castsi256_si128(sc16);
             __m256i shh = _mm256_set_m128i(sh, sh);
-            __m256i qa = _mm256_loadu_si256((const __m256i *)ql);
-            __m256i qb = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            __m256i hh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
-            __m256i *q = o->q + 4 * h;
-            q[0] = _mm256_or_si256(_mm256_and_si256(qa, m4),
-                                   _mm256_and_si256(_mm256_slli_epi16(hh, 4), m30));
-            q[1] = _mm256_or_si256(_mm256_and_si256(qb, m4),
-                                   _mm256_and_si256(_mm256_slli_epi16(hh, 2), m30));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4),
-                                   _mm256_and_si256(hh, m30));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
-                                   _mm256_and_si256(_mm256_srli_epi16(hh, 2), m30));
+            kx_q6k_half(x, h, o->q + 4 * h);
             for (int g = 0; g < 4; g++)
                 o->s[4 * h + g] = _mm256_shuffle_epi8(shh, kx_bcast16_mask(2 * g, 2 * g + 1));
         }
