@@ -10,7 +10,7 @@
 // leak check runs at exit).
 // Usage: node sched-load.mjs <strata binary> [n_requests] [n_clients]
 // Prints `RESULT sched-load: N passed, M failed`; exits 1 on any failure.
-import { spawn } from "node:child_process";
+import { startDaemon } from "./strata-daemon.mjs";
 
 const strata = process.argv[2];
 const N = Number(process.argv[3] || 1000);
@@ -23,31 +23,6 @@ let passed = 0, failed = 0;
 function check(name, ok, detail = "") {
   if (ok) passed++;
   else { failed++; console.log(`FAIL ${name} ${detail}`); }
-}
-
-function startDaemon(args) {
-  return new Promise((resolve, reject) => {
-    const p = spawn(strata, ["serve", modelPath, "--port", "0", "--threads", "1", ...args],
-      { stdio: ["ignore", "ignore", "pipe"] });
-    let log = "";
-    const timer = setTimeout(() => reject(new Error(`daemon did not start: ${log}`)), 60000);
-    p.stderr.on("data", (d) => {
-      log += d.toString();
-      const m = log.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m && /loaded/.test(log) && !p.polling) {
-        // "loaded" precedes the warm-up step; the daemon is ready when /health says 200.
-        p.polling = true;
-        const port = Number(m[1]);
-        const poll = async () => {
-          const r = await fetch(`http://127.0.0.1:${port}/health`).catch(() => null);
-          if (r && r.status === 200) { clearTimeout(timer); resolve({ p, port, log: () => log }); }
-          else setTimeout(poll, 20);
-        };
-        poll();
-      }
-    });
-    p.on("exit", (c) => { clearTimeout(timer); reject(new Error(`daemon exited ${c}: ${log}`)); });
-  });
 }
 
 const SYSTEM = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park.";
@@ -134,7 +109,7 @@ async function one(base, i, stats) {
 }
 
 async function main() {
-  const d = await startDaemon(["--parallel", "8", "--queue", "20", "--ctx-size", "256",
+  const d = await startDaemon(strata, modelPath, ["--parallel", "8", "--queue", "20", "--ctx-size", "256",
     "--kv-block", "16", "--request-timeout", "120"]);
   const base = `http://127.0.0.1:${d.port}`;
   const stats = { ok: 0, n429: 0, abandoned: 0, cached: 0, errors: [] };

@@ -2,7 +2,7 @@
 // official openai npm SDK. Usage: node sdk-conformance.mjs <strata binary>
 // (STRATA_SHARED_DIR locates models/stories260K.gguf and its greedy golden).
 // Prints `RESULT sdk-conformance: N passed, M failed`; exits 1 on any failure.
-import { spawn } from "node:child_process";
+import { startDaemon as startDaemonAt } from "./strata-daemon.mjs";
 import { readFileSync } from "node:fs";
 import OpenAI from "openai";
 
@@ -28,29 +28,8 @@ async function expectError(name, cls, fn, extra = () => true) {
 }
 
 const daemons = [];
-function startDaemon(args) {
-  return new Promise((resolve, reject) => {
-    const p = spawn(strata, ["serve", modelPath, "--port", "0", "--threads", "1", ...args],
-      { stdio: ["ignore", "ignore", "pipe"] });
-    daemons.push(p);
-    let log = "";
-    const timer = setTimeout(() => reject(new Error(`daemon did not start: ${log}`)), 60000);
-    p.stderr.on("data", (d) => {
-      log += d.toString();
-      const m = log.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m && /loaded/.test(log) && !p.polling) {
-        // "loaded" precedes the warm-up step; the daemon is ready when /health says 200.
-        p.polling = true;
-        const port = Number(m[1]);
-        const poll = async () => {
-          const r = await fetch(`http://127.0.0.1:${port}/health`).catch(() => null);
-          if (r && r.status === 200) { clearTimeout(timer); resolve(port); } else setTimeout(poll, 20);
-        };
-        poll();
-      }
-    });
-    p.on("exit", (c) => { clearTimeout(timer); reject(new Error(`daemon exited ${c}: ${log}`)); });
-  });
+async function startDaemon(args) {
+  return (await startDaemonAt(strata, modelPath, args, daemons)).port;
 }
 
 async function main() {
