@@ -63,6 +63,13 @@ static int64_t arr_int(const struct gguf_file *f, const char *key, uint64_t i) {
     return gguf_arr_int(&v, i);
 }
 
+/* Checks that the string key reads back as `want` (short: under 64 bytes). */
+static void check_str(const struct gguf_file *f, const char *key, const char *want) {
+    char buf[64];
+    ck_assert_int_eq(gguf_get_str_buf(f, key, buf, sizeof(buf), NULL), 0);
+    ck_assert_str_eq(buf, want);
+}
+
 static bool arr_str_eq(const struct gguf_file *f, const char *key, uint64_t i, const char *s) {
     struct gguf_value v;
     ck_assert_int_eq(gguf_get_arr(f, key, &v, NULL), 0);
@@ -79,13 +86,9 @@ START_TEST(gpt2_types_merges_specials) {
     ck_assert_msg(convert(k_gpt2, cfg, NULL, &err) == 0, "%s", err.message);
     struct gguf_file *f = gguf_open(g_out, &err);
     ck_assert_ptr_nonnull(f);
-    char buf[64];
-    ck_assert_int_eq(gguf_get_str_buf(f, "tokenizer.ggml.model", buf, sizeof(buf), NULL), 0);
-    ck_assert_str_eq(buf, "gpt2");
-    ck_assert_int_eq(gguf_get_str_buf(f, "tokenizer.ggml.pre", buf, sizeof(buf), NULL), 0);
-    ck_assert_str_eq(buf, "gpt-2");
-    ck_assert_int_eq(gguf_get_str_buf(f, "general.architecture", buf, sizeof(buf), NULL), 0);
-    ck_assert_str_eq(buf, "llama");
+    check_str(f, "tokenizer.ggml.model", "gpt2");
+    check_str(f, "tokenizer.ggml.pre", "gpt-2");
+    check_str(f, "general.architecture", "llama");
     /* 8 tokens: ids 0..7, 6 is a hole */
     ck_assert(arr_str_eq(f, "tokenizer.ggml.tokens", 6, "[PAD6]"));
     ck_assert(arr_str_eq(f, "tokenizer.ggml.tokens", 3, "<|end|>"));
@@ -105,8 +108,7 @@ START_TEST(gpt2_types_merges_specials) {
     ck_assert_int_eq(gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &b, NULL), 0);
     ck_assert(!b);
     ck_assert_int_lt(gguf_find_kv(f, "tokenizer.ggml.add_eos_token"), 0);
-    ck_assert_int_eq(gguf_get_str_buf(f, "tokenizer.chat_template", buf, sizeof(buf), NULL), 0);
-    ck_assert_str_eq(buf, "{{ messages }}");
+    check_str(f, "tokenizer.chat_template", "{{ messages }}");
     /* the tokenizer loads it and applies the merge */
     struct tokenizer *tok = tokenizer_init_gguf(f, &err);
     ck_assert_msg(tok != NULL, "%s", err.message);
@@ -173,11 +175,8 @@ START_TEST(spm_scores_types) {
     ck_assert_msg(convert(json, NULL, &p, &err) == 0, "%s", err.message);
     struct gguf_file *f = gguf_open(g_out, &err);
     ck_assert_ptr_nonnull(f);
-    char buf[32];
-    ck_assert_int_eq(gguf_get_str_buf(f, "tokenizer.ggml.model", buf, sizeof(buf), NULL), 0);
-    ck_assert_str_eq(buf, "llama");
-    ck_assert_int_eq(gguf_get_str_buf(f, "tokenizer.ggml.pre", buf, sizeof(buf), NULL), 0);
-    ck_assert_str_eq(buf, "default");
+    check_str(f, "tokenizer.ggml.model", "llama");
+    check_str(f, "tokenizer.ggml.pre", "default");
     ck_assert_int_lt(gguf_find_kv(f, "tokenizer.ggml.merges"), 0);
     struct gguf_value sc;
     ck_assert_int_eq(gguf_get_arr(f, "tokenizer.ggml.scores", &sc, NULL), 0);
@@ -222,9 +221,7 @@ START_TEST(pre_detection_and_override) {
         "\"added_tokens\":[]}";
     ck_assert_msg(convert(qwen, NULL, NULL, &err) == 0, "%s", err.message);
     struct gguf_file *f = gguf_open(g_out, &err);
-    char buf[32];
-    ck_assert_int_eq(gguf_get_str_buf(f, "tokenizer.ggml.pre", buf, sizeof(buf), NULL), 0);
-    ck_assert_str_eq(buf, "qwen2");
+    check_str(f, "tokenizer.ggml.pre", "qwen2");
     gguf_close(f);
     /* an unknown regex is refused, naming it; --pre overrides */
     const char *odd = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]},"
@@ -305,12 +302,8 @@ START_TEST(named_chat_templates) {
                       "{\"name\":\"tool_use\",\"template\":\"T\"},{\"bogus\":1}]}";
     ck_assert_msg(convert(k_gpt2, cfg, NULL, &err) == 0, "%s", err.message);
     struct gguf_file *f = gguf_open(g_out, &err);
-    char buf[8];
-    ck_assert_int_eq(gguf_get_str_buf(f, "tokenizer.chat_template", buf, sizeof(buf), NULL), 0);
-    ck_assert_str_eq(buf, "D");
-    ck_assert_int_eq(
-        gguf_get_str_buf(f, "tokenizer.chat_template.tool_use", buf, sizeof(buf), NULL), 0);
-    ck_assert_str_eq(buf, "T");
+    check_str(f, "tokenizer.chat_template", "D");
+    check_str(f, "tokenizer.chat_template.tool_use", "T");
     gguf_close(f);
     cleanup();
 }
