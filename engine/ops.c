@@ -601,20 +601,10 @@ OPS_AVX512 static void attn_group_avx512(const float *q, int n_q, const uint16_t
                 a2 = _mm512_fmadd_ps(_mm512_load_ps(q2 + i), kv, a2);
                 a3 = _mm512_fmadd_ps(_mm512_load_ps(q3 + i), kv, a3);
             }
-            __m256 b0 =
-                _mm256_add_ps(_mm512_castps512_ps256(a0),
-                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a0), 1)));
-            __m256 b1 =
-                _mm256_add_ps(_mm512_castps512_ps256(a1),
-                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a1), 1)));
-            __m256 b2 =
-                _mm256_add_ps(_mm512_castps512_ps256(a2),
-                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a2), 1)));
-            __m256 b3 =
-                _mm256_add_ps(_mm512_castps512_ps256(a3),
-                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a3), 1)));
+            const __m128 h4 =
+                attn_hsum4(attn_fold512(a0), attn_fold512(a1), attn_fold512(a2), attn_fold512(a3));
             float s4[4];
-            _mm_storeu_ps(s4, _mm_mul_ps(attn_hsum4(b0, b1, b2, b3), _mm_set1_ps(scale)));
+            _mm_storeu_ps(s4, _mm_mul_ps(h4, _mm_set1_ps(scale)));
             for (int g = 0; g < ng; g++)
                 scores[(size_t)(g0 + g) * n_kv + p] = s4[g];
         }
