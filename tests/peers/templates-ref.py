@@ -18,7 +18,7 @@ add_generation_prompt. Prints one JSON object:
 Used by templates-hf.mjs so the node test gets the reference without a
 Python interpreter per render.
 """
-import importlib.util
+import importlib
 import json
 import os
 import sys
@@ -26,16 +26,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def load_exact():
-    spec = importlib.util.spec_from_file_location("templates_exact",
-                                                  os.path.join(HERE, "templates-exact.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def main():
-    ex = load_exact()
+    ex = importlib.import_module("templates-exact")  # this script's directory is on sys.path
     env = ex.make_env()
     with open(os.path.join(HERE, "templates-conversations.json"), encoding="utf-8") as f:
         convs = json.load(f)
