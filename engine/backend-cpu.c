@@ -148,16 +148,17 @@ static void cpu_quantize_act(void *ctx, enum quant_type wtype, const float *x, i
         quant_rows(&j, 0, n_rows, 0);
         return;
     }
-    /* blocks per piece: enough for QUANT_PIECE values, at most the row */
+    /* Rows of whole blocks are cut into pieces of bp blocks (enough for
+     * QUANT_PIECE values, at most the row); other rows stay one piece (j's
+     * initial values). */
     const int64_t nb = n_cols / tr->block_size;
-    int64_t bp = (QUANT_PIECE + tr->block_size - 1) / tr->block_size;
-    if (bp > nb)
-        bp = nb > 0 ? nb : 1;
-    j.piece_cols = bp * tr->block_size;
-    j.piece_bytes = (size_t)bp * tr->type_size;
-    j.per_row = nb > 0 ? (nb + bp - 1) / bp : 1;
-    if (j.per_row < 1 || n_cols % tr->block_size) { /* not whole blocks: one piece a row */
-        j.per_row = 1, j.piece_cols = n_cols, j.piece_bytes = 0;
+    if (nb > 0 && n_cols % tr->block_size == 0) {
+        int64_t bp = (QUANT_PIECE + tr->block_size - 1) / tr->block_size;
+        if (bp > nb)
+            bp = nb;
+        j.piece_cols = bp * tr->block_size;
+        j.piece_bytes = (size_t)bp * tr->type_size;
+        j.per_row = (nb + bp - 1) / bp;
     }
     struct pool_task t = {
         .fn = quant_rows, .ctx = &j, .n_rows = n_rows * j.per_row, .min_grain = 1};
