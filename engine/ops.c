@@ -190,13 +190,17 @@ float ops_f16_to_f32(uint16_t h) {
     return f16_to_f32(h);
 }
 
+/* n values of q (heads of a group) rounded to f16 as ggml's F16 K x F32 Q matmul converts it. */
+static void attn_round_q(const float *q, int n, float *qh) {
+    for (int i = 0; i < n; i++)
+        qh[i] = quant_f16_to_f32(quant_f32_to_f16(q[i]));
+}
+
 void ops_attn_head(const float *q, const uint16_t *const *k_rows, const uint16_t *const *v_rows,
                    int n_kv, int head_dim_k, int head_dim_v, float scale, float *scores,
                    float *out) {
-    /* q rounded to f16 as ggml's F16 K x F32 Q matmul converts it (vec_dot_type F16). */
     float qh[1024];
-    for (int i = 0; i < head_dim_k; i++)
-        qh[i] = quant_f16_to_f32(quant_f32_to_f16(q[i]));
+    attn_round_q(q, head_dim_k, qh); /* ggml's vec_dot_type F16 */
     for (int p = 0; p < n_kv; p++) {
         const uint16_t *k = k_rows[p];
         float s = 0.0f;
@@ -216,12 +220,6 @@ void ops_attn_head(const float *q, const uint16_t *const *k_rows, const uint16_t
 }
 
 /* ---- grouped attention ------------------------------------------------------ */
-
-/* q of n_q heads rounded to f16 as ggml's F16 K x F32 Q matmul converts it. */
-static void attn_round_q(const float *q, int n, float *qh) {
-    for (int i = 0; i < n; i++)
-        qh[i] = quant_f16_to_f32(quant_f32_to_f16(q[i]));
-}
 
 /* Max-subtracted exp of each head's n_kv scores in place; inv[g] = 1 / sum. */
 static void attn_exp_scalar(float *scores, int n_q, int n_kv, float *inv) {
