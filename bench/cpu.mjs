@@ -1,7 +1,7 @@
 // bench/cpu.mjs: strata vs llama.cpp (node-llama-cpp) on the CPU, side by side.
 // Run through bench/cpu (it builds the roofline probe); see bench/README.md.
 //
-//   node bench/cpu.mjs STRATA ROOFLINE MODELS_DIR [THREADS=2]
+//   node bench/cpu.mjs STRATA ROOFLINE MODELS_DIR [THREADS=2] [BENCH_MODEL]
 //   node bench/cpu.mjs --llama MODEL THREADS        (child mode: one model in llama.cpp)
 //
 // Per model: decode tok/s (128 tokens after a 1-token prompt, greedy), prefill
@@ -14,6 +14,13 @@
 // runs right before and right after each strata decode run, and the roofline
 // of that model uses the higher of the two: the decode is judged against the
 // most bandwidth that was on offer around it, never the least.
+// Probes seconds away from the decode still miss what the box does during it
+// (read bandwidth moved 49 -> 70 -> 47 GB/s between probes a second apart,
+// 2026-12-01), so a second figure interleaves them: BENCH_MODEL (the release
+// build's tests/bench-model) decodes 128 steps and, before every step,
+// streams the step's weight bytes from the model file's own mapped pages with
+// the same probe loop; decode/roofline = mean probe time / mean step time.
+// The two columns are both printed; neither is dropped for the other.
 // llama.cpp's decode and prefill times are its own (llama_perf_context:
 // "eval time" and "prompt eval time", read from printTimings with
 // performanceTracking on), so node-llama-cpp's JavaScript per-token cost is
@@ -129,7 +136,7 @@ function bytesPerToken(bin, file) {
 }
 
 async function main() {
-    const [bin, roofBin, dir, thr] = process.argv.slice(2);
+    const [bin, roofBin, dir, thr, benchModel] = process.argv.slice(2);
     const threads = Number(thr || 2);
     fs.mkdirSync(dir, {recursive: true});
     const models = [
@@ -168,6 +175,14 @@ async function main() {
                                             "-t", String(threads), "--json"]));
         const gAfter = probe();
         probes.push(gBefore, gAfter);
+        let iGbs = NaN, iFrac = NaN;
+        if (benchModel) {
+            const bm = spawnSync(benchModel, [m.file, String(threads), String(N_DECODE), "16", "1",
+                                              String(bpt)], {encoding: "utf8"});
+            const im = bm.stdout.match(/interleaved probe: ([\d.]+) GB\/s.*decode\/roofline ([\d.]+)%/);
+            console.error(`bench-model: ${(bm.stdout + bm.stderr).trim()}`);
+            if (im) [iGbs, iFrac] = [Number(im[1]), Number(im[2])];
+        }
         const gbs = Math.max(gBefore, gAfter);
         const roofTok = gbs * 1e9 / bpt;
         const r = {
@@ -179,7 +194,7 @@ async function main() {
             lPre: N_PREFILL * 1e3 / L.prefillMs,
             sRss: Math.max(pre.timings.peak_rss_mb, dec.timings.peak_rss_mb),
             lRss: L.rss,
-            bpt, roofTok, gBefore, gAfter,
+            bpt, roofTok, gBefore, gAfter, iGbs, iFrac,
         };
         rows.push(r);
         console.error(JSON.stringify(r));
@@ -190,14 +205,16 @@ async function main() {
                 `roofline uses the higher probe around its decode); llama.cpp decode/prefill from ` +
                 `its own perf counters (decode wall clock through node in brackets)`);
     console.log("| model | MB/token | GB/s before/after | roofline tok/s | strata decode | " +
-                "llama.cpp decode | decode ratio | strata/roofline | strata prefill | " +
+                "llama.cpp decode | decode ratio | strata/roofline | interleaved GB/s | " +
+                "interleaved decode/roofline | strata prefill | " +
                 "llama.cpp prefill | prefill ratio | strata RSS MiB | llama.cpp RSS MiB | RSS ratio |");
-    console.log("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    console.log("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (const r of rows)
         console.log(`| ${r.model} | ${f(r.bpt / 1e6)} | ${f(r.gBefore)}/${f(r.gAfter)} | ` +
                     `${f(r.roofTok)} | ${f(r.sDec)} | ` +
                     `${f(r.lDec)} (${f(r.lDecWall)}) | ${f(r.sDec / r.lDec, 2)} | ` +
-                    `${f(100 * r.sDec / r.roofTok, 0)}% | ${f(r.sPre)} | ${f(r.lPre)} | ` +
+                    `${f(100 * r.sDec / r.roofTok, 0)}% | ${f(r.iGbs)} | ${f(r.iFrac)}% | ` +
+                    `${f(r.sPre)} | ${f(r.lPre)} | ` +
                     `${f(r.sPre / r.lPre, 2)} | ${f(r.sRss)} | ${f(r.lRss)} | ` +
                     `${f(r.sRss / r.lRss, 2)} |`);
 }

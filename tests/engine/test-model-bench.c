@@ -2,13 +2,31 @@
  * forward pass (not a test suite; built as bench-model).
  *
  *   bench-model MODEL [n_threads=2] [n_decode=64] [n_prefill=64] [n_seq=1]
+ *               [probe_bytes=0]
  *
  * Prints prefill tok/s (one chunk of n_prefill tokens), then decode tok/s:
  * n_decode greedy steps, n_seq sequences per step batched into one call
- * (tok/s counts every sequence's token). */
+ * (tok/s counts every sequence's token).
+ *
+ * probe_bytes > 0 (the weight bytes one decode step reads; bench/cpu passes
+ * its count) interleaves the decode with the roofline probe: before every
+ * step, n_threads threads stream probe_bytes of the model file's own mapped
+ * pages with bench/probe.h's loop (bench/roofline.c's), at an offset that
+ * moves on each time. The probe and the step then see the same machine
+ * within milliseconds of each other, which before/after probes seconds away
+ * do not on a VM whose bandwidth moves with its neighbours. Prints the mean
+ * probe time per probe_bytes, the mean decode step, and their ratio: the
+ * decode's fraction of the roofline. */
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
+
+#include "bench/probe.h"
 
 #include "engine/kv.h"
 #include "engine/model.h"
@@ -18,6 +36,52 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The interleaved probe: helper threads wait on a barrier, read their slice,
+ * wait again; the caller reads slice 0 and times barrier to barrier. */
+struct probe {
+    const uint64_t *map; /* owned: munmap(map, size) */
+    size_t size, bytes, off;
+    int n_threads;
+    pthread_barrier_t bar;
+    pthread_t th[16];
+    uint64_t sum[16];
+    bool quit;
+};
+
+struct probe_arg {
+    struct probe *p;
+    int t;
+};
+
+static void probe_slice(struct probe *p, int t) {
+    size_t words = p->bytes / 8 / (size_t)p->n_threads & ~(size_t)7;
+    p->sum[t] ^= probe_read8(p->map + p->off / 8 + (size_t)t * words, words, 0);
+}
+
+static void *probe_worker(void *arg) {
+    struct probe_arg *a = arg;
+    for (;;) {
+        pthread_barrier_wait(&a->p->bar);
+        if (a->p->quit)
+            break;
+        probe_slice(a->p, a->t);
+        pthread_barrier_wait(&a->p->bar);
+    }
+    return NULL;
+}
+
+/* One probe of p->bytes; returns its seconds. */
+static double probe_run(struct probe *p) {
+    double t0 = now_s();
+    pthread_barrier_wait(&p->bar);
+    probe_slice(p, 0);
+    pthread_barrier_wait(&p->bar);
+    double dt = now_s() - t0;
+    if (p->size >= 2 * p->bytes) /* room to move: the next probe reads other pages */
+        p->off = (p->off + p->bytes) % (p->size - p->bytes) & ~(size_t)63;
+    return dt;
 }
 
 static int argmax(const float *x, int n) {
@@ -37,7 +101,9 @@ int main(int argc, char **argv) {
     int n_decode = argc > 3 ? atoi(argv[3]) : 64;
     int n_prefill = argc > 4 ? atoi(argv[4]) : 64;
     int n_seq = argc > 5 ? atoi(argv[5]) : 1;
-    if (n_threads < 1 || n_decode < 1 || n_prefill < 1 || n_seq < 1 || n_seq > 64) {
+    size_t probe_bytes = argc > 6 ? (size_t)atoll(argv[6]) : 0;
+    if (n_threads < 1 || n_threads > 16 || n_decode < 1 || n_prefill < 1 || n_seq < 1 ||
+        n_seq > 64) {
         fprintf(stderr, "bench-model: bad arguments\n");
         return 2;
     }
@@ -75,15 +141,56 @@ int main(int argc, char **argv) {
             rc |= kv_seq_copy(kv, s, 0, n_prefill, &err);
         tok[s] = argmax(logits, V);
     }
-    t0 = now_s();
+    static struct probe pr;
+    static struct probe_arg pa[16];
+    if (probe_bytes > 0) {
+        int fd = open(argv[1], O_RDONLY);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) != 0 || (size_t)st.st_size < probe_bytes ||
+            probe_bytes < (size_t)64 * n_threads) {
+            fprintf(stderr, "bench-model: probe_bytes must be at most the file's size\n");
+            return 2;
+        }
+        pr.size = (size_t)st.st_size & ~(size_t)63;
+        pr.bytes = probe_bytes & ~(size_t)63;
+        pr.n_threads = n_threads;
+        pr.map = mmap(NULL, pr.size, PROT_READ, MAP_SHARED, fd, 0);
+        close(fd);
+        if (pr.map == MAP_FAILED)
+            return 1;
+        pthread_barrier_init(&pr.bar, NULL, (unsigned)n_threads);
+        for (int t = 1; t < n_threads; t++) {
+            pa[t] = (struct probe_arg){&pr, t};
+            pthread_create(&pr.th[t], NULL, probe_worker, &pa[t]);
+        }
+        for (size_t i = 0; i < pr.size / pr.bytes + 1; i++) /* fault the whole file in */
+            probe_run(&pr);
+    }
+    double t_dec = 0, t_probe = 0;
     for (int step = 0; step < n_decode && rc == 0; step++) {
+        if (probe_bytes > 0)
+            t_probe += probe_run(&pr);
         for (int s = 0; s < n_seq; s++)
             e[s] = (struct model_batch_entry){s, n_prefill + step, tok[s], true};
+        t0 = now_s();
         rc |= model_forward(m, kv, &(struct model_batch){e, n_seq}, logits, &err);
         for (int s = 0; s < n_seq; s++)
             tok[s] = argmax(logits + (size_t)s * V, V);
+        t_dec += now_s() - t0;
     }
-    double t_dec = now_s() - t0;
+    if (probe_bytes > 0) {
+        pr.quit = true;
+        pthread_barrier_wait(&pr.bar);
+        for (int t = 1; t < n_threads; t++)
+            pthread_join(pr.th[t], NULL);
+        pthread_barrier_destroy(&pr.bar);
+        munmap((void *)pr.map, pr.size);
+        if (rc == 0)
+            printf("interleaved probe: %.2f GB/s (%.2f ms per %zu bytes), decode %.2f ms/step, "
+                   "decode/roofline %.1f%%\n",
+                   (double)pr.bytes * n_decode / t_probe / 1e9, t_probe * 1e3 / n_decode, pr.bytes,
+                   t_dec * 1e3 / n_decode, 100.0 * t_probe / t_dec);
+    }
     if (rc)
         fprintf(stderr, "bench-model: %s\n", err.message);
     else
