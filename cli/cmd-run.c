@@ -49,7 +49,7 @@ struct run_opts {
     int n_threads;   /* 0 = STRATA_THREADS / config, else available CPUs - 1 */
     int n_ctx;       /* 0 = prompt + n_gen */
     int n_batch;     /* prefill chunk; 0 = model default */
-    bool chat, json, ignore_eos, no_prefault;
+    bool chat, json, ignore_eos, no_prefault, no_repack;
     struct sampler_params sp;
 };
 
@@ -70,7 +70,8 @@ static void usage(FILE *out) {
                  "         [--repeat-penalty F] [--presence-penalty F] [--frequency-penalty F]\n"
                  "         [--repeat-last-n N] [-t THREADS] [-c CTX] [-b BATCH] [--ignore-eos] "
                  "[--json]\n"
-                 "         [--no-prefault]   (do not map the weight pages at load)\n");
+                 "         [--no-prefault]   (do not map the weight pages at load)\n"
+                 "         [--no-repack]     (keep K-quant weights in the file's layout)\n");
 }
 
 /* Parses an int/float argument; returns false on junk. */
@@ -150,6 +151,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o) {
                 o->ignore_eos = true;
             else if (!strcmp(a, "--no-prefault"))
                 o->no_prefault = true;
+            else if (!strcmp(a, "--no-repack"))
+                o->no_repack = true;
             else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
                 usage(stdout);
                 return 1;
@@ -394,6 +397,7 @@ int cli_run_main(int argc, char **argv) {
     struct model_params mp = model_params_default();
     mp.pool = pool;
     mp.prefault = !o.no_prefault;
+    mp.repack = !o.no_repack;
     if (!(m = model_load(o.model, &mp, &err)))
         goto done;
     if (!(tok = tokenizer_init_gguf(model_gguf(m), &err)))

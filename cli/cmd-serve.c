@@ -29,6 +29,7 @@ static int serve_open(const struct config *cfg, struct gen_backend *out, struct 
     sp.kv_block = (int)config_int(cfg, CONFIG_KV_BLOCK);
     sp.prefix_cache = config_bool(cfg, CONFIG_PREFIX_CACHE);
     sp.prefault = config_bool(cfg, CONFIG_PREFAULT);
+    sp.repack = config_bool(cfg, CONFIG_REPACK);
     sp.n_batch = (int)config_int(cfg, CONFIG_BATCH);
     sp.request_timeout = (double)config_int(cfg, CONFIG_REQUEST_TIMEOUT);
     /* without --kv-mem the KV pool takes at most half the memory budget */

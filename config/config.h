@@ -73,6 +73,8 @@ enum config_type {
       1, "true", "reuse KV blocks of earlier requests with the same token prefix")                 \
     X(PREFAULT, "prefault", "STRATA_PREFAULT", "--prefault", CONFIG_TYPE_BOOL, 0, 1, "true",       \
       "map every weight page at load (skipped above 3/4 of RAM)")                                  \
+    X(REPACK, "repack", "STRATA_REPACK", "--repack", CONFIG_TYPE_BOOL, 0, 1, "true",               \
+      "copy Q4_K/Q6_K weights into the 16-row packed layout at load (AVX-512)")                    \
     X(BATCH, "batch", "STRATA_BATCH", "--batch", CONFIG_TYPE_INT, 0, 65536, "0",                   \
       "tokens per scheduler step, decode + prefill chunks (0 = 512)")                              \
     X(REQUEST_TIMEOUT, "request-timeout", "STRATA_REQUEST_TIMEOUT", "--request-timeout",           \

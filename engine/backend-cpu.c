@@ -47,9 +47,16 @@ static void run_tasks(struct cpu_ctx *c, struct pool_task *t, int n) {
 
 /* ---- matmul ----------------------------------------------------------------- */
 
+/* Rows per pool row: a packed matrix (kernels_pack) is split in whole
+ * 16-row groups, so no group is computed by two threads. */
+static int64_t matmul_unit(const struct kern_mat *w) {
+    return w->packed ? KERNELS_PACK_ROWS : 1;
+}
+
 static void matmul_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
     const struct backend_matmul *j = ctx;
-    kernels_matmul(j->w, j->xq, j->xq_stride, j->n_tok, j->y, j->ldy, r0, r1);
+    const int64_t u = matmul_unit(j->w);
+    kernels_matmul(j->w, j->xq, j->xq_stride, j->n_tok, j->y, j->ldy, r0 * u, r1 * u);
 }
 
 /* Decode matmuls (n_tok < CPU_GEMM_TOK) cap a chunk at CPU_CHUNK_BYTES of
@@ -76,16 +83,17 @@ static void cpu_matmul(void *ctx, const struct backend_matmul *jobs, int n_jobs)
     struct pool_task *t = n_jobs <= 16 ? stack : malloc((size_t)n_jobs * sizeof *t);
     if (!t) { /* out of memory for the task list: run serially, same results */
         for (int i = 0; i < n_jobs; i++)
-            matmul_rows((void *)&jobs[i], 0, jobs[i].w->n_rows, 0);
+            matmul_rows((void *)&jobs[i], 0, jobs[i].w->n_rows / matmul_unit(jobs[i].w), 0);
         return;
     }
     uint64_t work = 0;
     for (int i = 0; i < n_jobs; i++) {
+        const int64_t u = matmul_unit(jobs[i].w), mg = decode_max_grain(&jobs[i]);
         t[i] = (struct pool_task){.fn = matmul_rows,
                                   .ctx = (void *)&jobs[i],
-                                  .n_rows = jobs[i].w->n_rows,
-                                  .min_grain = 0,
-                                  .max_grain = decode_max_grain(&jobs[i])};
+                                  .n_rows = jobs[i].w->n_rows / u,
+                                  .min_grain = u > 1 ? 2 : 0, /* 32 rows, the pool's floor */
+                                  .max_grain = mg > 0 && mg / u < 1 ? 1 : mg / u};
         work += (uint64_t)jobs[i].w->n_rows * jobs[i].w->row_bytes * (uint64_t)jobs[i].n_tok;
     }
     if (work < CPU_INLINE_MATMUL_BYTES) {

@@ -23,9 +23,20 @@ typedef void (*kern_quant_fn)(const float *x, void *dst, int64_t n);
 
 struct kern_table {
     kern_matmul_fn matmul[QUANT_TYPE_COUNT]; /* NULL: fall back to the lower ISA */
-    kern_quant_fn quantize_q8_0;             /* NULL: the lower ISA's (the reference) */
-    kern_quant_fn quantize_q8_K;             /* NULL: the lower ISA's (the reference) */
+    /* Packed layout (kernels-pack.c); NULL: the lower ISA's, at the bottom
+     * kern_ref_matmul_packed. */
+    kern_matmul_fn matmul_packed[QUANT_TYPE_COUNT];
+    kern_quant_fn quantize_q8_0; /* NULL: the lower ISA's (the reference) */
+    kern_quant_fn quantize_q8_K; /* NULL: the lower ISA's (the reference) */
 };
+
+/* kernels.c: the table kernels_matmul uses now. */
+const struct kern_table *kern_table_active(void);
+
+/* kernels-pack.c: the packed layout's reference (rows unpacked, then
+ * kern_ref_dot); shape checked by the caller. */
+void kern_ref_matmul_packed(const struct kern_mat *w, const void *xq, size_t xq_stride,
+                            int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1);
 
 /* kernels-ref.c */
 void kern_ref_fill(struct kern_table *t);

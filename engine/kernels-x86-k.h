@@ -457,6 +457,7 @@ static int kx_kg_matmul(enum kx_kq k, const struct kern_mat *w, const void *xq, 
     }
 
 #include "engine/kernels-x86-kz.h"
+#include "engine/kernels-x86-pk.h"
 
 /* ---- plain floats: F32, F16, BF16 (activation in the weight's format) ------- */
 
@@ -699,6 +700,10 @@ static void kx_fill(struct kern_table *t) {
     t->matmul[QUANT_Q4_K] = kx_matmul_q4_K;
     t->matmul[QUANT_Q5_K] = kx_matmul_q5_K;
     t->matmul[QUANT_Q6_K] = kx_matmul_q6_K;
+#if defined(__AVX512BW__)
+    t->matmul_packed[QUANT_Q4_K] = kx_matmul_pk_q4_K;
+    t->matmul_packed[QUANT_Q6_K] = kx_matmul_pk_q6_K;
+#endif
 }
 
 #endif

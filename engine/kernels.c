@@ -59,6 +59,8 @@ static void kern_detect(void) {
         best = KERNELS_ISA_AVX512_VNNI;
 #endif
     kern_ref_fill(&kern_tables[KERNELS_ISA_REF]);
+    kern_tables[KERNELS_ISA_REF].matmul_packed[QUANT_Q4_K] = kern_ref_matmul_packed;
+    kern_tables[KERNELS_ISA_REF].matmul_packed[QUANT_Q6_K] = kern_ref_matmul_packed;
     for (int isa = KERNELS_ISA_AVX2; isa <= (int)best; isa++) {
         kern_tables[isa] = kern_tables[isa - 1];
         struct kern_table add;
@@ -71,9 +73,12 @@ static void kern_detect(void) {
         else
             kern_avx512vnni_fill(&add);
 #endif
-        for (int t = 0; t < QUANT_TYPE_COUNT; t++)
+        for (int t = 0; t < QUANT_TYPE_COUNT; t++) {
             if (add.matmul[t])
                 kern_tables[isa].matmul[t] = add.matmul[t];
+            if (add.matmul_packed[t])
+                kern_tables[isa].matmul_packed[t] = add.matmul_packed[t];
+        }
         if (add.quantize_q8_0)
             kern_tables[isa].quantize_q8_0 = add.quantize_q8_0;
         if (add.quantize_q8_K)
@@ -181,7 +186,14 @@ static int kern_shape_ok(const struct kern_mat *w, int64_t n_tok, int64_t r0, in
         r1 > w->n_rows || w->n_cols <= 0)
         return 0;
     size_t rs = quant_row_size(w->type, w->n_cols);
+    if (w->packed) /* groups of 16 whole rows, no padding between rows */
+        return kernels_pack_layout_ok(w->type, w->n_rows, w->n_cols) && w->row_bytes == rs;
     return rs != 0 && w->row_bytes >= rs;
+}
+
+const struct kern_table *kern_table_active(void) {
+    kernels_init();
+    return &kern_tables[atomic_load_explicit(&kern_active, memory_order_relaxed)];
 }
 
 void kernels_matmul(const struct kern_mat *w, const void *xq, size_t xq_stride, int64_t n_tok,
@@ -189,8 +201,9 @@ void kernels_matmul(const struct kern_mat *w, const void *xq, size_t xq_stride, 
     kernels_init();
     if (!kern_shape_ok(w, n_tok, r0, r1))
         return;
-    kern_matmul_fn f =
-        kern_tables[atomic_load_explicit(&kern_active, memory_order_relaxed)].matmul[w->type];
+    const struct kern_table *tb =
+        &kern_tables[atomic_load_explicit(&kern_active, memory_order_relaxed)];
+    kern_matmul_fn f = w->packed ? tb->matmul_packed[w->type] : tb->matmul[w->type];
     if (f)
         f(w, xq, xq_stride, n_tok, y, ldy, r0, r1);
 }
@@ -200,7 +213,8 @@ void kernels_matmul_ref(const struct kern_mat *w, const void *xq, size_t xq_stri
     kernels_init();
     if (!kern_shape_ok(w, n_tok, r0, r1))
         return;
-    kern_matmul_fn f = kern_tables[KERNELS_ISA_REF].matmul[w->type];
+    kern_matmul_fn f = w->packed ? kern_tables[KERNELS_ISA_REF].matmul_packed[w->type]
+                                 : kern_tables[KERNELS_ISA_REF].matmul[w->type];
     if (f)
         f(w, xq, xq_stride, n_tok, y, ldy, r0, r1);
 }

@@ -31,6 +31,7 @@ struct kern_mat {
     int64_t n_rows;
     int64_t n_cols;   /* elements per row (multiple of the block size) */
     size_t row_bytes; /* stride between rows in bytes */
+    int packed;       /* 1: data is kernels_pack's 16-row layout (Q4_K, Q6_K), else GGUF rows */
 };
 
 enum kernels_isa {
@@ -76,6 +77,33 @@ int kernels_supports(enum quant_type wtype);
  * the shape when loading a model. */
 void kernels_matmul(const struct kern_mat *w, const void *xq, size_t xq_stride, int64_t n_tok,
                     float *y, int64_t ldy, int64_t r0, int64_t r1);
+/* ---- 16-row packed layout (kernels-pack.c) ----------------------------------
+ * Q4_K and Q6_K matrices with n_rows a multiple of KERNELS_PACK_ROWS can be
+ * reordered once at load into 16-row groups (same size, layout in
+ * kernels-pack.c), for which the AVX-512 kernels compute a batch of tokens
+ * ~1.7x faster (kernels-x86-pk.h). A packed kern_mat has packed = 1 and the
+ * same type, shape and row_bytes as the GGUF one; kernels_matmul takes it
+ * like any other (any row range; results never depend on the row split or
+ * on n_tok, as for GGUF rows, but differ from the GGUF layout's in the last
+ * bits: the sums are added in another order).
+ *   if (kernels_pack_wanted(w.type, w.n_rows, w.n_cols)) {
+ *       void *p = malloc(w.n_rows * w.row_bytes);
+ *       kernels_pack(&w, p, 0, w.n_rows / KERNELS_PACK_ROWS);
+ *       w.data = p; w.packed = 1;
+ *   } */
+#define KERNELS_PACK_ROWS 16
+/* 1 if the type and shape have the packed layout. */
+int kernels_pack_layout_ok(enum quant_type type, int64_t n_rows, int64_t n_cols);
+/* 1 if the layout is ok and the active ISA has a packed kernel for it (a
+ * packed matrix still works on other ISAs, through the slow reference). */
+int kernels_pack_wanted(enum quant_type type, int64_t n_rows, int64_t n_cols);
+/* Writes row groups [g0, g1) of GGUF-layout w (row_bytes = the row size) to
+ * dst (w->n_rows * w->row_bytes bytes in all; groups may be packed by several
+ * threads at once). Returns 0, or -1 for a type/shape without the layout. */
+int kernels_pack(const struct kern_mat *w, void *dst, int64_t g0, int64_t g1);
+/* The inverse: packed w -> GGUF rows in dst (tests). Returns 0 or -1. */
+int kernels_unpack(const struct kern_mat *w, void *dst);
+
 /* Same through the scalar reference path regardless of the active ISA. */
 void kernels_matmul_ref(const struct kern_mat *w, const void *xq, size_t xq_stride, int64_t n_tok,
                         float *y, int64_t ldy, int64_t r0, int64_t r1);

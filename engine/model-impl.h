@@ -50,10 +50,17 @@ struct model {
     size_t max_act_row;     /* largest activation row (bytes) over every bound matrix */
     size_t max_act_row_exp; /* largest activation row of a routed expert matrix */
     uint64_t weight_bytes;
+    uint64_t pack_bytes; /* bytes of matrices in the packed layout (model-pack.c) */
+    void *pack_raw;      /* owned: munmap(pack_raw, pack_raw_bytes); NULL if none */
+    size_t pack_raw_bytes;
     float **owned_vecs; /* f32 copies of 1-D tensors */
     int n_owned_vecs, cap_owned_vecs;
     struct model_fwd *fwd; /* owned */
 };
+
+/* model-pack.c: packs the eligible matrices (kernels_pack); 0 or an error
+ * (nothing packed then). */
+int model_pack_weights(struct model *m, struct strata_error *err);
 
 /* model-forward.c */
 struct model_fwd *model_fwd_init(const struct model *m, struct strata_error *err);

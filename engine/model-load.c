@@ -35,8 +35,12 @@ static const struct arch_info archs[] = {
 };
 
 struct model_params model_params_default(void) {
-    return (struct model_params){
-        .pool = NULL, .n_ctx_max = 0, .n_batch_max = 512, .profile = NULL, .prefault = true};
+    return (struct model_params){.pool = NULL,
+                                 .n_ctx_max = 0,
+                                 .n_batch_max = 512,
+                                 .profile = NULL,
+                                 .prefault = true,
+                                 .repack = true};
 }
 
 /* Prefault: the tensor data span cut in PREFAULT_CHUNK pieces, mapped by the
@@ -66,6 +70,12 @@ static void prefault_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
     for (uintptr_t p = a; p < b; p += (uintptr_t)j->page) /* a tensor byte of each page */
         acc ^= *(const volatile uint8_t *)(p < j->first ? j->first : p);
     __asm__ volatile("" : : "r"(acc));
+}
+
+/* Whether weights of this size can all stay resident: at most 3/4 of RAM. */
+static bool weights_fit_ram(uint64_t bytes) {
+    const long page = sysconf(_SC_PAGESIZE), n_phys = sysconf(_SC_PHYS_PAGES);
+    return page <= 0 || n_phys <= 0 || bytes / 3 * 4 <= (uint64_t)n_phys * (uint64_t)page;
 }
 
 /* Maps the pages of every tensor's data now, so decode does not take page
@@ -497,6 +507,10 @@ struct model *model_load(const char *path, const struct model_params *params,
         m->weight_bytes += gguf_tensor_at(m->gguf, i)->n_bytes;
     if (m->params.prefault)
         prefault_weights(m);
+    if (m->params.repack && weights_fit_ram(m->weight_bytes)) {
+        struct strata_error perr = {0};
+        (void)model_pack_weights(m, &perr); /* out of memory: the file layout still works */
+    }
     if (m->params.n_ctx_max == 0)
         m->params.n_ctx_max = hp->n_ctx_train < (1 << 20) ? hp->n_ctx_train : (1 << 20);
     m->be = backend_cpu_init(m->params.pool, err);
@@ -515,6 +529,8 @@ void model_free(struct model *m) {
     if (!m)
         return;
     model_fwd_free(m->fwd);
+    if (m->pack_raw)
+        munmap(m->pack_raw, m->pack_raw_bytes);
     backend_free(m->be);
     experts_free(m->experts);
     for (int i = 0; i < m->n_owned_vecs; i++)
@@ -527,6 +543,10 @@ void model_free(struct model *m) {
 
 const struct model_hparams *model_hparams(const struct model *m) {
     return &m->hp;
+}
+
+uint64_t model_packed_bytes(const struct model *m) {
+    return m->pack_bytes;
 }
 const char *model_arch_name(const struct model *m) {
     return m->hp.arch;

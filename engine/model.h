@@ -105,6 +105,14 @@ struct model_params {
      * decode 48.4/48.9 -> 51.7/51.9 tok/s (page faults were ~6% of decode
      * cycles). */
     bool prefault;
+    /* Copy the Q4_K / Q6_K matrices of attention, dense FFN, shared expert and
+     * output into the kernels' 16-row packed layout at load (model-pack.c),
+     * where the CPU has the packed kernels (AVX-512). Default true. Skipped,
+     * like prefault, when the weights exceed 3/4 of physical RAM (the file
+     * pages then stay the only copy). Results differ from the unpacked
+     * layout's in the last bits (another summation order), never between
+     * batch sizes or thread counts. */
+    bool repack;
 };
 struct model_params model_params_default(void);
 
@@ -118,7 +126,9 @@ struct model *model_load(const char *path, const struct model_params *params,
 void model_free(struct model *m);                   /* NULL is a no-op */
 
 const struct model_hparams *model_hparams(const struct model *m); /* borrowed */
-const char *model_arch_name(const struct model *m);               /* borrowed */
+/* Bytes of weights in the packed layout (0: none, see model_params.repack). */
+uint64_t model_packed_bytes(const struct model *m);
+const char *model_arch_name(const struct model *m); /* borrowed */
 int model_n_vocab(const struct model *m);
 int model_n_ctx_train(const struct model *m);
 int model_n_ctx_max(const struct model *m);   /* effective per-sequence context */

@@ -26,7 +26,8 @@ struct sched_params sched_params_default(void) {
                                  .queue = 64,
                                  .request_timeout = 0,
                                  .prefix_cache = true,
-                                 .prefault = true};
+                                 .prefault = true,
+                                 .repack = true};
 }
 
 /* ---- events that end a job ----------------------------------------------- */
@@ -614,6 +615,7 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     mp.pool = s->pool;
     mp.n_ctx_max = params->n_ctx;
     mp.prefault = params->prefault;
+    mp.repack = params->repack;
     if (!(s->model = model_load(params->model_path, &mp, err)))
         goto fail;
     s->n_vocab = model_n_vocab(s->model);

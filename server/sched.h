@@ -69,6 +69,7 @@ struct sched_params {
     double request_timeout;     /* seconds from submit to the last token; 0 = none */
     bool prefix_cache;          /* reuse KV blocks of earlier requests with the same prefix */
     bool prefault;              /* model_params.prefault: map the weight pages at load */
+    bool repack;                /* model_params.repack: packed K-quant layout */
 };
 struct sched_params sched_params_default(void);
 

@@ -242,7 +242,7 @@ int main(int argc, char **argv) {
             kernels_quantize_act(t, x, xq + k * ab, n_cols);
         }
         float *y = malloc((size_t)ntok * (size_t)n_rows * sizeof(float));
-        struct kern_mat m = {w, t, n_rows, n_cols, rb};
+        struct kern_mat m = {w, t, n_rows, n_cols, rb, 0};
         struct mm_job j = {&m, xq, ab, 1, y};
         run(pn, &j, 1); /* fault the pages in */
         double bytes = (double)n_rows * (double)rb;

@@ -117,7 +117,7 @@ static int check_matrix(enum quant_type t, int64_t n_rows, int64_t n_cols, int64
             x[i] = scale * rng_uniform();
         kernels_quantize_act(t, x, xq + k * ab, n_cols);
     }
-    struct kern_mat m = {w, t, n_rows, n_cols, rb};
+    struct kern_mat m = {w, t, n_rows, n_cols, rb, 0};
     kernels_matmul_ref(&m, xq, ab, n_tok, ref, n_rows, 0, n_rows);
     double ss = 0;
     for (int64_t i = 0; i < n_rows * n_tok; i++)
@@ -196,6 +196,120 @@ START_TEST(test_isa_vs_ref) {
 }
 END_TEST
 
+/* The 16-row packed layout (Q4_K, Q6_K): packing in two group ranges and
+ * unpacking gives the GGUF bytes back; the reference over the packed matrix
+ * is bitwise the GGUF one; every ISA is within tolerance of it, and each
+ * token alone, under row splits that cut groups, is bitwise the batch. */
+static int check_packed(enum quant_type t, int64_t n_rows, int64_t n_cols, int64_t n_tok) {
+    const size_t rb = quant_row_size(t, n_cols), ab = kernels_act_row_size(t, n_cols);
+    const size_t wb = (size_t)n_rows * rb;
+    uint8_t *w = malloc(wb), *pk = malloc(wb), *back = malloc(wb), *xq = malloc((size_t)n_tok * ab);
+    float *x = malloc((size_t)n_cols * sizeof(float));
+    float *ref = malloc((size_t)(n_rows * n_tok) * sizeof(float));
+    float *got = malloc((size_t)(n_rows * n_tok) * sizeof(float));
+    float *one = malloc((size_t)n_rows * sizeof(float));
+    fill_weights(t, w, n_rows, n_cols);
+    for (int64_t k = 0; k < n_tok; k++) {
+        for (int64_t i = 0; i < n_cols; i++)
+            x[i] = powf(2.0f, (float)(k % 3) - 1.0f) * rng_uniform();
+        kernels_quantize_act(t, x, xq + k * ab, n_cols);
+    }
+    int bad = 0;
+    struct kern_mat m = {w, t, n_rows, n_cols, rb, 0};
+    const int64_t groups = n_rows / KERNELS_PACK_ROWS;
+    if (kernels_pack(&m, pk, 0, groups / 2) != 0 || kernels_pack(&m, pk, groups / 2, groups) != 0)
+        bad++;
+    struct kern_mat pm = {pk, t, n_rows, n_cols, rb, 1};
+    if (kernels_unpack(&pm, back) != 0 || memcmp(back, w, wb) != 0) {
+        fprintf(stderr, "%s packed: unpack differs\n", quant_type_name(t));
+        bad++;
+    }
+    kernels_matmul_ref(&m, xq, ab, n_tok, ref, n_rows, 0, n_rows);
+    kernels_matmul_ref(&pm, xq, ab, n_tok, got, n_rows, 0, n_rows);
+    if (memcmp(ref, got, (size_t)(n_rows * n_tok) * sizeof(float)) != 0) {
+        fprintf(stderr, "%s packed: reference differs from the GGUF layout's\n",
+                quant_type_name(t));
+        bad++;
+    }
+    double ss = 0;
+    for (int64_t i = 0; i < n_rows * n_tok; i++)
+        ss += (double)ref[i] * ref[i];
+    const double rms = sqrt(ss / (double)(n_rows * n_tok));
+    enum kernels_isa saved = kernels_isa_active();
+    for (int isa = 0; isa < isa_count(); isa++) {
+        kernels_isa_force((enum kernels_isa)isa);
+        for (int64_t i = 0; i < n_rows * n_tok; i++)
+            got[i] = NAN;
+        kernels_matmul(&pm, xq, ab, n_tok, got, n_rows, 0, n_rows);
+        for (int64_t i = 0; i < n_rows * n_tok; i++)
+            if (!(fabs((double)got[i] - ref[i]) <= TOL_QUANT_TYPES * fmax(fabs(ref[i]), rms))) {
+                if (bad < 5)
+                    fprintf(stderr,
+                            "%s packed %s rows %lld cols %lld tok %lld: [%lld] got %g ref %g\n",
+                            quant_type_name(t), kernels_isa_name((enum kernels_isa)isa),
+                            (long long)n_rows, (long long)n_cols, (long long)n_tok, (long long)i,
+                            got[i], ref[i]);
+                bad++;
+            }
+        for (int64_t k = 0; k < n_tok; k++) {
+            const int64_t a = n_rows / 3 + 5, b = n_rows - 3;
+            for (int64_t i = 0; i < n_rows; i++)
+                one[i] = NAN;
+            kernels_matmul(&pm, xq + k * ab, ab, 1, one, n_rows, 0, a);
+            kernels_matmul(&pm, xq + k * ab, ab, 1, one, n_rows, a, b);
+            kernels_matmul(&pm, xq + k * ab, ab, 1, one, n_rows, b, n_rows);
+            if (memcmp(one, got + k * n_rows, (size_t)n_rows * sizeof(float)) != 0) {
+                if (bad < 5)
+                    fprintf(stderr, "%s packed %s: token %lld alone differs from the batch\n",
+                            quant_type_name(t), kernels_isa_name((enum kernels_isa)isa),
+                            (long long)k);
+                bad++;
+            }
+        }
+    }
+    kernels_isa_force(saved);
+    free(w);
+    free(pk);
+    free(back);
+    free(xq);
+    free(x);
+    free(ref);
+    free(got);
+    free(one);
+    return bad;
+}
+
+START_TEST(test_packed_vs_ref) {
+    kernels_init();
+    static const enum quant_type types[] = {QUANT_Q4_K, QUANT_Q6_K};
+    int bad = 0;
+    for (int i = 0; i < 2; i++) {
+        const enum quant_type t = types[i];
+        bad += check_packed(t, 16, 256, 1);
+        bad += check_packed(t, 32, 512, 3);
+        bad += check_packed(t, 48, 2048, 9);  /* 8 + 1 tokens */
+        bad += check_packed(t, 64, 1024, 15); /* 8 + 4 + 2 + 1 */
+        bad += check_packed(t, 16, 256 * 65, 2);
+        bad += check_packed(t, 160, 768, 8);
+        /* AVX-512 has the packed kernels; other ISAs do not ask for the layout */
+        ck_assert_int_eq(kernels_pack_wanted(t, 32, 512),
+                         kernels_isa_active() >= KERNELS_ISA_AVX512);
+        ck_assert(!kernels_pack_wanted(t, 24, 512));
+        ck_assert(!kernels_pack_layout_ok(t, 16, 300));
+    }
+    ck_assert(!kernels_pack_layout_ok(QUANT_Q4_0, 16, 256));
+    /* bad shapes: no packing; a packed matrix of a bad shape leaves y untouched */
+    uint8_t wq[2 * 144] = {0}, q[292] = {0};
+    float yy[2] = {7, 7};
+    struct kern_mat odd = {wq, QUANT_Q4_K, 2, 256, 144, 0};
+    ck_assert_int_eq(kernels_pack(&odd, wq, 0, 1), -1);
+    odd.packed = 1;
+    kernels_matmul(&odd, q, 292, 1, yy, 2, 0, 2);
+    ck_assert(yy[0] == 7 && yy[1] == 7);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 /* The 32-element block kinds read no byte past a matrix whose last row ends
  * right before an unreadable page (the end of a file mapping), for decode and
  * the GEMM, whole and partial units. */
@@ -224,7 +338,7 @@ START_TEST(test_b32_guard_page) {
                     x[i] = rng_uniform();
                 kernels_quantize_act(t, x, xq + k * ab, n_cols);
             }
-            struct kern_mat mt = {w, t, n_rows, n_cols, rb};
+            struct kern_mat mt = {w, t, n_rows, n_cols, rb, 0};
             kernels_matmul_ref(&mt, xq, ab, n_tok, ref, n_rows, 0, n_rows);
             for (int isa = 0; isa < isa_count(); isa++) {
                 kernels_isa_force((enum kernels_isa)isa);
@@ -284,7 +398,7 @@ START_TEST(test_fixture) {
         diff += mine[i] != act_q[i];
     ck_assert_msg(diff == 0, "%s: activation quantization differs in %zu of %zu bytes", f->name,
                   diff, ab);
-    struct kern_mat m = {w, f->type, rows, cols, rb};
+    struct kern_mat m = {w, f->type, rows, cols, rb, 0};
     float y[4];
     for (int isa = 0; isa < isa_count(); isa++) {
         kernels_isa_force((enum kernels_isa)isa);
@@ -328,11 +442,11 @@ START_TEST(test_act_edge_cases) {
     /* Malformed shapes leave y untouched instead of reading out of bounds. */
     uint8_t wq[18 * 4] = {0};
     float yy[4] = {7, 7, 7, 7};
-    struct kern_mat bad = {wq, QUANT_Q4_0, 2, 48, 36}; /* 48 is not a multiple of 32 */
+    struct kern_mat bad = {wq, QUANT_Q4_0, 2, 48, 36, 0}; /* 48 is not a multiple of 32 */
     kernels_matmul(&bad, q, 34, 1, yy, 2, 0, 2);
-    bad = (struct kern_mat){wq, QUANT_Q4_0, 2, 64, 20}; /* row_bytes < 36 */
+    bad = (struct kern_mat){wq, QUANT_Q4_0, 2, 64, 20, 0}; /* row_bytes < 36 */
     kernels_matmul(&bad, q, 68, 1, yy, 2, 0, 2);
-    bad = (struct kern_mat){wq, QUANT_Q4_0, 2, 64, 36};
+    bad = (struct kern_mat){wq, QUANT_Q4_0, 2, 64, 36, 0};
     kernels_matmul(&bad, q, 68, 1, yy, 2, 1, 3); /* r1 > n_rows */
     kernels_matmul(&bad, q, 68, 1, yy, 2, -1, 1);
     bad.type = (enum quant_type)77;
@@ -421,7 +535,7 @@ START_TEST(test_ref_vs_quant_ref) {
     kernels_quantize_act(t, x, xq, n_cols);
     float mine[8];
     double ss = 0;
-    struct kern_mat m = {w, t, 8, n_cols, rb};
+    struct kern_mat m = {w, t, 8, n_cols, rb, 0};
     kernels_matmul_ref(&m, xq, ab, 1, mine, 8, 0, 8);
     for (int r = 0; r < 8; r++)
         ss += (double)mine[r] * mine[r];
@@ -445,6 +559,7 @@ static Suite *kernels_suite(void) {
     tcase_add_loop_test(tc, test_fixture, 0, N_FIXTURES);
     tcase_add_test(tc, test_act_edge_cases);
     tcase_add_test(tc, test_b32_guard_page);
+    tcase_add_test(tc, test_packed_vs_ref);
     tcase_add_test(tc, test_quantize_q8_0_isa);
     tcase_add_test(tc, test_quantize_q8_K_isa);
     tcase_add_loop_test(tc, test_ref_vs_quant_ref, 0, N_TYPES);

@@ -6,7 +6,8 @@
  *
  * Prints prefill tok/s (one chunk of n_prefill tokens), then decode tok/s:
  * n_decode greedy steps, n_seq sequences per step batched into one call
- * (tok/s counts every sequence's token).
+ * (tok/s counts every sequence's token). STRATA_REPACK=0 in the environment
+ * loads without the packed K-quant layout (model_params.repack).
  *
  * probe_bytes > 0 (the weight bytes one decode step reads; bench/cpu passes
  * its count) interleaves the decode with the roofline probe: before every
@@ -113,6 +114,8 @@ int main(int argc, char **argv) {
     struct pool *pool = pool_init(&pp, &err);
     struct model_params mp = model_params_default();
     mp.pool = pool;
+    const char *rp = getenv("STRATA_REPACK"); /* A/B of the packed layout: STRATA_REPACK=0 */
+    mp.repack = !(rp && rp[0] == '0');
     mp.n_ctx_max = n_prefill + n_decode + 8;
     mp.n_batch_max = n_prefill > n_seq ? n_prefill : n_seq;
     struct model *m = pool ? model_load(argv[1], &mp, &err) : NULL;

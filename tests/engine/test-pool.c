@@ -423,7 +423,7 @@ START_TEST(test_matmul_bit_identical) {
                 x[i] = (float)((int)(i * 7 + k * 13) % 61 - 30) / 17.0f;
             kernels_quantize_act(t, x, xq + k * ab, n_cols);
         }
-        struct kern_mat m = {w, t, n_rows, n_cols, rb};
+        struct kern_mat m = {w, t, n_rows, n_cols, rb, 0};
         float *serial = malloc((size_t)(n_rows * n_tok) * sizeof(float));
         float *got = malloc((size_t)(n_rows * n_tok) * sizeof(float));
         kernels_matmul(&m, xq, ab, n_tok, serial, n_rows, 0, n_rows);

@@ -1,0 +1,256 @@
+/* engine/kernels-x86-pk.h: AVX-512 kernels over the 16-row packed layout of
+ * Q4_K and Q6_K (kernels-pack.c has the layout), against Q8_K activations.
+ * Part of kernels-x86-k.h (included from there, after kernels-x86-kz.h);
+ * compiled only into the AVX-512 builds. Threading: reentrant (stack only).
+ *
+ * Lane r of every vector is row r of the group. Per (row, token) and super-
+ * block b, in this order whatever the batch or the row split:
+ *   I_j = sum of q * y over sub-block j: vpdpbusd of 4 quants of 16 rows
+ *     (one dword each) with the token's 4 activations broadcast, 8 (Q4_K) or
+ *     4 (Q6_K) per sub-block, exact in int32; Q6_K's accumulator starts at
+ *     -32 * bsums[j] (its +32 offset);
+ *   g = fma(float(I_j), S_j, g) over the sub-blocks in a fixed order, S_j =
+ *     d * sc_j (exact in f32);
+ *   Q4_K: h = fma(M_j, float(bsums[2j] + bsums[2j + 1]), h) over j = 0..7,
+ *     M_j = dmin * m_j, then tot = fma(g - h, d_act, tot); Q6_K: tot =
+ *     fma(g, d_act, tot);
+ * so decode (1 token) and any batch give the same bits. Tokens go 8, 4, 2,
+ * 1 at a time; each super-block of 16 rows is unpacked once per tile.
+ *
+ * Measured (this 2-vCPU AMD EPYC VM, avx512-vnni, 2026-12-01, release):
+ *   1 thread, 1 MB of weights in L2: a stand-alone version of the Q4_K tile,
+ *     8 tokens, 268-288 G MAC/s against kx_matmul_q4_K's 151-164 (q6_K
+ *     104-153) in the same locked run (`taskset -c 1 kernels-bench 1 1 -1 5
+ *     q4_K,q6_K 8`).
+ *   End to end, llama-3.2-1b Q4_K_M, 2 threads, two interleaved rounds under
+ *     the bench lock, `STRATA_REPACK=0|1 bench-model MODEL 2 16 64 8` etc.
+ *     (unpacked -> packed): 8 sequences a step 57.9 / 61.8 -> 25.4 / 26.3 ms
+ *     (138 / 130 -> 315 / 304 tok/s); prefill of 64 tokens 284 / 277 -> 474
+ *     / 464 tok/s, of 512 tokens 281 / 282 -> 396 / 417 tok/s; one sequence
+ *     (`... 2 64 16 1 BYTES`) 104.3 / 103.2% -> 103.8 / 101.5% of the
+ *     interleaved roofline: decode of one stream stays memory-bound.
+ */
+#ifndef STRATA_KERNELS_X86_PK_H
+#define STRATA_KERNELS_X86_PK_H
+
+#if defined(__AVX512BW__)
+#include <string.h>
+
+#define KX_PK_T 8 /* tokens per tile, at most */
+
+KX_INLINE __m512i kx_pk_dp(__m512i acc, __m512i u, const int8_t *y4) {
+    int32_t v;
+    memcpy(&v, y4, 4);
+    const __m512i y = _mm512_set1_epi32(v);
+#if KX_VNNI
+    return _mm512_dpbusd_epi32(acc, u, y);
+#else
+    return _mm512_add_epi32(acc,
+                            _mm512_madd_epi16(_mm512_maddubs_epi16(u, y), _mm512_set1_epi16(1)));
+#endif
+}
+
+KX_INLINE __m512 kx_pk_u8f(__m128i b) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));
+}
+
+KX_INLINE void kx_pk_prefetch(const uint8_t *p, size_t bytes) {
+#if KX_DECODE_PF_BYTES > 0
+    for (size_t i = 0; i < bytes; i += 64)
+        _mm_prefetch((const char *)p + KX_DECODE_PF_BYTES + i, _MM_HINT_NTA);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
+/* Q4_K packed super-block -> S_j = d * sc_j, M_j = dmin * m_j (16 rows). */
+KX_INLINE void kx_pk_q4k_scales(const uint8_t *ps, float S[8][16], float M[8][16]) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(ps + 2240)));
+    const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(ps + 2272)));
+    const __m128i m63 = _mm_set1_epi8(63), m15 = _mm_set1_epi8(15), m3 = _mm_set1_epi8(3);
+    __m128i q[12];
+    for (int i = 0; i < 12; i++)
+        q[i] = _mm_loadu_si128((const __m128i *)(ps + 2048 + 16 * i));
+    for (int j = 0; j < 8; j++) {
+        __m128i sc, mn;
+        if (j < 4) {
+            sc = _mm_and_si128(q[j], m63);
+            mn = _mm_and_si128(q[j + 4], m63);
+        } else { /* ggml's get_scale_min_k4, 16 rows a byte each */
+            const __m128i hs = _mm_and_si128(_mm_srli_epi16(q[j - 4], 6), m3);
+            const __m128i hm = _mm_and_si128(_mm_srli_epi16(q[j], 6), m3);
+            sc = _mm_or_si128(_mm_and_si128(q[j + 4], m15), _mm_slli_epi16(hs, 4));
+            mn = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q[j + 4], 4), m15),
+                              _mm_slli_epi16(hm, 4));
+        }
+        _mm512_store_ps(S[j], _mm512_mul_ps(d, kx_pk_u8f(sc)));
+        _mm512_store_ps(M[j], _mm512_mul_ps(dm, kx_pk_u8f(mn)));
+    }
+}
+
+/* T tokens (compile-time after inlining) x 16 rows of a Q4_K group. */
+KX_INLINE void kx_pk_q4k_tile(const uint8_t *grp, int64_t nb, const uint8_t *xq, size_t xs,
+                              const int T, int pf, float *out) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 tot[KX_PK_T];
+    for (int t = 0; t < T; t++)
+        tot[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *ps = grp + (size_t)b * 2304;
+        if (pf)
+            kx_pk_prefetch(ps, 2304);
+        float S[8][16] __attribute__((aligned(64))), M[8][16] __attribute__((aligned(64)));
+        kx_pk_q4k_scales(ps, S, M);
+        const block_q8_K *a[KX_PK_T];
+        __m512 g[KX_PK_T];
+        for (int t = 0; t < T; t++) {
+            a[t] = (const block_q8_K *)(xq + (size_t)t * xs) + b;
+            g[t] = _mm512_setzero_ps();
+        }
+        for (int j = 0; j < 8; j++) { /* sub-block j: nibble j & 1 of qs chunk j / 2 */
+            const int p = j >> 1, hi = j & 1;
+            __m512i acc[KX_PK_T];
+            for (int t = 0; t < T; t++)
+                acc[t] = _mm512_setzero_si512();
+            for (int c = 0; c < 8; c++) {
+                __m512i w = _mm512_loadu_si512((const void *)(ps + (p * 8 + c) * 64));
+                w = _mm512_and_si512(hi ? _mm512_srli_epi16(w, 4) : w, m4);
+                for (int t = 0; t < T; t++)
+                    acc[t] = kx_pk_dp(acc[t], w, a[t]->qs + 64 * p + 32 * hi + 4 * c);
+            }
+            const __m512 s = _mm512_load_ps(S[j]);
+            for (int t = 0; t < T; t++)
+                g[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), s, g[t]);
+        }
+        for (int t = 0; t < T; t++) {
+            __m512 h = _mm512_setzero_ps();
+            for (int j = 0; j < 8; j++)
+                h = _mm512_fmadd_ps(
+                    _mm512_load_ps(M[j]),
+                    _mm512_set1_ps((float)(a[t]->bsums[2 * j] + a[t]->bsums[2 * j + 1])), h);
+            tot[t] = _mm512_fmadd_ps(_mm512_sub_ps(g[t], h), _mm512_set1_ps(a[t]->d), tot[t]);
+        }
+    }
+    for (int t = 0; t < T; t++)
+        _mm512_store_ps(out + 16 * t, tot[t]);
+}
+
+/* T tokens x 16 rows of a Q6_K group. */
+KX_INLINE void kx_pk_q6k_tile(const uint8_t *grp, int64_t nb, const uint8_t *xq, size_t xs,
+                              const int T, int pf, float *out) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    __m512 tot[KX_PK_T];
+    for (int t = 0; t < T; t++)
+        tot[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *ps = grp + (size_t)b * 3360;
+        if (pf)
+            kx_pk_prefetch(ps, 3360);
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(ps + 3328)));
+        const block_q8_K *a[KX_PK_T];
+        __m512 g[KX_PK_T];
+        for (int t = 0; t < T; t++) {
+            a[t] = (const block_q8_K *)(xq + (size_t)t * xs) + b;
+            g[t] = _mm512_setzero_ps();
+        }
+        /* Sub-block k = 8n + half + 2q holds quant q of ql/qh dwords c =
+         * 4 * half .. 4 * half + 3 of half n (elements 128n + 32q + 4c ..). */
+        for (int n = 0; n < 2; n++)
+            for (int half = 0; half < 2; half++)
+                for (int q = 0; q < 4; q++) {
+                    const int k = 8 * n + half + 2 * q;
+                    __m512i acc[KX_PK_T];
+                    for (int t = 0; t < T; t++)
+                        acc[t] = _mm512_set1_epi32(-32 * (int32_t)a[t]->bsums[k]);
+                    for (int c = 4 * half; c < 4 * half + 4; c++) {
+                        const __m512i l = _mm512_loadu_si512(
+                            (const void *)(ps + (n * 16 + c + ((q & 1) ? 8 : 0)) * 64));
+                        const __m512i h =
+                            _mm512_loadu_si512((const void *)(ps + 2048 + (n * 8 + c) * 64));
+                        __m512i lo = (q & 2) ? _mm512_srli_epi16(l, 4) : l, hb;
+                        if (q == 0)
+                            hb = _mm512_slli_epi16(h, 4);
+                        else if (q == 1)
+                            hb = _mm512_slli_epi16(h, 2);
+                        else if (q == 2)
+                            hb = h;
+                        else
+                            hb = _mm512_srli_epi16(h, 2);
+                        /* (lo & 0x0F) | (hb & 0x30) */
+                        const __m512i w =
+                            _mm512_ternarylogic_epi32(_mm512_and_si512(lo, m4), hb, m30, 0xF8);
+                        for (int t = 0; t < T; t++)
+                            acc[t] = kx_pk_dp(acc[t], w, a[t]->qs + 128 * n + 32 * q + 4 * c);
+                    }
+                    const __m512 s =
+                        _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                                             (const __m128i *)(ps + 3072 + 16 * k)))));
+                    for (int t = 0; t < T; t++)
+                        g[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), s, g[t]);
+                }
+        for (int t = 0; t < T; t++)
+            tot[t] = _mm512_fmadd_ps(g[t], _mm512_set1_ps(a[t]->d), tot[t]);
+    }
+    for (int t = 0; t < T; t++)
+        _mm512_store_ps(out + 16 * t, tot[t]);
+}
+
+/* Rows [r0, r1) of a packed matrix: whole groups, the lanes outside [r0, r1)
+ * computed and not stored (same bits for the stored ones). The first token
+ * tile of a group prefetches its weights (they come from DRAM); later tiles
+ * find them in L2. */
+KX_INLINE void kx_matmul_pk(int q6, const struct kern_mat *w, const void *xq, size_t xs,
+                            int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    const int64_t nb = w->n_cols / QK_K;
+    const size_t gbytes = (size_t)nb * KERNELS_PACK_ROWS * (q6 ? 210 : 144);
+    float out[KX_PK_T * 16] __attribute__((aligned(64)));
+    for (int64_t g = r0 / KERNELS_PACK_ROWS; g * KERNELS_PACK_ROWS < r1; g++) {
+        const uint8_t *grp = (const uint8_t *)w->data + (size_t)g * gbytes;
+        const int64_t base = g * KERNELS_PACK_ROWS;
+        const int lo = r0 > base ? (int)(r0 - base) : 0;
+        const int hi = r1 - base < KERNELS_PACK_ROWS ? (int)(r1 - base) : KERNELS_PACK_ROWS;
+        const __mmask16 mask = (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+        for (int64_t t = 0; t < n_tok;) {
+            const int64_t left = n_tok - t;
+            const int n = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+            const uint8_t *x = (const uint8_t *)xq + (size_t)t * xs;
+            const int pf = t == 0;
+            if (q6) {
+                if (n == 8)
+                    kx_pk_q6k_tile(grp, nb, x, xs, 8, pf, out);
+                else if (n == 4)
+                    kx_pk_q6k_tile(grp, nb, x, xs, 4, pf, out);
+                else if (n == 2)
+                    kx_pk_q6k_tile(grp, nb, x, xs, 2, pf, out);
+                else
+                    kx_pk_q6k_tile(grp, nb, x, xs, 1, pf, out);
+            } else {
+                if (n == 8)
+                    kx_pk_q4k_tile(grp, nb, x, xs, 8, pf, out);
+                else if (n == 4)
+                    kx_pk_q4k_tile(grp, nb, x, xs, 4, pf, out);
+                else if (n == 2)
+                    kx_pk_q4k_tile(grp, nb, x, xs, 2, pf, out);
+                else
+                    kx_pk_q4k_tile(grp, nb, x, xs, 1, pf, out);
+            }
+            for (int i = 0; i < n; i++)
+                _mm512_mask_storeu_ps(y + (t + i) * ldy + base, mask, _mm512_load_ps(out + 16 * i));
+            t += n;
+        }
+    }
+}
+
+static void kx_matmul_pk_q4_K(const struct kern_mat *w, const void *xq, size_t xs, int64_t n_tok,
+                              float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    kx_matmul_pk(0, w, xq, xs, n_tok, y, ldy, r0, r1);
+}
+
+static void kx_matmul_pk_q6_K(const struct kern_mat *w, const void *xq, size_t xs, int64_t n_tok,
+                              float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    kx_matmul_pk(1, w, xq, xs, n_tok, y, ldy, r0, r1);
+}
+
+#endif /* __AVX512BW__ */
+#endif

@@ -1,0 +1,110 @@
+/* engine/model-pack.c: at load, copies the Q4_K / Q6_K matrices the forward
+ * pass multiplies (attention, dense FFN, shared expert, output) into the
+ * kernels' 16-row packed layout (kernels.h: kernels_pack) in one anonymous
+ * arena, and lets go of the file pages they came from.
+ *
+ * Why: a batched decode step or a prefill chunk is compute-bound on these
+ * types, and the packed kernels do ~1.7x the multiply-adds per second of the
+ * GGUF-layout ones (kernels-x86-pk.h); the bytes are the same, so decode of
+ * one sequence reads no more than before. Routed experts keep the file
+ * layout (they are reached through experts.h, the expert store's seam).
+ *
+ * Memory: the arena holds the packed bytes; each source tensor's whole pages
+ * are dropped from this process's mapping right after it is packed
+ * (MADV_DONTNEED: the page cache keeps them, RSS does not count them), so
+ * peak RSS is the file plus one tensor. The token embedding rows that
+ * token_embd lookups read fault back in one page at a time.
+ * Threading: called once from model_load (the pool packs row groups). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "engine/model-impl.h"
+#include "engine/pool.h"
+
+#define PACK_ALIGN ((size_t)2 << 20) /* arena start: a huge-page boundary */
+
+struct pack_job {
+    const struct kern_mat *src;
+    uint8_t *dst;
+};
+
+static void pack_groups(void *ctx, int64_t g0, int64_t g1, int worker) {
+    (void)worker;
+    const struct pack_job *j = ctx;
+    (void)kernels_pack(j->src, j->dst, g0, g1);
+}
+
+static bool pack_wanted(const struct kern_mat *w) {
+    return w->data && !w->packed && kernels_pack_wanted(w->type, w->n_rows, w->n_cols) &&
+           w->row_bytes == quant_row_size(w->type, w->n_cols);
+}
+
+/* Every matrix the forward pass multiplies through a kern_mat of its own. */
+static int list_mats(struct model *m, struct kern_mat **out) {
+    int n = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        struct model_layer *l = &m->layers[il];
+        struct kern_mat *cand[] = {&l->wq,     &l->wk,       &l->wv,      &l->wo,    &l->ffn_gate,
+                                   &l->ffn_up, &l->ffn_down, &l->gate_sh, &l->up_sh, &l->down_sh};
+        for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++)
+            if (pack_wanted(cand[i]))
+                out[n++] = cand[i];
+    }
+    if (pack_wanted(&m->output))
+        out[n++] = &m->output;
+    return n;
+}
+
+int model_pack_weights(struct model *m, struct strata_error *err) {
+    struct kern_mat **mats = malloc(((size_t)m->hp.n_layer * 10 + 1) * sizeof *mats);
+    if (!mats)
+        return strata_error_set(err, STRATA_E_NOMEM, "model: out of memory");
+    const int n = list_mats(m, mats);
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += ((size_t)mats[i]->n_rows * mats[i]->row_bytes + 63) & ~(size_t)63;
+    if (total == 0) {
+        free(mats);
+        return 0;
+    }
+    uint8_t *raw =
+        mmap(NULL, total + PACK_ALIGN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) {
+        free(mats);
+        return strata_error_set(err, STRATA_E_NOMEM,
+                                "model: cannot map %zu bytes for packed weights", total);
+    }
+    uint8_t *arena = (uint8_t *)(((uintptr_t)raw + PACK_ALIGN - 1) & ~(uintptr_t)(PACK_ALIGN - 1));
+#ifdef MADV_HUGEPAGE
+    (void)madvise(arena, total, MADV_HUGEPAGE); /* a hint: fewer TLB misses when streaming */
+#endif
+    m->pack_raw = raw;
+    m->pack_raw_bytes = total + PACK_ALIGN;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        struct kern_mat *w = mats[i];
+        const size_t bytes = (size_t)w->n_rows * w->row_bytes;
+        struct pack_job j = {w, arena + off};
+        struct pool_task t = {
+            .fn = pack_groups, .ctx = &j, .n_rows = w->n_rows / KERNELS_PACK_ROWS, .min_grain = 1};
+        if (m->params.pool)
+            pool_run(m->params.pool, &t, 1);
+        else
+            pack_groups(&j, 0, t.n_rows, 0);
+        /* the source's whole pages leave this process's RSS */
+        const uintptr_t a = ((uintptr_t)w->data + page - 1) & ~(page - 1);
+        const uintptr_t b = ((uintptr_t)w->data + bytes) & ~(page - 1);
+        if (b > a)
+            (void)madvise((void *)a, b - a, MADV_DONTNEED);
+        w->data = arena + off;
+        w->packed = 1;
+        m->pack_bytes += bytes;
+        off += (bytes + 63) & ~(size_t)63;
+    }
+    (void)mprotect(arena, total, PROT_READ);
+    free(mats);
+    return 0;
+}
