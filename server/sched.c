@@ -266,11 +266,6 @@ static void sample_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
         session_sample(s, s->row_job[r], s->logits + (size_t)r * (size_t)s->n_vocab);
 }
 
-/* Prompt tokens a step gives each joining session while the batch ramps up
- * (see step()): 64-token chunks reach the batched kernels' rate (prefill
- * ~219 tok/s at 64 vs ~126 tok/s for 8 tokens a step, same box). */
-#define SCHED_RAMP_CHUNK 64
-
 /* Builds and runs one batch; then samples every output row. t0: when the
  * scheduler woke for this step (the time before the forward counts as
  * "other" in the step accounting). */
@@ -287,38 +282,29 @@ static void step(struct sched *s, double t0) {
     }
     /* Prefill budget. A step's time grows with its tokens and every decoder
      * waits for the whole step, while the cost per token falls with the
-     * batch: llama-3.2-1b Q4_K_M, 2 threads, 2-vCPU EPYC VM
-     * (tests/bench-model MODEL 2 8 8 N, kernels of eb0e0e4): 8 tokens 63
-     * ms, 16: 103, 32: 178 (7.9 -> 5.6 ms a token; 1 token 20 ms); at
-     * c9d1bf9: 8 tokens 54 ms, 16: 85, 32: 152.
+     * batch.
      * - Nobody decoding: the whole budget (TTFT).
-     * - A trickle of arrivals into a running batch (fewer joining sessions
-     *   than decoding ones): at most as many prompt tokens as decode tokens
-     *   (at least 8), so a prompt at most doubles the others' inter-token
-     *   time instead of freezing every stream. That floor trades TTFT for
-     *   ITL p99: bench/load.mjs CLIENTS=8 REQS=4 STAGGER=250 (arrivals
-     *   trickle into a running batch), kernels of c9d1bf9, best of 2:
-     *   floor 8: 90.0 tok/s, TTFT p50/p99 417/697 ms, ITL p50/p99 73/84 ms;
-     *   16: 92.5, 304/397, 57/107; 32: 91.7, 227/281, 54/166; 64: 91.7,
-     *   213/232, 54/181. Only 8 keeps p99 within 3x of one stream's (~25 ms).
-     * - Joining sessions at least as many as decoding ones (start-up, a
-     *   burst): up to SCHED_RAMP_CHUNK prompt tokens per joining session, so
-     *   the batch fills in a step or two; the few running streams lose one
-     *   long step instead of the batch creeping up 8 tokens a step through
-     *   small, inefficient steps (at eb0e0e4, n < 8 tokens took the per-token
-     *   path: 7 tokens cost 75 ms, more than 8). bench/load.mjs CLIENTS=8 REQS=2
-     *   (34-token prompts, 32 tokens each), 4 alternated pairs, kernels of
-     *   c9d1bf9: 85 -> 97 tok/s, ITL p50 74 -> 53 ms, p99 ~85 -> 58-81 ms,
-     *   TTFT p99 2.1 -> 1.0 s (p50 0.4 -> 0.95 s); 97 -> 66 steps. */
+     * - n sessions decoding: n + max(n, 16 - n) tokens a step at most (16
+     *   until 8 decode, then twice the decoders), so a step with prompt
+     *   tokens costs at most about two decode-only steps, whoever joins.
+     * History: with the GGUF-layout K-quant kernels (a step of 8 tokens 54-63
+     * ms, 2 tokens as slow as 8) a burst of joining sessions (at least as many
+     * as decoding ones) got 64 prompt tokens each a step, so the batch filled
+     * at once instead of creeping up through small, inefficient steps. With
+     * the packed kernels (kernels-x86-pk.h: 8 tokens ~26 ms, every size from
+     * 2 tokens batched) small steps no longer cost extra, and the burst's one
+     * long step froze the few running streams: bench/load.mjs CLIENTS=1,8
+     * REQS=3 on llama-3.2-1b Q4_K_M with the Llama 3 vocabulary (2-vCPU EPYC
+     * VM, 2 threads, 2026-12-01, two alternated pairs), burst -> this rule:
+     * 8 clients 230 / 237 -> 221 / 224 tok/s, ITL p99 53 / 153 -> 61 / 62 ms,
+     * TTFT p50 251 / 249 -> 174 / 145 ms; REQS=6: 244 -> 240 tok/s, ITL p99
+     * 40 -> 48 ms; with the synthetic vocabulary (34-token prompts, REQS=3)
+     * the burst's ITL p99 reached 366 ms. The rule bounds every step instead
+     * of the typical one. */
     const int n_decoders = n;
-    int n_joining = 0;
-    for (struct gen_job *j = s->active; j; j = j->next)
-        n_joining += j->state == JOB_PREFILL;
     int limit = s->n_batch;
     if (n > 0) {
-        int64_t pf = n > 8 ? n : 8;
-        if (n_joining >= n && (int64_t)SCHED_RAMP_CHUNK * n_joining > pf)
-            pf = (int64_t)SCHED_RAMP_CHUNK * n_joining;
+        int64_t pf = n > 8 ? n : 16 - n;
         limit = n + pf < s->n_batch ? n + (int)pf : s->n_batch;
     }
     for (struct gen_job *j = s->active; j && n < limit; j = j->next) {

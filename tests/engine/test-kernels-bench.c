@@ -271,6 +271,26 @@ int main(int argc, char **argv) {
                bytes / pf1 / 1e9, nt, bytes / tn / 1e9, bytes / rdn / 1e9, bytes / r8n / 1e9,
                bytes / prn / 1e9, prn / tn, bytes / pfn / 1e9, ntok, nt, bytes / t8 / 1e9,
                ntok * (double)n_rows / t8 / 1e6, ntok * (double)n_rows * (double)n_cols / t8 / 1e9);
+        const int64_t r16 = n_rows / KERNELS_PACK_ROWS * KERNELS_PACK_ROWS;
+        if (r16 > 0 && kernels_pack_wanted(t, r16, n_cols)) { /* the 16-row packed layout */
+            uint8_t *pk = malloc((size_t)r16 * rb);
+            struct kern_mat pm = m;
+            pm.n_rows = r16;
+            kernels_pack(&pm, pk, 0, r16 / KERNELS_PACK_ROWS);
+            pm.data = pk;
+            pm.packed = 1;
+            bytes = (double)r16 * (double)rb;
+            struct mm_job pj = {&pm, xq, ab, 1, y};
+            run(pn, &pj, 1);
+            double p1t = run(p1, &pj, reps), pnt = run(pn, &pj, reps);
+            pj.n_tok = ntok;
+            double p8 = run(pn, &pj, reps);
+            printf("%-7s packed: decode 1 thread %5.1f GB/s, %d threads %5.1f GB/s; n_tok=%d %d "
+                   "threads %.0f GMAC/s\n",
+                   quant_type_name(t), bytes / p1t / 1e9, nt, bytes / pnt / 1e9, ntok, nt,
+                   ntok * (double)r16 * (double)n_cols / p8 / 1e9);
+            free(pk);
+        }
         fflush(stdout);
         free(w);
         free(x);
