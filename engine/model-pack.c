@@ -9,10 +9,10 @@
  * one sequence reads no more than before. Routed experts keep the file
  * layout (they are reached through experts.h, the expert store's seam).
  *
- * Memory: the arena holds the packed bytes; each source tensor's whole pages
- * are dropped from this process's mapping right after it is packed
- * (MADV_DONTNEED: the page cache keeps them, RSS does not count them), so
- * peak RSS is the file plus one tensor. The token embedding rows that
+ * Memory: the arena holds the packed bytes; a source tensor's whole pages
+ * are dropped from this process's mapping as soon as they are packed, 16 MB
+ * at a time (MADV_DONTNEED: the page cache keeps them, RSS does not count
+ * them), so peak RSS is the file plus a slice. The token embedding rows that
  * token_embd lookups read fault back in one page at a time.
  * Threading: called once from model_load (the pool packs row groups). */
 #include <stdint.h>
@@ -25,15 +25,18 @@
 
 #define PACK_ALIGN ((size_t)2 << 20) /* arena start: a huge-page boundary */
 
+#define PACK_SLICE ((size_t)16 << 20)
+
 struct pack_job {
     const struct kern_mat *src;
     uint8_t *dst;
+    int64_t g_base; /* first group of the slice being packed */
 };
 
-static void pack_groups(void *ctx, int64_t g0, int64_t g1, int worker) {
+static void pack_slice(void *ctx, int64_t g0, int64_t g1, int worker) {
     (void)worker;
     const struct pack_job *j = ctx;
-    (void)kernels_pack(j->src, j->dst, g0, g1);
+    (void)kernels_pack(j->src, j->dst, j->g_base + g0, j->g_base + g1);
 }
 
 static bool pack_wanted(const struct kern_mat *w) {
@@ -92,18 +95,29 @@ int model_pack_weights(struct model *m, struct strata_error *err) {
     for (int i = 0; i < n; i++) {
         struct kern_mat *w = mats[i];
         const size_t bytes = (size_t)w->n_rows * w->row_bytes;
-        struct pack_job j = {w, arena + off};
-        struct pool_task t = {
-            .fn = pack_groups, .ctx = &j, .n_rows = w->n_rows / KERNELS_PACK_ROWS, .min_grain = 1};
-        if (m->params.pool)
-            pool_run(m->params.pool, &t, 1);
-        else
-            pack_groups(&j, 0, t.n_rows, 0);
-        /* the source's whole pages leave this process's RSS */
-        const uintptr_t a = ((uintptr_t)w->data + page - 1) & ~(page - 1);
-        const uintptr_t b = ((uintptr_t)w->data + bytes) & ~(page - 1);
-        if (b > a)
-            (void)madvise((void *)a, b - a, MADV_DONTNEED);
+        struct pack_job j = {w, arena + off, 0};
+        /* slices of PACK_SLICE bytes: each slice's source pages are dropped
+         * before the next is packed, so RSS grows by a slice, not a tensor */
+        const int64_t groups = w->n_rows / KERNELS_PACK_ROWS;
+        const size_t group_bytes = (size_t)KERNELS_PACK_ROWS * w->row_bytes;
+        const int64_t per = PACK_SLICE / group_bytes > 0 ? (int64_t)(PACK_SLICE / group_bytes) : 1;
+        uintptr_t dropped = ((uintptr_t)w->data + page - 1) & ~(page - 1);
+        for (int64_t g0 = 0; g0 < groups; g0 += per) {
+            const int64_t g1 = g0 + per < groups ? g0 + per : groups;
+            if (m->params.pool) {
+                struct pool_task t = {
+                    .fn = pack_slice, .ctx = &j, .n_rows = g1 - g0, .min_grain = 1};
+                j.g_base = g0;
+                pool_run(m->params.pool, &t, 1);
+            } else {
+                (void)kernels_pack(w, j.dst, g0, g1);
+            }
+            const uintptr_t end = ((uintptr_t)w->data + (size_t)g1 * group_bytes) & ~(page - 1);
+            if (end > dropped) {
+                (void)madvise((void *)dropped, end - dropped, MADV_DONTNEED);
+                dropped = end;
+            }
+        }
         w->data = arena + off;
         w->packed = 1;
         m->pack_bytes += bytes;

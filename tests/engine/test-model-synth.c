@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "engine/gguf.h"
+#include "engine/kernels.h"
 #include "engine/kv.h"
 #include "engine/model.h"
 #include "engine/pool.h"
@@ -431,6 +432,70 @@ START_TEST(test_wide_moe_threads_bit_identical) {
 }
 END_TEST
 
+/* K-quant matrices (rows a multiple of 16) are packed at load where the
+ * CPU has the packed kernels (model_params.repack): the logits stay within
+ * 1e-4 of the file layout's, and the packed model gives the same bits at 1
+ * and 3 threads, token by token, as one chunk and interleaved with other
+ * sequences (modes 0-2 of run()) up to the summation order of a chunk. */
+START_TEST(test_packed_k_quants) {
+    static const uint32_t types[] = {QUANT_Q4_K, QUANT_Q6_K};
+    struct spec s = spec_of("llama");
+    s.n_embd = 256, s.n_ff = 512, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 64;
+    s.n_vocab = 272, s.n_layer = 2;
+    s.mat_type = types[_i];
+    char path[256];
+    tmp_path(path, sizeof path, "packed");
+    write_model(path, &s);
+    float *ref[3] = {NULL, NULL, NULL}, *file = NULL;
+    for (int variant = 0; variant < 3; variant++) { /* file layout; packed 1 thread; 3 */
+        struct pool_params pp = pool_params_default();
+        pp.n_threads = variant == 2 ? 3 : 1;
+        struct pool *pool = pool_init(&pp, NULL);
+        struct strata_error err = {0};
+        struct model_params mp = model_params_default();
+        mp.pool = pool, mp.n_ctx_max = 64, mp.n_batch_max = 32, mp.repack = variant > 0;
+        struct model *m = model_load(path, &mp, &err);
+        ck_assert_msg(m != NULL, "%s", err.message);
+        const int V = model_n_vocab(m);
+        if (variant == 0)
+            ck_assert_uint_eq(model_packed_bytes(m), 0);
+        else
+            ck_assert_int_eq(model_packed_bytes(m) > 0, kernels_isa_active() >= KERNELS_ISA_AVX512);
+        for (int mode = 0; mode < 3; mode++) {
+            float *l = run(m, mode);
+            if (variant == 0) {
+                if (mode == 0)
+                    file = l;
+                else
+                    free(l);
+                continue;
+            }
+            if (!ref[mode]) {
+                ref[mode] = l;
+                continue;
+            }
+            ck_assert_msg(memcmp(l, ref[mode], (size_t)12 * V * sizeof(float)) == 0,
+                          "%s mode %d: 3 threads differ from 1", quant_type_name(s.mat_type), mode);
+            free(l);
+        }
+        if (variant == 1) {
+            float d = rel_diff(ref[0], file, (size_t)12 * V);
+            ck_assert_msg(d < 1e-4f, "%s packed vs file layout %g", quant_type_name(s.mat_type), d);
+            ck_assert_msg(memcmp(ref[2], ref[0], (size_t)12 * V * sizeof(float)) == 0,
+                          "%s packed: interleaved sequences differ from one alone",
+                          quant_type_name(s.mat_type));
+            ck_assert(rel_diff(ref[1], ref[0], (size_t)12 * V) < 1e-4f);
+        }
+        model_free(m);
+        pool_free(pool);
+    }
+    for (int i = 0; i < 3; i++)
+        free(ref[i]);
+    free(file);
+    unlink(path);
+}
+END_TEST
+
 START_TEST(test_refuses_inconsistent_shapes) {
     struct spec s = spec_of("qwen3moe");
     s.mat_type = QUANT_F32;
@@ -468,6 +533,7 @@ static Suite *synth_suite(void) {
     TCase *tc = tcase_create("archs");
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, test_arch_consistency, 0, (int)(sizeof kinds / sizeof kinds[0]));
+    tcase_add_loop_test(tc, test_packed_k_quants, 0, 2);
     tcase_add_test(tc, test_moe_identical_experts_equal_dense);
     tcase_add_test(tc, test_refuses_inconsistent_shapes);
     tcase_add_test(tc, test_wide_moe_threads_bit_identical);
