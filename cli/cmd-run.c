@@ -71,7 +71,7 @@ static void usage(FILE *out) {
                  "         [--repeat-last-n N] [-t THREADS] [-c CTX] [-b BATCH] [--ignore-eos] "
                  "[--json]\n"
                  "         [--no-prefault]   (do not map the weight pages at load)\n"
-                 "         [--no-repack]     (keep K-quant weights in the file's layout)\n");
+                 "         [--no-repack]     (read the weights from the file's pages, unpacked)\n");
 }
 
 /* Parses an int/float argument; returns false on junk. */

@@ -74,7 +74,7 @@ enum config_type {
     X(PREFAULT, "prefault", "STRATA_PREFAULT", "--prefault", CONFIG_TYPE_BOOL, 0, 1, "true",       \
       "map every weight page at load (skipped above 3/4 of RAM)")                                  \
     X(REPACK, "repack", "STRATA_REPACK", "--repack", CONFIG_TYPE_BOOL, 0, 1, "true",               \
-      "copy Q4_K/Q6_K weights into the 16-row packed layout at load (AVX-512)")                    \
+      "copy the weights into RAM at load (Q4_K/Q6_K packed for AVX-512; not above 3/4 of RAM)")    \
     X(BATCH, "batch", "STRATA_BATCH", "--batch", CONFIG_TYPE_INT, 0, 65536, "0",                   \
       "tokens per scheduler step, decode + prefill chunks (0 = 512)")                              \
     X(REQUEST_TIMEOUT, "request-timeout", "STRATA_REQUEST_TIMEOUT", "--request-timeout",           \

@@ -1,7 +1,9 @@
 /* engine/experts-mmap.c: routed-expert weights as slices of the mmap'd 3-D
  * tensors blk.<l>.ffn_{gate,up,down}_exps.weight, ne = (n_cols, n_rows,
  * n_expert): expert e's matrix starts e * n_rows * row_bytes into the tensor.
- * Nothing is copied, so get/release are O(1) and release is a no-op. */
+ * Nothing is copied here, so get/release are O(1) and release is a no-op;
+ * the model may place a RAM copy of a tensor (model-pack.c: anonymous
+ * memory, packed where the kernels have the layout), which get then serves. */
 #include "engine/experts.h"
 
 #include <stdio.h>
@@ -11,6 +13,8 @@
 
 struct experts_mmap {
     const struct gguf_tensor_info **t; /* (n_layer, EXPERTS_WHICH_COUNT), NULL = no experts */
+    const uint8_t **copy; /* (n_layer, EXPERTS_WHICH_COUNT): a RAM copy of t's data, or NULL */
+    uint8_t *packed;      /* (n_layer, EXPERTS_WHICH_COUNT): the copy is in kernels_pack's layout */
     int n_layer;
     int n_expert;
 };
@@ -30,11 +34,16 @@ static int mmap_get(void *ctx, int layer, int expert, enum experts_which which,
         return strata_error_set(err, STRATA_E_NOT_FOUND, "experts: layer %d has no %s", layer,
                                 which_name[which]);
     size_t rb = quant_row_size((enum quant_type)t->type, t->ne[0]);
+    const size_t i = (size_t)layer * EXPERTS_WHICH_COUNT + which;
     out->type = (enum quant_type)t->type;
     out->n_cols = t->ne[0];
     out->n_rows = t->ne[1];
     out->row_bytes = rb;
-    out->data = (const uint8_t *)t->data + (size_t)expert * (size_t)t->ne[1] * rb;
+    /* a packed copy keeps expert e's rows at the same offset: they are whole
+     * 16-row groups (experts_mmap_place checks n_rows) */
+    out->data = (m->copy[i] ? m->copy[i] : (const uint8_t *)t->data) +
+                (size_t)expert * (size_t)t->ne[1] * rb;
+    out->packed = m->packed[i];
     return 0;
 }
 
@@ -43,6 +52,8 @@ static void mmap_free(void *ctx) {
     if (!m)
         return;
     free(m->t);
+    free(m->copy);
+    free(m->packed);
     free(m);
 }
 
@@ -67,6 +78,27 @@ void experts_free(struct experts_source *src) {
     free(src);
 }
 
+const struct gguf_tensor_info *experts_mmap_tensor(const struct experts_source *src, int layer,
+                                                   enum experts_which which) {
+    const struct experts_mmap *m = src->ctx;
+    if (src->ops != &mmap_ops || layer < 0 || layer >= m->n_layer || (int)which < 0 ||
+        which >= EXPERTS_WHICH_COUNT)
+        return NULL;
+    return m->t[(size_t)layer * EXPERTS_WHICH_COUNT + which];
+}
+
+int experts_mmap_place(struct experts_source *src, int layer, enum experts_which which,
+                       const void *data, int packed) {
+    const struct gguf_tensor_info *t = experts_mmap_tensor(src, layer, which);
+    if (!t || !data || (packed && t->ne[1] % KERNELS_PACK_ROWS != 0))
+        return STRATA_E_INVALID;
+    struct experts_mmap *m = src->ctx;
+    const size_t i = (size_t)layer * EXPERTS_WHICH_COUNT + which;
+    m->copy[i] = data;
+    m->packed[i] = packed ? 1 : 0;
+    return 0;
+}
+
 struct experts_source *experts_mmap_init(const struct gguf_file *f, int n_layer,
                                          struct strata_error *err) {
     struct experts_source *src = calloc(1, sizeof *src);
@@ -75,7 +107,9 @@ struct experts_source *experts_mmap_init(const struct gguf_file *f, int n_layer,
         goto nomem;
     m->n_layer = n_layer;
     m->t = calloc((size_t)n_layer * EXPERTS_WHICH_COUNT, sizeof *m->t);
-    if (!m->t)
+    m->copy = calloc((size_t)n_layer * EXPERTS_WHICH_COUNT, sizeof *m->copy);
+    m->packed = calloc((size_t)n_layer * EXPERTS_WHICH_COUNT, 1);
+    if (!m->t || !m->copy || !m->packed)
         goto nomem;
     src->ops = &mmap_ops;
     src->ctx = m;

@@ -25,6 +25,7 @@
 #include "engine/kernels.h"
 
 struct gguf_file;
+struct gguf_tensor_info;
 
 enum experts_which {
     EXPERTS_GATE = 0, /* ffn_gate_exps: (n_ff_exp, n_embd) per expert */
@@ -62,5 +63,16 @@ void experts_free(struct experts_source *src); /* NULL is a no-op */
  * STRATA_E_NOT_FOUND from get. Returns NULL on error (shapes inconsistent). */
 struct experts_source *experts_mmap_init(const struct gguf_file *f, int n_layer,
                                          struct strata_error *err); /* owned: experts_free() */
+
+/* The mmap source's tensor of (layer, which), or NULL (no such experts, or
+ * not an mmap source). Borrowed from the file. */
+const struct gguf_tensor_info *experts_mmap_tensor(const struct experts_source *src, int layer,
+                                                   enum experts_which which);
+/* Serves (layer, which) from `data` from now on: a copy of the tensor's bytes
+ * (borrowed, must outlive the source), in kernels_pack's layout if packed
+ * (then the rows per expert are a multiple of KERNELS_PACK_ROWS). Call
+ * before any get of that tensor. Returns 0 or STRATA_E_INVALID. */
+int experts_mmap_place(struct experts_source *src, int layer, enum experts_which which,
+                       const void *data, int packed);
 
 #endif

@@ -37,6 +37,15 @@
  *     q4_K 273-286 -> 285-298. Tried and dropped: Q6_K's scales applied in
  *     int32 (vpmulld into one exact sum a super-block, one cvt + fma) instead
  *     of cvt + fma per sub-block: 185 -> 162.
+ *   Decode prefetch, from DRAM, against the file layout's kernels on the same
+ *     rows in the same rounds (`kernels-bench 256 2 -1 3 q4_K,q6_K 1`, two
+ *     rounds, GB/s 1 / 2 threads, file layout in brackets): every line of a
+ *     super-block 8 KB ahead at its start: q4_K 37.8-38.3 / 46.2-47.0 (42.1-
+ *     42.3 / 51.8-52.4), q6_K 40.7-41.3 / 52.1-52.6 (43.2-43.8 / 53.3-54.0);
+ *     one line per inner iteration: q4_K 39.5-42.1 / 54.6-55.0 (43.3 /
+ *     52.0-53.1), q6_K 26.6-26.7 / 50.3-51.5; 16 KB ahead or 4 KB: no
+ *     better; none: q4_K 26.2 / 41, q6_K 35 / 47. So Q4_K spreads its
+ *     prefetches, Q6_K issues them at the super-block's start.
  */
 #ifndef STRATA_KERNELS_X86_PK_H
 #define STRATA_KERNELS_X86_PK_H
@@ -62,6 +71,18 @@ KX_INLINE __m512 kx_pk_u8f(__m128i b) {
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));
 }
 
+/* Line i of a super-block's 64-byte lines, KX_DECODE_PF_BYTES ahead (the
+ * Q4_K tile issues one per inner iteration while lines remain). */
+KX_INLINE void kx_pk_prefetch_line(const uint8_t *ps, int i, int n_lines) {
+#if KX_DECODE_PF_BYTES > 0
+    if (i < n_lines)
+        _mm_prefetch((const char *)ps + KX_DECODE_PF_BYTES + 64 * i, _MM_HINT_NTA);
+#else
+    (void)ps, (void)i, (void)n_lines;
+#endif
+}
+
+/* Every line of a super-block, KX_DECODE_PF_BYTES ahead, at once (Q6_K). */
 KX_INLINE void kx_pk_prefetch(const uint8_t *p, size_t bytes) {
 #if KX_DECODE_PF_BYTES > 0
     for (size_t i = 0; i < bytes; i += 64)
@@ -106,8 +127,6 @@ KX_INLINE void kx_pk_q4k_tile(const uint8_t *grp, int64_t nb, const uint8_t *xq,
         tot[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *ps = grp + (size_t)b * 2304;
-        if (pf)
-            kx_pk_prefetch(ps, 2304);
         float S[8][16] __attribute__((aligned(64))), M[8][16] __attribute__((aligned(64)));
         kx_pk_q4k_scales(ps, S, M);
         const block_q8_K *a[KX_PK_T];
@@ -122,6 +141,8 @@ KX_INLINE void kx_pk_q4k_tile(const uint8_t *grp, int64_t nb, const uint8_t *xq,
             for (int t = 0; t < T; t++)
                 acc[t] = _mm512_setzero_si512();
             for (int c = 0; c < 8; c++) {
+                if (pf)
+                    kx_pk_prefetch_line(ps, j * 8 + c, 36);
                 __m512i w = _mm512_loadu_si512((const void *)(ps + (p * 8 + c) * 64));
                 w = _mm512_and_si512(hi ? _mm512_srli_epi16(w, 4) : w, m4);
                 for (int t = 0; t < T; t++)

@@ -51,6 +51,7 @@ struct model {
     size_t max_act_row_exp; /* largest activation row of a routed expert matrix */
     uint64_t weight_bytes;
     uint64_t pack_bytes; /* bytes of matrices in the packed layout (model-pack.c) */
+    uint64_t copy_bytes; /* bytes of matrices copied into the arena (packed or not) */
     void *pack_raw;      /* owned: munmap(pack_raw, pack_raw_bytes); NULL if none */
     size_t pack_raw_bytes;
     float **owned_vecs; /* f32 copies of 1-D tensors */
@@ -58,9 +59,9 @@ struct model {
     struct model_fwd *fwd; /* owned */
 };
 
-/* model-pack.c: packs the eligible matrices (kernels_pack); 0 or an error
- * (nothing packed then). */
-int model_pack_weights(struct model *m, struct strata_error *err);
+/* model-pack.c: copies the forward pass's matrices into one anonymous arena,
+ * Q4_K / Q6_K in kernels_pack's layout; 0 or an error (nothing copied then). */
+int model_copy_weights(struct model *m, struct strata_error *err);
 
 /* model-forward.c */
 struct model_fwd *model_fwd_init(const struct model *m, struct strata_error *err);

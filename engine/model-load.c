@@ -509,7 +509,7 @@ struct model *model_load(const char *path, const struct model_params *params,
         prefault_weights(m);
     if (m->params.repack && weights_fit_ram(m->weight_bytes)) {
         struct strata_error perr = {0};
-        (void)model_pack_weights(m, &perr); /* out of memory: the file layout still works */
+        (void)model_copy_weights(m, &perr); /* out of memory: the file layout still works */
     }
     if (m->params.n_ctx_max == 0)
         m->params.n_ctx_max = hp->n_ctx_train < (1 << 20) ? hp->n_ctx_train : (1 << 20);

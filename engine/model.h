@@ -105,13 +105,15 @@ struct model_params {
      * decode 48.4/48.9 -> 51.7/51.9 tok/s (page faults were ~6% of decode
      * cycles). */
     bool prefault;
-    /* Copy the Q4_K / Q6_K matrices of attention, dense FFN, shared expert and
-     * output into the kernels' 16-row packed layout at load (model-pack.c),
-     * where the CPU has the packed kernels (AVX-512). Default true. Skipped,
-     * like prefault, when the weights exceed 3/4 of physical RAM (the file
-     * pages then stay the only copy). Results differ from the unpacked
-     * layout's in the last bits (another summation order), never between
-     * batch sizes or thread counts. */
+    /* Copy every matrix the forward pass multiplies (attention, FFN, router,
+     * shared and routed experts, output) into one anonymous arena at load
+     * (huge pages), with Q4_K / Q6_K in the kernels' 16-row packed layout
+     * where the CPU has the packed kernels (AVX-512), and drop the file's
+     * pages from RSS (model-pack.c). Default true. Skipped, like prefault,
+     * when the weights exceed 3/4 of physical RAM: the file pages then stay
+     * the only copy (the expert store's case). Packed results differ from the
+     * file layout's in the last bits (another summation order), never
+     * between batch sizes or thread counts. */
     bool repack;
 };
 struct model_params model_params_default(void);
