@@ -55,16 +55,11 @@
 
 #define KX_PK_T 8 /* tokens per tile, at most */
 
+/* acc + 4 quants of each row (u) times the token's 4 activations at y4. */
 KX_INLINE __m512i kx_pk_dp(__m512i acc, __m512i u, const int8_t *y4) {
     int32_t v;
     memcpy(&v, y4, 4);
-    const __m512i y = _mm512_set1_epi32(v);
-#if KX_VNNI
-    return _mm512_dpbusd_epi32(acc, u, y);
-#else
-    return _mm512_add_epi32(acc,
-                            _mm512_madd_epi16(_mm512_maddubs_epi16(u, y), _mm512_set1_epi16(1)));
-#endif
+    return kx_z_dot_acc(acc, u, _mm512_set1_epi32(v));
 }
 
 KX_INLINE __m512 kx_pk_u8f(__m128i b) {
@@ -233,6 +228,15 @@ KX_INLINE void kx_pk_q6k_tile(const uint8_t *grp, int64_t nb, const uint8_t *xq,
         _mm512_store_ps(out + 16 * t, tot[t]);
 }
 
+/* One tile of T tokens (a constant at each call, so each T is its own code). */
+KX_INLINE void kx_pk_tile(int q6, const uint8_t *grp, int64_t nb, const uint8_t *x, size_t xs,
+                          const int T, int pf, float *out) {
+    if (q6)
+        kx_pk_q6k_tile(grp, nb, x, xs, T, pf, out);
+    else
+        kx_pk_q4k_tile(grp, nb, x, xs, T, pf, out);
+}
+
 /* Rows [r0, r1) of a packed matrix: whole groups, the lanes outside [r0, r1)
  * computed and not stored (same bits for the stored ones). The first token
  * tile of a group prefetches its weights (they come from DRAM); later tiles
@@ -253,25 +257,14 @@ KX_INLINE void kx_matmul_pk(int q6, const struct kern_mat *w, const void *xq, si
             const int n = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
             const uint8_t *x = (const uint8_t *)xq + (size_t)t * xs;
             const int pf = t == 0;
-            if (q6) {
-                if (n == 8)
-                    kx_pk_q6k_tile(grp, nb, x, xs, 8, pf, out);
-                else if (n == 4)
-                    kx_pk_q6k_tile(grp, nb, x, xs, 4, pf, out);
-                else if (n == 2)
-                    kx_pk_q6k_tile(grp, nb, x, xs, 2, pf, out);
-                else
-                    kx_pk_q6k_tile(grp, nb, x, xs, 1, pf, out);
-            } else {
-                if (n == 8)
-                    kx_pk_q4k_tile(grp, nb, x, xs, 8, pf, out);
-                else if (n == 4)
-                    kx_pk_q4k_tile(grp, nb, x, xs, 4, pf, out);
-                else if (n == 2)
-                    kx_pk_q4k_tile(grp, nb, x, xs, 2, pf, out);
-                else
-                    kx_pk_q4k_tile(grp, nb, x, xs, 1, pf, out);
-            }
+            if (n == 8)
+                kx_pk_tile(q6, grp, nb, x, xs, 8, pf, out);
+            else if (n == 4)
+                kx_pk_tile(q6, grp, nb, x, xs, 4, pf, out);
+            else if (n == 2)
+                kx_pk_tile(q6, grp, nb, x, xs, 2, pf, out);
+            else
+                kx_pk_tile(q6, grp, nb, x, xs, 1, pf, out);
             for (int i = 0; i < n; i++)
                 _mm512_mask_storeu_ps(y + (t + i) * ldy + base, mask, _mm512_load_ps(out + 16 * i));
             t += n;
