@@ -99,6 +99,56 @@ static int isa_count(void) {
     return (int)kernels_isa_detected() + 1;
 }
 
+/* Every available ISA on matrix m against ref (tolerance tol relative to
+ * max(|ref|, rms of ref)), then each token alone, with the rows cut in three
+ * ranges (cutting 16-row groups for the packed layout), bitwise the batch.
+ * got: (n_rows * n_tok), one: (n_rows) scratch. Returns the failures. */
+static int check_isas(const struct kern_mat *m, const uint8_t *xq, size_t ab, int64_t n_tok,
+                      const float *ref, double tol, float *got, float *one, const char *tag) {
+    const int64_t n_rows = m->n_rows;
+    double ss = 0;
+    for (int64_t i = 0; i < n_rows * n_tok; i++)
+        ss += (double)ref[i] * ref[i];
+    const double rms = sqrt(ss / (double)(n_rows * n_tok));
+    const int64_t a = n_rows / 3 + (n_rows > 16 ? 5 : 0), b = n_rows > 8 ? n_rows - 3 : n_rows;
+    int bad = 0;
+    enum kernels_isa saved = kernels_isa_active();
+    for (int isa = 0; isa < isa_count(); isa++) {
+        kernels_isa_force((enum kernels_isa)isa);
+        for (int64_t i = 0; i < n_rows * n_tok; i++)
+            got[i] = NAN;
+        kernels_matmul(m, xq, ab, n_tok, got, n_rows, 0, n_rows);
+        for (int64_t i = 0; i < n_rows * n_tok; i++) {
+            double lim = tol * fmax(fabs(ref[i]), rms);
+            if (!(fabs((double)got[i] - ref[i]) <= lim)) {
+                if (bad < 5)
+                    fprintf(stderr, "%s%s %s rows %lld cols %lld tok %lld: [%lld] got %g ref %g\n",
+                            quant_type_name(m->type), tag, kernels_isa_name((enum kernels_isa)isa),
+                            (long long)n_rows, (long long)m->n_cols, (long long)n_tok, (long long)i,
+                            got[i], ref[i]);
+                bad++;
+            }
+        }
+        for (int64_t k = 0; k < n_tok; k++) {
+            for (int64_t i = 0; i < n_rows; i++)
+                one[i] = NAN;
+            const int64_t cut[4] = {0, a, b, n_rows};
+            for (int r = 0; r < 3; r++)
+                if (cut[r] < cut[r + 1])
+                    kernels_matmul(m, xq + k * ab, ab, 1, one, n_rows, cut[r], cut[r + 1]);
+            if (memcmp(one, got + k * n_rows, (size_t)n_rows * sizeof(float)) != 0) {
+                if (bad < 5)
+                    fprintf(stderr, "%s%s %s: token %lld alone differs from the batch\n",
+                            quant_type_name(m->type), tag, kernels_isa_name((enum kernels_isa)isa),
+                            (long long)k);
+                bad++;
+            }
+        }
+    }
+    kernels_isa_force(saved);
+    return bad;
+}
+
 /* One matrix: every available ISA against the reference, several token counts;
  * also token-blocked and row-split results equal the one-token result bitwise. */
 static int check_matrix(enum quant_type t, int64_t n_rows, int64_t n_cols, int64_t n_tok) {
@@ -119,45 +169,9 @@ static int check_matrix(enum quant_type t, int64_t n_rows, int64_t n_cols, int64
     }
     struct kern_mat m = {w, t, n_rows, n_cols, rb, 0};
     kernels_matmul_ref(&m, xq, ab, n_tok, ref, n_rows, 0, n_rows);
-    double ss = 0;
-    for (int64_t i = 0; i < n_rows * n_tok; i++)
-        ss += (double)ref[i] * ref[i];
-    double rms = sqrt(ss / (double)(n_rows * n_tok));
     double tol =
         (t == QUANT_F32 || t == QUANT_F16 || t == QUANT_BF16) ? TOL_FLOAT_TYPES : TOL_QUANT_TYPES;
-    int bad = 0;
-    enum kernels_isa saved = kernels_isa_active();
-    for (int isa = 0; isa < isa_count(); isa++) {
-        kernels_isa_force((enum kernels_isa)isa);
-        for (int64_t i = 0; i < n_rows * n_tok; i++)
-            got[i] = NAN;
-        kernels_matmul(&m, xq, ab, n_tok, got, n_rows, 0, n_rows);
-        for (int64_t i = 0; i < n_rows * n_tok; i++) {
-            double lim = tol * fmax(fabs(ref[i]), rms);
-            if (!(fabs((double)got[i] - ref[i]) <= lim)) {
-                if (bad < 5)
-                    fprintf(stderr, "%s %s rows %lld cols %lld tok %lld: [%lld] got %g ref %g\n",
-                            quant_type_name(t), kernels_isa_name((enum kernels_isa)isa),
-                            (long long)n_rows, (long long)n_cols, (long long)n_tok, (long long)i,
-                            got[i], ref[i]);
-                bad++;
-            }
-        }
-        /* Token k alone, with rows split in two ranges, is bitwise the batch. */
-        for (int64_t k = 0; k < n_tok; k++) {
-            int64_t mid = n_rows / 3;
-            kernels_matmul(&m, xq + k * ab, ab, 1, one, n_rows, 0, mid);
-            kernels_matmul(&m, xq + k * ab, ab, 1, one, n_rows, mid, n_rows);
-            if (memcmp(one, got + k * n_rows, (size_t)n_rows * sizeof(float)) != 0) {
-                if (bad < 5)
-                    fprintf(stderr, "%s %s: token %lld alone differs from the batch\n",
-                            quant_type_name(t), kernels_isa_name((enum kernels_isa)isa),
-                            (long long)k);
-                bad++;
-            }
-        }
-    }
-    kernels_isa_force(saved);
+    int bad = check_isas(&m, xq, ab, n_tok, ref, tol, got, one, "");
     free(w);
     free(xq);
     free(x);
@@ -231,43 +245,7 @@ static int check_packed(enum quant_type t, int64_t n_rows, int64_t n_cols, int64
                 quant_type_name(t));
         bad++;
     }
-    double ss = 0;
-    for (int64_t i = 0; i < n_rows * n_tok; i++)
-        ss += (double)ref[i] * ref[i];
-    const double rms = sqrt(ss / (double)(n_rows * n_tok));
-    enum kernels_isa saved = kernels_isa_active();
-    for (int isa = 0; isa < isa_count(); isa++) {
-        kernels_isa_force((enum kernels_isa)isa);
-        for (int64_t i = 0; i < n_rows * n_tok; i++)
-            got[i] = NAN;
-        kernels_matmul(&pm, xq, ab, n_tok, got, n_rows, 0, n_rows);
-        for (int64_t i = 0; i < n_rows * n_tok; i++)
-            if (!(fabs((double)got[i] - ref[i]) <= TOL_QUANT_TYPES * fmax(fabs(ref[i]), rms))) {
-                if (bad < 5)
-                    fprintf(stderr,
-                            "%s packed %s rows %lld cols %lld tok %lld: [%lld] got %g ref %g\n",
-                            quant_type_name(t), kernels_isa_name((enum kernels_isa)isa),
-                            (long long)n_rows, (long long)n_cols, (long long)n_tok, (long long)i,
-                            got[i], ref[i]);
-                bad++;
-            }
-        for (int64_t k = 0; k < n_tok; k++) {
-            const int64_t a = n_rows / 3 + 5, b = n_rows - 3;
-            for (int64_t i = 0; i < n_rows; i++)
-                one[i] = NAN;
-            kernels_matmul(&pm, xq + k * ab, ab, 1, one, n_rows, 0, a);
-            kernels_matmul(&pm, xq + k * ab, ab, 1, one, n_rows, a, b);
-            kernels_matmul(&pm, xq + k * ab, ab, 1, one, n_rows, b, n_rows);
-            if (memcmp(one, got + k * n_rows, (size_t)n_rows * sizeof(float)) != 0) {
-                if (bad < 5)
-                    fprintf(stderr, "%s packed %s: token %lld alone differs from the batch\n",
-                            quant_type_name(t), kernels_isa_name((enum kernels_isa)isa),
-                            (long long)k);
-                bad++;
-            }
-        }
-    }
-    kernels_isa_force(saved);
+    bad += check_isas(&pm, xq, ab, n_tok, ref, TOL_QUANT_TYPES, got, one, " packed");
     free(w);
     free(pk);
     free(back);
