@@ -369,6 +369,7 @@ int cli_run_main(int argc, char **argv) {
      * STRATA_THREADS / the config file (option table), else the affinity mask
      * and cgroup quota minus one, capped at 32 (engine/sysinfo.h). */
     struct pool_params pp = pool_params_default();
+    int64_t mem_budget = 0; /* model_params.mem_budget, from sysinfo as in serve */
     {
         char *cargv[] = {"strata run", NULL};
         struct config *cfg = config_load(&(struct config_params){1, cargv, NULL}, &err);
@@ -382,9 +383,12 @@ int cli_run_main(int argc, char **argv) {
         sip.root = config_str(cfg, CONFIG_SYS_ROOT);
         struct sysinfo_limits lim;
         const char *src = NULL;
+        const bool have_lim = sysinfo_read(&sip, &lim, NULL) == 0;
+        if (have_lim && lim.mem_budget > 0)
+            mem_budget = lim.mem_budget;
         if (forced > 0)
             o.n_threads = forced;
-        else if (sysinfo_read(&sip, &lim, &err) == 0)
+        else if (have_lim)
             o.n_threads = sysinfo_effective_threads(0, NULL, &lim, &src);
         else
             o.n_threads = 1;
@@ -398,6 +402,7 @@ int cli_run_main(int argc, char **argv) {
     mp.pool = pool;
     mp.prefault = !o.no_prefault;
     mp.repack = !o.no_repack;
+    mp.mem_budget = mem_budget;
     if (!(m = model_load(o.model, &mp, &err)))
         goto done;
     if (!(tok = tokenizer_init_gguf(model_gguf(m), &err)))

@@ -36,8 +36,10 @@ static int serve_open(const struct config *cfg, struct gen_backend *out, struct 
     struct sysinfo_params sip = sysinfo_params_default();
     sip.root = config_str(cfg, CONFIG_SYS_ROOT);
     struct sysinfo_limits lim;
-    if (sysinfo_read(&sip, &lim, NULL) == 0 && lim.mem_budget > 0)
+    if (sysinfo_read(&sip, &lim, NULL) == 0 && lim.mem_budget > 0) {
         sp.kv_mem_max = lim.mem_budget / 2;
+        sp.mem_budget = lim.mem_budget; /* the weight copy stays within the other half */
+    }
     struct sched *s = sched_init(&sp, err);
     if (!s) {
         strata_error_prefix(err, "model '%s'", path);

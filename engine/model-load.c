@@ -507,7 +507,8 @@ struct model *model_load(const char *path, const struct model_params *params,
         m->weight_bytes += gguf_tensor_at(m->gguf, i)->n_bytes;
     if (m->params.prefault)
         prefault_weights(m);
-    if (m->params.repack && weights_fit_ram(m->weight_bytes)) {
+    if (m->params.repack && weights_fit_ram(m->weight_bytes) &&
+        (m->params.mem_budget <= 0 || m->weight_bytes <= (uint64_t)m->params.mem_budget / 2)) {
         struct strata_error perr = {0};
         (void)model_copy_weights(m, &perr); /* out of memory: the file layout still works */
     }

@@ -115,6 +115,12 @@ struct model_params {
      * file layout's in the last bits (another summation order), never
      * between batch sizes or thread counts. */
     bool repack;
+    /* Bytes this process may use (sysinfo: the cgroup limit or MemAvailable,
+     * the smaller); 0 = unknown. The copy above is anonymous memory, which a
+     * cgroup cannot reclaim like page cache, so it is also skipped when the
+     * weights exceed half of this budget (the KV pool may take the other
+     * half, server/sched.c). */
+    int64_t mem_budget;
 };
 struct model_params model_params_default(void);
 

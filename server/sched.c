@@ -602,6 +602,7 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     mp.n_ctx_max = params->n_ctx;
     mp.prefault = params->prefault;
     mp.repack = params->repack;
+    mp.mem_budget = params->mem_budget;
     if (!(s->model = model_load(params->model_path, &mp, err)))
         goto fail;
     s->n_vocab = model_n_vocab(s->model);

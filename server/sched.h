@@ -69,7 +69,8 @@ struct sched_params {
     double request_timeout;     /* seconds from submit to the last token; 0 = none */
     bool prefix_cache;          /* reuse KV blocks of earlier requests with the same prefix */
     bool prefault;              /* model_params.prefault: map the weight pages at load */
-    bool repack;                /* model_params.repack: packed K-quant layout */
+    bool repack;                /* model_params.repack: weights copied (and packed) at load */
+    int64_t mem_budget;         /* model_params.mem_budget; 0 = unknown */
 };
 struct sched_params sched_params_default(void);
 

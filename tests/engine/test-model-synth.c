@@ -505,6 +505,18 @@ START_TEST(test_packed_k_quants) {
         model_free(m);
         pool_free(pool);
     }
+    { /* weights over half the memory budget: no copy, the file layout's bits */
+        struct strata_error err = {0};
+        struct model_params mp = model_params_default();
+        mp.n_ctx_max = 64, mp.n_batch_max = 32, mp.mem_budget = 4096;
+        struct model *m = model_load(path, &mp, &err);
+        ck_assert_msg(m != NULL, "%s", err.message);
+        ck_assert_uint_eq(model_packed_bytes(m), 0);
+        float *l = run(m, 0);
+        ck_assert(memcmp(l, file, (size_t)12 * model_n_vocab(m) * sizeof(float)) == 0);
+        free(l);
+        model_free(m);
+    }
     for (int i = 0; i < 3; i++)
         free(ref[i]);
     free(file);
