@@ -290,15 +290,13 @@ static void attn_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
     /* the paged KV cache keeps a block's rows contiguous (kv.h): one lookup a block */
     const struct kv_params *kp = kv_get_params(a->kv);
     const int nb = kp->n_block;
-    const size_t sk = (size_t)kp->n_embd_k, sv = (size_t)kp->n_embd_v;
+    const size_t sk = kv_k_stride(a->kv), sv = kv_v_stride(a->kv);
     for (int64_t r = r0; r < r1; r++) {
         const int hk = (int)(r / a->n_tok), t = (int)(r % a->n_tok);
         const int n_kv = a->pos[t] + 1;
         for (int p = 0; p < n_kv;) {
-            const uint16_t *k0 =
-                kv_k_row(a->kv, a->layer, a->seq_id[t], p) + (size_t)hk * a->head_dim_k;
-            const uint16_t *v0 =
-                kv_v_row(a->kv, a->layer, a->seq_id[t], p) + (size_t)hk * a->head_dim_v;
+            const uint16_t *k0 = kv_k_head(a->kv, a->layer, a->seq_id[t], p, hk, a->head_dim_k);
+            const uint16_t *v0 = kv_v_head(a->kv, a->layer, a->seq_id[t], p, hk, a->head_dim_v);
             int run = nb - p % nb;
             if (run > n_kv - p)
                 run = n_kv - p;

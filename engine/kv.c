@@ -2,6 +2,7 @@
 #include "engine/kv.h"
 
 #include <stdlib.h>
+#include <stdbool.h>
 #include <string.h>
 
 struct kv_seq {
@@ -39,13 +40,20 @@ size_t kv_block_bytes(const struct kv_params *p) {
 struct kv_cache *kv_init(const struct kv_params *params, struct strata_error *err) {
     if (!params || params->n_layer < 1 || params->n_seq_max < 1 || params->n_ctx < 1 ||
         params->n_embd_k < 1 || params->n_embd_v < 1 || params->n_block < 0 ||
-        params->n_blocks < 0) {
+        params->n_blocks < 0 || params->n_head_kv < 0) {
         strata_error_set(err, STRATA_E_INVALID, "kv_init: every count must be >= 1");
         return NULL;
     }
     struct kv_params p = *params;
     if (p.n_block == 0)
         p.n_block = KV_DEFAULT_BLOCK;
+    if (p.n_head_kv == 0)
+        p.n_head_kv = 1;
+    if (p.n_embd_k % p.n_head_kv || p.n_embd_v % p.n_head_kv) {
+        strata_error_set(err, STRATA_E_INVALID, "kv_init: rows of %d / %d do not split in %d parts",
+                         p.n_embd_k, p.n_embd_v, p.n_head_kv);
+        return NULL;
+    }
     if (p.n_block > 1024 || (p.n_block & (p.n_block - 1))) {
         strata_error_set(err, STRATA_E_INVALID,
                          "kv_init: block size %d is not a power of two in [1, 1024]", p.n_block);
@@ -303,12 +311,13 @@ int kv_seq_reserve_pos(struct kv_cache *kv, int seq_id, int pos, struct strata_e
     if (n_rows > 0) {
         const uint16_t *src = kv->mem[old];
         uint16_t *dst = kv->mem[b];
-        const size_t vk = (size_t)kv->p.n_block * kv->p.n_embd_k;
-        const size_t vv = (size_t)kv->p.n_block * kv->p.n_embd_v;
-        for (int l = 0; l < kv->p.n_layer; l++) {
-            memcpy(dst + l * vk, src + l * vk, (size_t)n_rows * kv->p.n_embd_k * 2);
-            memcpy(dst + kv->k_elems + l * vv, src + kv->k_elems + l * vv,
-                   (size_t)n_rows * kv->p.n_embd_v * 2);
+        const size_t pk = (size_t)kv->p.n_embd_k / (size_t)kv->p.n_head_kv;
+        const size_t pv = (size_t)kv->p.n_embd_v / (size_t)kv->p.n_head_kv;
+        const size_t vk = (size_t)kv->p.n_block * pk, vv = (size_t)kv->p.n_block * pv;
+        const size_t n_parts = (size_t)kv->p.n_layer * (size_t)kv->p.n_head_kv;
+        for (size_t l = 0; l < n_parts; l++) { /* every (layer, part): its first n_rows */
+            memcpy(dst + l * vk, src + l * vk, (size_t)n_rows * pk * 2);
+            memcpy(dst + kv->k_elems + l * vv, src + kv->k_elems + l * vv, (size_t)n_rows * pv * 2);
         }
     }
     s->table[i] = b;
@@ -321,18 +330,55 @@ void kv_seq_set_len(struct kv_cache *kv, int seq_id, int len) {
     kv->seqs[seq_id].len = len;
 }
 
-uint16_t *kv_k_row(struct kv_cache *kv, int layer, int seq_id, int pos) {
+static uint16_t *kv_part(struct kv_cache *kv, int layer, int seq_id, int pos, int part, bool v) {
     const struct kv_seq *s = &kv->seqs[seq_id];
     const int i = pos >> kv->shift;
-    STRATA_ASSERT(layer >= 0 && layer < kv->p.n_layer && pos >= 0 && i < s->n_tab);
-    return kv->mem[s->table[i]] +
-           ((size_t)layer * kv->p.n_block + (size_t)(pos & (kv->p.n_block - 1))) * kv->p.n_embd_k;
+    STRATA_ASSERT(layer >= 0 && layer < kv->p.n_layer && pos >= 0 && i < s->n_tab && part >= 0 &&
+                  part < kv->p.n_head_kv);
+    const size_t w = (size_t)(v ? kv->p.n_embd_v : kv->p.n_embd_k) / (size_t)kv->p.n_head_kv;
+    return kv->mem[s->table[i]] + (v ? kv->k_elems : 0) +
+           (((size_t)layer * (size_t)kv->p.n_head_kv + (size_t)part) * (size_t)kv->p.n_block +
+            (size_t)(pos & (kv->p.n_block - 1))) *
+               w;
+}
+
+uint16_t *kv_k_part(struct kv_cache *kv, int layer, int seq_id, int pos, int part) {
+    return kv_part(kv, layer, seq_id, pos, part, false);
+}
+
+uint16_t *kv_v_part(struct kv_cache *kv, int layer, int seq_id, int pos, int part) {
+    return kv_part(kv, layer, seq_id, pos, part, true);
+}
+
+uint16_t *kv_k_row(struct kv_cache *kv, int layer, int seq_id, int pos) {
+    STRATA_ASSERT(kv->p.n_head_kv == 1);
+    return kv_part(kv, layer, seq_id, pos, 0, false);
 }
 
 uint16_t *kv_v_row(struct kv_cache *kv, int layer, int seq_id, int pos) {
-    const struct kv_seq *s = &kv->seqs[seq_id];
-    const int i = pos >> kv->shift;
-    STRATA_ASSERT(layer >= 0 && layer < kv->p.n_layer && pos >= 0 && i < s->n_tab);
-    return kv->mem[s->table[i]] + kv->k_elems +
-           ((size_t)layer * kv->p.n_block + (size_t)(pos & (kv->p.n_block - 1))) * kv->p.n_embd_v;
+    STRATA_ASSERT(kv->p.n_head_kv == 1);
+    return kv_part(kv, layer, seq_id, pos, 0, true);
+}
+
+static uint16_t *kv_head(struct kv_cache *kv, int layer, int seq_id, int pos, int head,
+                         int head_dim, bool v) {
+    const int per = (v ? kv->p.n_embd_v : kv->p.n_embd_k) / kv->p.n_head_kv / head_dim;
+    STRATA_ASSERT(per >= 1);
+    return kv_part(kv, layer, seq_id, pos, head / per, v) + (size_t)(head % per) * head_dim;
+}
+
+uint16_t *kv_k_head(struct kv_cache *kv, int layer, int seq_id, int pos, int head, int head_dim) {
+    return kv_head(kv, layer, seq_id, pos, head, head_dim, false);
+}
+
+uint16_t *kv_v_head(struct kv_cache *kv, int layer, int seq_id, int pos, int head, int head_dim) {
+    return kv_head(kv, layer, seq_id, pos, head, head_dim, true);
+}
+
+size_t kv_k_stride(const struct kv_cache *kv) {
+    return (size_t)kv->p.n_embd_k / (size_t)kv->p.n_head_kv;
+}
+
+size_t kv_v_stride(const struct kv_cache *kv) {
+    return (size_t)kv->p.n_embd_v / (size_t)kv->p.n_head_kv;
 }

@@ -203,12 +203,15 @@ static void attn_block(struct model *m, struct kv_cache *kv, int il, int n) {
                     hp->norm_eps);
     be->rope(bc, f->q, n, hp->n_head, hp->head_dim_k, f->pos, &m->rope);
     be->rope(bc, f->k, n, hp->n_head_kv, hp->head_dim_k, f->pos, &m->rope);
-    for (int t = 0; t < n; t++) {
-        uint16_t *kr = kv_k_row(kv, il, f->seq[t], f->pos[t]);
-        uint16_t *vr = kv_v_row(kv, il, f->seq[t], f->pos[t]);
-        ops_f32_to_f16_row(f->k + t * nk, kr, nk);
-        ops_f32_to_f16_row(f->v + t * nv, vr, nv);
-    }
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < hp->n_head_kv; h++) { /* each head into its part of the block */
+            ops_f32_to_f16_row(f->k + t * nk + h * hp->head_dim_k,
+                               kv_k_head(kv, il, f->seq[t], f->pos[t], h, hp->head_dim_k),
+                               hp->head_dim_k);
+            ops_f32_to_f16_row(f->v + t * nv + h * hp->head_dim_v,
+                               kv_v_head(kv, il, f->seq[t], f->pos[t], h, hp->head_dim_v),
+                               hp->head_dim_v);
+        }
     struct backend_attn a = {
         .q = f->q,
         .out = f->attn,
@@ -450,7 +453,7 @@ static int validate(const struct model *m, struct kv_cache *kv, const struct mod
                     struct strata_error *err) {
     const struct kv_params *kp = kv_get_params(kv);
     if (kp->n_layer != m->hp.n_layer || kp->n_embd_k != m->hp.n_head_kv * m->hp.head_dim_k ||
-        kp->n_embd_v != m->hp.n_head_kv * m->hp.head_dim_v)
+        kp->n_embd_v != m->hp.n_head_kv * m->hp.head_dim_v || m->hp.n_head_kv % kp->n_head_kv)
         return strata_error_set(err, STRATA_E_INVALID, "model_forward: kv cache shape mismatch");
     if (!b || !b->entries || b->n_entries < 1 || b->n_entries > m->params.n_batch_max)
         return strata_error_set(err, STRATA_E_RANGE, "model_forward: batch of %d entries (max %d)",

@@ -618,6 +618,7 @@ struct kv_cache *model_kv_init(const struct model *m, int n_seq_max, int n_ctx,
         .n_ctx = n_ctx,
         .n_embd_k = m->hp.n_head_kv * m->hp.head_dim_k,
         .n_embd_v = m->hp.n_head_kv * m->hp.head_dim_v,
+        .n_head_kv = m->hp.n_head_kv,
     };
     return kv_init(&kp, err);
 }

@@ -619,7 +619,8 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
                            .n_ctx = s->n_ctx,
                            .n_embd_k = hp->n_head_kv * hp->head_dim_k,
                            .n_embd_v = hp->n_head_kv * hp->head_dim_v,
-                           .n_block = params->kv_block};
+                           .n_block = params->kv_block,
+                           .n_head_kv = hp->n_head_kv};
     int64_t kv_mem = params->kv_mem;
     if (kv_mem == 0 && params->kv_mem_max > 0) {
         /* the default pool (parallel full contexts) fills up over time with

@@ -86,6 +86,70 @@ START_TEST(test_paging_accounting) {
 }
 END_TEST
 
+/* n_head_kv = 2 parts: each head's positions are contiguous inside a block,
+ * heads map to parts whole, and copy-on-write keeps every part's rows. */
+static uint16_t head_val(int tag, int l, int h, int p, int i, bool v) {
+    return (uint16_t)(tag * 10000 + l * 1000 + h * 300 + p * 4 + i + (v ? 150 : 0));
+}
+
+static void fill_heads(struct kv_cache *kv, int seq, int tag, int from, int to) {
+    for (int p = from; p < to; p++) {
+        ck_assert_int_eq(kv_seq_reserve_pos(kv, seq, p, NULL), 0);
+        for (int l = 0; l < 2; l++)
+            for (int h = 0; h < 2; h++) {
+                for (int i = 0; i < 2; i++)
+                    kv_k_head(kv, l, seq, p, h, 2)[i] = head_val(tag, l, h, p, i, false);
+                kv_v_head(kv, l, seq, p, h, 1)[0] = head_val(tag, l, h, p, 0, true);
+            }
+    }
+    kv_seq_set_len(kv, seq, to);
+}
+
+static bool heads_are(struct kv_cache *kv, int seq, int tag, int from, int to) {
+    for (int p = from; p < to; p++)
+        for (int l = 0; l < 2; l++)
+            for (int h = 0; h < 2; h++)
+                if (kv_k_head(kv, l, seq, p, h, 2)[1] != head_val(tag, l, h, p, 1, false) ||
+                    kv_v_head(kv, l, seq, p, h, 1)[0] != head_val(tag, l, h, p, 0, true))
+                    return false;
+    return true;
+}
+
+START_TEST(test_head_parts) {
+    struct kv_params kp = {.n_layer = 2,
+                           .n_seq_max = 2,
+                           .n_ctx = 64,
+                           .n_embd_k = 4,
+                           .n_embd_v = 2,
+                           .n_block = 16,
+                           .n_blocks = 8,
+                           .n_head_kv = 2};
+    struct strata_error err = {0};
+    struct kv_cache *kv = kv_init(&kp, &err);
+    ck_assert_msg(kv != NULL, "%s", err.message);
+    fill_heads(kv, 0, 1, 0, 20);
+    ck_assert(heads_are(kv, 0, 1, 0, 20));
+    /* one head's positions are contiguous; parts hold whole heads */
+    ck_assert_uint_eq(kv_k_stride(kv), 2);
+    ck_assert_uint_eq(kv_v_stride(kv), 1);
+    ck_assert_ptr_eq(kv_k_head(kv, 1, 0, 6, 1, 2), kv_k_head(kv, 1, 0, 5, 1, 2) + 2);
+    ck_assert_ptr_eq(kv_k_head(kv, 1, 0, 5, 1, 2), kv_k_part(kv, 1, 0, 5, 1));
+    ck_assert_ptr_eq(kv_k_head(kv, 1, 0, 5, 1, 1), kv_k_part(kv, 1, 0, 5, 0) + 1); /* 4 heads */
+    ck_assert_ptr_eq(kv_k_head(kv, 1, 0, 5, 2, 1), kv_k_part(kv, 1, 0, 5, 1));
+    /* copy-on-write inside the second block: rows 16..19 of every part kept */
+    ck_assert_int_eq(kv_seq_copy(kv, 1, 0, 20, NULL), 0);
+    fill_heads(kv, 1, 2, 20, 22);
+    ck_assert(heads_are(kv, 1, 1, 0, 20) && heads_are(kv, 1, 2, 20, 22));
+    ck_assert(heads_are(kv, 0, 1, 0, 20));
+    ck_assert(kv_k_head(kv, 0, 1, 17, 1, 2) != kv_k_head(kv, 0, 0, 17, 1, 2));
+    kv_free(kv);
+    /* rows that do not split in the parts are refused */
+    kp.n_head_kv = 3;
+    ck_assert(kv_init(&kp, &err) == NULL);
+    ck_assert_int_eq(err.code, STRATA_E_INVALID);
+}
+END_TEST
+
 START_TEST(test_share_and_copy_on_write) {
     struct kv_cache *kv = small_kv(3, 64, 16, 8);
     fill(kv, 0, 1, 0, 20);
@@ -378,6 +442,7 @@ static Suite *kv_suite(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_paging_accounting);
     tcase_add_test(tc, test_share_and_copy_on_write);
+    tcase_add_test(tc, test_head_parts);
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_prefix_trie);
     tcase_add_test(tc, test_prefix_random_invariants);
