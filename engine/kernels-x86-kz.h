@@ -117,11 +117,7 @@ struct kx_ka2 {
 
 /* u8 x s8 dot into int32 lanes (4 products each). */
 KX_INLINE __m512i kx_kz_dpb(__m512i u, __m512i y) {
-#if KX_VNNI
-    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, y);
-#else
-    return _mm512_madd_epi16(_mm512_maddubs_epi16(u, y), _mm512_set1_epi16(1));
-#endif
+    return kx_z_dot_acc(_mm512_setzero_si512(), u, y);
 }
 
 KX_INLINE __m512i kx_kz_dpw(__m512i acc, __m512i a, __m512i b) {

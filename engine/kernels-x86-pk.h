@@ -264,31 +264,22 @@ KX_INLINE void kx_matmul_pk(int q6, const struct kern_mat *w, const void *xq, si
             const int n = (int)((left + tiles - 1) / tiles);
             const uint8_t *x = (const uint8_t *)xq + (size_t)t * xs;
             const int pf = t == 0;
-            switch (n) {
-            case 8:
-                kx_pk_tile(q6, grp, nb, x, xs, 8, pf, out);
-                break;
-            case 7:
-                kx_pk_tile(q6, grp, nb, x, xs, 7, pf, out);
-                break;
-            case 6:
-                kx_pk_tile(q6, grp, nb, x, xs, 6, pf, out);
-                break;
-            case 5:
-                kx_pk_tile(q6, grp, nb, x, xs, 5, pf, out);
-                break;
-            case 4:
-                kx_pk_tile(q6, grp, nb, x, xs, 4, pf, out);
-                break;
-            case 3:
-                kx_pk_tile(q6, grp, nb, x, xs, 3, pf, out);
-                break;
-            case 2:
-                kx_pk_tile(q6, grp, nb, x, xs, 2, pf, out);
-                break;
+            switch (n) { /* T must be a constant in each call: one copy per size */
+#define KX_PK_CASE(T)                                                                              \
+    case T:                                                                                        \
+        kx_pk_tile(q6, grp, nb, x, xs, T, pf, out);                                                \
+        break;
+                KX_PK_CASE(8)
+                KX_PK_CASE(7)
+                KX_PK_CASE(6)
+                KX_PK_CASE(5)
+                KX_PK_CASE(4)
+                KX_PK_CASE(3)
+                KX_PK_CASE(2)
             default:
                 kx_pk_tile(q6, grp, nb, x, xs, 1, pf, out);
                 break;
+#undef KX_PK_CASE
             }
             for (int i = 0; i < n; i++)
                 _mm512_mask_storeu_ps(y + (t + i) * ldy + base, mask, _mm512_load_ps(out + 16 * i));

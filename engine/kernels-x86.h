@@ -774,31 +774,22 @@ KX_INLINE void kx_zg_rows(enum kx_b32 k, const struct kern_mat *w, int64_t nb, c
                 float *o = y + t * ldy + r;
                 const uint8_t *pf = t == 0 ? next : NULL;
                 __m512 *s = st + (t / KX_TILE) * 4 * KX_TILE;
+                /* rows and tokens must be constants in each call: one copy per shape */
                 switch ((four ? 10 : 0) + (nt - t < KX_TILE ? (int)(nt - t) : KX_TILE)) {
-                case 14:
-                    kx_zg_tile(k, wq, 4, u0, u1, U, a, 4, s, o, ldy, pf, rb);
-                    break;
-                case 13:
-                    kx_zg_tile(k, wq, 4, u0, u1, U, a, 3, s, o, ldy, pf, rb);
-                    break;
-                case 12:
-                    kx_zg_tile(k, wq, 4, u0, u1, U, a, 2, s, o, ldy, pf, rb);
-                    break;
-                case 11:
-                    kx_zg_tile(k, wq, 4, u0, u1, U, a, 1, s, o, ldy, pf, rb);
-                    break;
-                case 4:
-                    kx_zg_tile(k, wq, 1, u0, u1, U, a, 4, s, o, ldy, pf, rb);
-                    break;
-                case 3:
-                    kx_zg_tile(k, wq, 1, u0, u1, U, a, 3, s, o, ldy, pf, rb);
-                    break;
-                case 2:
-                    kx_zg_tile(k, wq, 1, u0, u1, U, a, 2, s, o, ldy, pf, rb);
-                    break;
+#define KX_ZG_CASE(R, T)                                                                           \
+    case (R == 4 ? 10 : 0) + T:                                                                    \
+        kx_zg_tile(k, wq, R, u0, u1, U, a, T, s, o, ldy, pf, rb);                                  \
+        break;
+                    KX_ZG_CASE(4, 4)
+                    KX_ZG_CASE(4, 3)
+                    KX_ZG_CASE(4, 2)
+                    KX_ZG_CASE(4, 1)
+                    KX_ZG_CASE(1, 4)
+                    KX_ZG_CASE(1, 3)
+                    KX_ZG_CASE(1, 2)
                 default:
                     kx_zg_tile(k, wq, 1, u0, u1, U, a, 1, s, o, ldy, pf, rb);
-                    break;
+#undef KX_ZG_CASE
                 }
             }
         }
