@@ -437,6 +437,21 @@ START_TEST(test_act_edge_cases) {
 }
 END_TEST
 
+/* Every ISA's activation quantizer for weights of wtype turns x (n values)
+ * into exactly ref (bytes); got is scratch of as many bytes. */
+static void check_quantizer_isas(enum quant_type wtype, const float *x, int n, const uint8_t *ref,
+                                 uint8_t *got, size_t bytes) {
+    enum kernels_isa saved = kernels_isa_active();
+    for (int isa = 0; isa < isa_count(); isa++) {
+        kernels_isa_force((enum kernels_isa)isa);
+        memset(got, 0xAB, bytes);
+        kernels_quantize_act(wtype, x, got, n);
+        ck_assert_msg(memcmp(got, ref, bytes) == 0, "isa %s differs",
+                      kernels_isa_name((enum kernels_isa)isa));
+    }
+    kernels_isa_force(saved);
+}
+
 /* Every ISA's Q8_0 activation quantizer is bitwise the scalar reference:
  * random rows at several scales, zero blocks, and halves that roundf takes
  * away from zero (block with amax 127: d = 1, id = 1). */
@@ -454,15 +469,7 @@ START_TEST(test_quantize_q8_0_isa) {
     for (int i = 0; i < 32; i++)
         x[96 + i] = halves[i % 12];
     kern_quantize_q8_0(x, ref, N);
-    enum kernels_isa saved = kernels_isa_active();
-    for (int isa = 0; isa < isa_count(); isa++) {
-        kernels_isa_force((enum kernels_isa)isa);
-        memset(got, 0xAB, sizeof got);
-        kernels_quantize_act(QUANT_Q4_0, x, got, N);
-        ck_assert_msg(memcmp(got, ref, sizeof ref) == 0, "isa %s differs",
-                      kernels_isa_name((enum kernels_isa)isa));
-    }
-    kernels_isa_force(saved);
+    check_quantizer_isas(QUANT_Q4_0, x, N, ref, got, sizeof ref);
 }
 END_TEST
 
@@ -487,15 +494,7 @@ START_TEST(test_quantize_q8_K_isa) {
     x[1280 + 3] = NAN;
     x[1536 + 255] = -INFINITY;
     kern_quantize_q8_K(x, ref, N);
-    enum kernels_isa saved = kernels_isa_active();
-    for (int isa = 0; isa < isa_count(); isa++) {
-        kernels_isa_force((enum kernels_isa)isa);
-        memset(got, 0xAB, sizeof got);
-        kernels_quantize_act(QUANT_Q4_K, x, got, N);
-        ck_assert_msg(memcmp(got, ref, sizeof ref) == 0, "isa %s differs",
-                      kernels_isa_name((enum kernels_isa)isa));
-    }
-    kernels_isa_force(saved);
+    check_quantizer_isas(QUANT_Q4_K, x, N, ref, got, sizeof ref);
 }
 END_TEST
 
