@@ -51,6 +51,14 @@
  *     52.0-53.1), q6_K 26.6-26.7 / 50.3-51.5; 16 KB ahead or 4 KB: no
  *     better; none: q4_K 26.2 / 41, q6_K 35 / 47. So Q4_K spreads its
  *     prefetches, Q6_K issues them at the super-block's start.
+ *   Q6_K's loops unrolled by pragma: gcc 12 had kept the q and c loops as
+ *     loops with the shifts chosen by branches and 16 register copies per 8
+ *     vpdpbusd; and -32 * bsums broadcast from memory (without the asm
+ *     barrier gcc forwards the stored vector and extracts lanes with two
+ *     shuffles each). `taskset -c 1 kernels-bench 1 1 -1 5 q6_K 8`, two
+ *     interleaved rounds (L2): decode 37.8-40.3 -> 52-58 GB/s, 8 tokens
+ *     166-183 -> 217-235 G MAC/s; `bench-model llama-3.2-1b-q4_k_m-llama3vocab
+ *     2 48 16 8`, three rounds: 25.0-26.6 -> 24.3-25.7 ms a step of 8.
  */
 #ifndef STRATA_KERNELS_X86_PK_H
 #define STRATA_KERNELS_X86_PK_H
@@ -191,15 +199,20 @@ KX_INLINE void kx_pk_q6k_tile(const uint8_t *grp, int64_t nb, const uint8_t *xq,
             _mm512_store_si512((void *)off[t],
                                _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(bs, 5)));
         }
+        __asm__("" : "+m"(off)); /* broadcast from memory, not lane shuffles of a register */
         /* Sub-block k = 8n + half + 2q holds quant q of ql/qh dwords c =
          * 4 * half .. 4 * half + 3 of half n (elements 128n + 32q + 4c ..). */
+#pragma GCC unroll 2
         for (int n = 0; n < 2; n++)
+#pragma GCC unroll 2
             for (int half = 0; half < 2; half++)
+#pragma GCC unroll 4
                 for (int q = 0; q < 4; q++) {
                     const int k = 8 * n + half + 2 * q;
                     __m512i acc[KX_PK_T];
                     for (int t = 0; t < T; t++)
                         acc[t] = _mm512_set1_epi32(off[t][k]);
+#pragma GCC unroll 4
                     for (int c = 4 * half; c < 4 * half + 4; c++) {
                         const __m512i l = _mm512_loadu_si512(
                             (const void *)(ps + (n * 16 + c + ((q & 1) ? 8 : 0)) * 64));
