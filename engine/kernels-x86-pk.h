@@ -199,9 +199,10 @@ KX_INLINE void kx_pk_q6k_tile(const uint8_t *grp, int64_t nb, const uint8_t *xq,
             _mm512_store_si512((void *)off[t],
                                _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(bs, 5)));
         }
-        __asm__("" : "+m"(off)); /* broadcast from memory, not lane shuffles of a register */
-                                 /* Sub-block k = 8n + half + 2q holds quant q of ql/qh dwords c =
-                                  * 4 * half .. 4 * half + 3 of half n (elements 128n + 32q + 4c ..). */
+        /* broadcast from memory, not lane shuffles of a register */
+        __asm__("" : "+m"(off));
+        /* Sub-block k = 8n + half + 2q holds quant q of ql/qh dwords c =
+         * 4 * half .. 4 * half + 3 of half n (elements 128n + 32q + 4c ..). */
 #pragma GCC unroll 2
         for (int n = 0; n < 2; n++)
 #pragma GCC unroll 2
