@@ -6,7 +6,8 @@
  *
  *   ninja -C build-rel tests/attn-bench
  *   flock /tmp/strata-bench.lock build-rel/tests/attn-bench 512 8 2 20
- *   (args: positions, KV heads, query heads per KV head, reps; 28 layers)
+ *   (args: positions, KV heads, query heads per KV head, reps, block; 28 layers;
+ *   block 16 lays K and V out as kv.c does, 0 as whole rows a position)
  *
  * Prints the best rep's time a token and the K+V bytes it read per second;
  * "chk" is a checksum of the outputs (the same across builds that keep the
@@ -32,16 +33,19 @@ int main(int argc, char **argv) {
     const int n_head_kv = argc > 2 ? atoi(argv[2]) : 8;
     const int group = argc > 3 ? atoi(argv[3]) : 2;
     const int reps = argc > 4 ? atoi(argv[4]) : 20;
+    const int blk = argc > 5 ? atoi(argv[5]) : 16;
     if (n_kv < 1 || n_kv > 1 << 16 || n_head_kv < 1 || n_head_kv > 64 || group < 1 ||
-        group > OPS_ATTN_GROUP_MAX || reps < 1) {
+        group > OPS_ATTN_GROUP_MAX || reps < 1 || blk < 0 || blk > 1024) {
         fprintf(stderr,
                 "usage: attn-bench [positions 1..65536] [kv heads 1..64] "
-                "[group 1..%d] [reps >= 1]\n",
+                "[group 1..%d] [reps >= 1] [block 0..1024: 0 whole rows, else kv.c's per-head "
+                "parts in blocks of that many positions; 16]\n",
                 OPS_ATTN_GROUP_MAX);
         return 2;
     }
     const size_t row = (size_t)n_head_kv * HEAD_DIM; /* values a position */
-    const size_t n_val = (size_t)N_LAYER * (size_t)n_kv * row;
+    const int n_blk = blk > 0 ? (n_kv + blk - 1) / blk : 1;
+    const size_t n_val = (size_t)N_LAYER * (size_t)(blk > 0 ? n_blk * blk : n_kv) * row;
     uint16_t *k = malloc(n_val * sizeof *k), *v = malloc(n_val * sizeof *v);
     const uint16_t **kr = malloc((size_t)n_kv * sizeof *kr),
                    **vr = malloc((size_t)n_kv * sizeof *vr);
@@ -63,8 +67,16 @@ int main(int argc, char **argv) {
         for (int l = 0; l < N_LAYER; l++)
             for (int h = 0; h < n_head_kv; h++) {
                 for (int p = 0; p < n_kv; p++) {
+                    /* whole rows: (layer, pos, head); per-head parts: (block, layer, head,
+                     * pos in block) */
                     const size_t o =
-                        ((size_t)l * (size_t)n_kv + (size_t)p) * row + (size_t)h * HEAD_DIM;
+                        blk > 0
+                            ? ((((size_t)(p / blk) * N_LAYER + (size_t)l) * (size_t)n_head_kv +
+                                (size_t)h) *
+                                   (size_t)blk +
+                               (size_t)(p % blk)) *
+                                  HEAD_DIM
+                            : ((size_t)l * (size_t)n_kv + (size_t)p) * row + (size_t)h * HEAD_DIM;
                     kr[p] = k + o;
                     vr[p] = v + o;
                 }
@@ -74,8 +86,9 @@ int main(int argc, char **argv) {
         const double t = now_s() - t0;
         best = t < best ? t : best;
     }
-    printf("positions %d kv heads %d group %d: best %.3f ms a token (%.1f GB/s of K+V) chk %g\n",
-           n_kv, n_head_kv, group, best * 1e3, 2.0 * (double)n_val * 2.0 / best / 1e9, chk);
+    printf("positions %d kv heads %d group %d block %d: best %.3f ms a token (%.1f GB/s of K+V) "
+           "chk %g\n",
+           n_kv, n_head_kv, group, blk, best * 1e3, 2.0 * (double)n_val * 2.0 / best / 1e9, chk);
     free(scores);
     free(vr);
     free(kr);

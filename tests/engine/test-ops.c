@@ -161,16 +161,17 @@ END_TEST
 /* Grouped heads (SIMD and scalar paths) against one-head-at-a-time, on GQA
  * shapes, a tail-only shape (dims not multiples of 8: scalar fallback),
  * dims multiples of 8 but not 16 (the AVX2 path on an AVX-512 CPU), dv not a
- * multiple of 64 (partial register tiles) and a wide score range (exp far
- * from 0). */
+ * multiple of 64 (partial register tiles), pairs of heads (their own path)
+ * and a wide score range (exp far from 0). */
 START_TEST(test_attn_group) {
     static const struct {
         int n_q, dk, dv, n_kv;
         float q_amp;
-    } shapes[] = {{4, 64, 64, 300, 1.0f}, {1, 16, 16, 1, 1.0f},   {3, 128, 64, 37, 1.0f},
-                  {8, 20, 12, 17, 1.0f},  {2, 64, 64, 999, 6.0f}, {5, 8, 8, 9, 30.0f},
-                  {4, 24, 40, 70, 2.0f},  {6, 48, 80, 33, 1.0f},  {1, 128, 128, 131, 1.0f},
-                  {1, 64, 272, 6, 3.0f}};
+    } shapes[] = {{4, 64, 64, 300, 1.0f}, {1, 16, 16, 1, 1.0f},    {3, 128, 64, 37, 1.0f},
+                  {8, 20, 12, 17, 1.0f},  {2, 64, 64, 999, 6.0f},  {5, 8, 8, 9, 30.0f},
+                  {4, 24, 40, 70, 2.0f},  {6, 48, 80, 33, 1.0f},   {1, 128, 128, 131, 1.0f},
+                  {1, 64, 272, 6, 3.0f},  {2, 128, 128, 77, 2.0f}, {2, 128, 144, 40, 1.0f},
+                  {2, 32, 48, 2, 1.0f}};
     for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
         const int nq = shapes[c].n_q, dk = shapes[c].dk, dv = shapes[c].dv, n = shapes[c].n_kv;
         uint16_t *k = malloc((size_t)n * dk * sizeof *k), *v = malloc((size_t)n * dv * sizeof *v);
@@ -219,6 +220,18 @@ START_TEST(test_attn_group) {
             ck_assert_msg(memcmp(o1, o3, (size_t)dv * sizeof *o1) == 0, "shape %zu: 1 vs 2 heads",
                           c);
             free(q2), free(sc2), free(o3);
+        }
+        if (nq == 2) { /* the two-head path gives the four-head tile's bits */
+            float *q3 = malloc((size_t)3 * dk * sizeof *q3),
+                  *sc3 = malloc((size_t)3 * n * sizeof *sc3);
+            float *o3 = malloc((size_t)3 * dv * sizeof *o3);
+            ck_assert(q3 && sc3 && o3);
+            memcpy(q3, q, (size_t)2 * dk * sizeof *q3);
+            memcpy(q3 + 2 * dk, q, (size_t)dk * sizeof *q3);
+            ops_attn_group(q3, 3, kr, vr, n, dk, dv, scale, sc3, o3);
+            ck_assert_msg(memcmp(o1, o3, (size_t)2 * dv * sizeof *o1) == 0,
+                          "shape %zu: 2 vs 3 heads", c);
+            free(q3), free(sc3), free(o3);
         }
         free(k);
         free(v);
