@@ -47,21 +47,20 @@
 #define POOL_MAX_THREADS 1024
 /* Tasks per published descriptor; pool_run splits longer lists into batches. */
 #define POOL_MAX_TASKS 16
-/* ~4 chunks per task per participant: small enough that stealing still
- * balances a fast and a preempted worker, large enough that each kernel call
- * streams a long contiguous run of rows. Measured (2-vCPU EPYC dev box,
- * release, `strata run -m olmoe-1b-7b-q4_k_m.gguf --ids 1 -n 129 --temp 0
- * --ignore-eos -t 2 --json`, gen_tok_s, binaries alternated under the bench
- * lock, other jobs compiling): 8 -> 4 chunks: 48.2 47.0 48.0 47.8 46.5 ->
- * 52.8 52.9 52.1 50.9 51.8; a quiet pair 61.9 -> 65.0; 8 -> 16 was worse
- * (best of 6: 59.1 -> 56.5). For an expert's 1024 x 2048 gate that is 128
- * rows a chunk. 2 chunks was within noise (olmoe median ~61.9 -> ~63.0 over
- * 6 pairs, 4 of 6 won; llama-3.2-1b Q4_K_M 60.4 -> 61.4 best of 4) and
- * halves the granularity of stealing from a preempted thread: not taken.
- * Capping decode chunks at 256 KiB of weights (shorter tails for the
- * 1-2 MB chunks of a dense FFN) was slower: llama-3.2-1b Q4_K_M best of 5
- * 63.5 -> 59.4. */
-#define POOL_CHUNKS_PER_THREAD 4
+/* Chunking (pool_cut): one slab of equal rows per participant, cut into
+ * chunks that halve down to 1/16 of the slab (512 rows: 256, 128, 64, 32, 32).
+ * History: 4 equal chunks per task per participant beat 8 (olmoe-1b-7b
+ * `strata run ... -t 2`, gen_tok_s 48.2 47.0 48.0 47.8 46.5 -> 52.8 52.9 52.1
+ * 50.9 51.8: longer runs of rows per kernel call) and 16; 2 was within noise;
+ * capping every decode chunk at 256 KiB was slower (llama-3.2-1b Q4_K_M 63.5
+ * -> 59.4). Halving keeps the long runs and shortens the tail: with 4 equal
+ * chunks whoever finished first waited up to a quarter of the other's slab,
+ * and the slabs of a multi-task job (Q 2048 rows, K and V 1024 each) were cut
+ * by chunk count, 2560 against 1536 rows. Measured (2-vCPU EPYC VM,
+ * 2026-12-01, `bench-model qwen3-0.6b-q8_0.gguf 2 128 16 1` with rdtsc
+ * counters in a scratch copy, three interleaved pairs): the caller's wait for
+ * the worker at the end of dispatches 77.7 / 65.1 / 99.5 -> 68.6 / 56.2 / 96.8
+ * M cycles of ~4500 M of work. */
 
 enum pool_job_kind { POOL_JOB_ROWS, POOL_JOB_EACH };
 
@@ -84,12 +83,20 @@ struct pool_cursor {
     _Alignas(POOL_LINE) _Atomic int64_t next;
 };
 
+/* Rows [r0, r1) of task `task`. */
+struct pool_chunk {
+    int64_t r0, r1;
+    int task;
+};
+
 struct pool_job {
     enum pool_job_kind kind;
-    const struct pool_task *tasks;           /* borrowed: (n_tasks) */
-    int n_tasks;                             /* <= POOL_MAX_TASKS */
-    int64_t grain[POOL_MAX_TASKS];           /* rows per chunk, per task */
-    int64_t chunk_begin[POOL_MAX_TASKS + 1]; /* prefix sums of chunks per task */
+    const struct pool_task *tasks; /* borrowed: (n_tasks) */
+    int n_tasks;                   /* <= POOL_MAX_TASKS */
+    /* Row jobs: the chunks in order, slab s being [slab_begin[s],
+     * slab_begin[s + 1]); both arrays are the pool's (see pool_cut). */
+    struct pool_chunk *chunks;
+    int64_t *slab_begin;
     pool_each_fn each_fn;
     void *each_ctx;
 };
@@ -104,11 +111,13 @@ struct pool {
 
     struct pool_job job; /* written by the caller only while no ticket is live */
 
-    /* Row jobs: the chunks [0, n) are cut into n_slabs contiguous slabs, one
-     * per participant; slab s spans [s * n / n_slabs, (s + 1) * n / n_slabs)
-     * and slabs[s].next is its next unclaimed chunk. */
+    /* Row jobs: one slab of chunks per participant; slabs[s].next is slab
+     * s's next unclaimed chunk. */
     struct pool_cursor *slabs; /* (n_threads) */
     int n_slabs;
+    struct pool_chunk *chunks; /* (chunk_cap), grown by pool_cut */
+    int64_t chunk_cap;
+    int64_t *slab_begin; /* (n_threads + 1) */
     _Alignas(POOL_LINE) _Atomic uint32_t remaining; /* invited workers still running */
     _Atomic uint32_t caller_waiting;
     _Alignas(POOL_LINE) _Atomic uint32_t shutdown; /* read by workers per ticket */
@@ -145,9 +154,7 @@ static void pool_participate(struct pool *p, int worker) {
         job->each_fn(job->each_ctx, worker);
         return;
     }
-    const int64_t n_chunks = job->chunk_begin[job->n_tasks];
     const int ns = p->n_slabs;
-    int t = 0;
     /* Own slab first (one contiguous stream of weight rows per thread), then
      * the others' leftovers: a preempted or slower participant's rows are
      * taken over chunk by chunk from the front of its slab, so balance is
@@ -166,22 +173,14 @@ static void pool_participate(struct pool *p, int worker) {
      * preempted thread then holds half the job. */
     for (int k = 0; k < ns; k++) {
         const int s = (worker + k) % ns;
-        const int64_t end = (int64_t)(s + 1) * n_chunks / ns;
+        const int64_t end = job->slab_begin[s + 1];
         for (;;) {
             int64_t c = atomic_fetch_add_explicit(&p->slabs[s].next, 1, memory_order_relaxed);
             if (c >= end)
                 break;
-            /* Chunks are taken in increasing order within a slab. */
-            if (c < job->chunk_begin[t])
-                t = 0;
-            while (c >= job->chunk_begin[t + 1])
-                t++;
-            const struct pool_task *task = &job->tasks[t];
-            int64_t r0 = (c - job->chunk_begin[t]) * job->grain[t];
-            int64_t r1 = r0 + job->grain[t];
-            if (r1 > task->n_rows)
-                r1 = task->n_rows;
-            task->fn(task->ctx, r0, r1, worker);
+            const struct pool_chunk *k = &job->chunks[c];
+            const struct pool_task *task = &job->tasks[k->task];
+            task->fn(task->ctx, k->r0, k->r1, worker);
         }
     }
 }
@@ -249,6 +248,9 @@ struct pool *pool_init(const struct pool_params *params, struct strata_error *er
     if (!p->slabs)
         goto fail_nomem;
     memset(p->slabs, 0, sizeof *p->slabs * (size_t)pp.n_threads);
+    p->slab_begin = calloc((size_t)pp.n_threads + 1, sizeof *p->slab_begin);
+    if (!p->slab_begin)
+        goto fail_nomem;
     for (int w = 1; w < pp.n_threads; w++) {
         struct pool_slot *s = &p->slots[w];
         s->pool = p;
@@ -283,6 +285,8 @@ void pool_free(struct pool *p) {
         pthread_join(p->slots[w].thread, NULL);
     free(p->slots);
     free(p->slabs);
+    free(p->slab_begin);
+    free(p->chunks);
     free(p);
 }
 
@@ -291,11 +295,9 @@ void pool_free(struct pool *p) {
 static void pool_dispatch(struct pool *p, int n_invite) {
     atomic_fetch_add_explicit(&p->dispatches, 1, memory_order_relaxed);
     if (p->job.kind == POOL_JOB_ROWS) {
-        const int64_t n_chunks = p->job.chunk_begin[p->job.n_tasks];
         p->n_slabs = n_invite + 1;
         for (int s = 0; s < p->n_slabs; s++)
-            atomic_store_explicit(&p->slabs[s].next, (int64_t)s * n_chunks / p->n_slabs,
-                                  memory_order_relaxed);
+            atomic_store_explicit(&p->slabs[s].next, p->slab_begin[s], memory_order_relaxed);
     }
     if (n_invite > 0) {
         atomic_store(&p->remaining, (uint32_t)n_invite);
@@ -338,6 +340,101 @@ static void pool_dispatch(struct pool *p, int n_invite) {
     atomic_thread_fence(memory_order_acquire);
 }
 
+/* Rows of task i that chunk boundaries are multiples of (from its start). */
+static int64_t task_floor(const struct pool *p, const struct pool_task *t) {
+    return t->min_grain > 0 ? t->min_grain : p->min_grain;
+}
+
+/* Cuts rows [r0, r1) of task i into chunks, appended at out[n] (counted
+ * only, when out is NULL): each chunk is half of what is left of the slab,
+ * but at least `tail` rows, a multiple of the task's floor and at most its
+ * max_grain. Returns the new count. */
+static int64_t cut_piece(const struct pool *p, const struct pool_job *job, struct pool_chunk *out,
+                         int64_t n, int i, int64_t r0, int64_t r1, int64_t *slab_left,
+                         int64_t tail) {
+    const struct pool_task *t = &job->tasks[i];
+    const int64_t fl = task_floor(p, t);
+    while (r0 < r1) {
+        int64_t g = (*slab_left + 1) / 2;
+        if (g < tail)
+            g = tail;
+        g = (g + fl - 1) / fl * fl;
+        if (t->max_grain > 0 && g > t->max_grain)
+            g = t->max_grain;
+        if (g > r1 - r0)
+            g = r1 - r0;
+        if (out)
+            out[n] = (struct pool_chunk){.r0 = r0, .r1 = r0 + g, .task = i};
+        n++;
+        r0 += g;
+        *slab_left -= g;
+    }
+    return n;
+}
+
+/* One pass of pool_cut over `ns` slabs; out as in cut_piece. */
+static int64_t cut_slabs(const struct pool *p, struct pool_job *job, struct pool_chunk *out,
+                         int ns, int64_t total) {
+    int64_t n = 0, done = 0, r = 0; /* r: next row of task i */
+    int i = 0;
+    for (int s = 0; s < ns; s++) {
+        job->slab_begin[s] = n;
+        const int64_t want = (int64_t)(s + 1) * total / ns; /* slab end, in rows of all tasks */
+        int64_t slab_left = want - done;
+        const int64_t tail = (slab_left + 15) / 16;
+        while (i < job->n_tasks && done < want) {
+            const struct pool_task *t = &job->tasks[i];
+            const int64_t fl = task_floor(p, t);
+            int64_t e = r + (want - done);
+            if (s == ns - 1 || e > t->n_rows)
+                e = t->n_rows;
+            e = (e + fl - 1) / fl * fl; /* slab boundaries on the task's floor */
+            if (e > t->n_rows)
+                e = t->n_rows;
+            n = cut_piece(p, job, out, n, i, r, e, &slab_left, tail);
+            done += e - r;
+            r = e;
+            if (r == t->n_rows) {
+                i++;
+                r = 0;
+            }
+        }
+    }
+    job->slab_begin[ns] = n;
+    return n;
+}
+
+/* Cuts the row job in p->job into one slab per participant (equal rows,
+ * boundaries on each task's floor) and each slab into chunks that halve
+ * down to 1/16 of the slab: a participant streams most of its slab in two or
+ * three long calls, and its last chunks are short, so whoever finishes first
+ * waits for at most a 1/16-slab chunk of the other's. Returns the number of
+ * participants (0: no rows), or -1 without memory for the chunk list. */
+static int pool_cut(struct pool *p, struct pool_job *job) {
+    job->slab_begin = p->slab_begin;
+    int64_t total = 0, pieces = 0;
+    for (int i = 0; i < job->n_tasks; i++) {
+        const int64_t fl = task_floor(p, &job->tasks[i]);
+        total += job->tasks[i].n_rows;
+        pieces += (job->tasks[i].n_rows + fl - 1) / fl;
+    }
+    if (total == 0)
+        return 0;
+    /* A job with few floor-sized pieces invites only that many participants. */
+    const int ns = pieces < p->n_threads ? (int)pieces : p->n_threads;
+    const int64_t n = cut_slabs(p, job, NULL, ns, total);
+    if (n > p->chunk_cap) {
+        struct pool_chunk *c = realloc(p->chunks, (size_t)n * sizeof *c);
+        if (!c)
+            return -1;
+        p->chunks = c;
+        p->chunk_cap = n;
+    }
+    cut_slabs(p, job, p->chunks, ns, total);
+    job->chunks = p->chunks;
+    return ns;
+}
+
 static void enter_dispatch(struct pool *p) {
     int was = atomic_exchange(&p->in_dispatch, 1);
     STRATA_ASSERT(was == 0 && "pool: two threads dispatching at once");
@@ -356,27 +453,19 @@ int pool_run(struct pool *p, const struct pool_task *tasks, int n_tasks) {
         job->kind = POOL_JOB_ROWS;
         job->tasks = tasks + base;
         job->n_tasks = n;
-        job->chunk_begin[0] = 0;
-        for (int i = 0; i < n; i++) {
-            const struct pool_task *t = &tasks[base + i];
-            int64_t floor_rows = t->min_grain > 0 ? t->min_grain : p->min_grain;
-            int64_t want = (int64_t)p->n_threads * POOL_CHUNKS_PER_THREAD;
-            int64_t g = (t->n_rows + want - 1) / want;
-            if (g < floor_rows)
-                g = floor_rows;
-            if (t->max_grain > 0 && g > t->max_grain)
-                g = t->max_grain;
-            job->grain[i] = g;
-            job->chunk_begin[i + 1] = job->chunk_begin[i] + (t->n_rows + g - 1) / g;
-        }
-        int64_t n_chunks = job->chunk_begin[n];
-        if (n_chunks == 0)
+        const int n_part = pool_cut(p, job);
+        if (n_part < 0) { /* no memory for the chunk list: the caller runs every row */
+            for (int i = 0; i < n; i++) {
+                const struct pool_task *t = &job->tasks[i];
+                const int64_t g = t->max_grain > 0 ? t->max_grain : t->n_rows;
+                for (int64_t r = 0; r < t->n_rows; r += g)
+                    t->fn(t->ctx, r, r + g < t->n_rows ? r + g : t->n_rows, 0);
+            }
             continue;
-        /* A job with few chunks invites only that many participants. */
-        int64_t n_invite = n_chunks - 1;
-        if (n_invite > p->n_threads - 1)
-            n_invite = p->n_threads - 1;
-        pool_dispatch(p, (int)n_invite);
+        }
+        if (n_part == 0)
+            continue;
+        pool_dispatch(p, n_part - 1);
     }
     atomic_store(&p->in_dispatch, 0);
     return 0;

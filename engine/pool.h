@@ -11,11 +11,13 @@
  * descriptor and bumps a per-worker ticket for each invited worker (a worker
  * learns it is invited from its own ticket only); workers spin a bounded
  * budget (params.spin, STRATA_POOL_SPIN via config, default 4000) then park,
- * and a parked flag lets the caller skip the wake syscall. Rows are cut in
- * grains (>= 1 chunk per worker, ~4 per worker, floor `min_grain`, default
- * 32 rows); each participant owns a contiguous slab of the chunks and, once
- * its slab is done, takes the others' unclaimed chunks; a job with few chunks
- * invites only that many workers. Several tasks (e.g. Q, K and V, or gate and up) share one
+ * and a parked flag lets the caller skip the wake syscall. The rows of a
+ * job's tasks are cut into one slab of equal rows per participant, and each
+ * slab into chunks that halve down to 1/16 of the slab (floor `min_grain`,
+ * default 32 rows; at most a task's max_grain): a participant streams its
+ * own slab in a few long calls and, once done, takes the others' unclaimed
+ * chunks, which by then are short; a job with fewer floor-sized pieces than
+ * threads invites only that many workers. Several tasks (e.g. Q, K and V, or gate and up) share one
  * dispatch. A worker claims its ticket before running; once every row is handed out the caller
  * revokes tickets nobody claimed yet, so a descheduled worker never delays a row job (pool_run_each
  * jobs always wait for every participant).

@@ -275,11 +275,17 @@ END_TEST
 struct span_ctx {
     struct rows_ctx rows;
     _Atomic int64_t max_span;
+    int64_t align;          /* chunks must start at multiples of this (0: not checked) */
+    _Atomic int misaligned; /* chunks that did not */
+    _Atomic int n_chunks;
 };
 
 static void span_fn(void *vctx, int64_t r0, int64_t r1, int worker) {
     struct span_ctx *c = vctx;
     rows_fn(&c->rows, r0, r1, worker);
+    atomic_fetch_add(&c->n_chunks, 1);
+    if (c->align > 0 && r0 % c->align != 0)
+        atomic_fetch_add(&c->misaligned, 1);
     int64_t m = atomic_load(&c->max_span);
     while (r1 - r0 > m && !atomic_compare_exchange_weak(&c->max_span, &m, r1 - r0)) {
     }
@@ -308,6 +314,52 @@ START_TEST(test_max_grain) {
         }
         struct pool_task bad = {.fn = span_fn, .ctx = NULL, .n_rows = 10, .max_grain = -1};
         ck_assert_int_eq(pool_run(p, &bad, 1), STRATA_E_INVALID);
+        pool_free(p);
+    }
+}
+END_TEST
+
+/* Chunks start on each task's min_grain (from the task's first row) also
+ * when slabs span several tasks, and a slab is cut into a few long chunks
+ * then short ones: 2 participants over 1024 rows of floor 32 take 5 chunks
+ * each (256, 128, 64, 32, 32). */
+START_TEST(test_chunks_on_floor) {
+    for (int nt = 1; nt <= 3; nt++) {
+        struct pool *p = open_pool(nt, 200);
+        enum { NT = 3 };
+        static const int64_t rows[NT] = {1000, 333, 4099}, floors[NT] = {64, 1, 48};
+        struct span_ctx c[NT];
+        struct pool_task t[NT];
+        _Atomic int *hits[NT];
+        for (int i = 0; i < NT; i++) {
+            hits[i] = calloc((size_t)rows[i], sizeof(_Atomic int));
+            ck_assert_ptr_nonnull(hits[i]);
+            c[i] =
+                (struct span_ctx){.rows = {.hits = hits[i], .n_rows = rows[i]}, .align = floors[i]};
+            t[i] = (struct pool_task){
+                .fn = span_fn, .ctx = &c[i], .n_rows = rows[i], .min_grain = floors[i]};
+        }
+        ck_assert_int_eq(pool_run(p, t, NT), 0);
+        for (int i = 0; i < NT; i++) {
+            ck_assert_int_eq(atomic_load(&c[i].misaligned), 0);
+            for (int64_t r = 0; r < rows[i]; r++)
+                ck_assert_int_eq(atomic_load(&hits[i][r]), 1);
+            free(hits[i]);
+        }
+        struct span_ctx one = {.rows = {.hits = calloc(1024, sizeof(_Atomic int)), .n_rows = 1024}};
+        ck_assert_ptr_nonnull(one.rows.hits);
+        struct pool_task t1 = {.fn = span_fn, .ctx = &one, .n_rows = 1024, .min_grain = 32};
+        ck_assert_int_eq(pool_run(p, &t1, 1), 0);
+        /* one slab: 512, 256, 128, 64, 64; two: 256, 128, 64, 32, 32 each */
+        const int want_chunks = nt == 1 ? 5 : 10, want_max = nt == 1 ? 512 : 256;
+        if (nt <= 2) {
+            ck_assert_int_eq(atomic_load(&one.n_chunks), want_chunks);
+            ck_assert_int_eq(atomic_load(&one.max_span), want_max);
+        } else {
+            ck_assert_int_le(atomic_load(&one.n_chunks), 6 * nt);
+            ck_assert_int_le(atomic_load(&one.max_span), 1024 / nt);
+        }
+        free(one.rows.hits);
         pool_free(p);
     }
 }
@@ -463,6 +515,7 @@ static Suite *pool_suite(void) {
     tcase_add_test(tc, test_park_and_wake);
     tcase_add_test(tc, test_revoked_workers);
     tcase_add_test(tc, test_max_grain);
+    tcase_add_test(tc, test_chunks_on_floor);
     tcase_add_test(tc, test_matmul_bit_identical);
     suite_add_tcase(s, tc);
     return s;
