@@ -117,7 +117,7 @@ struct pool {
     int n_slabs;
     struct pool_chunk *chunks; /* (chunk_cap), grown by pool_cut */
     int64_t chunk_cap;
-    int64_t *slab_begin; /* (n_threads + 1) */
+    int64_t *slab_begin;                            /* (n_threads + 1) */
     _Alignas(POOL_LINE) _Atomic uint32_t remaining; /* invited workers still running */
     _Atomic uint32_t caller_waiting;
     _Alignas(POOL_LINE) _Atomic uint32_t shutdown; /* read by workers per ticket */
@@ -373,8 +373,8 @@ static int64_t cut_piece(const struct pool *p, const struct pool_job *job, struc
 }
 
 /* One pass of pool_cut over `ns` slabs; out as in cut_piece. */
-static int64_t cut_slabs(const struct pool *p, struct pool_job *job, struct pool_chunk *out,
-                         int ns, int64_t total) {
+static int64_t cut_slabs(const struct pool *p, struct pool_job *job, struct pool_chunk *out, int ns,
+                         int64_t total) {
     int64_t n = 0, done = 0, r = 0; /* r: next row of task i */
     int i = 0;
     for (int s = 0; s < ns; s++) {
