@@ -51,6 +51,14 @@
  *     52.0-53.1), q6_K 26.6-26.7 / 50.3-51.5; 16 KB ahead or 4 KB: no
  *     better; none: q4_K 26.2 / 41, q6_K 35 / 47. So Q4_K spreads its
  *     prefetches, Q6_K issues them at the super-block's start.
+ *   vpdpbusd with the activation dword as an embedded-broadcast memory
+ *     operand ({1to16}) instead of the intrinsic's separate vpbroadcastd,
+ *     three interleaved rounds: `taskset -c 1 kernels-bench 1 1 -1 5
+ *     q4_K,q6_K 8` q4_K 262-267 -> 295-297 G MAC/s, q6_K 221-222 -> 234-236;
+ *     `bench-model llama-3.2-1b-q4_k_m-llama3vocab 2 48 16 8` 24.6-24.8 ->
+ *     23.2-23.5 ms a step of 8; prefill of 64 tokens 480-510 -> 531-545
+ *     tok/s. (This core's peak, 12 independent vpdpbusd chains: 8.1 G/s, 520
+ *     G MAC/s.)
  *   Q6_K's loops unrolled by pragma: gcc 12 had kept the q and c loops as
  *     loops with the shifts chosen by branches and 16 register copies per 8
  *     vpdpbusd; and -32 * bsums broadcast from memory (without the asm
@@ -70,9 +78,16 @@
 
 /* acc + 4 quants of each row (u) times the token's 4 activations at y4. */
 KX_INLINE __m512i kx_pk_dp(__m512i acc, __m512i u, const int8_t *y4) {
+#if KX_VNNI
+    /* the activation dword as vpdpbusd's embedded broadcast memory operand
+     * (gcc 12 emits a separate vpbroadcastd for the intrinsic) */
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*(const int32_t *)y4));
+    return acc;
+#else
     int32_t v;
     memcpy(&v, y4, 4);
     return kx_z_dot_acc(acc, u, _mm512_set1_epi32(v));
+#endif
 }
 
 KX_INLINE __m512 kx_pk_u8f(__m128i b) {
