@@ -10,7 +10,10 @@
 //   node bench/load.mjs build-s-rel/cli/strata /tmp/l1b.gguf
 //
 // Env: CLIENTS=1,4,8,16,32  TOKENS=32 (max_tokens)  TEMP=0 (greedy)  REQS=3 (requests
-// per client per level)  STAGGER=0 (ms between the clients' first requests,
+// per client per level)  ROUNDS=1 (the levels run this many times in turn, so
+// each round's 1-client and 8-client figures share a minute of this VM's
+// memory bandwidth, which swings 37-110 GB/s; the ratios are printed per round
+// and as the median over rounds)  STAGGER=0 (ms between the clients' first requests,
 // so arrivals trickle into a running batch instead of coming in rounds)  THREADS=2  PARALLEL=32  CTX=2048  PORT (use a daemon
 // already running there instead of starting one).
 import { spawn } from "node:child_process";
@@ -23,6 +26,7 @@ const TOKENS = Number(process.env.TOKENS || 32);
 const STAGGER = Number(process.env.STAGGER || 0); // ms between clients' first requests (desynchronized arrivals)
 const TEMP = Number(process.env.TEMP || 0); // 0 = greedy; e.g. TEMP=1 for the SDKs' default sampling
 const REQS = Number(process.env.REQS || 3);
+const ROUNDS = Number(process.env.ROUNDS || 1);
 const THREADS = process.env.THREADS || "2";
 const PARALLEL = process.env.PARALLEL || String(Math.max(...LEVELS));
 const CTX = process.env.CTX || "2048";
@@ -128,14 +132,17 @@ async function main() {
   const models = await (await fetch(`${base}/v1/models`)).json();
   modelId = models.data[0].id;
   await streamOne(base, 999, { tokens: 0, ttft: [], itl: [], errors: 0 }); // warm-up
-  const rows = [];
+  const rows = [], ratios = [];
+  for (let round = 0; round < ROUNDS; round++) {
+  if (ROUNDS > 1) console.log(`-- round ${round + 1} of ${ROUNDS}`);
+  const first = rows.length;
   for (const c of LEVELS) {
     const out = { tokens: 0, ttft: [], itl: [], errors: 0 };
     const m0 = await schedMetrics(base);
     const t0 = performance.now();
     await Promise.all(Array.from({ length: c }, async (_, k) => {
       if (STAGGER) await new Promise((r) => setTimeout(r, k * STAGGER));
-      for (let r = 0; r < REQS; r++) await streamOne(base, c * 1000 + k * REQS + r, out);
+      for (let r = 0; r < REQS; r++) await streamOne(base, round * 100000 + c * 1000 + k * REQS + r, out);
     }));
     const secs = (performance.now() - t0) / 1000;
     const m1 = await schedMetrics(base);
@@ -150,16 +157,34 @@ async function main() {
       `(${r.tokens} tokens in ${r.secs.toFixed(1)} s)`);
     console.log(stepLine(m0, m1, secs));
   }
+  const r1 = rows.slice(first).find((r) => r.c === 1), r8 = rows.slice(first).find((r) => r.c === 8);
+  if (r1 && r8) {
+    ratios.push({ agg: r8.tok_s / r1.tok_s, itl: r8.itl99 / r1.itl99 });
+    if (ROUNDS > 1)
+      console.log(`  round ${round + 1}: 8 clients vs 1: aggregate x${(r8.tok_s / r1.tok_s).toFixed(2)}, ` +
+        `p99 ITL x${(r8.itl99 / r1.itl99).toFixed(2)}`);
+  }
+  }
   console.log("\n| clients | tok/s | TTFT p50 (ms) | TTFT p99 (ms) | ITL p50 (ms) | ITL p99 (ms) | errors |");
   console.log("|---:|---:|---:|---:|---:|---:|---:|");
   for (const r of rows)
     console.log(`| ${r.c} | ${r.tok_s.toFixed(1)} | ${r.ttft50.toFixed(0)} | ${r.ttft99.toFixed(0)} | ` +
       `${r.itl50.toFixed(0)} | ${r.itl99.toFixed(0)} | ${r.errors} |`);
   const one = rows.find((r) => r.c === 1), eight = rows.find((r) => r.c === 8);
-  if (one && eight)
+  if (one && eight && ROUNDS === 1)
     console.log(`\n8 clients vs 1: aggregate x${(eight.tok_s / one.tok_s).toFixed(2)} (target >= 3), ` +
       `vs llama-server 46 tok/s: x${(eight.tok_s / 46).toFixed(2)} (target >= 2), ` +
       `p99 ITL x${(eight.itl99 / one.itl99).toFixed(2)} (target <= 3)`);
+  if (ratios.length > 1) {
+    const med = (a) => { const s = [...a].sort((x, y) => x - y), n = s.length;
+      return n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2; };
+    const e8 = rows.filter((r) => r.c === 8).map((r) => r.tok_s);
+    console.log(`\n8 clients vs 1 over ${ratios.length} rounds: aggregate median ` +
+      `x${med(ratios.map((r) => r.agg)).toFixed(2)} (${ratios.map((r) => r.agg.toFixed(2)).join(" ")}; ` +
+      `target >= 3), 8 clients vs llama-server 46 tok/s median x${(med(e8) / 46).toFixed(2)} ` +
+      `(target >= 2), p99 ITL median x${med(ratios.map((r) => r.itl)).toFixed(2)} ` +
+      `(${ratios.map((r) => r.itl.toFixed(2)).join(" ")}; target <= 3)`);
+  }
   if (daemon) daemon.p.kill("SIGTERM");
 }
 
