@@ -2,6 +2,7 @@
 // Run through bench/cpu (it builds the roofline probe); see bench/README.md.
 //
 //   node bench/cpu.mjs STRATA ROOFLINE MODELS_DIR [THREADS=2] [BENCH_MODEL]
+//   (env ROUNDS=N: N more interleaved decode rounds per model, with medians)
 //   node bench/cpu.mjs --llama MODEL THREADS        (child mode: one model in llama.cpp)
 //
 // Per model: decode tok/s (128 tokens after a 1-token prompt, greedy), prefill
@@ -138,6 +139,17 @@ function bytesPerToken(bin, file) {
     return hasOutput ? total : total + embd; // tied: the output matmul reads token_embd
 }
 
+// One interleaved decode of `file` (tests/bench-model): [file GB/s, anonymous
+// GB/s, decode/roofline mean over mean %, fastest over fastest %].
+function interleaved(benchModel, file, threads, bpt) {
+    const bm = spawnSync(benchModel, [file, String(threads), String(N_DECODE), "16", "1",
+                                      String(bpt)], {encoding: "utf8"});
+    const im = bm.stdout.match(
+        /interleaved probe: file ([\d.]+) GB\/s, anonymous ([\d.]+) GB\/s.*decode\/roofline ([\d.]+)%.*: ([\d.]+)%/);
+    console.error(`bench-model: ${(bm.stdout + bm.stderr).trim()}`);
+    return im ? [Number(im[1]), Number(im[2]), Number(im[3]), Number(im[4])] : [NaN, NaN, NaN, NaN];
+}
+
 async function main() {
     const [bin, roofBin, dir, thr, benchModel] = process.argv.slice(2);
     const threads = Number(thr || 2);
@@ -178,15 +190,9 @@ async function main() {
                                             "-t", String(threads), "--json"]));
         const gAfter = probe();
         probes.push(gBefore, gAfter);
+        m.bpt = bpt;
         let iFile = NaN, iGbs = NaN, iFrac = NaN, iBest = NaN;
-        if (benchModel) {
-            const bm = spawnSync(benchModel, [m.file, String(threads), String(N_DECODE), "16", "1",
-                                              String(bpt)], {encoding: "utf8"});
-            const im = bm.stdout.match(
-                /interleaved probe: file ([\d.]+) GB\/s, anonymous ([\d.]+) GB\/s.*decode\/roofline ([\d.]+)%.*: ([\d.]+)%/);
-            console.error(`bench-model: ${(bm.stdout + bm.stderr).trim()}`);
-            if (im) [iFile, iGbs, iFrac, iBest] = [Number(im[1]), Number(im[2]), Number(im[3]), Number(im[4])];
-        }
+        if (benchModel) [iFile, iGbs, iFrac, iBest] = interleaved(benchModel, m.file, threads, bpt);
         const gbs = Math.max(gBefore, gAfter);
         const roofTok = gbs * 1e9 / bpt;
         const r = {
@@ -222,6 +228,27 @@ async function main() {
                     `${f(r.sPre)} | ${f(r.lPre)} | ` +
                     `${f(r.sPre / r.lPre, 2)} | ${f(r.sRss)} | ${f(r.lRss)} | ` +
                     `${f(r.sRss / r.lRss, 2)} |`);
+    // ROUNDS=N: N more interleaved decodes per model, the models in turn (so
+    // each round's four share a few minutes of this VM's bandwidth), then per
+    // model the sorted decode/roofline figures and their median.
+    const rounds = Number(process.env.ROUNDS || 0);
+    if (!benchModel || rounds < 1)
+        return;
+    const got = models.map(() => []);
+    for (let k = 0; k < rounds; k++)
+        models.forEach((m, i) => got[i].push(interleaved(benchModel, m.file, threads, m.bpt)));
+    const med = (a) => {
+        const s = [...a].sort((x, y) => x - y), n = s.length;
+        return n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+    };
+    console.log(`\n${rounds} more interleaved rounds (decode/roofline, mean over mean; sorted):`);
+    console.log("| model | rounds | median | fastest-over-fastest median | target |");
+    console.log("|---|---|---|---|---|");
+    models.forEach((m, i) => {
+        const mean = got[i].map((g) => g[2]), fast = got[i].map((g) => g[3]);
+        console.log(`| ${m.name} | ${[...mean].sort((x, y) => x - y).map((x) => f(x) + "%").join(", ")} | ` +
+                    `${f(med(mean))}% | ${f(med(fast))}% | ${m.moe ? 90 : 95}% |`);
+    });
 }
 
 if (process.argv[2] === "--llama")
