@@ -178,9 +178,9 @@ static void pool_participate(struct pool *p, int worker) {
             int64_t c = atomic_fetch_add_explicit(&p->slabs[s].next, 1, memory_order_relaxed);
             if (c >= end)
                 break;
-            const struct pool_chunk *k = &job->chunks[c];
-            const struct pool_task *task = &job->tasks[k->task];
-            task->fn(task->ctx, k->r0, k->r1, worker);
+            const struct pool_chunk *ck = &job->chunks[c];
+            const struct pool_task *task = &job->tasks[ck->task];
+            task->fn(task->ctx, ck->r0, ck->r1, worker);
         }
     }
 }
