@@ -75,6 +75,14 @@ static void pack_q6_K_sb(uint8_t *ps, uint8_t *blk, int r, int to_packed) {
     memcpy(to_packed ? p : (uint8_t *)&x->d, to_packed ? (uint8_t *)&x->d : p, 2);
 }
 
+/* One row's super-block of either type (kernels_pack_layout_ok's types). */
+static void pack_sb(enum quant_type type, uint8_t *ps, uint8_t *blk, int r, int to_packed) {
+    if (type == QUANT_Q4_K)
+        pack_q4_K_sb(ps, blk, r, to_packed);
+    else
+        pack_q6_K_sb(ps, blk, r, to_packed);
+}
+
 int kernels_pack_layout_ok(enum quant_type type, int64_t n_rows, int64_t n_cols) {
     return (type == QUANT_Q4_K || type == QUANT_Q6_K) && n_rows > 0 &&
            n_rows % KERNELS_PACK_ROWS == 0 && n_cols > 0 && n_cols % QK_K == 0;
@@ -97,11 +105,7 @@ static void pack_groups(const struct kern_mat *w, const uint8_t *src, uint8_t *d
                           ((size_t)g * (size_t)nb + (size_t)b) * KERNELS_PACK_ROWS * ts;
             for (int r = 0; r < KERNELS_PACK_ROWS; r++) {
                 const size_t off = (size_t)(g * KERNELS_PACK_ROWS + r) * w->row_bytes + b * ts;
-                uint8_t *blk = (uint8_t *)(to_packed ? src : dst) + off;
-                if (w->type == QUANT_Q4_K)
-                    pack_q4_K_sb(ps, blk, r, to_packed);
-                else
-                    pack_q6_K_sb(ps, blk, r, to_packed);
+                pack_sb(w->type, ps, (uint8_t *)(to_packed ? src : dst) + off, r, to_packed);
             }
         }
 }
@@ -138,10 +142,7 @@ void kern_ref_matmul_packed(const struct kern_mat *w, const void *xq, size_t xq_
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *ps =
                 (uint8_t *)w->data + ((size_t)g * (size_t)nb + (size_t)b) * KERNELS_PACK_ROWS * ts;
-            if (w->type == QUANT_Q4_K)
-                pack_q4_K_sb(ps, row + b * ts, rr, 0);
-            else
-                pack_q6_K_sb(ps, row + b * ts, rr, 0);
+            pack_sb(w->type, ps, row + b * ts, rr, 0);
         }
         for (int64_t t = 0; t < n_tok; t++)
             y[t * ldy + r] =
