@@ -135,6 +135,16 @@ size_t kernels_act_row_size(enum quant_type wtype, int64_t n_cols) {
     return quant_row_size(kernels_act_type(wtype), n_cols);
 }
 
+/* The table of the active ISA (after kernels_init). */
+static const struct kern_table *active_table(void) {
+    return &kern_tables[atomic_load_explicit(&kern_active, memory_order_relaxed)];
+}
+
+const struct kern_table *kern_table_active(void) {
+    kernels_init();
+    return active_table();
+}
+
 void kernels_quantize_act(enum quant_type wtype, const float *x, void *xq, int64_t n_cols) {
     switch (kernels_act_type(wtype)) {
     case QUANT_F32:
@@ -154,8 +164,7 @@ void kernels_quantize_act(enum quant_type wtype, const float *x, void *xq, int64
     }
     case QUANT_Q8_0: {
         kernels_init();
-        kern_quant_fn q =
-            kern_tables[atomic_load_explicit(&kern_active, memory_order_relaxed)].quantize_q8_0;
+        kern_quant_fn q = active_table()->quantize_q8_0;
         (q ? q : kern_quantize_q8_0)(x, xq, n_cols);
         break;
     }
@@ -164,8 +173,7 @@ void kernels_quantize_act(enum quant_type wtype, const float *x, void *xq, int64
         break;
     case QUANT_Q8_K: {
         kernels_init();
-        kern_quant_fn q =
-            kern_tables[atomic_load_explicit(&kern_active, memory_order_relaxed)].quantize_q8_K;
+        kern_quant_fn q = active_table()->quantize_q8_K;
         (q ? q : kern_quantize_q8_K)(x, xq, n_cols);
         break;
     }
@@ -191,18 +199,12 @@ static int kern_shape_ok(const struct kern_mat *w, int64_t n_tok, int64_t r0, in
     return rs != 0 && w->row_bytes >= rs;
 }
 
-const struct kern_table *kern_table_active(void) {
-    kernels_init();
-    return &kern_tables[atomic_load_explicit(&kern_active, memory_order_relaxed)];
-}
-
 void kernels_matmul(const struct kern_mat *w, const void *xq, size_t xq_stride, int64_t n_tok,
                     float *y, int64_t ldy, int64_t r0, int64_t r1) {
     kernels_init();
     if (!kern_shape_ok(w, n_tok, r0, r1))
         return;
-    const struct kern_table *tb =
-        &kern_tables[atomic_load_explicit(&kern_active, memory_order_relaxed)];
+    const struct kern_table *tb = active_table();
     kern_matmul_fn f = w->packed ? tb->matmul_packed[w->type] : tb->matmul[w->type];
     if (f)
         f(w, xq, xq_stride, n_tok, y, ldy, r0, r1);
