@@ -64,16 +64,24 @@ static void add_dense(struct copy_item *it, int *n, struct kern_mat *w) {
         .src = *w, .layer = -1, .pack = kernels_pack_wanted(w->type, w->n_rows, w->n_cols)};
 }
 
+#define LAYER_MATS 12 /* dense matrix bindings of a layer (layer_mats) */
+
+/* The dense matrix bindings of layer il (unbound ones have no data). */
+static void layer_mats(struct model_layer *l, struct kern_mat *out[LAYER_MATS]) {
+    struct kern_mat *m[LAYER_MATS] = {&l->wq,       &l->wk,     &l->wv,       &l->wo,
+                                      &l->ffn_gate, &l->ffn_up, &l->ffn_down, &l->gate_inp,
+                                      &l->gate_sh,  &l->up_sh,  &l->down_sh,  &l->gate_inp_sh};
+    memcpy(out, m, sizeof m);
+}
+
 /* Every matrix of the forward pass: the dense ones (kern_mats) and, for MoE
  * models, each expert tensor as one (n_expert * rows, cols) matrix. */
 static int list_items(struct model *m, struct copy_item *it) {
     int n = 0;
     for (int il = 0; il < m->hp.n_layer; il++) {
-        struct model_layer *l = &m->layers[il];
-        struct kern_mat *cand[] = {&l->wq,       &l->wk,     &l->wv,       &l->wo,
-                                   &l->ffn_gate, &l->ffn_up, &l->ffn_down, &l->gate_inp,
-                                   &l->gate_sh,  &l->up_sh,  &l->down_sh,  &l->gate_inp_sh};
-        for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++)
+        struct kern_mat *cand[LAYER_MATS];
+        layer_mats(&m->layers[il], cand);
+        for (int i = 0; i < LAYER_MATS; i++)
             add_dense(it, &n, cand[i]);
         for (int w = 0; m->experts && w < EXPERTS_WHICH_COUNT; w++) {
             const struct gguf_tensor_info *t = experts_mmap_tensor(m->experts, il, w);
@@ -125,7 +133,7 @@ static void copy_item(struct model *m, const struct copy_item *it, uintptr_t pag
 }
 
 int model_copy_weights(struct model *m, struct strata_error *err) {
-    const size_t cap = (size_t)m->hp.n_layer * (12 + EXPERTS_WHICH_COUNT) + 1;
+    const size_t cap = (size_t)m->hp.n_layer * (LAYER_MATS + EXPERTS_WHICH_COUNT) + 1;
     struct copy_item *it = calloc(cap, sizeof *it);
     if (!it)
         return strata_error_set(err, STRATA_E_NOMEM, "model: out of memory");
@@ -176,13 +184,10 @@ int model_copy_weights(struct model *m, struct strata_error *err) {
             continue;
         }
         for (int il = -1; il < m->hp.n_layer; il++) {
-            struct model_layer *l = il >= 0 ? &m->layers[il] : NULL;
-            struct kern_mat *cand[] = {
-                l ? &l->wq : &m->output, l ? &l->wk : NULL,       l ? &l->wv : NULL,
-                l ? &l->wo : NULL,       l ? &l->ffn_gate : NULL, l ? &l->ffn_up : NULL,
-                l ? &l->ffn_down : NULL, l ? &l->gate_inp : NULL, l ? &l->gate_sh : NULL,
-                l ? &l->up_sh : NULL,    l ? &l->down_sh : NULL,  l ? &l->gate_inp_sh : NULL};
-            for (size_t k = 0; k < sizeof cand / sizeof cand[0]; k++)
+            struct kern_mat *cand[LAYER_MATS] = {&m->output}; /* il -1: the output alone */
+            if (il >= 0)
+                layer_mats(&m->layers[il], cand);
+            for (int k = 0; k < LAYER_MATS; k++)
                 if (cand[k] && cand[k]->data == c->src.data && !cand[k]->packed &&
                     cand[k]->data != c->dst) {
                     cand[k]->data = c->dst;
