@@ -149,6 +149,22 @@ static int check_isas(const struct kern_mat *m, const uint8_t *xq, size_t ab, in
     return bad;
 }
 
+/* n_tok activation rows of n_cols random values (token k scaled by 2^(k %
+ * period - period / 2), so tokens span magnitudes) quantized for weights of
+ * type t into xq, ab bytes apart. */
+static void quantize_tokens(enum quant_type t, int64_t n_cols, int64_t n_tok, size_t ab, int period,
+                            uint8_t *xq) {
+    float *x = malloc((size_t)n_cols * sizeof(float));
+    ck_assert_ptr_nonnull(x);
+    for (int64_t k = 0; k < n_tok; k++) {
+        const float scale = powf(2.0f, (float)(k % period) - (float)(period / 2));
+        for (int64_t i = 0; i < n_cols; i++)
+            x[i] = scale * rng_uniform();
+        kernels_quantize_act(t, x, xq + k * ab, n_cols);
+    }
+    free(x);
+}
+
 /* One matrix: every available ISA against the reference, several token counts;
  * also token-blocked and row-split results equal the one-token result bitwise. */
 static int check_matrix(enum quant_type t, int64_t n_rows, int64_t n_cols, int64_t n_tok) {
@@ -156,17 +172,11 @@ static int check_matrix(enum quant_type t, int64_t n_rows, int64_t n_cols, int64
     size_t ab = kernels_act_row_size(t, n_cols);
     uint8_t *w = malloc((size_t)n_rows * rb);
     uint8_t *xq = malloc((size_t)n_tok * ab);
-    float *x = malloc((size_t)n_cols * sizeof(float));
     float *ref = malloc((size_t)(n_rows * n_tok) * sizeof(float));
     float *got = malloc((size_t)(n_rows * n_tok) * sizeof(float));
     float *one = malloc((size_t)n_rows * sizeof(float));
     fill_weights(t, w, n_rows, n_cols);
-    for (int64_t k = 0; k < n_tok; k++) {
-        float scale = powf(2.0f, (float)(k % 5) - 2.0f);
-        for (int64_t i = 0; i < n_cols; i++)
-            x[i] = scale * rng_uniform();
-        kernels_quantize_act(t, x, xq + k * ab, n_cols);
-    }
+    quantize_tokens(t, n_cols, n_tok, ab, 5, xq);
     struct kern_mat m = {w, t, n_rows, n_cols, rb, 0};
     kernels_matmul_ref(&m, xq, ab, n_tok, ref, n_rows, 0, n_rows);
     double tol =
@@ -174,7 +184,6 @@ static int check_matrix(enum quant_type t, int64_t n_rows, int64_t n_cols, int64
     int bad = check_isas(&m, xq, ab, n_tok, ref, tol, got, one, "");
     free(w);
     free(xq);
-    free(x);
     free(ref);
     free(got);
     free(one);
@@ -218,16 +227,11 @@ static int check_packed(enum quant_type t, int64_t n_rows, int64_t n_cols, int64
     const size_t rb = quant_row_size(t, n_cols), ab = kernels_act_row_size(t, n_cols);
     const size_t wb = (size_t)n_rows * rb;
     uint8_t *w = malloc(wb), *pk = malloc(wb), *back = malloc(wb), *xq = malloc((size_t)n_tok * ab);
-    float *x = malloc((size_t)n_cols * sizeof(float));
     float *ref = malloc((size_t)(n_rows * n_tok) * sizeof(float));
     float *got = malloc((size_t)(n_rows * n_tok) * sizeof(float));
     float *one = malloc((size_t)n_rows * sizeof(float));
     fill_weights(t, w, n_rows, n_cols);
-    for (int64_t k = 0; k < n_tok; k++) {
-        for (int64_t i = 0; i < n_cols; i++)
-            x[i] = powf(2.0f, (float)(k % 3) - 1.0f) * rng_uniform();
-        kernels_quantize_act(t, x, xq + k * ab, n_cols);
-    }
+    quantize_tokens(t, n_cols, n_tok, ab, 3, xq);
     int bad = 0;
     struct kern_mat m = {w, t, n_rows, n_cols, rb, 0};
     const int64_t groups = n_rows / KERNELS_PACK_ROWS;
@@ -250,7 +254,6 @@ static int check_packed(enum quant_type t, int64_t n_rows, int64_t n_cols, int64
     free(pk);
     free(back);
     free(xq);
-    free(x);
     free(ref);
     free(got);
     free(one);
@@ -309,13 +312,8 @@ START_TEST(test_b32_guard_page) {
             fill_weights(t, w, n_rows, n_cols);
             size_t ab = kernels_act_row_size(t, n_cols);
             uint8_t *xq = malloc((size_t)n_tok * ab);
-            float *x = malloc((size_t)n_cols * sizeof(float));
             float ref[5 * 9], got[5 * 9];
-            for (int64_t k = 0; k < n_tok; k++) {
-                for (int64_t i = 0; i < n_cols; i++)
-                    x[i] = rng_uniform();
-                kernels_quantize_act(t, x, xq + k * ab, n_cols);
-            }
+            quantize_tokens(t, n_cols, n_tok, ab, 1, xq); /* period 1: every token at scale 1 */
             struct kern_mat mt = {w, t, n_rows, n_cols, rb, 0};
             kernels_matmul_ref(&mt, xq, ab, n_tok, ref, n_rows, 0, n_rows);
             for (int isa = 0; isa < isa_count(); isa++) {
@@ -329,7 +327,6 @@ START_TEST(test_b32_guard_page) {
                                   got[i], ref[i]);
             }
             kernels_isa_force(kernels_isa_detected());
-            free(x);
             free(xq);
             munmap(m, map);
         }
