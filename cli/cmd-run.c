@@ -12,7 +12,10 @@
  *   {"prompt_ids":[...], "ids":[...], "text":"...", "stop":"eog"|"length",
  *    "margins":[top1 - top2 logit at each generated step],
  *    "timings":{"load_ms", "prompt_n", "prompt_ms", "prompt_tok_s",
- *               "gen_n", "gen_ms", "gen_tok_s", "peak_rss_mb"}}
+ *               "gen_n", "gen_ms", "gen_tok_s", "peak_rss_mb"},
+ *    "kernels":{"isa", "detected", "weights_layout", "weights_packed_bytes"}}
+ * (the ISA the matmuls ran on, `--isa` or STRATA_ISA, and how the weights
+ * were laid out for it at load: engine/model.h model_weights_layout).
  * gen_ms times the forward passes of generated tokens (gen_n - 1 decode
  * steps: the first generated token comes from the prefill logits), as
  * llama.cpp's eval time does; gen_tok_s = decode steps / gen_ms.
@@ -33,6 +36,7 @@
 #include "cli/cli.h"
 #include "config/config.h"
 #include "engine/gguf.h"
+#include "engine/kernels.h"
 #include "engine/kv.h"
 #include "engine/model.h"
 #include "engine/pool.h"
@@ -45,6 +49,7 @@ struct run_opts {
     const char *model;
     const char *prompt;
     const char *ids; /* "1,2,3": prompt token ids instead of text */
+    const char *isa; /* --isa NAME; NULL = STRATA_ISA / config (default auto) */
     int n_gen;       /* tokens to generate */
     int n_threads;   /* 0 = STRATA_THREADS / config, else available CPUs - 1 */
     int n_ctx;       /* 0 = prompt + n_gen */
@@ -56,6 +61,8 @@ struct run_opts {
 struct run_stats {
     double load_ms, prompt_ms, gen_ms;
     int prompt_n, gen_n, decode_steps;
+    const char *layout; /* model_weights_layout (static) */
+    uint64_t packed_bytes;
 };
 
 static double now_ms(void) {
@@ -65,13 +72,15 @@ static double now_ms(void) {
 }
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: strata run -m MODEL.gguf (-p PROMPT | --ids ID,ID,...) [-n N] [--chat]\n"
-                 "         [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed N]\n"
-                 "         [--repeat-penalty F] [--presence-penalty F] [--frequency-penalty F]\n"
-                 "         [--repeat-last-n N] [-t THREADS] [-c CTX] [-b BATCH] [--ignore-eos] "
-                 "[--json]\n"
-                 "         [--no-prefault]   (do not map the weight pages at load)\n"
-                 "         [--no-repack]     (read the weights from the file's pages, unpacked)\n");
+    fprintf(out,
+            "usage: strata run -m MODEL.gguf (-p PROMPT | --ids ID,ID,...) [-n N] [--chat]\n"
+            "         [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed N]\n"
+            "         [--repeat-penalty F] [--presence-penalty F] [--frequency-penalty F]\n"
+            "         [--repeat-last-n N] [-t THREADS] [-c CTX] [-b BATCH] [--ignore-eos] "
+            "[--json]\n"
+            "         [--no-prefault]   (do not map the weight pages at load)\n"
+            "         [--no-repack]     (read the weights from the file's pages, unpacked)\n"
+            "         [--isa NAME]      (auto|avx512-vnni|avx512|avx2|ref: the CPU kernels)\n");
 }
 
 /* Parses an int/float argument; returns false on junk. */
@@ -114,6 +123,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o) {
             ok = (o->prompt = v) != NULL;
         else if (!strcmp(a, "--ids"))
             ok = (o->ids = v) != NULL;
+        else if (!strcmp(a, "--isa"))
+            ok = (o->isa = v) != NULL;
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
             ok = v && arg_int(v, 0, 1 << 20, &o->n_gen);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
@@ -314,9 +325,13 @@ static void print_json(const struct tokenizer_ids *prompt, const int32_t *gen, c
                            per_s(st->prompt_n, st->prompt_ms), "gen_n", st->gen_n, "decode_steps",
                            st->decode_steps, "gen_ms", st->gen_ms, "gen_tok_s",
                            per_s(st->decode_steps, st->gen_ms), "peak_rss_mb", peak_rss_mb());
-    json_t *root = json_pack("{s:o, s:o, s:s%, s:s, s:o, s:o}", "prompt_ids", pj, "ids", gj, "text",
-                             text ? text : "", text_len, "stop", eog ? "eog" : "length", "margins",
-                             mj, "timings", tj);
+    json_t *kj = json_pack("{s:s, s:s, s:s, s:I}", "isa", kernels_isa_name(kernels_isa_active()),
+                           "detected", kernels_isa_name(kernels_isa_detected()), "weights_layout",
+                           st->layout ? st->layout : "", "weights_packed_bytes",
+                           (json_int_t)st->packed_bytes);
+    json_t *root = json_pack("{s:o, s:o, s:s%, s:s, s:o, s:o, s:o}", "prompt_ids", pj, "ids", gj,
+                             "text", text ? text : "", text_len, "stop", eog ? "eog" : "length",
+                             "margins", mj, "timings", tj, "kernels", kj);
     char *s = root ? json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
     if (s)
         printf("%s\n", s);
@@ -378,6 +393,18 @@ int cli_run_main(int argc, char **argv) {
             goto done;
         }
         pp.spin = (int)config_int(cfg, CONFIG_POOL_SPIN);
+        /* the ISA before the model: the weight layout follows it (kernels.h) */
+        const char *isa_name = o.isa ? o.isa : config_str(cfg, CONFIG_ISA);
+        enum kernels_isa isa;
+        if (kernels_isa_parse(isa_name, &isa) < 0) {
+            strata_error_set(&err, STRATA_E_CONFIG,
+                             "--isa '%s': expected auto, avx512-vnni, avx512, avx2 or ref",
+                             isa_name);
+            config_free(cfg);
+            rc = 2;
+            goto done;
+        }
+        kernels_isa_force(isa);
         int forced = o.n_threads ? o.n_threads : (int)config_int(cfg, CONFIG_THREADS);
         struct sysinfo_params sip = sysinfo_params_default();
         sip.root = config_str(cfg, CONFIG_SYS_ROOT);
@@ -408,6 +435,8 @@ int cli_run_main(int argc, char **argv) {
     if (!(tok = tokenizer_init_gguf(model_gguf(m), &err)))
         goto done;
     st.load_ms = now_ms() - t0;
+    st.layout = model_weights_layout(m);
+    st.packed_bytes = model_packed_bytes(m);
     if (prompt_ids(&o, m, tok, &ids, &err) < 0)
         goto done;
     if (ids.n == 0) {
@@ -495,10 +524,10 @@ int cli_run_main(int argc, char **argv) {
         fprintf(stderr,
                 "strata run: load %.0f ms; prompt %d tokens in %.1f ms (%.2f tok/s); "
                 "generation %d tokens, %d decode steps in %.1f ms (%.2f tok/s); %d threads; "
-                "peak RSS %.1f MiB\n",
+                "kernels %s, weights %s; peak RSS %.1f MiB\n",
                 st.load_ms, st.prompt_n, st.prompt_ms, per_s(st.prompt_n, st.prompt_ms), st.gen_n,
                 st.decode_steps, st.gen_ms, per_s(st.decode_steps, st.gen_ms), o.n_threads,
-                peak_rss_mb());
+                kernels_isa_name(kernels_isa_active()), st.layout, peak_rss_mb());
     }
     rc = 0;
 done:

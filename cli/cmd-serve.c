@@ -5,6 +5,7 @@
 
 #include "cli/cli.h"
 #include "engine/gguf.h"
+#include "engine/kernels.h"
 #include "engine/sysinfo.h"
 #include "server/daemon.h"
 #include "server/sched.h"
@@ -17,6 +18,17 @@ static int serve_open(const struct config *cfg, struct gen_backend *out, struct 
     if (!*path)
         return strata_error_set(err, STRATA_E_CONFIG,
                                 "no model: pass MODEL.gguf, --model or STRATA_MODEL");
+    /* The ISA first: the weight layout follows the ISA active at load. */
+    enum kernels_isa isa;
+    const char *isa_name = config_str(cfg, CONFIG_ISA);
+    if (kernels_isa_parse(isa_name, &isa) < 0)
+        return strata_error_set(err, STRATA_E_CONFIG,
+                                "--isa '%s': expected auto, avx512-vnni, avx512, avx2 or ref",
+                                isa_name);
+    kernels_isa_force(isa);
+    if (kernels_isa_active() != isa)
+        fprintf(stderr, "strata serve: --isa %s: this CPU runs at most %s\n", isa_name,
+                kernels_isa_name(kernels_isa_detected()));
     struct sched_params sp = sched_params_default();
     sp.model_path = path;
     sp.n_threads = (int)config_int(cfg, CONFIG_THREADS);
@@ -45,8 +57,14 @@ static int serve_open(const struct config *cfg, struct gen_backend *out, struct 
         strata_error_prefix(err, "model '%s'", path);
         return err && err->code ? err->code : STRATA_E_FORMAT;
     }
-    fprintf(stderr, "strata serve: model %s loaded\n", path);
     *out = (struct gen_backend){sched_gen_ops(), s};
+    struct gen_stats st;
+    out->ops->stats(s, &st);
+    fprintf(stderr,
+            "strata serve: model %s loaded: kernels %s (CPU: %s), weights %s (%.1f MB copied, "
+            "%.1f MB packed)\n",
+            path, st.isa, kernels_isa_name(kernels_isa_detected()), st.weights_layout,
+            (double)st.weights_copied_bytes / 1e6, (double)st.weights_packed_bytes / 1e6);
     return 0;
 }
 

@@ -59,6 +59,8 @@ enum config_type {
       0, "", "file of accepted Bearer keys, one a line")                                           \
     X(THREADS, "threads", "STRATA_THREADS", "--threads", CONFIG_TYPE_INT, 0, 1024, "0",            \
       "compute threads (0 = auto: topology, capped at 32)")                                        \
+    X(ISA, "isa", "STRATA_ISA", "--isa", CONFIG_TYPE_STRING, 0, 0, "auto",                         \
+      "CPU kernels: auto|avx512-vnni|avx512|avx2|ref (never above what the CPU runs)")             \
     X(CTX_SIZE, "ctx-size", "STRATA_CTX_SIZE", "--ctx-size", CONFIG_TYPE_INT, 0, 1048576, "0",     \
       "context size in tokens (0 = the model's trained context)")                                  \
     X(PARALLEL, "parallel", "STRATA_PARALLEL", "--parallel", CONFIG_TYPE_INT, 1, 256, "4",         \
@@ -74,7 +76,8 @@ enum config_type {
     X(PREFAULT, "prefault", "STRATA_PREFAULT", "--prefault", CONFIG_TYPE_BOOL, 0, 1, "true",       \
       "map every weight page at load (skipped above 3/4 of RAM)")                                  \
     X(REPACK, "repack", "STRATA_REPACK", "--repack", CONFIG_TYPE_BOOL, 0, 1, "true",               \
-      "copy the weights into RAM at load (Q4_K/Q6_K packed for AVX-512; not above 3/4 of RAM)")    \
+      "copy the weights into RAM at load (Q4_K/Q6_K packed where --isa is AVX-512; not above 3/4 " \
+      "of RAM)")                                                                                   \
     X(BATCH, "batch", "STRATA_BATCH", "--batch", CONFIG_TYPE_INT, 0, 65536, "0",                   \
       "tokens per scheduler step, decode + prefill chunks (0 = 512)")                              \
     X(REQUEST_TIMEOUT, "request-timeout", "STRATA_REQUEST_TIMEOUT", "--request-timeout",           \

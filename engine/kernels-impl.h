@@ -23,8 +23,9 @@ typedef void (*kern_quant_fn)(const float *x, void *dst, int64_t n);
 
 struct kern_table {
     kern_matmul_fn matmul[QUANT_TYPE_COUNT]; /* NULL: fall back to the lower ISA */
-    /* Packed layout (kernels-pack.c); NULL: the lower ISA's, at the bottom
-     * kern_ref_matmul_packed. */
+    /* Packed layout (kernels-pack.c); NULL: the lower ISA's. NULL in the
+     * active table: this ISA has no packed kernel (kernels_pack_wanted says
+     * 0) and a packed matrix goes through kern_ref_matmul_packed. */
     kern_matmul_fn matmul_packed[QUANT_TYPE_COUNT];
     kern_quant_fn quantize_q8_0; /* NULL: the lower ISA's (the reference) */
     kern_quant_fn quantize_q8_K; /* NULL: the lower ISA's (the reference) */

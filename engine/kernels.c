@@ -58,9 +58,10 @@ static void kern_detect(void) {
     if (best == KERNELS_ISA_AVX512 && __builtin_cpu_supports("avx512vnni"))
         best = KERNELS_ISA_AVX512_VNNI;
 #endif
+    /* The reference leaves matmul_packed NULL: an entry there means "this
+     * ISA has a packed kernel" (kernels_pack_wanted), and kernels_matmul
+     * takes kern_ref_matmul_packed for a packed matrix without one. */
     kern_ref_fill(&kern_tables[KERNELS_ISA_REF]);
-    kern_tables[KERNELS_ISA_REF].matmul_packed[QUANT_Q4_K] = kern_ref_matmul_packed;
-    kern_tables[KERNELS_ISA_REF].matmul_packed[QUANT_Q6_K] = kern_ref_matmul_packed;
     for (int isa = KERNELS_ISA_AVX2; isa <= (int)best; isa++) {
         kern_tables[isa] = kern_tables[isa - 1];
         struct kern_table add;
@@ -110,6 +111,21 @@ void kernels_isa_force(enum kernels_isa isa) {
     if (v > (int)kern_detected)
         v = (int)kern_detected;
     atomic_store(&kern_active, v);
+}
+
+int kernels_isa_parse(const char *name, enum kernels_isa *out) {
+    if (!name)
+        return -1;
+    if (!strcmp(name, "auto")) {
+        *out = kernels_isa_detected();
+        return 0;
+    }
+    for (int i = KERNELS_ISA_REF; i <= KERNELS_ISA_AVX512_VNNI; i++)
+        if (!strcmp(name, kernels_isa_name((enum kernels_isa)i))) {
+            *out = (enum kernels_isa)i;
+            return 0;
+        }
+    return -1;
 }
 
 const char *kernels_isa_name(enum kernels_isa isa) {
@@ -206,6 +222,8 @@ void kernels_matmul(const struct kern_mat *w, const void *xq, size_t xq_stride, 
         return;
     const struct kern_table *tb = active_table();
     kern_matmul_fn f = w->packed ? tb->matmul_packed[w->type] : tb->matmul[w->type];
+    if (!f && w->packed)
+        f = kern_ref_matmul_packed;
     if (f)
         f(w, xq, xq_stride, n_tok, y, ldy, r0, r1);
 }
@@ -215,8 +233,8 @@ void kernels_matmul_ref(const struct kern_mat *w, const void *xq, size_t xq_stri
     kernels_init();
     if (!kern_shape_ok(w, n_tok, r0, r1))
         return;
-    kern_matmul_fn f = w->packed ? kern_tables[KERNELS_ISA_REF].matmul_packed[w->type]
-                                 : kern_tables[KERNELS_ISA_REF].matmul[w->type];
+    kern_matmul_fn f =
+        w->packed ? kern_ref_matmul_packed : kern_tables[KERNELS_ISA_REF].matmul[w->type];
     if (f)
         f(w, xq, xq_stride, n_tok, y, ldy, r0, r1);
 }

@@ -44,9 +44,15 @@ enum kernels_isa {
 void kernels_init(void);                     /* detects the CPU once */
 enum kernels_isa kernels_isa_detected(void); /* best the CPU supports */
 enum kernels_isa kernels_isa_active(void);
-/* For tests and benchmarks: force a lower ISA (clamped to what is detected). */
+/* Forces a lower ISA (clamped to what is detected): tests check every ISA
+ * the host runs, and operators and benchmarks choose one (`--isa`). Call it
+ * before model_load: the weight layout follows the ISA active at load
+ * (kernels_pack_wanted). */
 void kernels_isa_force(enum kernels_isa isa);
 const char *kernels_isa_name(enum kernels_isa isa);
+/* "ref", "avx2", "avx512", "avx512-vnni" (kernels_isa_name's words) or
+ * "auto" (the detected ISA) -> *out; returns 0, or -1 for another word. */
+int kernels_isa_parse(const char *name, enum kernels_isa *out);
 
 /* Activation format and bytes per activation row for weights of type wtype. */
 enum quant_type kernels_act_type(enum quant_type wtype);
@@ -94,8 +100,10 @@ void kernels_matmul(const struct kern_mat *w, const void *xq, size_t xq_stride, 
 #define KERNELS_PACK_ROWS 16
 /* 1 if the type and shape have the packed layout. */
 int kernels_pack_layout_ok(enum quant_type type, int64_t n_rows, int64_t n_cols);
-/* 1 if the layout is ok and the active ISA has a packed kernel for it (a
- * packed matrix still works on other ISAs, through the slow reference). */
+/* 1 if the layout is ok and the active ISA has a packed kernel of its own
+ * for it (AVX-512 today). Never 1 for an ISA that would compute the layout
+ * through the reference: a packed matrix still gives right results on every
+ * ISA (after a later kernels_isa_force), but slowly. */
 int kernels_pack_wanted(enum quant_type type, int64_t n_rows, int64_t n_cols);
 /* Writes row groups [g0, g1) of GGUF-layout w (row_bytes = the row size) to
  * dst (w->n_rows * w->row_bytes bytes in all; groups may be packed by several

@@ -549,6 +549,12 @@ const struct model_hparams *model_hparams(const struct model *m) {
 uint64_t model_packed_bytes(const struct model *m) {
     return m->pack_bytes;
 }
+uint64_t model_copied_bytes(const struct model *m) {
+    return m->copy_bytes;
+}
+const char *model_weights_layout(const struct model *m) {
+    return m->pack_bytes ? "arena+packed" : m->copy_bytes ? "arena" : "file";
+}
 const char *model_arch_name(const struct model *m) {
     return m->hp.arch;
 }

@@ -108,7 +108,8 @@ struct model_params {
     /* Copy every matrix the forward pass multiplies (attention, FFN, router,
      * shared and routed experts, output) into one anonymous arena at load
      * (huge pages), with Q4_K / Q6_K in the kernels' 16-row packed layout
-     * where the CPU has the packed kernels (AVX-512), and drop the file's
+     * where the ISA active at load has packed kernels (AVX-512: never a
+     * layout the ISA would compute through the reference), and drop the file's
      * pages from RSS (model-pack.c). Default true. Skipped, like prefault,
      * when the weights exceed 3/4 of physical RAM: the file pages then stay
      * the only copy (the expert store's case). Packed results differ from the
@@ -136,6 +137,12 @@ void model_free(struct model *m);                   /* NULL is a no-op */
 const struct model_hparams *model_hparams(const struct model *m); /* borrowed */
 /* Bytes of weights in the packed layout (0: none, see model_params.repack). */
 uint64_t model_packed_bytes(const struct model *m);
+/* Bytes of matrices copied into the weight arena (0: read from the file's pages). */
+uint64_t model_copied_bytes(const struct model *m);
+/* Where the matrices are read from, for logs and /status: "file" (the
+ * mapped file's pages), "arena" (the copy, GGUF rows) or "arena+packed"
+ * (the copy, some matrices in the 16-row packed layout). Borrowed, static. */
+const char *model_weights_layout(const struct model *m);
 const char *model_arch_name(const struct model *m); /* borrowed */
 int model_n_vocab(const struct model *m);
 int model_n_ctx_train(const struct model *m);

@@ -164,6 +164,12 @@ struct gen_stats {
     double step_emit_s;    /* after sampling: detokenize, stop matching, event delivery */
     double step_other_s;   /* reaping, admission (tokenizing prompts), building the batch */
     double step_idle_s;    /* waiting for work with nothing to run */
+    /* CPU kernels and where the weights are read from (appended; empty = not
+     * reported): set once at start-up */
+    char isa[16];                  /* kernels_isa_name of the ISA active at load: "avx2", ... */
+    char weights_layout[16];       /* model_weights_layout: "file", "arena", "arena+packed" */
+    uint64_t weights_copied_bytes; /* matrices copied into the weight arena */
+    uint64_t weights_packed_bytes; /* of those, bytes in the 16-row packed layout */
 };
 
 struct gen_ops {

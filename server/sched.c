@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "engine/gguf.h"
+#include "engine/kernels.h"
 #include "engine/kv.h"
 #include "engine/quant.h"
 #include "engine/pool.h"
@@ -689,6 +690,10 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     snprintf(st->model_id, sizeof(st->model_id), "%s", s->model_id);
     snprintf(st->architecture, sizeof(st->architecture), "%s", model_arch_name(s->model));
     stats_model_facts(st, s->model, params->model_path, &kp);
+    snprintf(st->isa, sizeof(st->isa), "%s", kernels_isa_name(kernels_isa_active()));
+    snprintf(st->weights_layout, sizeof(st->weights_layout), "%s", model_weights_layout(s->model));
+    st->weights_copied_bytes = model_copied_bytes(s->model);
+    st->weights_packed_bytes = model_packed_bytes(s->model);
     st->n_ctx = s->n_ctx;
     st->n_threads = n_threads;
     snprintf(st->threads_source, sizeof(st->threads_source), "%s",

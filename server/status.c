@@ -254,9 +254,18 @@ enum MHD_Result status_status(struct exchange *ex) {
         json_object_set_new(pcj, "cached_tokens", json_integer((json_int_t)st.cached_tokens));
     }
     /* the kernel table every matmul dispatches through (process-wide) */
-    json_object_set_new(o, "kernels",
-                        json_pack("{s:s, s:s}", "isa", kernels_isa_name(kernels_isa_active()),
-                                  "detected", kernels_isa_name(kernels_isa_detected())));
+    json_t *kj = json_pack("{s:s, s:s}", "isa", kernels_isa_name(kernels_isa_active()), "detected",
+                           kernels_isa_name(kernels_isa_detected()));
+    if (kj && st.weights_layout[0]) {
+        /* what the weights were laid out for at load (the ISA active then) */
+        json_object_set_new(kj, "isa_at_load", json_string(st.isa));
+        json_object_set_new(kj, "weights_layout", json_string(st.weights_layout));
+        json_object_set_new(kj, "weights_copied_bytes",
+                            json_integer((json_int_t)st.weights_copied_bytes));
+        json_object_set_new(kj, "weights_packed_bytes",
+                            json_integer((json_int_t)st.weights_packed_bytes));
+    }
+    json_object_set_new(o, "kernels", kj);
     char numa_note[128] = "";
     set_or_note(o, notes, "numa", NULL, numa_json(numa_note, sizeof(numa_note)), numa_note);
     set_or_note(o, notes, "expert_store", NULL, NULL,

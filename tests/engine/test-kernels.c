@@ -99,6 +99,19 @@ static int isa_count(void) {
     return (int)kernels_isa_detected() + 1;
 }
 
+/* The weight types each ISA keeps in the packed layout (kernels.h): only
+ * where it has a packed kernel of its own, so a CPU never gets a layout it
+ * computes through the scalar reference. */
+static int isa_packs(enum kernels_isa isa, enum quant_type t) {
+    switch (isa) {
+    case KERNELS_ISA_AVX512:
+    case KERNELS_ISA_AVX512_VNNI:
+        return t == QUANT_Q4_K || t == QUANT_Q6_K;
+    default:
+        return 0;
+    }
+}
+
 /* Every available ISA on matrix m against ref (tolerance tol relative to
  * max(|ref|, rms of ref)), then each token alone, with the rows cut in three
  * ranges (cutting 16-row groups for the packed layout), bitwise the batch.
@@ -272,10 +285,16 @@ START_TEST(test_packed_vs_ref) {
         bad += check_packed(t, 64, 1024, 15); /* 8 + 4 + 2 + 1 */
         bad += check_packed(t, 16, 256 * 65, 2);
         bad += check_packed(t, 160, 768, 8);
-        /* AVX-512 has the packed kernels; other ISAs do not ask for the layout */
-        ck_assert_int_eq(kernels_pack_wanted(t, 32, 512),
-                         kernels_isa_active() >= KERNELS_ISA_AVX512);
-        ck_assert(!kernels_pack_wanted(t, 24, 512));
+        /* every ISA the host runs asks for the layout exactly where it has a
+         * packed kernel of its own (isa_packs), never for a shape without it */
+        const enum kernels_isa saved = kernels_isa_active();
+        for (int isa = 0; isa < isa_count(); isa++) {
+            kernels_isa_force((enum kernels_isa)isa);
+            ck_assert_msg(kernels_pack_wanted(t, 32, 512) == isa_packs((enum kernels_isa)isa, t),
+                          "%s on %s", quant_type_name(t), kernels_isa_name((enum kernels_isa)isa));
+            ck_assert(!kernels_pack_wanted(t, 24, 512));
+        }
+        kernels_isa_force(saved);
         ck_assert(!kernels_pack_layout_ok(t, 16, 300));
     }
     ck_assert(!kernels_pack_layout_ok(QUANT_Q4_0, 16, 256));

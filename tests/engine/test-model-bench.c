@@ -2,12 +2,14 @@
  * forward pass (not a test suite; built as bench-model).
  *
  *   bench-model MODEL [n_threads=2] [n_decode=64] [n_prefill=64] [n_seq=1]
- *               [probe_bytes=0]
+ *               [probe_bytes=0] [isa=auto]
  *
  * Prints prefill tok/s (one chunk of n_prefill tokens), then decode tok/s:
  * n_decode greedy steps, n_seq sequences per step batched into one call
  * (tok/s counts every sequence's token). STRATA_REPACK=0 in the environment
- * loads without the packed K-quant layout (model_params.repack).
+ * loads without the packed K-quant layout (model_params.repack). isa forces
+ * the kernels (kernels_isa_parse's names: auto, avx512-vnni, avx512, avx2,
+ * ref) before the model loads, so the weight layout follows it.
  *
  * probe_bytes > 0 (the weight bytes one decode step reads; bench/cpu passes
  * its count) interleaves the decode with the roofline probe: before every
@@ -35,6 +37,7 @@
 
 #include "bench/probe.h"
 
+#include "engine/kernels.h"
 #include "engine/kv.h"
 #include "engine/model.h"
 #include "engine/pool.h"
@@ -105,7 +108,8 @@ static int argmax(const float *x, int n) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench-model MODEL [threads] [n_decode] [n_prefill] [n_seq]\n");
+        fprintf(stderr, "usage: bench-model MODEL [threads] [n_decode] [n_prefill] [n_seq] "
+                        "[probe_bytes] [isa]\n");
         return 2;
     }
     int n_threads = argc > 2 ? atoi(argv[2]) : 2;
@@ -113,6 +117,12 @@ int main(int argc, char **argv) {
     int n_prefill = argc > 4 ? atoi(argv[4]) : 64;
     int n_seq = argc > 5 ? atoi(argv[5]) : 1;
     size_t probe_bytes = argc > 6 ? (size_t)atoll(argv[6]) : 0;
+    enum kernels_isa isa;
+    if (kernels_isa_parse(argc > 7 ? argv[7] : "auto", &isa) < 0) {
+        fprintf(stderr, "bench-model: unknown isa '%s'\n", argv[7]);
+        return 2;
+    }
+    kernels_isa_force(isa);
     if (n_threads < 1 || n_threads > 16 || n_decode < 1 || n_prefill < 1 || n_seq < 1 ||
         n_seq > 64) {
         fprintf(stderr, "bench-model: bad arguments\n");
@@ -240,10 +250,11 @@ int main(int argc, char **argv) {
     if (rc)
         fprintf(stderr, "bench-model: %s\n", err.message);
     else
-        printf("%s arch=%s threads=%d prefill %d tok: %.1f tok/s; decode %d steps x %d seq: %.2f "
-               "tok/s (%.2f ms/step)\n",
-               argv[1], model_arch_name(m), n_threads, n_prefill, n_prefill / t_pre, n_decode,
-               n_seq, (double)n_decode * n_seq / t_dec, t_dec * 1e3 / n_decode);
+        printf("%s arch=%s threads=%d isa=%s weights=%s prefill %d tok: %.1f tok/s; decode %d "
+               "steps x %d seq: %.2f tok/s (%.2f ms/step)\n",
+               argv[1], model_arch_name(m), n_threads, kernels_isa_name(kernels_isa_active()),
+               model_weights_layout(m), n_prefill, n_prefill / t_pre, n_decode, n_seq,
+               (double)n_decode * n_seq / t_dec, t_dec * 1e3 / n_decode);
     free(e);
     free(logits);
     kv_free(kv);

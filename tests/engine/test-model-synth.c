@@ -433,7 +433,8 @@ START_TEST(test_wide_moe_threads_bit_identical) {
 END_TEST
 
 /* K-quant matrices (rows a multiple of 16), routed experts included, are
- * packed at load where the CPU has the packed kernels (model_params.repack;
+ * packed at load where the ISA active at load has packed kernels, on every
+ * ISA the host runs (model_params.repack;
  * cases 0-1 dense llama, 2-3 qwen3moe; Q4_K, Q6_K): the logits stay within
  * 1e-4 of the file layout's, and the packed model gives the same bits at 1
  * and 3 threads, token by token, as one chunk and interleaved with other
@@ -450,76 +451,93 @@ START_TEST(test_packed_k_quants) {
     char path[256];
     tmp_path(path, sizeof path, "packed");
     write_model(path, &s);
-    float *ref[3] = {NULL, NULL, NULL}, *file = NULL;
-    for (int variant = 0; variant < 3; variant++) { /* file layout; packed 1 thread; 3 */
-        struct pool_params pp = pool_params_default();
-        pp.n_threads = variant == 2 ? 3 : 1;
-        struct pool *pool = pool_init(&pp, NULL);
-        struct strata_error err = {0};
-        struct model_params mp = model_params_default();
-        mp.pool = pool, mp.n_ctx_max = 64, mp.n_batch_max = 32, mp.repack = variant > 0;
-        struct model *m = model_load(path, &mp, &err);
-        ck_assert_msg(m != NULL, "%s", err.message);
-        const int V = model_n_vocab(m);
-        if (variant == 0) {
-            ck_assert_uint_eq(model_packed_bytes(m), 0);
-        } else {
-            /* every matrix of the K-quant type is packed, experts included;
-             * token_embd only when it is also the output (tied) */
-            uint64_t want = 0;
-            const struct gguf_file *f = model_gguf(m);
-            for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
-                const struct gguf_tensor_info *t = gguf_tensor_at(f, i);
-                if (t->type == s.mat_type &&
-                    (s.tied || t->name.len < 10 || strncmp(t->name.ptr, "token_embd", 10) != 0))
-                    want += t->n_bytes;
-            }
-            ck_assert_uint_eq(model_packed_bytes(m),
-                              kernels_isa_active() >= KERNELS_ISA_AVX512 ? want : 0);
-        }
-        for (int mode = 0; mode < 3; mode++) {
-            float *l = run(m, mode);
+    /* every ISA the host runs, forced before the load: the layout follows it */
+    const enum kernels_isa saved = kernels_isa_active();
+    for (int isa = 0; isa <= (int)kernels_isa_detected(); isa++) {
+        kernels_isa_force((enum kernels_isa)isa);
+        const char *in = kernels_isa_name((enum kernels_isa)isa);
+        const bool packs = kernels_pack_wanted(s.mat_type, KERNELS_PACK_ROWS, QK_K);
+        float *ref[3] = {NULL, NULL, NULL}, *file = NULL;
+        for (int variant = 0; variant < 3; variant++) { /* file layout; copy 1 thread; 3 */
+            struct pool_params pp = pool_params_default();
+            pp.n_threads = variant == 2 ? 3 : 1;
+            struct pool *pool = pool_init(&pp, NULL);
+            struct strata_error err = {0};
+            struct model_params mp = model_params_default();
+            mp.pool = pool, mp.n_ctx_max = 64, mp.n_batch_max = 32, mp.repack = variant > 0;
+            struct model *m = model_load(path, &mp, &err);
+            ck_assert_msg(m != NULL, "%s", err.message);
+            const int V = model_n_vocab(m);
             if (variant == 0) {
-                if (mode == 0)
-                    file = l;
-                else
-                    free(l);
-                continue;
+                ck_assert_uint_eq(model_packed_bytes(m), 0);
+                ck_assert_str_eq(model_weights_layout(m), "file");
+            } else {
+                /* every matrix of the K-quant type is packed where the ISA
+                 * packs the type, experts included; token_embd only when it
+                 * is also the output (tied); otherwise copied unpacked */
+                uint64_t want = 0;
+                const struct gguf_file *f = model_gguf(m);
+                for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+                    const struct gguf_tensor_info *t = gguf_tensor_at(f, i);
+                    if (t->type == s.mat_type &&
+                        (s.tied || t->name.len < 10 || strncmp(t->name.ptr, "token_embd", 10) != 0))
+                        want += t->n_bytes;
+                }
+                ck_assert_msg(model_packed_bytes(m) == (packs ? want : 0), "%s: %llu packed", in,
+                              (unsigned long long)model_packed_bytes(m));
+                ck_assert(model_copied_bytes(m) >= want);
+                ck_assert_str_eq(model_weights_layout(m), packs ? "arena+packed" : "arena");
             }
-            if (!ref[mode]) {
-                ref[mode] = l;
-                continue;
+            for (int mode = 0; mode < 3; mode++) {
+                float *l = run(m, mode);
+                if (variant == 0) {
+                    if (mode == 0)
+                        file = l;
+                    else
+                        free(l);
+                    continue;
+                }
+                if (!ref[mode]) {
+                    ref[mode] = l;
+                    continue;
+                }
+                ck_assert_msg(memcmp(l, ref[mode], (size_t)12 * V * sizeof(float)) == 0,
+                              "%s %s mode %d: 3 threads differ from 1", in,
+                              quant_type_name(s.mat_type), mode);
+                free(l);
             }
-            ck_assert_msg(memcmp(l, ref[mode], (size_t)12 * V * sizeof(float)) == 0,
-                          "%s mode %d: 3 threads differ from 1", quant_type_name(s.mat_type), mode);
+            if (variant == 1) {
+                float d = rel_diff(ref[0], file, (size_t)12 * V);
+                ck_assert_msg(d < 1e-4f, "%s %s copy vs file layout %g", in,
+                              quant_type_name(s.mat_type), d);
+                if (!packs) /* the same rows in another place: the same bits */
+                    ck_assert_msg(memcmp(ref[0], file, (size_t)12 * V * sizeof(float)) == 0,
+                                  "%s: unpacked copy differs from the file layout", in);
+                ck_assert_msg(memcmp(ref[2], ref[0], (size_t)12 * V * sizeof(float)) == 0,
+                              "%s %s: interleaved sequences differ from one alone", in,
+                              quant_type_name(s.mat_type));
+                ck_assert(rel_diff(ref[1], ref[0], (size_t)12 * V) < 1e-4f);
+            }
+            model_free(m);
+            pool_free(pool);
+        }
+        { /* weights over half the memory budget: no copy, the file layout's bits */
+            struct strata_error err = {0};
+            struct model_params mp = model_params_default();
+            mp.n_ctx_max = 64, mp.n_batch_max = 32, mp.mem_budget = 4096;
+            struct model *m = model_load(path, &mp, &err);
+            ck_assert_msg(m != NULL, "%s", err.message);
+            ck_assert_uint_eq(model_packed_bytes(m), 0);
+            float *l = run(m, 0);
+            ck_assert(memcmp(l, file, (size_t)12 * model_n_vocab(m) * sizeof(float)) == 0);
             free(l);
+            model_free(m);
         }
-        if (variant == 1) {
-            float d = rel_diff(ref[0], file, (size_t)12 * V);
-            ck_assert_msg(d < 1e-4f, "%s packed vs file layout %g", quant_type_name(s.mat_type), d);
-            ck_assert_msg(memcmp(ref[2], ref[0], (size_t)12 * V * sizeof(float)) == 0,
-                          "%s packed: interleaved sequences differ from one alone",
-                          quant_type_name(s.mat_type));
-            ck_assert(rel_diff(ref[1], ref[0], (size_t)12 * V) < 1e-4f);
-        }
-        model_free(m);
-        pool_free(pool);
+        for (int i = 0; i < 3; i++)
+            free(ref[i]);
+        free(file);
     }
-    { /* weights over half the memory budget: no copy, the file layout's bits */
-        struct strata_error err = {0};
-        struct model_params mp = model_params_default();
-        mp.n_ctx_max = 64, mp.n_batch_max = 32, mp.mem_budget = 4096;
-        struct model *m = model_load(path, &mp, &err);
-        ck_assert_msg(m != NULL, "%s", err.message);
-        ck_assert_uint_eq(model_packed_bytes(m), 0);
-        float *l = run(m, 0);
-        ck_assert(memcmp(l, file, (size_t)12 * model_n_vocab(m) * sizeof(float)) == 0);
-        free(l);
-        model_free(m);
-    }
-    for (int i = 0; i < 3; i++)
-        free(ref[i]);
-    free(file);
+    kernels_isa_force(saved);
     unlink(path);
 }
 END_TEST
