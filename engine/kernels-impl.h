@@ -31,6 +31,20 @@ struct kern_table {
     kern_quant_fn quantize_q8_K; /* NULL: the lower ISA's (the reference) */
 };
 
+/* The decode kernels' software prefetch: every weight line `dist` bytes
+ * ahead of the one being decoded, with `hint`. kernels.c sets it once in
+ * kernels_init from the CPU (kern_prefetch_default); read-only afterwards,
+ * except through kern_prefetch_set before a benchmark's kernels run.
+ * Prefetches never change a result, only when bytes arrive. */
+enum kern_pf_hint { KERN_PF_OFF = 0, KERN_PF_NTA = 1, KERN_PF_T0 = 2, KERN_PF_T1 = 3 };
+struct kern_prefetch {
+    int hint; /* enum kern_pf_hint */
+    int dist; /* bytes ahead */
+};
+extern struct kern_prefetch kern_pf;
+void kern_prefetch_set(struct kern_prefetch pf);
+const char *kern_prefetch_name(int hint);
+
 /* kernels.c: the table kernels_matmul uses now. */
 const struct kern_table *kern_table_active(void);
 

@@ -1,6 +1,7 @@
 /* engine/kernels-pack.c: the 16-row interleaved ("packed") weight layout of
- * Q4_K and Q6_K (kernels.h: kernels_pack), its inverse, and the reference
- * matmul over it (each row unpacked back to GGUF blocks, then kern_ref_dot).
+ * Q4_K, Q6_K and Q4_0 (kernels.h: kernels_pack), its inverse, and the
+ * reference matmul over it (each row unpacked back to GGUF blocks, then
+ * kern_ref_dot).
  *
  * Why: in the GGUF layout a K-quant row's sub-block sums land in lanes of one
  * zmm next to other sub-blocks of the same row, so every 64 products need a
@@ -10,12 +11,19 @@
  * dword per 4 columns, and its scale is one lane-wise multiply-add per
  * sub-block (kernels-x86-pk.h has the measurements).
  *
+ * Q4_0 on AVX2 (kernels-avx2-pk.h): a Q4_0 block has one float scale per 32
+ * weights, so in the GGUF layout every 32 products of a row need their own
+ * int32 widening, conversion and multiply-add; with 16 rows interleaved,
+ * the products of 4 columns of 8 rows sit in one ymm, 8 of them add up
+ * exactly in int16 and the widening, conversion and scale are done once per
+ * 8 rows and block.
+ *
  * Layout. A packed matrix is n_rows / 16 groups; group g holds rows 16g ..
- * 16g + 15 as nb = n_cols / 256 packed super-blocks of 16 * type_size bytes,
- * super-block b of group g at byte (g * nb + b) * 16 * type_size: the same
- * bytes as the GGUF tensor, reordered (no size change, so decode reads as
- * many bytes as before). Inside a packed super-block, with r the row in the
- * group:
+ * 16g + 15 as nb = n_cols / QK packed blocks (QK = 256 for the K-quants, 32
+ * for Q4_0) of 16 * type_size bytes, block b of group g at byte (g * nb + b)
+ * * 16 * type_size: the same bytes as the GGUF tensor, reordered (no size
+ * change, so decode reads as many bytes as before). Inside a packed
+ * (super-)block, with r the row in the group:
  *   Q4_K (2304 bytes): qs dword (p * 8 + c) * 16 + r = the row's qs[32p + 4c
  *     .. 32p + 4c + 3] (p 0..3, c 0..7), bytes 0..2047; scales byte
  *     2048 + i * 16 + r = the row's scales[i] (i 0..11); d at 2240 + 2r,
@@ -25,6 +33,9 @@
  *     c) * 16 + r = the row's qh[32n + 4c .. + 3] (c 0..7), bytes 2048..
  *     3071; scales byte 3072 + k * 16 + r = the row's scales[k] (k 0..15);
  *     d at 3328 + 2r.
+ *   Q4_0 (288 bytes): qs dword c * 16 + r = the row's qs[4c .. 4c + 3] (c
+ *     0..3: low nibbles are elements 4c .., high nibbles 16 + 4c ..), bytes
+ *     0..255; d at 256 + 2r (f16).
  * Threading: all functions are reentrant. */
 #include <stdlib.h>
 #include <string.h>
@@ -75,17 +86,31 @@ static void pack_q6_K_sb(uint8_t *ps, uint8_t *blk, int r, int to_packed) {
     memcpy(to_packed ? p : (uint8_t *)&x->d, to_packed ? (uint8_t *)&x->d : p, 2);
 }
 
-/* One row's super-block of either type (kernels_pack_layout_ok's types). */
+static void pack_q4_0_b(uint8_t *ps, uint8_t *blk, int r, int to_packed) {
+    block_q4_0 *x = (block_q4_0 *)blk;
+    for (int c = 0; c < 4; c++) {
+        uint8_t *p = ps + (c * 16 + r) * 4, *q = x->qs + 4 * c;
+        memcpy(to_packed ? p : q, to_packed ? q : p, 4);
+    }
+    uint8_t *p = ps + 256 + 2 * r;
+    memcpy(to_packed ? p : (uint8_t *)&x->d, to_packed ? (uint8_t *)&x->d : p, 2);
+}
+
+/* One row's (super-)block of any packed type (kernels_pack_layout_ok's). */
 static void pack_sb(enum quant_type type, uint8_t *ps, uint8_t *blk, int r, int to_packed) {
     if (type == QUANT_Q4_K)
         pack_q4_K_sb(ps, blk, r, to_packed);
-    else
+    else if (type == QUANT_Q6_K)
         pack_q6_K_sb(ps, blk, r, to_packed);
+    else
+        pack_q4_0_b(ps, blk, r, to_packed);
 }
 
 int kernels_pack_layout_ok(enum quant_type type, int64_t n_rows, int64_t n_cols) {
-    return (type == QUANT_Q4_K || type == QUANT_Q6_K) && n_rows > 0 &&
-           n_rows % KERNELS_PACK_ROWS == 0 && n_cols > 0 && n_cols % QK_K == 0;
+    if (type != QUANT_Q4_K && type != QUANT_Q6_K && type != QUANT_Q4_0)
+        return 0;
+    const int64_t bs = quant_type_traits(type)->block_size;
+    return n_rows > 0 && n_rows % KERNELS_PACK_ROWS == 0 && n_cols > 0 && n_cols % bs == 0;
 }
 
 int kernels_pack_wanted(enum quant_type type, int64_t n_rows, int64_t n_cols) {
@@ -98,7 +123,7 @@ int kernels_pack_wanted(enum quant_type type, int64_t n_rows, int64_t n_cols) {
 static void pack_groups(const struct kern_mat *w, const uint8_t *src, uint8_t *dst, int64_t g0,
                         int64_t g1, int to_packed) {
     const size_t ts = quant_type_traits(w->type)->type_size;
-    const int64_t nb = w->n_cols / QK_K;
+    const int64_t nb = w->n_cols / quant_type_traits(w->type)->block_size;
     for (int64_t g = g0; g < g1; g++)
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *ps = (uint8_t *)(to_packed ? dst : src) +
@@ -132,7 +157,7 @@ int kernels_unpack(const struct kern_mat *w, void *dst) {
 void kern_ref_matmul_packed(const struct kern_mat *w, const void *xq, size_t xq_stride,
                             int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     const size_t ts = quant_type_traits(w->type)->type_size;
-    const int64_t nb = w->n_cols / QK_K;
+    const int64_t nb = w->n_cols / quant_type_traits(w->type)->block_size;
     uint8_t *row = malloc(w->row_bytes);
     if (!row)
         return; /* out of memory: y untouched, as for a malformed shape */

@@ -78,8 +78,15 @@ KX_INLINE void kx_q45k_tile(const struct kern_mat *w, int64_t r, int NR, const u
             const struct kx_k45 f = kx_k45_fields(row, b, hbits);
             const uint8_t *scales = f.scales, *qs = f.qs, *qh = f.qh;
             const quant_f16 dh = f.d, dminh = f.dmin;
-            kx_prefetch(row + (size_t)b * (hbits ? sizeof(block_q5_K) : sizeof(block_q4_K)));
-            kx_prefetch(row + (size_t)b * (hbits ? sizeof(block_q5_K) : sizeof(block_q4_K)) + 64);
+            const uint8_t *sb = row + (size_t)b * (hbits ? sizeof(block_q5_K) : sizeof(block_q4_K));
+            if (NR == 1 && nt == 1) { /* decode: every line ahead (kx_pf_decode) */
+                kx_pf_decode(sb);
+                kx_pf_decode(sb + 64);
+                kx_pf_decode(sb + 128);
+            } else {
+                kx_prefetch(sb);
+                kx_prefetch(sb + 64);
+            }
             __m128i mins;
             const __m128i sc128 = kx_scales_k4(scales, &mins);
             const __m256i sc256 = _mm256_set_m128i(sc128, sc128);
@@ -173,9 +180,14 @@ KX_INLINE void kx_q6k_tile(const struct kern_mat *w, int64_t r, int NR, const ui
         for (int i = 0; i < NR; i++) {
             const block_q6_K *x =
                 (const block_q6_K *)((const uint8_t *)w->data + (size_t)(r + i) * w->row_bytes) + b;
-            kx_prefetch((const uint8_t *)x);
-            kx_prefetch((const uint8_t *)x + 64);
-            kx_prefetch((const uint8_t *)x + 128);
+            if (NR == 1 && nt == 1) { /* decode: every line ahead (kx_pf_decode) */
+                for (int l = 0; l < 4; l++)
+                    kx_pf_decode((const uint8_t *)x + 64 * l);
+            } else {
+                kx_prefetch((const uint8_t *)x);
+                kx_prefetch((const uint8_t *)x + 64);
+                kx_prefetch((const uint8_t *)x + 128);
+            }
             const float d = kx_f16(x->d);
             /* 16 scales as int16; per half h, lane 0 gets scale 2g, lane 1 2g+1 */
             const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));

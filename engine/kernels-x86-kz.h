@@ -335,13 +335,12 @@ KX_INLINE void kx_kz_decode(enum kx_kq k, const struct kern_mat *w, const uint8_
     if (pre)
         for (int64_t p = 0; p < np; p++)
             kx_ka_pack(k, a + 2 * p, 2 * p + 1 < nb, &act[p]);
-    /* Every weight line prefetched KX_DECODE_PF_BYTES ahead as NTA, as the
-     * b32 decode does (kernels-x86.h, where the distance and hint were
-     * chosen). Same-run A/B (stream engineer, 02:15, this 2-vCPU EPYC VM):
-     * `kernels-bench 256 2 -1 4 q4_K,q6_K 1` q4_K 29.6-32.3 -> 42.9-43.3
-     * GB/s, q6_K 31.4-34.8 -> 42.6-43.3 (1.1-1.2x the probe loop on the same
-     * bytes); `bench-model MODEL 2 32 16 1` llama-3.2-1b Q4_K_M 50.0-50.3 ->
-     * 60.8-64.1 tok/s, Q4_0 (its Q6_K output matrix) 58.9-62.8 -> 65.8-68.5. */
+    /* Every weight line prefetched ahead (kx_pf_decode), as the b32 decode
+     * does (kernels-x86.h, where the distance and hint were chosen). Same-run A/B (stream engineer,
+     * 02:15, this 2-vCPU EPYC VM): `kernels-bench 256 2 -1 4 q4_K,q6_K 1` q4_K 29.6-32.3
+     * -> 42.9-43.3 GB/s, q6_K 31.4-34.8 -> 42.6-43.3 (1.1-1.2x the probe loop on the same bytes);
+     * `bench-model MODEL 2 32 16 1` llama-3.2-1b Q4_K_M 50.0-50.3 -> 60.8-64.1 tok/s, Q4_0 (its
+     * Q6_K output matrix) 58.9-62.8 -> 65.8-68.5. */
     const size_t pair_bytes = 2 * (k == KX_KQ6   ? sizeof(block_q6_K)
                                    : k == KX_KQ5 ? sizeof(block_q5_K)
                                                  : sizeof(block_q4_K));
@@ -350,9 +349,8 @@ KX_INLINE void kx_kz_decode(enum kx_kq k, const struct kern_mat *w, const uint8_
         __m512 acc = _mm512_setzero_ps();
         for (int64_t p = 0; p < np; p++) {
             struct kx_kz2 wz;
-            for (size_t o = 0; KX_DECODE_PF_BYTES > 0 && o < pair_bytes; o += 64)
-                _mm_prefetch((const char *)row + (size_t)p * pair_bytes + KX_DECODE_PF_BYTES + o,
-                             _MM_HINT_NTA);
+            for (size_t o = 0; o < pair_bytes; o += 64)
+                kx_pf_decode(row + (size_t)p * pair_bytes + o);
             kx_kz_unpack2(k, row, nb, p, &wz);
             if (pre) {
                 acc = kx_kz_acc(k, &wz, &act[p], acc);

@@ -98,26 +98,17 @@ KX_INLINE __m512 kx_pk_u8f(__m128i b) {
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));
 }
 
-/* Line i of a super-block's 64-byte lines, KX_DECODE_PF_BYTES ahead (the
- * Q4_K tile issues one per inner iteration while lines remain). */
+/* Line i of a super-block's 64-byte lines, prefetched ahead (kx_pf_decode;
+ * the Q4_K tile issues one per inner iteration while lines remain). */
 KX_INLINE void kx_pk_prefetch_line(const uint8_t *ps, int i, int n_lines) {
-#if KX_DECODE_PF_BYTES > 0
     if (i < n_lines)
-        _mm_prefetch((const char *)ps + KX_DECODE_PF_BYTES + 64 * i, _MM_HINT_NTA);
-#else
-    (void)ps, (void)i, (void)n_lines;
-#endif
+        kx_pf_decode(ps + 64 * i);
 }
 
-/* Every line of a super-block, KX_DECODE_PF_BYTES ahead, at once (Q6_K). */
+/* Every line of a super-block, prefetched ahead at once (Q6_K). */
 KX_INLINE void kx_pk_prefetch(const uint8_t *p, size_t bytes) {
-#if KX_DECODE_PF_BYTES > 0
     for (size_t i = 0; i < bytes; i += 64)
-        _mm_prefetch((const char *)p + KX_DECODE_PF_BYTES + i, _MM_HINT_NTA);
-#else
-    (void)p;
-    (void)bytes;
-#endif
+        kx_pf_decode(p + i);
 }
 
 /* Q4_K packed super-block -> S_j = d * sc_j (16 rows) and the mins as int16

@@ -105,9 +105,24 @@
  * the in-loop prefetch never covers): llama Q4_0 8 KB without / with
  * 55.6 / 62.3, 61.6 / 62.4, 60.5 / 62.6, then 60.4 / 57.4, 56.9 / 62.5,
  * 61.4 / 61.2 tok/s (qwen3 Q8_0 +0-4%): within the noise, not kept. */
-#ifndef KX_DECODE_PF_BYTES
-#define KX_DECODE_PF_BYTES 8192
-#endif
+/* The policy is now chosen per CPU at run time (kern_pf, kernels.c): NTA
+ * 8 KB on AMD as measured above; T1 2 KB on the Intel Xeon VM where NTA
+ * halved every stream. */
+KX_INLINE void kx_pf_decode(const void *p) {
+    switch (kern_pf.hint) {
+    case KERN_PF_NTA:
+        _mm_prefetch((const char *)p + kern_pf.dist, _MM_HINT_NTA);
+        break;
+    case KERN_PF_T0:
+        _mm_prefetch((const char *)p + kern_pf.dist, _MM_HINT_T0);
+        break;
+    case KERN_PF_T1:
+        _mm_prefetch((const char *)p + kern_pf.dist, _MM_HINT_T1);
+        break;
+    default:
+        break;
+    }
+}
 /* Software prefetch distance into each weight row for the 256-bit tiles
  * other than decode's 1 x 1 (and the AVX2 K-quant path), in bytes (0 = off).
  * Measured with one row per decode tile, T0, short distances only: 512 MB,
@@ -234,8 +249,8 @@ KX_INLINE void kx_b32_step(enum kx_b32 k, const uint8_t *row0, size_t row_bytes,
         float dx;
         const uint8_t *blk = row0 + (size_t)i * row_bytes + (size_t)b * bsz;
         if (!(b & 1)) {
-            if (NR == 1 && nt == 1 && KX_DECODE_PF_BYTES > 0)
-                _mm_prefetch((const char *)blk + KX_DECODE_PF_BYTES, _MM_HINT_NTA);
+            if (NR == 1 && nt == 1)
+                kx_pf_decode(blk);
             else
                 kx_prefetch(blk);
         }
@@ -563,8 +578,8 @@ KX_INLINE void kx_zd_row(enum kx_b32 k, const uint8_t *row, int64_t nb, const __
         __m512 dx;
         /* one prefetch per 64 bytes of the unit: the units are contiguous,
          * so consecutive prefetches are <= 64 bytes apart and hit every line */
-        for (size_t o = 0; KX_DECODE_PF_BYTES > 0 && o < ub; o += 64)
-            _mm_prefetch((const char *)row + (size_t)u * ub + KX_DECODE_PF_BYTES + o, _MM_HINT_NTA);
+        for (size_t o = 0; o < ub; o += 64)
+            kx_pf_decode(row + (size_t)u * ub + o);
         kx_zu_weights(k, row + (size_t)u * ub, w, &dx);
         for (int t = 0; t < nt; t++)
             acc[t] = kx_zu_fma(k, w, dx, act + (size_t)(t * U + u) * (size_t)V, acc[t]);

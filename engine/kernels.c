@@ -39,6 +39,50 @@
 
 #include "engine/kernels-impl.h"
 
+/* The decode prefetch by CPU vendor. prefetchnta fills L1 only, and what
+ * that does to the hardware prefetchers differs:
+ *   AMD (the 2-vCPU EPYC Zen 5 VMs of the earlier benchmarks): NTA 8 KB
+ *     ahead put decode 1.1-1.35x above a plain read of the same bytes, T0
+ *     at 8-16 KB 3-10% under NTA (the measurements at the top of
+ *     kernels-x86.h).
+ *   Intel (this 2-vCPU Xeon VM, AVX-512 with FP16: a plain 256-bit read of
+ *     512 MB, 3 interleaved rounds, GB/s 1 / 2 threads, /tmp copy of the
+ *     probe loop with one prefetch per line, 2026-12-01): none 10.3-13.1 /
+ *     24.7-25.0; NTA 1-16 KB 5.8-7.9 / 11.2-15.2 (NTA halves the stream);
+ *     T0 1-16 KB 11.6-13.4 / 22.2-26.4; T1 1 KB 12.6-13.0 / 25.5-26.0,
+ *     2 KB 13.3-13.9 / 27.2-27.5, 4-16 KB 12.4-13.2 / 24.6-26.0. The
+ *     decode kernels with NTA 8 KB ran at 0.65x this box's probe
+ *     (`kernels-bench 256 2 3 4 q4_0,q4_K,q6_K,q8_0 1`). The AVX2 decode
+ *     kernels, `kernels-bench 256 2 1 3 q4_0,q8_0,q4_K,q6_K 1 PF`, two
+ *     interleaved rounds, GB/s at 2 threads (probe loop 20.7-22): off /
+ *     T1 2 KB / T1 4 KB / T1 8 KB / T0 4 KB: packed q4_0 17.5-18.5 /
+ *     21.9-22.4 / 22.6-24.4 / 22.8-24.1 / 18.1-18.6; q8_0 12.9-13.0 /
+ *     19.8-19.9 / 19.7-21.1 / 20.9-21.3 / 16.7-18.0; q4_K 4.5-9.3 /
+ *     18.0-18.4 / 16.7-17.9 / 17.8-18.2 / 16.9-18.0; q6_K 14.0-15.6 /
+ *     18.9-19.3 / 18.9-19.6 / 19.3 / 17.7-19.0. So T1 4 KB.
+ * AMD CPUs other than Zen 5 (the AVX2-only EPYCs) keep NTA by vendor: not
+ * measured here. */
+static struct kern_prefetch kern_prefetch_default(void) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_is("amd"))
+        return (struct kern_prefetch){KERN_PF_NTA, 8192};
+#endif
+    return (struct kern_prefetch){KERN_PF_T1, 4096};
+}
+
+struct kern_prefetch kern_pf = {KERN_PF_NTA, 8192};
+
+void kern_prefetch_set(struct kern_prefetch pf) {
+    kernels_init();
+    kern_pf = pf;
+}
+
+const char *kern_prefetch_name(int hint) {
+    static const char *names[] = {"off", "nta", "t0", "t1"};
+    return hint >= 0 && hint < 4 ? names[hint] : "?";
+}
+
 /* Detected once by kernels_init; read-only afterwards. */
 static struct kern_table kern_tables[4];
 static enum kernels_isa kern_detected = KERNELS_ISA_REF;
@@ -64,6 +108,10 @@ static void kern_detect(void) {
     kern_ref_fill(&kern_tables[KERNELS_ISA_REF]);
     for (int isa = KERNELS_ISA_AVX2; isa <= (int)best; isa++) {
         kern_tables[isa] = kern_tables[isa - 1];
+        /* packed kernels are not inherited: an ISA packs a type only where it
+         * has a packed kernel of its own (AVX-512 keeps Q4_0 in the GGUF
+         * layout, where its 8-block kernels are at home) */
+        memset(kern_tables[isa].matmul_packed, 0, sizeof kern_tables[isa].matmul_packed);
         struct kern_table add;
         memset(&add, 0, sizeof add);
 #if defined(__x86_64__) && defined(STRATA_HAVE_X86_KERNELS)
@@ -86,6 +134,7 @@ static void kern_detect(void) {
             kern_tables[isa].quantize_q8_K = add.quantize_q8_K;
     }
     kern_detected = best;
+    kern_pf = kern_prefetch_default();
     atomic_store(&kern_active, (int)best);
 }
 

@@ -84,14 +84,16 @@ int kernels_supports(enum quant_type wtype);
 void kernels_matmul(const struct kern_mat *w, const void *xq, size_t xq_stride, int64_t n_tok,
                     float *y, int64_t ldy, int64_t r0, int64_t r1);
 /* ---- 16-row packed layout (kernels-pack.c) ----------------------------------
- * Q4_K and Q6_K matrices with n_rows a multiple of KERNELS_PACK_ROWS can be
- * reordered once at load into 16-row groups (same size, layout in
- * kernels-pack.c), for which the AVX-512 kernels compute a batch of tokens
- * ~1.7x faster (kernels-x86-pk.h). A packed kern_mat has packed = 1 and the
- * same type, shape and row_bytes as the GGUF one; kernels_matmul takes it
- * like any other (any row range; results never depend on the row split or
- * on n_tok, as for GGUF rows, but differ from the GGUF layout's in the last
- * bits: the sums are added in another order).
+ * Q4_K, Q6_K and Q4_0 matrices with n_rows a multiple of KERNELS_PACK_ROWS
+ * can be reordered once at load into 16-row groups (same size, layout in
+ * kernels-pack.c), which the packed kernels compute faster in batches:
+ * Q4_K / Q6_K on AVX-512 (~1.7x, kernels-x86-pk.h), Q4_0 on AVX2
+ * (kernels-avx2-pk.h). A packed kern_mat has packed = 1 and the same type,
+ * shape and row_bytes as the GGUF one; kernels_matmul takes it like any
+ * other (any row range; results never depend on the row split or on n_tok,
+ * as for GGUF rows, but differ from the GGUF layout's in the last bits: the
+ * sums are added in another order). Which types an ISA packs:
+ * kernels_pack_wanted.
  *   if (kernels_pack_wanted(w.type, w.n_rows, w.n_cols)) {
  *       void *p = malloc(w.n_rows * w.row_bytes);
  *       kernels_pack(&w, p, 0, w.n_rows / KERNELS_PACK_ROWS);

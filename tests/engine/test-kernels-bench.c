@@ -4,8 +4,9 @@
  *
  *   meson setup build-rel --buildtype=release && ninja -C build-rel tests/kernels-bench
  *   build-rel/tests/kernels-bench [MB=128] [threads=2] [isa=-1: best] [reps=5] [types=all] [ntok=8]
- *   (types: comma-separated ggml names, e.g. q4_0,q4_K; ntok: tokens of the
- *   batched (prefill) figure, also given as G multiply-adds per second)
+ *                                 [prefetch=the CPU's default: off | nta:BYTES | t0:BYTES |
+ * t1:BYTES] (types: comma-separated ggml names, e.g. q4_0,q4_K; ntok: tokens of the batched
+ * (prefill) figure, also given as G multiply-adds per second)
  *
  * Times are the best of `reps` runs (on a shared box the best run is the one
  * nobody preempted). MB=1 keeps the matrix in L2: the kernel's compute
@@ -192,8 +193,18 @@ int main(int argc, char **argv) {
     int ntok = argc > 6 ? atoi(argv[6]) : 8;
     if (ntok < 1 || ntok > 4096)
         ntok = 8;
-    printf("isa %s, %.0f MB of weights per type, 4096 columns\n",
-           kernels_isa_name(kernels_isa_active()), mb);
+    if (argc > 7) { /* decode prefetch: off, or HINT:BYTES with HINT nta|t0|t1 */
+        struct kern_prefetch pf = {KERN_PF_OFF, 0};
+        char hint[8] = "";
+        if (strcmp(argv[7], "off") != 0 && sscanf(argv[7], "%7[a-z0-9]:%d", hint, &pf.dist) == 2)
+            for (int h = KERN_PF_NTA; h <= KERN_PF_T1; h++)
+                if (!strcmp(hint, kern_prefetch_name(h)))
+                    pf.hint = h;
+        kern_prefetch_set(pf);
+    }
+    printf("isa %s, %.0f MB of weights per type, 4096 columns, decode prefetch %s %d\n",
+           kernels_isa_name(kernels_isa_active()), mb, kern_prefetch_name(kern_pf.hint),
+           kern_pf.dist);
     static const enum quant_type types[] = {QUANT_Q4_0, QUANT_Q8_0,  QUANT_Q4_K,   QUANT_Q5_K,
                                             QUANT_Q6_K, QUANT_MXFP4, QUANT_IQ4_NL, QUANT_F16,
                                             QUANT_BF16, QUANT_F32};

@@ -432,22 +432,22 @@ START_TEST(test_wide_moe_threads_bit_identical) {
 }
 END_TEST
 
-/* K-quant matrices (rows a multiple of 16), routed experts included, are
- * packed at load where the ISA active at load has packed kernels, on every
- * ISA the host runs (model_params.repack;
- * cases 0-1 dense llama, 2-3 qwen3moe; Q4_K, Q6_K): the logits stay within
+/* Q4_K, Q6_K and Q4_0 matrices (rows a multiple of 16), routed experts
+ * included, are packed at load where the ISA active at load has packed
+ * kernels for the type, on every ISA the host runs (model_params.repack;
+ * cases 0-2 dense llama, 3-5 qwen3moe; Q4_K, Q6_K, Q4_0): the logits stay within
  * 1e-4 of the file layout's, and the packed model gives the same bits at 1
  * and 3 threads, token by token, as one chunk and interleaved with other
  * sequences (modes 0-2 of run()) up to the summation order of a chunk. */
-START_TEST(test_packed_k_quants) {
-    static const uint32_t types[] = {QUANT_Q4_K, QUANT_Q6_K};
-    struct spec s = spec_of(_i < 2 ? "llama" : "qwen3moe"); /* dense; routed experts */
+START_TEST(test_packed_layouts) {
+    static const uint32_t types[] = {QUANT_Q4_K, QUANT_Q6_K, QUANT_Q4_0};
+    struct spec s = spec_of(_i < 3 ? "llama" : "qwen3moe"); /* dense; routed experts */
     s.n_embd = 256, s.n_ff = 512, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 64;
     s.n_vocab = 272, s.n_layer = 2, s.n_ff_exp = 256;
-    s.mat_type = types[_i % 2];
+    s.mat_type = types[_i % 3];
     /* identical experts: a router logit that moves in the last bits may swap
      * near-tied experts, which must not change the output here */
-    s.same_experts = _i >= 2;
+    s.same_experts = _i >= 3;
     char path[256];
     tmp_path(path, sizeof path, "packed");
     write_model(path, &s);
@@ -579,7 +579,7 @@ static Suite *synth_suite(void) {
     TCase *tc = tcase_create("archs");
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, test_arch_consistency, 0, (int)(sizeof kinds / sizeof kinds[0]));
-    tcase_add_loop_test(tc, test_packed_k_quants, 0, 4);
+    tcase_add_loop_test(tc, test_packed_layouts, 0, 6);
     tcase_add_test(tc, test_moe_identical_experts_equal_dense);
     tcase_add_test(tc, test_refuses_inconsistent_shapes);
     tcase_add_test(tc, test_wide_moe_threads_bit_identical);
