@@ -111,17 +111,234 @@ KX_INLINE void kx_p2_q4_0_tile(const uint8_t *grp, int64_t nb, int h0, const int
         _mm256_storeu_ps(out + k * 8, tot[k]);
 }
 
-/* Rows [r0, r1) x nt (<= KX_P2_CHUNK) tokens of a packed Q4_0 matrix whose
- * activation scalars are prepared (dy, cs: (nt, nb)). Whole groups; rows of
- * a group outside [r0, r1) are computed and not stored (the kernels of the
- * other rows do the same operations, so the stored bits do not change).
- * One token: both halves of a group in one pass (the group's bytes stream
- * once); more: a half at a time, tokens in tiles of equal size <= KX_P2_T,
- * the first tile prefetching (later tiles find the group in L1/L2). */
-static void kx_p2_q4_0_rows(const struct kern_mat *w, int64_t nb, const uint8_t *xq, size_t xs,
-                            int64_t nt, const float *dy, const int32_t *cs, float *y, int64_t ldy,
-                            int64_t r0, int64_t r1) {
-    const size_t gbytes = (size_t)nb * KX_P2_Q4_0_BYTES;
+/* ---- Q4_K and Q6_K (the layout the AVX-512 kernels use too) -------------
+ * Per (row, token) and super-block b, in this order whatever the batch:
+ *   Q4_K, sub-block j (32 weights, 8 dword columns c): P_j = sum over c of
+ *     maddubs(quants, y[32 j + 4c ..]) in int16 (exact: 8 * 2 * 15 * 128 <
+ *     32767), I += madd(P_j, (sc_j, sc_j)) in int32 (exact); the mins term
+ *     M = sum over i of madd((m_2i, m_2i+1), (p_2i, p_2i+1)) with p_j =
+ *     bsums[2j] + bsums[2j + 1] (exact); tot = fma(d * float(I) - dmin *
+ *     float(M), d_act, tot).
+ *   Q6_K, sub-block k (16 weights, 4 dword columns): two int16 sums of two
+ *     maddubs each (6-bit quants: 2 * 2 * 63 * 128 < 32767), I +=
+ *     madd(each, (sc_k, sc_k)); the +32 offset as C = sum over i of
+ *     madd((sc_2i, sc_2i+1), (bsums_2i, bsums_2i+1)), I - 32 C exact; tot =
+ *     fma(d * float(I - 32 C), d_act, tot).
+ * The integer sums are exact, so their order is free; only the float steps
+ * (once per super-block) have a fixed order. The weights of a sub-block are
+ * unpacked into registers once per tile and every token of the tile runs
+ * over them (token-outer, as for Q4_0). */
+
+/* Half h (8 rows) of a Q4_K packed super-block: (sc, sc) int16 pairs per
+ * row for each sub-block, the mins as (m_2i, m_2i+1) pairs per row. */
+KX_INLINE void kx_p2_q4k_scales(const uint8_t *ps, int h, __m256i sc[8], __m256i mp[4]) {
+    const __m128i m63 = _mm_set1_epi8(63), m15 = _mm_set1_epi8(15), m3 = _mm_set1_epi8(3);
+    __m128i q[12], mn[8];
+    for (int i = 0; i < 12; i++)
+        q[i] = _mm_loadl_epi64((const __m128i *)(ps + 2048 + 16 * i + 8 * h));
+    for (int j = 0; j < 8; j++) {
+        __m128i s8, m8;
+        if (j < 4) {
+            s8 = _mm_and_si128(q[j], m63);
+            m8 = _mm_and_si128(q[j + 4], m63);
+        } else { /* ggml's get_scale_min_k4, 8 rows a byte each */
+            const __m128i hs = _mm_and_si128(_mm_srli_epi16(q[j - 4], 6), m3);
+            const __m128i hm = _mm_and_si128(_mm_srli_epi16(q[j], 6), m3);
+            s8 = _mm_or_si128(_mm_and_si128(q[j + 4], m15), _mm_slli_epi16(hs, 4));
+            m8 = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q[j + 4], 4), m15),
+                              _mm_slli_epi16(hm, 4));
+        }
+        const __m256i s32 = _mm256_cvtepu8_epi32(s8);
+        sc[j] = _mm256_or_si256(s32, _mm256_slli_epi32(s32, 16));
+        mn[j] = m8;
+    }
+    for (int i = 0; i < 4; i++)
+        mp[i] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn[2 * i], mn[2 * i + 1]));
+}
+
+/* T tokens x the 8 rows of H halves (from h0) of one Q4_K group. */
+KX_INLINE void kx_p2_q4k_tile(const uint8_t *grp, int64_t nb, int h0, const int H,
+                              const uint8_t *xq, size_t xs, const int T, int pf, float *out) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 tot[2 * KX_P2_T];
+    for (int k = 0; k < H * T; k++)
+        tot[k] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *ps = grp + (size_t)b * 2304;
+        if (pf)
+            for (int l = 0; l < 36; l++)
+                kx_pf_decode(ps + 64 * l);
+        for (int k = 0; k < H; k++) {
+            const int h = h0 + k;
+            __m256i sc[8], mp[4];
+            kx_p2_q4k_scales(ps, h, sc, mp);
+            __m256i I[KX_P2_T];
+            for (int t = 0; t < T; t++)
+                I[t] = _mm256_setzero_si256();
+            for (int j = 0; j < 8; j++) { /* sub-block j: nibble j & 1 of qs chunk j / 2 */
+                const int p = j >> 1, hi = j & 1;
+                __m256i w[8];
+                for (int c = 0; c < 8; c++) {
+                    const __m256i raw =
+                        _mm256_loadu_si256((const __m256i *)(ps + (p * 8 + c) * 64 + 32 * h));
+                    w[c] = _mm256_and_si256(hi ? _mm256_srli_epi16(raw, 4) : raw, m4);
+                }
+                for (int t = 0; t < T; t++) {
+                    const int8_t *y =
+                        ((const block_q8_K *)(xq + (size_t)t * xs) + b)->qs + 64 * p + 32 * hi;
+                    __m256i acc = _mm256_setzero_si256();
+                    for (int c = 0; c < 8; c++) {
+                        int32_t v;
+                        memcpy(&v, y + 4 * c, 4);
+                        const __m256i m = _mm256_maddubs_epi16(w[c], _mm256_set1_epi32(v));
+                        acc = c == 0 ? m : _mm256_add_epi16(acc, m);
+                    }
+                    I[t] = _mm256_add_epi32(I[t], _mm256_madd_epi16(acc, sc[j]));
+                }
+            }
+            const __m256 d =
+                _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ps + 2240 + 16 * h)));
+            const __m256 dmin =
+                _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ps + 2272 + 16 * h)));
+            for (int t = 0; t < T; t++) {
+                const block_q8_K *a = (const block_q8_K *)(xq + (size_t)t * xs) + b;
+                /* p_j = bsums[2j] + bsums[2j + 1] as int16 pairs (p_2i, p_2i+1) */
+                const __m256i pj = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums),
+                                                     _mm256_set1_epi16(1));
+                const __m256i p16 = _mm256_packs_epi32(pj, pj); /* dwords 0, 1 | 4, 5 */
+                __m256i M = _mm256_madd_epi16(
+                    mp[0], _mm256_permutevar8x32_epi32(p16, _mm256_set1_epi32(0)));
+                M = _mm256_add_epi32(M, _mm256_madd_epi16(mp[1], _mm256_permutevar8x32_epi32(
+                                                                     p16, _mm256_set1_epi32(1))));
+                M = _mm256_add_epi32(M, _mm256_madd_epi16(mp[2], _mm256_permutevar8x32_epi32(
+                                                                     p16, _mm256_set1_epi32(4))));
+                M = _mm256_add_epi32(M, _mm256_madd_epi16(mp[3], _mm256_permutevar8x32_epi32(
+                                                                     p16, _mm256_set1_epi32(5))));
+                const __m256 g = _mm256_fmsub_ps(d, _mm256_cvtepi32_ps(I[t]),
+                                                 _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(M)));
+                tot[k * T + t] = _mm256_fmadd_ps(g, _mm256_set1_ps(a->d), tot[k * T + t]);
+            }
+        }
+    }
+    for (int k = 0; k < H * T; k++)
+        _mm256_storeu_ps(out + k * 8, tot[k]);
+}
+
+/* T tokens x the 8 rows of H halves (from h0) of one Q6_K group. */
+KX_INLINE void kx_p2_q6k_tile(const uint8_t *grp, int64_t nb, int h0, const int H,
+                              const uint8_t *xq, size_t xs, const int T, int pf, float *out) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    __m256 tot[2 * KX_P2_T];
+    for (int k = 0; k < H * T; k++)
+        tot[k] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *ps = grp + (size_t)b * 3360;
+        if (pf)
+            for (int l = 0; l < 53; l++)
+                kx_pf_decode(ps + 64 * l);
+        for (int k = 0; k < H; k++) {
+            const int h = h0 + k;
+            /* the 16 scales of the 8 rows: (sc, sc) pairs, and (sc_2i, sc_2i+1) */
+            __m256i sc[16], sp[8];
+            __m128i s8[16];
+            for (int i = 0; i < 16; i++) {
+                s8[i] = _mm_loadl_epi64((const __m128i *)(ps + 3072 + 16 * i + 8 * h));
+                const __m256i s32 = _mm256_cvtepi8_epi32(s8[i]);
+                sc[i] = _mm256_blend_epi16(s32, _mm256_slli_epi32(s32, 16), 0xAA);
+            }
+            for (int i = 0; i < 8; i++)
+                sp[i] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s8[2 * i], s8[2 * i + 1]));
+            __m256i I[KX_P2_T];
+            for (int t = 0; t < T; t++) {
+                const int16_t *bs = ((const block_q8_K *)(xq + (size_t)t * xs) + b)->bsums;
+                __m256i C = _mm256_setzero_si256();
+                for (int i = 0; i < 8; i++) {
+                    int32_t v;
+                    memcpy(&v, bs + 2 * i, 4);
+                    C = _mm256_add_epi32(C, _mm256_madd_epi16(sp[i], _mm256_set1_epi32(v)));
+                }
+                I[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(C, 5));
+            }
+            for (int n = 0; n < 2; n++)
+                for (int q = 0; q < 4; q++)
+                    for (int half = 0; half < 2; half++) {
+                        const int kk = 8 * n + 2 * q + half;
+                        __m256i w[4];
+                        for (int c4 = 0; c4 < 4; c4++) {
+                            const int c = 4 * half + c4;
+                            const __m256i l = _mm256_loadu_si256(
+                                (const __m256i *)(ps + (n * 16 + c + ((q & 1) ? 8 : 0)) * 64 +
+                                                  32 * h));
+                            const __m256i hq = _mm256_loadu_si256(
+                                (const __m256i *)(ps + 2048 + (n * 8 + c) * 64 + 32 * h));
+                            const __m256i lo = (q & 2) ? _mm256_srli_epi16(l, 4) : l;
+                            __m256i hb;
+                            if (q == 0)
+                                hb = _mm256_slli_epi16(hq, 4);
+                            else if (q == 1)
+                                hb = _mm256_slli_epi16(hq, 2);
+                            else if (q == 2)
+                                hb = hq;
+                            else
+                                hb = _mm256_srli_epi16(hq, 2);
+                            w[c4] = _mm256_or_si256(_mm256_and_si256(lo, m4),
+                                                    _mm256_and_si256(hb, m30));
+                        }
+                        for (int t = 0; t < T; t++) {
+                            const int8_t *y = ((const block_q8_K *)(xq + (size_t)t * xs) + b)->qs +
+                                              128 * n + 32 * q + 16 * half;
+                            int32_t v[4];
+                            memcpy(v, y, 16);
+                            const __m256i a0 = _mm256_add_epi16(
+                                _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(v[0])),
+                                _mm256_maddubs_epi16(w[1], _mm256_set1_epi32(v[1])));
+                            const __m256i a1 = _mm256_add_epi16(
+                                _mm256_maddubs_epi16(w[2], _mm256_set1_epi32(v[2])),
+                                _mm256_maddubs_epi16(w[3], _mm256_set1_epi32(v[3])));
+                            I[t] = _mm256_add_epi32(I[t], _mm256_madd_epi16(a0, sc[kk]));
+                            I[t] = _mm256_add_epi32(I[t], _mm256_madd_epi16(a1, sc[kk]));
+                        }
+                    }
+            const __m256 d =
+                _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ps + 3328 + 16 * h)));
+            for (int t = 0; t < T; t++) {
+                const block_q8_K *a = (const block_q8_K *)(xq + (size_t)t * xs) + b;
+                tot[k * T + t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(I[t])),
+                                                 _mm256_set1_ps(a->d), tot[k * T + t]);
+            }
+        }
+    }
+    for (int k = 0; k < H * T; k++)
+        _mm256_storeu_ps(out + k * 8, tot[k]);
+}
+
+enum kx_p2 { KX_P2_Q40, KX_P2_Q4K, KX_P2_Q6K };
+
+/* One tile of any packed kind (dy, cs: Q4_0's activation scalars). */
+KX_INLINE void kx_p2_tile(enum kx_p2 kind, const uint8_t *grp, int64_t nb, int h0, const int H,
+                          const uint8_t *xq, size_t xs, const float *dy, const int32_t *cs,
+                          const int T, int pf, float *out) {
+    if (kind == KX_P2_Q40)
+        kx_p2_q4_0_tile(grp, nb, h0, H, xq, xs, dy, cs, T, pf, out);
+    else if (kind == KX_P2_Q4K)
+        kx_p2_q4k_tile(grp, nb, h0, H, xq, xs, T, pf, out);
+    else
+        kx_p2_q6k_tile(grp, nb, h0, H, xq, xs, T, pf, out);
+}
+
+/* Rows [r0, r1) x nt tokens of a packed matrix of kind `kind` (Q4_0: at
+ * most KX_P2_CHUNK tokens, their activation scalars prepared in dy, cs:
+ * (nt, nb)). Whole groups; rows of a group outside [r0, r1) are computed
+ * and not stored (the kernels of the other rows do the same operations, so
+ * the stored bits do not change). One token: both halves of a group in one
+ * pass (the group's bytes stream once); more: a half at a time, tokens in
+ * tiles of equal size <= KX_P2_T (11 is 6 + 5, not 8 + 3: each tile unpacks
+ * the weights once), the first tile prefetching (later tiles find the group
+ * in L1/L2). */
+KX_INLINE void kx_p2_rows(enum kx_p2 kind, const struct kern_mat *w, int64_t nb, size_t block_bytes,
+                          const uint8_t *xq, size_t xs, int64_t nt, const float *dy,
+                          const int32_t *cs, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    const size_t gbytes = (size_t)nb * block_bytes;
     float out[KX_P2_T * 8] __attribute__((aligned(32)));
     for (int64_t g = r0 / KERNELS_PACK_ROWS; g * KERNELS_PACK_ROWS < r1; g++) {
         const uint8_t *grp = (const uint8_t *)w->data + (size_t)g * gbytes;
@@ -129,7 +346,7 @@ static void kx_p2_q4_0_rows(const struct kern_mat *w, int64_t nb, const uint8_t 
         const int64_t lo = r0 > base ? r0 - base : 0;
         const int64_t hi = r1 - base < KERNELS_PACK_ROWS ? r1 - base : KERNELS_PACK_ROWS;
         if (nt == 1) {
-            kx_p2_q4_0_tile(grp, nb, 0, 2, xq, xs, dy, cs, 1, 1, out);
+            kx_p2_tile(kind, grp, nb, 0, 2, xq, xs, dy, cs, 1, 1, out);
             for (int64_t i = lo; i < hi; i++)
                 y[base + i] = out[i];
             continue;
@@ -139,13 +356,13 @@ static void kx_p2_q4_0_rows(const struct kern_mat *w, int64_t nb, const uint8_t 
                 const int64_t left = nt - t, tiles = (left + KX_P2_T - 1) / KX_P2_T;
                 const int n = (int)((left + tiles - 1) / tiles);
                 const uint8_t *x = xq + (size_t)t * xs;
-                const float *d = dy + t * nb;
-                const int32_t *c = cs + t * nb;
+                const float *d = dy ? dy + t * nb : NULL;
+                const int32_t *c = cs ? cs + t * nb : NULL;
                 const int pf = t == 0 && h == (int)(lo / 8);
                 switch (n) { /* T must be a constant in each call: one copy per size */
 #define KX_P2_CASE(T)                                                                              \
     case T:                                                                                        \
-        kx_p2_q4_0_tile(grp, nb, h, 1, x, xs, d, c, T, pf, out);                                   \
+        kx_p2_tile(kind, grp, nb, h, 1, x, xs, d, c, T, pf, out);                                  \
         break;
                     KX_P2_CASE(8)
                     KX_P2_CASE(7)
@@ -155,7 +372,7 @@ static void kx_p2_q4_0_rows(const struct kern_mat *w, int64_t nb, const uint8_t 
                     KX_P2_CASE(3)
                     KX_P2_CASE(2)
                 default:
-                    kx_p2_q4_0_tile(grp, nb, h, 1, x, xs, d, c, 1, pf, out);
+                    kx_p2_tile(kind, grp, nb, h, 1, x, xs, d, c, 1, pf, out);
                     break;
 #undef KX_P2_CASE
                 }
@@ -192,15 +409,28 @@ static void kx_matmul_p2_q4_0(const struct kern_mat *w, const void *xq, size_t x
         const int64_t nt = n_tok - t0 < chunk ? n_tok - t0 : chunk;
         const uint8_t *x = (const uint8_t *)xq + (size_t)t0 * xs;
         kx_p2_prep(x, xs, nt, nb, dy, cs);
-        kx_p2_q4_0_rows(w, nb, x, xs, nt, dy, cs, y + t0 * ldy, ldy, r0, r1);
+        kx_p2_rows(KX_P2_Q40, w, nb, KX_P2_Q4_0_BYTES, x, xs, nt, dy, cs, y + t0 * ldy, ldy, r0,
+                   r1);
     }
     if (buf != stack)
         free(buf);
 }
 
+static void kx_matmul_p2_q4_K(const struct kern_mat *w, const void *xq, size_t xs, int64_t n_tok,
+                              float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    kx_p2_rows(KX_P2_Q4K, w, w->n_cols / QK_K, 2304, xq, xs, n_tok, NULL, NULL, y, ldy, r0, r1);
+}
+
+static void kx_matmul_p2_q6_K(const struct kern_mat *w, const void *xq, size_t xs, int64_t n_tok,
+                              float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    kx_p2_rows(KX_P2_Q6K, w, w->n_cols / QK_K, 3360, xq, xs, n_tok, NULL, NULL, y, ldy, r0, r1);
+}
+
 /* The AVX2 build's packed kernels. */
 static void kx_p2_fill(struct kern_table *t) {
     t->matmul_packed[QUANT_Q4_0] = kx_matmul_p2_q4_0;
+    t->matmul_packed[QUANT_Q4_K] = kx_matmul_p2_q4_K;
+    t->matmul_packed[QUANT_Q6_K] = kx_matmul_p2_q6_K;
 }
 
 #endif /* !__AVX512F__ */

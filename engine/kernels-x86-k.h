@@ -167,15 +167,28 @@ KX_INLINE void kx_q6k_half(const block_q6_K *x, int h, __m256i q[4]) {
                            _mm256_and_si256(_mm256_srli_epi16(hh, 2), m30));
 }
 
+/* Q6_K's -32 offset in int32: isum (the unsigned 6-bit quants' scaled sums)
+ * - 32 * (scales x bsums), exact (|isum| <= 8 * 2 * 16128 * 128, the offset
+ * term <= 32 * 16 * 128 * 4064). It was a second float sum subtracted at the
+ * end, which cancels against the first: the two terms are ~32x the result,
+ * so their rounding errors were the result's, and on a synthesized qwen3moe
+ * (test-model-synth test_packed_layouts) one position's logits moved by
+ * 3.4e-3 of the largest (the reference, the AVX-512 kernels and ggml apply
+ * the offset in integers: 2e-7). */
+KX_INLINE __m256i kx_q6k_offset(__m256i isum, __m256i sc16, const int16_t *bsums) {
+    const __m256i corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)bsums));
+    return _mm256_sub_epi32(isum, _mm256_slli_epi32(corr, 5));
+}
+
 /* Q6_K: 6-bit unsigned quants (0..63) dotted as is; the -32 offset is folded
  * in exactly through the activation's 16-element sums (bsums). */
 KX_INLINE void kx_q6k_tile(const struct kern_mat *w, int64_t r, int NR, const uint8_t *xq,
                            size_t xs, int nt, float *out, int64_t ldy) {
     const int64_t nb = w->n_cols / QK_K;
-    __m256 acc[4][KX_TILE], accm[4][KX_TILE];
+    __m256 acc[4][KX_TILE];
     for (int i = 0; i < NR; i++)
         for (int t = 0; t < nt; t++)
-            acc[i][t] = accm[i][t] = _mm256_setzero_ps();
+            acc[i][t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         for (int i = 0; i < NR; i++) {
             const block_q6_K *x =
@@ -211,17 +224,15 @@ KX_INLINE void kx_q6k_tile(const struct kern_mat *w, int64_t r, int NR, const ui
             }
             for (int t = 0; t < nt; t++) {
                 const block_q8_K *a = (const block_q8_K *)(xq + (size_t)t * xs) + b;
-                __m256i corr =
-                    _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)a->bsums));
                 const __m256 dd = _mm256_set1_ps(d * a->d);
-                acc[i][t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum[t]), acc[i][t]);
-                accm[i][t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(corr), accm[i][t]);
+                acc[i][t] = _mm256_fmadd_ps(
+                    dd, _mm256_cvtepi32_ps(kx_q6k_offset(isum[t], sc16, a->bsums)), acc[i][t]);
             }
         }
     }
     for (int i = 0; i < NR; i++)
         for (int t = 0; t < nt; t++)
-            out[t * ldy + i] = kx_hsum(acc[i][t]) - 32.0f * kx_hsum(accm[i][t]);
+            out[t * ldy + i] = kx_hsum(acc[i][t]);
 }
 
 /* ---- K-quant GEMM for n_tok >= KX_KG_MIN (prefill chunks, batched decode),
@@ -329,11 +340,11 @@ KX_INLINE __m256i kx_dot_u8_scaled_acc(__m256i acc, __m256i u, __m256i y, __m256
 /* NR rows (unpacked: wq[b * KX_KG_ROWS + i]) x nt tokens over nb super-blocks. */
 KX_INLINE void kx_kg_tile(enum kx_kq k, const struct kx_kw *wq, int NR, int64_t nb,
                           const uint8_t *xq, size_t xs, int nt, float *out, int64_t ldy) {
-    __m256 acc[KX_KG_ROWS][KX_TILE], accm[KX_KG_ROWS][KX_TILE];
+    __m256 acc[KX_KG_ROWS][KX_TILE];
     __m128 accm4[KX_KG_ROWS][KX_TILE];
     for (int i = 0; i < NR; i++)
         for (int t = 0; t < nt; t++) {
-            acc[i][t] = accm[i][t] = _mm256_setzero_ps();
+            acc[i][t] = _mm256_setzero_ps();
             accm4[i][t] = _mm_setzero_ps();
         }
     for (int64_t b = 0; b < nb; b++) {
@@ -354,10 +365,10 @@ KX_INLINE void kx_kg_tile(enum kx_kq k, const struct kx_kw *wq, int NR, int64_t 
             const __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
             if (k == KX_KQ6) {
                 for (int i = 0; i < NR; i++) {
-                    const __m256i corr = _mm256_madd_epi16(wb[i].m, bs);
                     const __m256 dd = _mm256_set1_ps(wb[i].d * a->d);
-                    acc[i][t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum[i][t]), acc[i][t]);
-                    accm[i][t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(corr), accm[i][t]);
+                    acc[i][t] = _mm256_fmadd_ps(
+                        dd, _mm256_cvtepi32_ps(kx_q6k_offset(isum[i][t], wb[i].m, a->bsums)),
+                        acc[i][t]);
                 }
             } else {
                 const __m128i bs8 =
@@ -375,7 +386,7 @@ KX_INLINE void kx_kg_tile(enum kx_kq k, const struct kx_kw *wq, int NR, int64_t 
     for (int i = 0; i < NR; i++)
         for (int t = 0; t < nt; t++) {
             if (k == KX_KQ6) {
-                out[t * ldy + i] = kx_hsum(acc[i][t]) - 32.0f * kx_hsum(accm[i][t]);
+                out[t * ldy + i] = kx_hsum(acc[i][t]);
             } else {
                 __m128 m = accm4[i][t];
                 m = _mm_add_ps(m, _mm_movehl_ps(m, m));
