@@ -1,27 +1,38 @@
 /* engine/kernels-avx2-pk.h: AVX2 kernels over the 16-row packed layout of
- * Q4_0 (kernels-pack.c has the layout), against Q8_0 activations. Included
- * by kernels-avx2.c only (after kernels-x86.h); the functions are static.
+ * Q4_0 and Q4_K (kernels-pack.c has the layout; Q4_K's is the one the
+ * AVX-512 kernels use too), against Q8_0 / Q8_K activations. Included by
+ * kernels-avx2.c only (after kernels-x86.h); the functions are static.
  * Threading: reentrant (stack, or a heap scratch per call).
  *
- * Why a packed layout on AVX2 (and the file layout for the K-quants): a
- * Q4_0 block has one float scale per 32 weights. In the GGUF layout every
- * 32 products of a row therefore cost a vpmaddubsw, a vpmaddwd widening, a
- * conversion, the scale product and an fma (kx_b32_step). With 16 rows
- * interleaved dword by dword, lane r of a ymm is row r: 4 columns of 8 rows
- * are one vpmaddubsw against the token's 4 activations broadcast, the 8
- * such products of a block add up exactly in int16 (8 * 2 * 15 * 128 =
- * 30720 < 32767), and the widening, conversion and scale are done once per
- * 8 rows and block: about 2.6 ALU operations per 32 multiply-adds against
- * 5 (vpmaddubsw, vpmaddwd, cvt, mul, fma) in the GGUF layout, and in decode
- * 16 rows' scales are two vcvtph2ps instead of 16 scalar conversions. The
- * K-quants' sub-block scales are small integers, so their GGUF-layout
- * kernels already widen once per 32 products with the scale as the
- * vpmaddwd operand (kx_kg_tile: 3 operations per 32); the packed layout
- * would save the vpmaddwd but add a broadcast, so they stay in the file
- * layout on AVX2.
+ * Why a packed layout on AVX2. Lane r of a ymm is row r: 4 columns of 8
+ * rows are one vpmaddubsw against the token's 4 activations broadcast, and
+ * the products of 8 such columns add up exactly in int16 (4-bit quants: 8 *
+ * 2 * 15 * 128 = 30720 < 32767) before one widening. Per 32 multiply-adds:
+ *   Q4_0: ~2.6 ALU operations against 5 in the GGUF layout (vpmaddubsw,
+ *     vpmaddwd, cvt, scale product, fma: one float scale per 32 weights,
+ *     kx_b32_step); decode converts 16 rows' scales with two vcvtph2ps.
+ *   Q4_K: ~2.2 against 3 (vpmaddubsw, vpmaddwd with the sub-block scale,
+ *     vpaddd: kx_kg_tile), and the float work per super-block once per 8
+ *     rows instead of per row.
+ * Q6_K stays in the GGUF layout on AVX2: its 6-bit quants allow only two
+ * vpmaddubsw per int16 sum and its scales cover 16 weights, so a packed
+ * kernel (written and measured, not kept) did 2.5 operations per 32 where
+ * kx_q6k_tile does 3, but decoded slower: this 2-vCPU Xeon VM, AVX2
+ * forced, `kernels-bench 256 2 1 3 q4_K,q6_K 1` (DRAM, 2 threads) packed
+ * q6_K 17.3-19.1 GB/s against 19.6-21.6 for the GGUF rows in the same
+ * rounds; `bench-model MODEL 2 48 128 1 0 avx2` / `... 2 16 8 8 0 avx2`,
+ * two interleaved rounds (with / without it): llama-3.2-1b Q4_K_M decode
+ * 24.8-25.2 / 26.7-27.2 tok/s, 8 sequences 89-92 / 83-86 tok/s, prefill
+ * 143-157 / 134-150; Q4_0 decode 30.4 / 33.0 tok/s, 8 sequences 97 / 98.
+ * One stream's decode was worth more than the batches' 5-7%.
  *
- * Per (row, token) and block b, in this order whatever the batch, the tile
- * or the row split:
+ * Measured (same VM, AVX2 forced, 2 threads, L2-resident 2 MB,
+ * `kernels-bench 2 2 1 5 q4_0,q4_K N`): q4_0 decode 11 -> 29-31 GB/s a
+ * thread, n_tok = 8 50 -> 136-156 G MAC/s; q4_K decode 17 -> 19-20 GB/s,
+ * n_tok = 8 93 -> 190 G MAC/s (GGUF layout -> packed).
+ *
+ * Per (row, token) and block b of Q4_0, in this order whatever the batch,
+ * the tile or the row split:
  *   P = sum over c = 0..3 of (maddubs(lo_c, y[4c..]) + maddubs(hi_c,
  *     y[16 + 4c..])) in int16 (exact), I = madd(P, 1) - 8 * sum(y) in int32
  *     (exact: the -8 offset of Q4_0 through the activation's sum);
@@ -111,7 +122,7 @@ KX_INLINE void kx_p2_q4_0_tile(const uint8_t *grp, int64_t nb, int h0, const int
         _mm256_storeu_ps(out + k * 8, tot[k]);
 }
 
-/* ---- Q4_K and Q6_K (the layout the AVX-512 kernels use too) -------------
+/* ---- Q4_K (the layout the AVX-512 kernels use too) ---------------------
  * Per (row, token) and super-block b, in this order whatever the batch:
  *   Q4_K, sub-block j (32 weights, 8 dword columns c): P_j = sum over c of
  *     maddubs(quants, y[32 j + 4c ..]) in int16 (exact: 8 * 2 * 15 * 128 <
@@ -119,11 +130,6 @@ KX_INLINE void kx_p2_q4_0_tile(const uint8_t *grp, int64_t nb, int h0, const int
  *     M = sum over i of madd((m_2i, m_2i+1), (p_2i, p_2i+1)) with p_j =
  *     bsums[2j] + bsums[2j + 1] (exact); tot = fma(d * float(I) - dmin *
  *     float(M), d_act, tot).
- *   Q6_K, sub-block k (16 weights, 4 dword columns): two int16 sums of two
- *     maddubs each (6-bit quants: 2 * 2 * 63 * 128 < 32767), I +=
- *     madd(each, (sc_k, sc_k)); the +32 offset as C = sum over i of
- *     madd((sc_2i, sc_2i+1), (bsums_2i, bsums_2i+1)), I - 32 C exact; tot =
- *     fma(d * float(I - 32 C), d_act, tot).
  * The integer sums are exact, so their order is free; only the float steps
  * (once per super-block) have a fixed order. The weights of a sub-block are
  * unpacked into registers once per tile and every token of the tile runs
@@ -224,95 +230,7 @@ KX_INLINE void kx_p2_q4k_tile(const uint8_t *grp, int64_t nb, int h0, const int 
         _mm256_storeu_ps(out + k * 8, tot[k]);
 }
 
-/* T tokens x the 8 rows of H halves (from h0) of one Q6_K group. */
-KX_INLINE void kx_p2_q6k_tile(const uint8_t *grp, int64_t nb, int h0, const int H,
-                              const uint8_t *xq, size_t xs, const int T, int pf, float *out) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    __m256 tot[2 * KX_P2_T];
-    for (int k = 0; k < H * T; k++)
-        tot[k] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *ps = grp + (size_t)b * 3360;
-        if (pf)
-            for (int l = 0; l < 53; l++)
-                kx_pf_decode(ps + 64 * l);
-        for (int k = 0; k < H; k++) {
-            const int h = h0 + k;
-            /* the 16 scales of the 8 rows: (sc, sc) pairs, and (sc_2i, sc_2i+1) */
-            __m256i sc[16], sp[8];
-            __m128i s8[16];
-            for (int i = 0; i < 16; i++) {
-                s8[i] = _mm_loadl_epi64((const __m128i *)(ps + 3072 + 16 * i + 8 * h));
-                const __m256i s32 = _mm256_cvtepi8_epi32(s8[i]);
-                sc[i] = _mm256_blend_epi16(s32, _mm256_slli_epi32(s32, 16), 0xAA);
-            }
-            for (int i = 0; i < 8; i++)
-                sp[i] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s8[2 * i], s8[2 * i + 1]));
-            __m256i I[KX_P2_T];
-            for (int t = 0; t < T; t++) {
-                const int16_t *bs = ((const block_q8_K *)(xq + (size_t)t * xs) + b)->bsums;
-                __m256i C = _mm256_setzero_si256();
-                for (int i = 0; i < 8; i++) {
-                    int32_t v;
-                    memcpy(&v, bs + 2 * i, 4);
-                    C = _mm256_add_epi32(C, _mm256_madd_epi16(sp[i], _mm256_set1_epi32(v)));
-                }
-                I[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(C, 5));
-            }
-            for (int n = 0; n < 2; n++)
-                for (int q = 0; q < 4; q++)
-                    for (int half = 0; half < 2; half++) {
-                        const int kk = 8 * n + 2 * q + half;
-                        __m256i w[4];
-                        for (int c4 = 0; c4 < 4; c4++) {
-                            const int c = 4 * half + c4;
-                            const __m256i l = _mm256_loadu_si256(
-                                (const __m256i *)(ps + (n * 16 + c + ((q & 1) ? 8 : 0)) * 64 +
-                                                  32 * h));
-                            const __m256i hq = _mm256_loadu_si256(
-                                (const __m256i *)(ps + 2048 + (n * 8 + c) * 64 + 32 * h));
-                            const __m256i lo = (q & 2) ? _mm256_srli_epi16(l, 4) : l;
-                            __m256i hb;
-                            if (q == 0)
-                                hb = _mm256_slli_epi16(hq, 4);
-                            else if (q == 1)
-                                hb = _mm256_slli_epi16(hq, 2);
-                            else if (q == 2)
-                                hb = hq;
-                            else
-                                hb = _mm256_srli_epi16(hq, 2);
-                            w[c4] = _mm256_or_si256(_mm256_and_si256(lo, m4),
-                                                    _mm256_and_si256(hb, m30));
-                        }
-                        for (int t = 0; t < T; t++) {
-                            const int8_t *y = ((const block_q8_K *)(xq + (size_t)t * xs) + b)->qs +
-                                              128 * n + 32 * q + 16 * half;
-                            int32_t v[4];
-                            memcpy(v, y, 16);
-                            const __m256i a0 = _mm256_add_epi16(
-                                _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(v[0])),
-                                _mm256_maddubs_epi16(w[1], _mm256_set1_epi32(v[1])));
-                            const __m256i a1 = _mm256_add_epi16(
-                                _mm256_maddubs_epi16(w[2], _mm256_set1_epi32(v[2])),
-                                _mm256_maddubs_epi16(w[3], _mm256_set1_epi32(v[3])));
-                            I[t] = _mm256_add_epi32(I[t], _mm256_madd_epi16(a0, sc[kk]));
-                            I[t] = _mm256_add_epi32(I[t], _mm256_madd_epi16(a1, sc[kk]));
-                        }
-                    }
-            const __m256 d =
-                _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ps + 3328 + 16 * h)));
-            for (int t = 0; t < T; t++) {
-                const block_q8_K *a = (const block_q8_K *)(xq + (size_t)t * xs) + b;
-                tot[k * T + t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(I[t])),
-                                                 _mm256_set1_ps(a->d), tot[k * T + t]);
-            }
-        }
-    }
-    for (int k = 0; k < H * T; k++)
-        _mm256_storeu_ps(out + k * 8, tot[k]);
-}
-
-enum kx_p2 { KX_P2_Q40, KX_P2_Q4K, KX_P2_Q6K };
+enum kx_p2 { KX_P2_Q40, KX_P2_Q4K };
 
 /* One tile of any packed kind (dy, cs: Q4_0's activation scalars). */
 KX_INLINE void kx_p2_tile(enum kx_p2 kind, const uint8_t *grp, int64_t nb, int h0, const int H,
@@ -320,10 +238,8 @@ KX_INLINE void kx_p2_tile(enum kx_p2 kind, const uint8_t *grp, int64_t nb, int h
                           const int T, int pf, float *out) {
     if (kind == KX_P2_Q40)
         kx_p2_q4_0_tile(grp, nb, h0, H, xq, xs, dy, cs, T, pf, out);
-    else if (kind == KX_P2_Q4K)
-        kx_p2_q4k_tile(grp, nb, h0, H, xq, xs, T, pf, out);
     else
-        kx_p2_q6k_tile(grp, nb, h0, H, xq, xs, T, pf, out);
+        kx_p2_q4k_tile(grp, nb, h0, H, xq, xs, T, pf, out);
 }
 
 /* Rows [r0, r1) x nt tokens of a packed matrix of kind `kind` (Q4_0: at
@@ -421,16 +337,10 @@ static void kx_matmul_p2_q4_K(const struct kern_mat *w, const void *xq, size_t x
     kx_p2_rows(KX_P2_Q4K, w, w->n_cols / QK_K, 2304, xq, xs, n_tok, NULL, NULL, y, ldy, r0, r1);
 }
 
-static void kx_matmul_p2_q6_K(const struct kern_mat *w, const void *xq, size_t xs, int64_t n_tok,
-                              float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    kx_p2_rows(KX_P2_Q6K, w, w->n_cols / QK_K, 3360, xq, xs, n_tok, NULL, NULL, y, ldy, r0, r1);
-}
-
 /* The AVX2 build's packed kernels. */
 static void kx_p2_fill(struct kern_table *t) {
     t->matmul_packed[QUANT_Q4_0] = kx_matmul_p2_q4_0;
     t->matmul_packed[QUANT_Q4_K] = kx_matmul_p2_q4_K;
-    t->matmul_packed[QUANT_Q6_K] = kx_matmul_p2_q6_K;
 }
 
 #endif /* !__AVX512F__ */

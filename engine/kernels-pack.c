@@ -11,7 +11,8 @@
  * dword per 4 columns, and its scale is one lane-wise multiply-add per
  * sub-block (kernels-x86-pk.h has the measurements).
  *
- * Q4_0 on AVX2 (kernels-avx2-pk.h): a Q4_0 block has one float scale per 32
+ * Q4_0 on AVX2 (kernels-avx2-pk.h, which also computes the Q4_K layout
+ * below): a Q4_0 block has one float scale per 32
  * weights, so in the GGUF layout every 32 products of a row need their own
  * int32 widening, conversion and multiply-add; with 16 rows interleaved,
  * the products of 4 columns of 8 rows sit in one ymm, 8 of them add up

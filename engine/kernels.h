@@ -87,8 +87,8 @@ void kernels_matmul(const struct kern_mat *w, const void *xq, size_t xq_stride, 
  * Q4_K, Q6_K and Q4_0 matrices with n_rows a multiple of KERNELS_PACK_ROWS
  * can be reordered once at load into 16-row groups (same size, layout in
  * kernels-pack.c), which the packed kernels compute faster in batches:
- * Q4_K / Q6_K on AVX-512 (~1.7x, kernels-x86-pk.h), Q4_0 on AVX2
- * (kernels-avx2-pk.h). A packed kern_mat has packed = 1 and the same type,
+ * Q4_K / Q6_K on AVX-512 (~1.7x, kernels-x86-pk.h), Q4_0 / Q4_K on AVX2
+ * (~2-3x, kernels-avx2-pk.h). A packed kern_mat has packed = 1 and the same type,
  * shape and row_bytes as the GGUF one; kernels_matmul takes it like any
  * other (any row range; results never depend on the row split or on n_tok,
  * as for GGUF rows, but differ from the GGUF layout's in the last bits: the
