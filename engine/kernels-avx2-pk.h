@@ -1,5 +1,5 @@
 /* engine/kernels-avx2-pk.h: AVX2 kernels over the 16-row packed layout of
- * Q4_0 and Q4_K (kernels-pack.c has the layout; Q4_K's is the one the
+ * Q4_0, Q8_0 and Q4_K (kernels-pack.c has the layout; Q4_K's is the one the
  * AVX-512 kernels use too), against Q8_0 / Q8_K activations. Included by
  * kernels-avx2.c only (after kernels-x86.h); the functions are static.
  * Threading: reentrant (stack, or a heap scratch per call).
@@ -14,6 +14,11 @@
  *   Q4_K: ~2.2 against 3 (vpmaddubsw, vpmaddwd with the sub-block scale,
  *     vpaddd: kx_kg_tile), and the float work per super-block once per 8
  *     rows instead of per row.
+ *   Q8_0: 4 (vpsignb, vpmaddubsw, vpmaddwd, vpaddd: signed pairs of 8-bit
+ *     values fill int16, so no int16 sums) against 6, and the float work
+ *     once per 8 rows. Tried and dropped: the weights as two unsigned
+ *     nibbles (16 hi + lo, two vpmaddubsw and two int16 sums per 4
+ *     columns, no vpsignb): 66-74 G MAC/s against 98-109 (spills).
  * Q6_K stays in the GGUF layout on AVX2: its 6-bit quants allow only two
  * vpmaddubsw per int16 sum and its scales cover 16 weights, so a packed
  * kernel (written and measured, not kept) did 2.5 operations per 32 where
@@ -29,7 +34,8 @@
  * Measured (same VM, AVX2 forced, 2 threads, L2-resident 2 MB,
  * `kernels-bench 2 2 1 5 q4_0,q4_K N`): q4_0 decode 11 -> 29-31 GB/s a
  * thread, n_tok = 8 50 -> 136-156 G MAC/s; q4_K decode 17 -> 19-20 GB/s,
- * n_tok = 8 93 -> 190 G MAC/s (GGUF layout -> packed).
+ * n_tok = 8 93 -> 190 G MAC/s; q8_0 decode 25 -> 33-36 GB/s, n_tok = 8 60
+ * -> 101 G MAC/s (GGUF layout -> packed).
  *
  * Per (row, token) and block b of Q4_0, in this order whatever the batch,
  * the tile or the row split:
@@ -48,21 +54,24 @@
 #define KX_P2_CHUNK 32 /* tokens whose activation scalars are prepared at once */
 #define KX_P2_Q4_0_BYTES (16 * sizeof(block_q4_0)) /* one packed block: 288 */
 
-/* For tokens [0, nt) and blocks [0, nb): dy = the activation scale, cs =
- * -8 * (sum of the block's 32 activations), at [t * nb + b]. */
+/* For tokens [0, nt) and blocks [0, nb): dy = the activation scale and,
+ * when cs is not NULL (Q4_0), cs = -8 * (sum of the block's 32
+ * activations), at [t * nb + b]. */
 static void kx_p2_prep(const uint8_t *xq, size_t xs, int64_t nt, int64_t nb, float *dy,
                        int32_t *cs) {
     const __m256i one8 = _mm256_set1_epi8(1);
     for (int64_t t = 0; t < nt; t++) {
         const block_q8_0 *a = (const block_q8_0 *)(xq + (size_t)t * xs);
         for (int64_t b = 0; b < nb; b++) {
+            dy[t * nb + b] = kx_f16(a[b].d);
+            if (!cs)
+                continue;
             const __m256i y = _mm256_loadu_si256((const __m256i *)a[b].qs);
             const __m256i s =
                 _mm256_madd_epi16(_mm256_maddubs_epi16(one8, y), _mm256_set1_epi16(1));
             __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
             h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
             h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
-            dy[t * nb + b] = kx_f16(a[b].d);
             cs[t * nb + b] = -8 * _mm_cvtsi128_si32(h);
         }
     }
@@ -116,6 +125,54 @@ KX_INLINE void kx_p2_q4_0_tile(const uint8_t *grp, int64_t nb, int h0, const int
                                                  _mm256_mul_ps(dx, _mm256_set1_ps(dy[t * nb + b])),
                                                  tot[k * T + t]);
             }
+        }
+    }
+    for (int k = 0; k < H * T; k++)
+        _mm256_storeu_ps(out + k * 8, tot[k]);
+}
+
+/* ---- Q8_0 -------------------------------------------------------------------
+ * Signed weights and activations: each 4-column product of 8 rows is
+ * vpmaddubsw(|w|, sign(y, w)) (|y| <= 127, so the sign trick is exact;
+ * pairs <= 2 * 127 * 127 fit int16 but no sum of two does), widened by
+ * vpmaddwd(1) and added in int32: I exact; tot = fma(float(I), d_w * d_y,
+ * tot). Columns outer, tokens inner: a column's weights load once a tile and
+ * T <= 4 tokens' accumulators (4 int32 + 4 float) stay in registers. */
+#define KX_P2_Q8_0_BYTES (16 * sizeof(block_q8_0)) /* one packed block: 544 */
+#define KX_P2_T8 4                                 /* Q8_0 tokens per tile, at most */
+
+KX_INLINE void kx_p2_q8_0_tile(const uint8_t *grp, int64_t nb, int h0, const int H,
+                               const uint8_t *xq, size_t xs, const float *dy, const int T, int pf,
+                               float *out) {
+    __m256 tot[2 * KX_P2_T];
+    for (int k = 0; k < H * T; k++)
+        tot[k] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *pb = grp + (size_t)b * KX_P2_Q8_0_BYTES;
+        if (pf)
+            for (int l = 0; l < 9; l++)
+                kx_pf_decode(pb + 64 * l);
+        for (int k = 0; k < H; k++) {
+            const int h = h0 + k;
+            __m256i acc[KX_P2_T];
+            for (int c = 0; c < 8; c++) {
+                const __m256i wv = _mm256_loadu_si256((const __m256i *)(pb + c * 64 + 32 * h));
+                const __m256i aw = _mm256_sign_epi8(wv, wv);
+                for (int t = 0; t < T; t++) {
+                    int32_t v;
+                    memcpy(&v, ((const block_q8_0 *)(xq + (size_t)t * xs) + b)->qs + 4 * c, 4);
+                    const __m256i p = _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_set1_epi32(v), wv)),
+                        _mm256_set1_epi16(1));
+                    acc[t] = c == 0 ? p : _mm256_add_epi32(acc[t], p);
+                }
+            }
+            const __m256 dx =
+                _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pb + 512 + 16 * h)));
+            for (int t = 0; t < T; t++)
+                tot[k * T + t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t]),
+                                                 _mm256_mul_ps(dx, _mm256_set1_ps(dy[t * nb + b])),
+                                                 tot[k * T + t]);
         }
     }
     for (int k = 0; k < H * T; k++)
@@ -230,7 +287,7 @@ KX_INLINE void kx_p2_q4k_tile(const uint8_t *grp, int64_t nb, int h0, const int 
         _mm256_storeu_ps(out + k * 8, tot[k]);
 }
 
-enum kx_p2 { KX_P2_Q40, KX_P2_Q4K };
+enum kx_p2 { KX_P2_Q40, KX_P2_Q80, KX_P2_Q4K };
 
 /* One tile of any packed kind (dy, cs: Q4_0's activation scalars). */
 KX_INLINE void kx_p2_tile(enum kx_p2 kind, const uint8_t *grp, int64_t nb, int h0, const int H,
@@ -238,6 +295,8 @@ KX_INLINE void kx_p2_tile(enum kx_p2 kind, const uint8_t *grp, int64_t nb, int h
                           const int T, int pf, float *out) {
     if (kind == KX_P2_Q40)
         kx_p2_q4_0_tile(grp, nb, h0, H, xq, xs, dy, cs, T, pf, out);
+    else if (kind == KX_P2_Q80)
+        kx_p2_q8_0_tile(grp, nb, h0, H, xq, xs, dy, T, pf, out);
     else
         kx_p2_q4k_tile(grp, nb, h0, H, xq, xs, T, pf, out);
 }
@@ -267,9 +326,10 @@ KX_INLINE void kx_p2_rows(enum kx_p2 kind, const struct kern_mat *w, int64_t nb,
                 y[base + i] = out[i];
             continue;
         }
+        const int64_t tmax = kind == KX_P2_Q80 ? KX_P2_T8 : KX_P2_T;
         for (int h = (int)(lo / 8); h * 8 < hi; h++) {
             for (int64_t t = 0; t < nt;) {
-                const int64_t left = nt - t, tiles = (left + KX_P2_T - 1) / KX_P2_T;
+                const int64_t left = nt - t, tiles = (left + tmax - 1) / tmax;
                 const int n = (int)((left + tiles - 1) / tiles);
                 const uint8_t *x = xq + (size_t)t * xs;
                 const float *d = dy ? dy + t * nb : NULL;
@@ -303,10 +363,14 @@ KX_INLINE void kx_p2_rows(enum kx_p2 kind, const struct kern_mat *w, int64_t nb,
     }
 }
 
-static void kx_matmul_p2_q4_0(const struct kern_mat *w, const void *xq, size_t xs, int64_t n_tok,
-                              float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    const int64_t nb = w->n_cols / QK4_0;
-    const size_t per_tok = (size_t)nb * (sizeof(float) + sizeof(int32_t));
+/* Q4_0 / Q8_0: the activation scalars of up to KX_P2_CHUNK tokens at a
+ * time (on the stack, or the heap for long rows), then the rows. */
+KX_INLINE void kx_matmul_p2_b32(enum kx_p2 kind, const struct kern_mat *w, const void *xq,
+                                size_t xs, int64_t n_tok, float *y, int64_t ldy, int64_t r0,
+                                int64_t r1) {
+    const int64_t nb = w->n_cols / 32;
+    const int q4 = kind == KX_P2_Q40;
+    const size_t per_tok = (size_t)nb * (sizeof(float) + (q4 ? sizeof(int32_t) : 0));
     uint8_t stack[16384] __attribute__((aligned(32)));
     int64_t chunk = n_tok < KX_P2_CHUNK ? n_tok : KX_P2_CHUNK;
     uint8_t *buf = stack;
@@ -320,16 +384,26 @@ static void kx_matmul_p2_q4_0(const struct kern_mat *w, const void *xq, size_t x
         }
     }
     float *dy = (float *)buf;
-    int32_t *cs = (int32_t *)(buf + (size_t)(chunk * nb) * sizeof(float));
+    int32_t *cs = q4 ? (int32_t *)(buf + (size_t)(chunk * nb) * sizeof(float)) : NULL;
     for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
         const int64_t nt = n_tok - t0 < chunk ? n_tok - t0 : chunk;
         const uint8_t *x = (const uint8_t *)xq + (size_t)t0 * xs;
         kx_p2_prep(x, xs, nt, nb, dy, cs);
-        kx_p2_rows(KX_P2_Q40, w, nb, KX_P2_Q4_0_BYTES, x, xs, nt, dy, cs, y + t0 * ldy, ldy, r0,
-                   r1);
+        kx_p2_rows(kind, w, nb, q4 ? KX_P2_Q4_0_BYTES : KX_P2_Q8_0_BYTES, x, xs, nt, dy, cs,
+                   y + t0 * ldy, ldy, r0, r1);
     }
     if (buf != stack)
         free(buf);
+}
+
+static void kx_matmul_p2_q4_0(const struct kern_mat *w, const void *xq, size_t xs, int64_t n_tok,
+                              float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    kx_matmul_p2_b32(KX_P2_Q40, w, xq, xs, n_tok, y, ldy, r0, r1);
+}
+
+static void kx_matmul_p2_q8_0(const struct kern_mat *w, const void *xq, size_t xs, int64_t n_tok,
+                              float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    kx_matmul_p2_b32(KX_P2_Q80, w, xq, xs, n_tok, y, ldy, r0, r1);
 }
 
 static void kx_matmul_p2_q4_K(const struct kern_mat *w, const void *xq, size_t xs, int64_t n_tok,
@@ -340,6 +414,7 @@ static void kx_matmul_p2_q4_K(const struct kern_mat *w, const void *xq, size_t x
 /* The AVX2 build's packed kernels. */
 static void kx_p2_fill(struct kern_table *t) {
     t->matmul_packed[QUANT_Q4_0] = kx_matmul_p2_q4_0;
+    t->matmul_packed[QUANT_Q8_0] = kx_matmul_p2_q8_0;
     t->matmul_packed[QUANT_Q4_K] = kx_matmul_p2_q4_K;
 }
 

@@ -1,5 +1,5 @@
 /* engine/kernels-pack.c: the 16-row interleaved ("packed") weight layout of
- * Q4_K, Q6_K and Q4_0 (kernels.h: kernels_pack), its inverse, and the
+ * Q4_K, Q6_K, Q4_0 and Q8_0 (kernels.h: kernels_pack), its inverse, and the
  * reference matmul over it (each row unpacked back to GGUF blocks, then
  * kern_ref_dot).
  *
@@ -37,6 +37,8 @@
  *   Q4_0 (288 bytes): qs dword c * 16 + r = the row's qs[4c .. 4c + 3] (c
  *     0..3: low nibbles are elements 4c .., high nibbles 16 + 4c ..), bytes
  *     0..255; d at 256 + 2r (f16).
+ *   Q8_0 (544 bytes): qs dword c * 16 + r = the row's qs[4c .. 4c + 3]
+ *     (elements 4c .., c 0..7), bytes 0..511; d at 512 + 2r (f16).
  * Threading: all functions are reentrant. */
 #include <stdlib.h>
 #include <string.h>
@@ -97,18 +99,30 @@ static void pack_q4_0_b(uint8_t *ps, uint8_t *blk, int r, int to_packed) {
     memcpy(to_packed ? p : (uint8_t *)&x->d, to_packed ? (uint8_t *)&x->d : p, 2);
 }
 
+static void pack_q8_0_b(uint8_t *ps, uint8_t *blk, int r, int to_packed) {
+    block_q8_0 *x = (block_q8_0 *)blk;
+    for (int c = 0; c < 8; c++) {
+        uint8_t *p = ps + (c * 16 + r) * 4, *q = (uint8_t *)x->qs + 4 * c;
+        memcpy(to_packed ? p : q, to_packed ? q : p, 4);
+    }
+    uint8_t *p = ps + 512 + 2 * r;
+    memcpy(to_packed ? p : (uint8_t *)&x->d, to_packed ? (uint8_t *)&x->d : p, 2);
+}
+
 /* One row's (super-)block of any packed type (kernels_pack_layout_ok's). */
 static void pack_sb(enum quant_type type, uint8_t *ps, uint8_t *blk, int r, int to_packed) {
     if (type == QUANT_Q4_K)
         pack_q4_K_sb(ps, blk, r, to_packed);
     else if (type == QUANT_Q6_K)
         pack_q6_K_sb(ps, blk, r, to_packed);
+    else if (type == QUANT_Q8_0)
+        pack_q8_0_b(ps, blk, r, to_packed);
     else
         pack_q4_0_b(ps, blk, r, to_packed);
 }
 
 int kernels_pack_layout_ok(enum quant_type type, int64_t n_rows, int64_t n_cols) {
-    if (type != QUANT_Q4_K && type != QUANT_Q6_K && type != QUANT_Q4_0)
+    if (type != QUANT_Q4_K && type != QUANT_Q6_K && type != QUANT_Q4_0 && type != QUANT_Q8_0)
         return 0;
     const int64_t bs = quant_type_traits(type)->block_size;
     return n_rows > 0 && n_rows % KERNELS_PACK_ROWS == 0 && n_cols > 0 && n_cols % bs == 0;
