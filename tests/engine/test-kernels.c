@@ -481,8 +481,9 @@ static void check_quantizer_isas(enum quant_type wtype, const float *x, int n, c
 }
 
 /* Every ISA's Q8_0 activation quantizer is bitwise the scalar reference:
- * random rows at several scales, zero blocks, and halves that roundf takes
- * away from zero (block with amax 127: d = 1, id = 1). */
+ * random rows at several scales, zero blocks, halves that roundf takes away
+ * from zero (block with amax 127: d = 1, id = 1), and blocks holding NaN and
+ * infinities. */
 START_TEST(test_quantize_q8_0_isa) {
     enum { N = 32 * 40 };
     static float x[N];
@@ -496,6 +497,9 @@ START_TEST(test_quantize_q8_0_isa) {
                                    -0.49999997f, 3.5000002f, 2.4999998f, -0.0f};
     for (int i = 0; i < 32; i++)
         x[96 + i] = halves[i % 12];
+    x[128 + 3] = NAN;      /* a NaN level is 0, the block's scale from the rest */
+    x[160 + 9] = INFINITY; /* d = inf, every level 0 */
+    x[192 + 31] = -INFINITY;
     kern_quantize_q8_0(x, ref, N);
     check_quantizer_isas(QUANT_Q4_0, x, N, ref, got, sizeof ref);
 }
