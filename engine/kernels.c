@@ -94,7 +94,8 @@ static void kern_detect(void) {
     enum kernels_isa best = KERNELS_ISA_REF;
 #if defined(__x86_64__) && defined(STRATA_HAVE_X86_KERNELS)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
         best = KERNELS_ISA_AVX2;
     if (best == KERNELS_ISA_AVX2 && __builtin_cpu_supports("avx512f") &&
         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))

@@ -9,6 +9,7 @@
 #include <stddef.h>
 
 #include "engine/error.h"
+#include "engine/kernels.h"
 #include "engine/quant.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -18,6 +19,14 @@
 #else
 #define OPS_X86 0
 #endif
+
+/* The SIMD paths follow the kernels' ISA (kernels_isa_active): AVX2 means
+ * AVX2 + FMA + F16C there, so forcing an ISA (`--isa`, the tests) makes the
+ * attention and elementwise ops take that ISA's path too, and every path
+ * runs on a host that has a higher one. */
+static int ops_isa(void) {
+    return (int)kernels_isa_active();
+}
 
 #ifndef M_PI
 #define M_PI 3.14159265358979323846
@@ -144,7 +153,7 @@ OPS_AVX2 static void swiglu_avx2(const float *g, const float *u, float *y, int64
 
 void ops_swiglu(const float *g, const float *u, float *y, int64_t n) {
 #if OPS_X86
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    if (ops_isa() >= KERNELS_ISA_AVX2) {
         swiglu_avx2(g, u, y, n);
         return;
     }
@@ -176,7 +185,7 @@ OPS_AVX2 static int64_t f32_to_f16_f16c(const float *x, uint16_t *y, int64_t n) 
 void ops_f32_to_f16_row(const float *x, uint16_t *y, int64_t n) {
     int64_t i = 0;
 #if OPS_X86
-    if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx"))
+    if (ops_isa() >= KERNELS_ISA_AVX2)
         i = f32_to_f16_f16c(x, y, n);
 #endif
     for (; i < n; i++)
@@ -787,13 +796,12 @@ void ops_attn_group(const float *q, int n_q, const uint16_t *const *k_rows,
 #if OPS_X86
     STRATA_ASSERT(n_q >= 1 && n_q <= OPS_ATTN_GROUP_MAX && head_dim_k <= OPS_HEAD_DIM_MAX &&
                   head_dim_v <= OPS_HEAD_DIM_MAX);
-    if (head_dim_k % 16 == 0 && head_dim_v % 16 == 0 && __builtin_cpu_supports("avx512f") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw")) {
+    const int isa = ops_isa();
+    if (head_dim_k % 16 == 0 && head_dim_v % 16 == 0 && isa >= KERNELS_ISA_AVX512) {
         attn_group_avx512(q, n_q, k_rows, v_rows, n_kv, head_dim_k, head_dim_v, scale, scores, out);
         return;
     }
-    if (head_dim_k % 8 == 0 && head_dim_v % 8 == 0 && __builtin_cpu_supports("avx2") &&
-        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+    if (head_dim_k % 8 == 0 && head_dim_v % 8 == 0 && isa >= KERNELS_ISA_AVX2) {
         attn_group_avx2(q, n_q, k_rows, v_rows, n_kv, head_dim_k, head_dim_v, scale, scores, out);
         return;
     }

@@ -60,8 +60,9 @@ void ops_attn_head(const float *q, const uint16_t *const *k_rows, const uint16_t
  * q: (n_q, head_dim_k) f32, rounded to f16 as in ops_attn_head;
  * k_rows[p], v_rows[p] as in ops_attn_head; scores: (n_q, n_kv) scratch;
  * out: (n_q, head_dim_v) f32. 1 <= n_q <= OPS_ATTN_GROUP_MAX, head dims <=
- * OPS_HEAD_DIM_MAX (asserted). Uses AVX2+FMA+F16C when the CPU has them and
- * both head dims are multiples of 8 (the choice depends only on the CPU and
+ * OPS_HEAD_DIM_MAX (asserted). Uses the kernels' active ISA
+ * (kernels_isa_active: AVX-512 when both head dims are multiples of 16,
+ * AVX2+FMA+F16C when multiples of 8; the choice depends only on the ISA and
  * the shape, so results never depend on batching or thread count), else the
  * scalar path. Within ~1e-6 relative of ops_attn_head per head (summation
  * order and a polynomial exp; test-ops checks). */

@@ -10,6 +10,7 @@
 #include "engine/experts.h"
 #include "engine/gguf.h"
 #include "engine/kv.h"
+#include "engine/kernels.h"
 #include "engine/ops.h"
 #include "engine/profile.h"
 #include "engine/quant.h"
@@ -46,12 +47,18 @@ START_TEST(test_softmax_silu) {
         gg[i] = -120.0f + 240.0f * (float)i / (N - 1);
         uu[i] = 1.0f + (float)(i % 7);
     }
-    ops_swiglu(gg, uu, yy, N);
-    for (int i = 0; i < N; i++) {
-        double ref = (double)gg[i] / (1 + exp(-(double)gg[i])) * uu[i];
-        ck_assert_msg(fabs(yy[i] - ref) <= 4e-7 * fabs(ref) + 1e-30, "swiglu(%g): %g vs %g",
-                      (double)gg[i], (double)yy[i], ref);
+    const enum kernels_isa saved = kernels_isa_active();
+    for (int isa = 0; isa <= (int)kernels_isa_detected(); isa++) { /* scalar and SIMD */
+        kernels_isa_force((enum kernels_isa)isa);
+        ops_swiglu(gg, uu, yy, N);
+        for (int i = 0; i < N; i++) {
+            double ref = (double)gg[i] / (1 + exp(-(double)gg[i])) * uu[i];
+            ck_assert_msg(fabs(yy[i] - ref) <= 4e-7 * fabs(ref) + 1e-30, "%s swiglu(%g): %g vs %g",
+                          kernels_isa_name((enum kernels_isa)isa), (double)gg[i], (double)yy[i],
+                          ref);
+        }
     }
+    kernels_isa_force(saved);
 }
 END_TEST
 
@@ -158,7 +165,8 @@ END_TEST
  * max |v| = 1: 1e-5. */
 #define ATTN_GROUP_TOL 1e-5
 
-/* Grouped heads (SIMD and scalar paths) against one-head-at-a-time, on GQA
+/* Grouped heads (every ISA's path the host runs, and the scalar one) against
+ * one-head-at-a-time, on GQA
  * shapes, a tail-only shape (dims not multiples of 8: scalar fallback),
  * dims multiples of 8 but not 16 (the AVX2 path on an AVX-512 CPU), dv not a
  * multiple of 64 (partial register tiles), pairs of heads (their own path)
@@ -196,43 +204,50 @@ START_TEST(test_attn_group) {
         const float scale = 1.0f / sqrtf((float)dk);
         for (int g = 0; g < nq; g++)
             ops_attn_head(q + (size_t)g * dk, kr, vr, n, dk, dv, scale, sc, ref + (size_t)g * dv);
-        ops_attn_group(q, nq, kr, vr, n, dk, dv, scale, sc, o1);
-        ops_attn_group_scalar(q, nq, kr, vr, n, dk, dv, scale, sc, o2);
-        for (int i = 0; i < nq * dv; i++) {
-            ck_assert_msg(fabsf(o1[i] - ref[i]) <= ATTN_GROUP_TOL, "shape %zu [%d]: %g vs %g", c, i,
-                          (double)o1[i], (double)ref[i]);
-            ck_assert_msg(fabsf(o2[i] - ref[i]) <= ATTN_GROUP_TOL, "shape %zu [%d]: %g vs %g", c, i,
-                          (double)o2[i], (double)ref[i]);
+        /* every ISA the host runs (the kernels' ISA picks the path) */
+        const enum kernels_isa saved = kernels_isa_active();
+        for (int isa = 0; isa <= (int)kernels_isa_detected(); isa++) {
+            kernels_isa_force((enum kernels_isa)isa);
+            ops_attn_group(q, nq, kr, vr, n, dk, dv, scale, sc, o1);
+            ops_attn_group_scalar(q, nq, kr, vr, n, dk, dv, scale, sc, o2);
+            for (int i = 0; i < nq * dv; i++) {
+                ck_assert_msg(
+                    fabsf(o1[i] - ref[i]) <= ATTN_GROUP_TOL, "%s shape %zu [%d]: %g vs %g",
+                    kernels_isa_name((enum kernels_isa)isa), c, i, (double)o1[i], (double)ref[i]);
+                ck_assert_msg(fabsf(o2[i] - ref[i]) <= ATTN_GROUP_TOL, "shape %zu [%d]: %g vs %g",
+                              c, i, (double)o2[i], (double)ref[i]);
+            }
+            /* the same inputs give the same bits (scratch contents do not leak in) */
+            for (int i = 0; i < nq * n; i++)
+                sc[i] = NAN;
+            ops_attn_group(q, nq, kr, vr, n, dk, dv, scale, sc, o2);
+            ck_assert(memcmp(o1, o2, (size_t)nq * dv * sizeof *o1) == 0);
+            if (nq == 1) { /* the one-head path gives the multi-head tile's bits */
+                float *q2 = malloc((size_t)2 * dk * sizeof *q2),
+                      *sc2 = malloc((size_t)2 * n * sizeof *sc2);
+                float *o3 = malloc((size_t)2 * dv * sizeof *o3);
+                ck_assert(q2 && sc2 && o3);
+                memcpy(q2, q, (size_t)dk * sizeof *q2);
+                memcpy(q2 + dk, q, (size_t)dk * sizeof *q2);
+                ops_attn_group(q2, 2, kr, vr, n, dk, dv, scale, sc2, o3);
+                ck_assert_msg(memcmp(o1, o3, (size_t)dv * sizeof *o1) == 0,
+                              "shape %zu: 1 vs 2 heads", c);
+                free(q2), free(sc2), free(o3);
+            }
+            if (nq == 2) { /* the two-head path gives the four-head tile's bits */
+                float *q3 = malloc((size_t)3 * dk * sizeof *q3),
+                      *sc3 = malloc((size_t)3 * n * sizeof *sc3);
+                float *o3 = malloc((size_t)3 * dv * sizeof *o3);
+                ck_assert(q3 && sc3 && o3);
+                memcpy(q3, q, (size_t)2 * dk * sizeof *q3);
+                memcpy(q3 + 2 * dk, q, (size_t)dk * sizeof *q3);
+                ops_attn_group(q3, 3, kr, vr, n, dk, dv, scale, sc3, o3);
+                ck_assert_msg(memcmp(o1, o3, (size_t)2 * dv * sizeof *o1) == 0,
+                              "shape %zu: 2 vs 3 heads", c);
+                free(q3), free(sc3), free(o3);
+            }
         }
-        /* the same inputs give the same bits (scratch contents do not leak in) */
-        for (int i = 0; i < nq * n; i++)
-            sc[i] = NAN;
-        ops_attn_group(q, nq, kr, vr, n, dk, dv, scale, sc, o2);
-        ck_assert(memcmp(o1, o2, (size_t)nq * dv * sizeof *o1) == 0);
-        if (nq == 1) { /* the one-head path gives the multi-head tile's bits */
-            float *q2 = malloc((size_t)2 * dk * sizeof *q2),
-                  *sc2 = malloc((size_t)2 * n * sizeof *sc2);
-            float *o3 = malloc((size_t)2 * dv * sizeof *o3);
-            ck_assert(q2 && sc2 && o3);
-            memcpy(q2, q, (size_t)dk * sizeof *q2);
-            memcpy(q2 + dk, q, (size_t)dk * sizeof *q2);
-            ops_attn_group(q2, 2, kr, vr, n, dk, dv, scale, sc2, o3);
-            ck_assert_msg(memcmp(o1, o3, (size_t)dv * sizeof *o1) == 0, "shape %zu: 1 vs 2 heads",
-                          c);
-            free(q2), free(sc2), free(o3);
-        }
-        if (nq == 2) { /* the two-head path gives the four-head tile's bits */
-            float *q3 = malloc((size_t)3 * dk * sizeof *q3),
-                  *sc3 = malloc((size_t)3 * n * sizeof *sc3);
-            float *o3 = malloc((size_t)3 * dv * sizeof *o3);
-            ck_assert(q3 && sc3 && o3);
-            memcpy(q3, q, (size_t)2 * dk * sizeof *q3);
-            memcpy(q3 + 2 * dk, q, (size_t)dk * sizeof *q3);
-            ops_attn_group(q3, 3, kr, vr, n, dk, dv, scale, sc3, o3);
-            ck_assert_msg(memcmp(o1, o3, (size_t)2 * dv * sizeof *o1) == 0,
-                          "shape %zu: 2 vs 3 heads", c);
-            free(q3), free(sc3), free(o3);
-        }
+        kernels_isa_force(saved);
         free(k);
         free(v);
         free(kr);
@@ -283,12 +298,17 @@ START_TEST(test_f32_to_f16_row) {
         x[n++] = special[i];
     x[n++] = NAN; /* NaNs inside a block of finite values */
     ck_assert_int_le(n, N);
-    for (int off = 0; off < 3; off++) { /* block alignment and the scalar tail */
-        ops_f32_to_f16_row(x + off, y, n - off);
-        for (int i = 0; i < n - off; i++)
-            ck_assert_msg(y[i] == quant_f32_to_f16(x[off + i]), "value %d (%a): %04x vs %04x", i,
-                          (double)x[off + i], y[i], quant_f32_to_f16(x[off + i]));
+    const enum kernels_isa saved = kernels_isa_active();
+    for (int isa = 0; isa <= (int)kernels_isa_detected(); isa++) { /* scalar and F16C */
+        kernels_isa_force((enum kernels_isa)isa);
+        for (int off = 0; off < 3; off++) { /* block alignment and the scalar tail */
+            ops_f32_to_f16_row(x + off, y, n - off);
+            for (int i = 0; i < n - off; i++)
+                ck_assert_msg(y[i] == quant_f32_to_f16(x[off + i]), "value %d (%a): %04x vs %04x",
+                              i, (double)x[off + i], y[i], quant_f32_to_f16(x[off + i]));
+        }
     }
+    kernels_isa_force(saved);
     free(x), free(y);
 }
 END_TEST
