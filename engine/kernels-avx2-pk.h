@@ -1,6 +1,6 @@
 /* engine/kernels-avx2-pk.h: AVX2 kernels over the 16-row packed layout of
- * Q4_0, Q8_0 and Q4_K (kernels-pack.c has the layout; Q4_K's is the one the
- * AVX-512 kernels use too), against Q8_0 / Q8_K activations. Included by
+ * Q4_0, Q8_0, IQ4_NL, MXFP4 and Q4_K (kernels-pack.c has the layout; Q4_K's
+ * is the one the AVX-512 kernels use too), against Q8_0 / Q8_K activations. Included by
  * kernels-avx2.c only (after kernels-x86.h); the functions are static.
  * Threading: reentrant (stack, or a heap scratch per call).
  *
@@ -35,7 +35,8 @@
  * `kernels-bench 2 2 1 5 q4_0,q4_K N`): q4_0 decode 11 -> 29-31 GB/s a
  * thread, n_tok = 8 50 -> 136-156 G MAC/s; q4_K decode 17 -> 19-20 GB/s,
  * n_tok = 8 93 -> 190 G MAC/s; q8_0 decode 25 -> 33-36 GB/s, n_tok = 8 60
- * -> 101 G MAC/s (GGUF layout -> packed).
+ * -> 101 G MAC/s; iq4_nl / mxfp4 (`... 2 2 1 3 iq4_nl,mxfp4 N`) decode 10.3
+ * -> 21-24 GB/s, n_tok = 8 ~30 -> 117 / 132 G MAC/s (GGUF layout -> packed).
  *
  * Per (row, token) and block b of Q4_0, in this order whatever the batch,
  * the tile or the row split:
@@ -179,6 +180,85 @@ KX_INLINE void kx_p2_q8_0_tile(const uint8_t *grp, int64_t nb, int h0, const int
         _mm256_storeu_ps(out + k * 8, tot[k]);
 }
 
+/* ---- IQ4_NL and MXFP4 -------------------------------------------------------
+ * 4-bit indices into a table of signed values (vpshufb), laid out as Q4_0.
+ * Each 4-column product of 8 rows is vpmaddubsw(|v|, sign(y, v)). MXFP4's
+ * values are at most 12 (doubled E2M1), so a block's 8 products add up
+ * exactly in int16 (8 * 2 * 12 * 127 = 24384) before one vpmaddwd; IQ4_NL's
+ * reach 127, so each product is widened and added in int32 (as Q8_0). I
+ * exact; tot = fma(float(I), d_w * d_y, tot), d_w of MXFP4 its E8M0 scale
+ * halved (kern_e8m0_half: the table holds doubled values). */
+#define KX_P2_NL_BYTES (16 * sizeof(block_iq4_nl)) /* 288 */
+#define KX_P2_MX_BYTES (16 * sizeof(block_mxfp4))  /* 272 */
+
+/* 8 E8M0 exponents -> kern_e8m0_half of each, as 8 floats. */
+KX_INLINE __m256 kx_p2_e8m0_half(const uint8_t *e) {
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)e));
+    const __m256i norm = _mm256_slli_epi32(_mm256_sub_epi32(v, _mm256_set1_epi32(1)), 23);
+    const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), v); /* e 0, 1 */
+    const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), v);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(norm, sub, small));
+}
+
+KX_INLINE void kx_p2_nl_tile(int mx, const uint8_t *grp, int64_t nb, int h0, const int H,
+                             const uint8_t *xq, size_t xs, const float *dy, const int T, int pf,
+                             float *out) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i table = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)(mx ? kern_kvalues_mxfp4 : kern_kvalues_iq4nl)));
+    const size_t bb = mx ? KX_P2_MX_BYTES : KX_P2_NL_BYTES;
+    __m256 tot[2 * KX_P2_T];
+    for (int k = 0; k < H * T; k++)
+        tot[k] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *pb = grp + (size_t)b * bb;
+        if (pf)
+            for (int l = 0; l < 5; l++)
+                kx_pf_decode(pb + 64 * l);
+        for (int k = 0; k < H; k++) {
+            const int h = h0 + k;
+            __m256i acc[KX_P2_T];
+            for (int c = 0; c < 4; c++) {
+                const __m256i raw = _mm256_loadu_si256((const __m256i *)(pb + c * 64 + 32 * h));
+                const __m256i vl = _mm256_shuffle_epi8(table, _mm256_and_si256(raw, m4));
+                const __m256i vh =
+                    _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
+                const __m256i al = _mm256_sign_epi8(vl, vl), ah = _mm256_sign_epi8(vh, vh);
+                for (int t = 0; t < T; t++) {
+                    const int8_t *y = ((const block_q8_0 *)(xq + (size_t)t * xs) + b)->qs;
+                    int32_t ylo, yhi;
+                    memcpy(&ylo, y + 4 * c, 4);
+                    memcpy(&yhi, y + 16 + 4 * c, 4);
+                    const __m256i pl =
+                        _mm256_maddubs_epi16(al, _mm256_sign_epi8(_mm256_set1_epi32(ylo), vl));
+                    const __m256i ph =
+                        _mm256_maddubs_epi16(ah, _mm256_sign_epi8(_mm256_set1_epi32(yhi), vh));
+                    __m256i p;
+                    if (mx)
+                        p = _mm256_add_epi16(pl, ph);
+                    else
+                        p = _mm256_add_epi32(_mm256_madd_epi16(pl, _mm256_set1_epi16(1)),
+                                             _mm256_madd_epi16(ph, _mm256_set1_epi16(1)));
+                    acc[t] = c == 0 ? p
+                             : mx   ? _mm256_add_epi16(acc[t], p)
+                                    : _mm256_add_epi32(acc[t], p);
+                }
+            }
+            const __m256 dx =
+                mx ? kx_p2_e8m0_half(pb + 256 + 8 * h)
+                   : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pb + 256 + 16 * h)));
+            for (int t = 0; t < T; t++) {
+                const __m256i i32 = mx ? _mm256_madd_epi16(acc[t], _mm256_set1_epi16(1)) : acc[t];
+                tot[k * T + t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32),
+                                                 _mm256_mul_ps(dx, _mm256_set1_ps(dy[t * nb + b])),
+                                                 tot[k * T + t]);
+            }
+        }
+    }
+    for (int k = 0; k < H * T; k++)
+        _mm256_storeu_ps(out + k * 8, tot[k]);
+}
+
 /* ---- Q4_K (the layout the AVX-512 kernels use too) ---------------------
  * Per (row, token) and super-block b, in this order whatever the batch:
  *   Q4_K, sub-block j (32 weights, 8 dword columns c): P_j = sum over c of
@@ -287,7 +367,7 @@ KX_INLINE void kx_p2_q4k_tile(const uint8_t *grp, int64_t nb, int h0, const int 
         _mm256_storeu_ps(out + k * 8, tot[k]);
 }
 
-enum kx_p2 { KX_P2_Q40, KX_P2_Q80, KX_P2_Q4K };
+enum kx_p2 { KX_P2_Q40, KX_P2_Q80, KX_P2_NL, KX_P2_MX, KX_P2_Q4K };
 
 /* One tile of any packed kind (dy, cs: Q4_0's activation scalars). */
 KX_INLINE void kx_p2_tile(enum kx_p2 kind, const uint8_t *grp, int64_t nb, int h0, const int H,
@@ -297,6 +377,8 @@ KX_INLINE void kx_p2_tile(enum kx_p2 kind, const uint8_t *grp, int64_t nb, int h
         kx_p2_q4_0_tile(grp, nb, h0, H, xq, xs, dy, cs, T, pf, out);
     else if (kind == KX_P2_Q80)
         kx_p2_q8_0_tile(grp, nb, h0, H, xq, xs, dy, T, pf, out);
+    else if (kind == KX_P2_NL || kind == KX_P2_MX)
+        kx_p2_nl_tile(kind == KX_P2_MX, grp, nb, h0, H, xq, xs, dy, T, pf, out);
     else
         kx_p2_q4k_tile(grp, nb, h0, H, xq, xs, T, pf, out);
 }
@@ -326,7 +408,7 @@ KX_INLINE void kx_p2_rows(enum kx_p2 kind, const struct kern_mat *w, int64_t nb,
                 y[base + i] = out[i];
             continue;
         }
-        const int64_t tmax = kind == KX_P2_Q80 ? KX_P2_T8 : KX_P2_T;
+        const int64_t tmax = kind == KX_P2_Q40 || kind == KX_P2_Q4K ? KX_P2_T : KX_P2_T8;
         for (int h = (int)(lo / 8); h * 8 < hi; h++) {
             for (int64_t t = 0; t < nt;) {
                 const int64_t left = nt - t, tiles = (left + tmax - 1) / tmax;
@@ -389,8 +471,11 @@ KX_INLINE void kx_matmul_p2_b32(enum kx_p2 kind, const struct kern_mat *w, const
         const int64_t nt = n_tok - t0 < chunk ? n_tok - t0 : chunk;
         const uint8_t *x = (const uint8_t *)xq + (size_t)t0 * xs;
         kx_p2_prep(x, xs, nt, nb, dy, cs);
-        kx_p2_rows(kind, w, nb, q4 ? KX_P2_Q4_0_BYTES : KX_P2_Q8_0_BYTES, x, xs, nt, dy, cs,
-                   y + t0 * ldy, ldy, r0, r1);
+        const size_t bb = q4                  ? KX_P2_Q4_0_BYTES
+                          : kind == KX_P2_Q80 ? KX_P2_Q8_0_BYTES
+                          : kind == KX_P2_NL  ? KX_P2_NL_BYTES
+                                              : KX_P2_MX_BYTES;
+        kx_p2_rows(kind, w, nb, bb, x, xs, nt, dy, cs, y + t0 * ldy, ldy, r0, r1);
     }
     if (buf != stack)
         free(buf);
@@ -406,6 +491,16 @@ static void kx_matmul_p2_q8_0(const struct kern_mat *w, const void *xq, size_t x
     kx_matmul_p2_b32(KX_P2_Q80, w, xq, xs, n_tok, y, ldy, r0, r1);
 }
 
+static void kx_matmul_p2_iq4_nl(const struct kern_mat *w, const void *xq, size_t xs, int64_t n_tok,
+                                float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    kx_matmul_p2_b32(KX_P2_NL, w, xq, xs, n_tok, y, ldy, r0, r1);
+}
+
+static void kx_matmul_p2_mxfp4(const struct kern_mat *w, const void *xq, size_t xs, int64_t n_tok,
+                               float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    kx_matmul_p2_b32(KX_P2_MX, w, xq, xs, n_tok, y, ldy, r0, r1);
+}
+
 static void kx_matmul_p2_q4_K(const struct kern_mat *w, const void *xq, size_t xs, int64_t n_tok,
                               float *y, int64_t ldy, int64_t r0, int64_t r1) {
     kx_p2_rows(KX_P2_Q4K, w, w->n_cols / QK_K, 2304, xq, xs, n_tok, NULL, NULL, y, ldy, r0, r1);
@@ -415,6 +510,8 @@ static void kx_matmul_p2_q4_K(const struct kern_mat *w, const void *xq, size_t x
 static void kx_p2_fill(struct kern_table *t) {
     t->matmul_packed[QUANT_Q4_0] = kx_matmul_p2_q4_0;
     t->matmul_packed[QUANT_Q8_0] = kx_matmul_p2_q8_0;
+    t->matmul_packed[QUANT_IQ4_NL] = kx_matmul_p2_iq4_nl;
+    t->matmul_packed[QUANT_MXFP4] = kx_matmul_p2_mxfp4;
     t->matmul_packed[QUANT_Q4_K] = kx_matmul_p2_q4_K;
 }
 

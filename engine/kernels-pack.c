@@ -1,5 +1,6 @@
 /* engine/kernels-pack.c: the 16-row interleaved ("packed") weight layout of
- * Q4_K, Q6_K, Q4_0 and Q8_0 (kernels.h: kernels_pack), its inverse, and the
+ * Q4_K, Q6_K, Q4_0, Q8_0, IQ4_NL and MXFP4 (kernels.h: kernels_pack), its
+ * inverse, and the
  * reference matmul over it (each row unpacked back to GGUF blocks, then
  * kern_ref_dot).
  *
@@ -39,6 +40,8 @@
  *     0..255; d at 256 + 2r (f16).
  *   Q8_0 (544 bytes): qs dword c * 16 + r = the row's qs[4c .. 4c + 3]
  *     (elements 4c .., c 0..7), bytes 0..511; d at 512 + 2r (f16).
+ *   IQ4_NL (288 bytes): as Q4_0 (the same block: d, then 16 qs bytes).
+ *   MXFP4 (272 bytes): qs as Q4_0's, bytes 0..255; e at 256 + r.
  * Threading: all functions are reentrant. */
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +102,15 @@ static void pack_q4_0_b(uint8_t *ps, uint8_t *blk, int r, int to_packed) {
     memcpy(to_packed ? p : (uint8_t *)&x->d, to_packed ? (uint8_t *)&x->d : p, 2);
 }
 
+static void pack_mxfp4_b(uint8_t *ps, uint8_t *blk, int r, int to_packed) {
+    block_mxfp4 *x = (block_mxfp4 *)blk;
+    for (int c = 0; c < 4; c++) {
+        uint8_t *p = ps + (c * 16 + r) * 4, *q = x->qs + 4 * c;
+        memcpy(to_packed ? p : q, to_packed ? q : p, 4);
+    }
+    *(to_packed ? ps + 256 + r : &x->e) = *(to_packed ? &x->e : ps + 256 + r);
+}
+
 static void pack_q8_0_b(uint8_t *ps, uint8_t *blk, int r, int to_packed) {
     block_q8_0 *x = (block_q8_0 *)blk;
     for (int c = 0; c < 8; c++) {
@@ -117,13 +129,24 @@ static void pack_sb(enum quant_type type, uint8_t *ps, uint8_t *blk, int r, int 
         pack_q6_K_sb(ps, blk, r, to_packed);
     else if (type == QUANT_Q8_0)
         pack_q8_0_b(ps, blk, r, to_packed);
-    else
+    else if (type == QUANT_MXFP4)
+        pack_mxfp4_b(ps, blk, r, to_packed);
+    else /* Q4_0, IQ4_NL: the same block layout */
         pack_q4_0_b(ps, blk, r, to_packed);
 }
 
 int kernels_pack_layout_ok(enum quant_type type, int64_t n_rows, int64_t n_cols) {
-    if (type != QUANT_Q4_K && type != QUANT_Q6_K && type != QUANT_Q4_0 && type != QUANT_Q8_0)
+    switch (type) {
+    case QUANT_Q4_K:
+    case QUANT_Q6_K:
+    case QUANT_Q4_0:
+    case QUANT_Q8_0:
+    case QUANT_IQ4_NL:
+    case QUANT_MXFP4:
+        break;
+    default:
         return 0;
+    }
     const int64_t bs = quant_type_traits(type)->block_size;
     return n_rows > 0 && n_rows % KERNELS_PACK_ROWS == 0 && n_cols > 0 && n_cols % bs == 0;
 }

@@ -157,6 +157,10 @@ _Static_assert(sizeof(block_q8_K) == 292, "block_q8_K layout");
 _Static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl layout");
 _Static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs layout");
 _Static_assert(sizeof(block_mxfp4) == 17, "block_mxfp4 layout");
+/* kernels-pack.c packs IQ4_NL blocks with Q4_0's code */
+_Static_assert(sizeof(block_iq4_nl) == sizeof(block_q4_0) &&
+                   offsetof(block_iq4_nl, qs) == offsetof(block_q4_0, qs),
+               "block_iq4_nl is laid out as block_q4_0");
 
 struct quant_traits {
     const char *name;             /* ggml's name: "q4_0", "f16", "q4_K" ... */

@@ -105,7 +105,8 @@ static int isa_count(void) {
 static int isa_packs(enum kernels_isa isa, enum quant_type t) {
     switch (isa) {
     case KERNELS_ISA_AVX2:
-        return t == QUANT_Q4_0 || t == QUANT_Q8_0 || t == QUANT_Q4_K;
+        return t == QUANT_Q4_0 || t == QUANT_Q8_0 || t == QUANT_IQ4_NL || t == QUANT_MXFP4 ||
+               t == QUANT_Q4_K;
     case KERNELS_ISA_AVX512:
     case KERNELS_ISA_AVX512_VNNI:
         return t == QUANT_Q4_K || t == QUANT_Q6_K;
@@ -234,7 +235,7 @@ START_TEST(test_isa_vs_ref) {
 }
 END_TEST
 
-/* The 16-row packed layout (Q4_K, Q6_K, Q4_0, Q8_0): packing in two group ranges and
+/* The 16-row packed layout (Q4_K, Q6_K, Q4_0, Q8_0, IQ4_NL, MXFP4): packing in two group ranges and
  * unpacking gives the GGUF bytes back; the reference over the packed matrix
  * is bitwise the GGUF one; every ISA is within tolerance of it, and each
  * token alone, under row splits that cut groups, is bitwise the batch. */
@@ -277,9 +278,10 @@ static int check_packed(enum quant_type t, int64_t n_rows, int64_t n_cols, int64
 
 START_TEST(test_packed_vs_ref) {
     kernels_init();
-    static const enum quant_type types[] = {QUANT_Q4_K, QUANT_Q6_K, QUANT_Q4_0, QUANT_Q8_0};
+    static const enum quant_type types[] = {QUANT_Q4_K, QUANT_Q6_K,   QUANT_Q4_0,
+                                            QUANT_Q8_0, QUANT_IQ4_NL, QUANT_MXFP4};
     int bad = 0;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 6; i++) {
         const enum quant_type t = types[i];
         if (quant_type_traits(t)->block_size == 32) { /* odd block counts too */
             bad += check_packed(t, 16, 32, 1);
@@ -309,7 +311,8 @@ START_TEST(test_packed_vs_ref) {
     }
     ck_assert(!kernels_pack_layout_ok(QUANT_Q4_0, 16, 48));
     ck_assert(!kernels_pack_layout_ok(QUANT_Q8_0, 24, 256));
-    ck_assert(!kernels_pack_layout_ok(QUANT_IQ4_NL, 16, 256));
+    ck_assert(!kernels_pack_layout_ok(QUANT_IQ4_XS, 16, 256));
+    ck_assert(!kernels_pack_layout_ok(QUANT_Q5_K, 16, 256));
     /* bad shapes: no packing; a packed matrix of a bad shape leaves y untouched */
     uint8_t wq[2 * 144] = {0}, q[292] = {0};
     float yy[2] = {7, 7};

@@ -432,22 +432,23 @@ START_TEST(test_wide_moe_threads_bit_identical) {
 }
 END_TEST
 
-/* Q4_K, Q6_K, Q4_0 and Q8_0 matrices (rows a multiple of 16), routed
- * experts included, are packed at load where the ISA active at load has
- * packed kernels for the type, on every ISA the host runs
- * (model_params.repack; cases 0-3 dense llama, 4-7 qwen3moe): the logits stay within
+/* Q4_K, Q6_K, Q4_0, Q8_0, IQ4_NL and MXFP4 matrices (rows a multiple of
+ * 16), routed experts included, are packed at load where the ISA active at
+ * load has packed kernels for the type, on every ISA the host runs
+ * (model_params.repack; cases 0-5 dense llama, 6-11 qwen3moe): the logits stay within
  * 1e-2 of the file layout's (below), and the packed model gives the same bits at 1
  * and 3 threads, token by token, as one chunk and interleaved with other
  * sequences (modes 0-2 of run()) up to the summation order of a chunk. */
 START_TEST(test_packed_layouts) {
-    static const uint32_t types[] = {QUANT_Q4_K, QUANT_Q6_K, QUANT_Q4_0, QUANT_Q8_0};
-    struct spec s = spec_of(_i < 4 ? "llama" : "qwen3moe"); /* dense; routed experts */
+    static const uint32_t types[] = {QUANT_Q4_K, QUANT_Q6_K,   QUANT_Q4_0,
+                                     QUANT_Q8_0, QUANT_IQ4_NL, QUANT_MXFP4};
+    struct spec s = spec_of(_i < 6 ? "llama" : "qwen3moe"); /* dense; routed experts */
     s.n_embd = 256, s.n_ff = 512, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 64;
     s.n_vocab = 272, s.n_layer = 2, s.n_ff_exp = 256;
-    s.mat_type = types[_i % 4];
+    s.mat_type = types[_i % 6];
     /* identical experts: a router logit that moves in the last bits may swap
      * near-tied experts, which must not change the output here */
-    s.same_experts = _i >= 4;
+    s.same_experts = _i >= 6;
     char path[256];
     tmp_path(path, sizeof path, "packed");
     write_model(path, &s);
@@ -588,7 +589,7 @@ static Suite *synth_suite(void) {
     TCase *tc = tcase_create("archs");
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, test_arch_consistency, 0, (int)(sizeof kinds / sizeof kinds[0]));
-    tcase_add_loop_test(tc, test_packed_layouts, 0, 8);
+    tcase_add_loop_test(tc, test_packed_layouts, 0, 12);
     tcase_add_test(tc, test_moe_identical_experts_equal_dense);
     tcase_add_test(tc, test_refuses_inconsistent_shapes);
     tcase_add_test(tc, test_wide_moe_threads_bit_identical);
