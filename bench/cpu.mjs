@@ -2,7 +2,13 @@
 // Run through bench/cpu (it builds the roofline probe); see bench/README.md.
 //
 //   node bench/cpu.mjs STRATA ROOFLINE MODELS_DIR [THREADS=2] [BENCH_MODEL]
-//   (env ROUNDS=N: N more interleaved decode rounds per model, with medians)
+//   (env ROUNDS=N: N more interleaved decode rounds per model, with medians;
+//    ISA=avx2 etc.: strata's kernels forced to that ISA (`--isa`), the check
+//    of an AVX2-only CPU's path on an AVX-512 host; LLAMA_BENCH=path: the
+//    peer is that llama-bench binary (llama.cpp built from source, e.g. with
+//    -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=OFF for the same ISA)
+//    instead of node-llama-cpp: its tg128 and pp512 t/s (-r 3) and the peak
+//    RSS of its process from /usr/bin/time)
 //   node bench/cpu.mjs --llama MODEL THREADS        (child mode: one model in llama.cpp)
 //
 // Per model: decode tok/s (128 tokens after a 1-token prompt, greedy), prefill
@@ -39,6 +45,8 @@ import fs from "node:fs";
 import path from "node:path";
 
 const N_DECODE = 128, N_PREFILL = 512;
+const ISA = process.env.ISA || "auto";
+const LLAMA_BENCH = process.env.LLAMA_BENCH || "";
 
 function promptIds(nVocab, n) {
     const ids = [];
@@ -82,6 +90,23 @@ async function llamaChild(modelPath, threads, nVocab) {
     console.log(JSON.stringify({wallMsTok, rss}));
     await ctx.dispose();
     await model.dispose();
+}
+
+// The llama-bench peer (LLAMA_BENCH): decode = tg128 t/s, prefill = pp512
+// t/s, both llama-bench's own averages over 3 repetitions; RSS = the peak
+// of its process (GNU time's %M, KiB). One run a model, models in turn.
+function llamaBenchRun(bin, file, threads) {
+    const r = spawnSync("/usr/bin/time", ["-f", "BENCH-RSS %M", bin, "-m", file, "-t",
+                                          String(threads), "-p", String(N_PREFILL), "-n",
+                                          String(N_DECODE), "-r", "3", "-o", "json"],
+                        {encoding: "utf8", maxBuffer: 64 << 20});
+    if (r.status !== 0) throw new Error(`llama-bench failed on ${file}: ${r.stderr}`);
+    const tests = JSON.parse(r.stdout);
+    const ts = (p, g) => (tests.find((t) => t.n_prompt === p && t.n_gen === g) || {}).avg_ts;
+    const rss = Number((r.stderr.match(/BENCH-RSS (\d+)/) || [])[1]) / 1024;
+    const dec = ts(0, N_DECODE), pre = ts(N_PREFILL, 0);
+    return {msTok: 1e3 / dec, wallMsTok: 1e3 / dec, prefillMs: N_PREFILL * 1e3 / pre, rss,
+            cpu: tests[0].cpu_info};
 }
 
 // Runs one model in a child process; llama.cpp's own timings come from its
@@ -143,7 +168,7 @@ function bytesPerToken(bin, file) {
 // GB/s, decode/roofline mean over mean %, fastest over fastest %].
 function interleaved(benchModel, file, threads, bpt) {
     const bm = spawnSync(benchModel, [file, String(threads), String(N_DECODE), "16", "1",
-                                      String(bpt)], {encoding: "utf8"});
+                                      String(bpt), ISA], {encoding: "utf8"});
     const im = bm.stdout.match(
         /interleaved probe: file ([\d.]+) GB\/s, anonymous ([\d.]+) GB\/s.*decode\/roofline ([\d.]+)%.*: ([\d.]+)%/);
     console.error(`bench-model: ${(bm.stdout + bm.stderr).trim()}`);
@@ -177,17 +202,21 @@ async function main() {
     };
     const probes = [];
     const rows = [];
+    let kernels = "";
     for (const m of models) {
         const bpt = bytesPerToken(bin, m.file);
         const nVocab = vocabSize(bin, m.file);
-        const L = llamaRun(m.file, threads, nVocab);
+        const L = LLAMA_BENCH ? llamaBenchRun(LLAMA_BENCH, m.file, threads)
+                              : llamaRun(m.file, threads, nVocab);
         const ids = promptIds(nVocab, N_PREFILL);
         const pre = JSON.parse(strata(bin, ["run", "-m", m.file, "--ids", ids.join(","), "-n", "1",
-                                            "--temp", "0", "-t", String(threads), "--json"]));
+                                            "--temp", "0", "-t", String(threads), "--isa", ISA,
+                                            "--json"]));
         const gBefore = probe();
         const dec = JSON.parse(strata(bin, ["run", "-m", m.file, "--ids", String(ids[0]), "-n",
                                             String(N_DECODE + 1), "--temp", "0", "--ignore-eos",
-                                            "-t", String(threads), "--json"]));
+                                            "-t", String(threads), "--isa", ISA, "--json"]));
+        kernels = `${dec.kernels.isa} (CPU: ${dec.kernels.detected}), weights ${dec.kernels.weights_layout}`;
         const gAfter = probe();
         probes.push(gBefore, gAfter);
         m.bpt = bpt;
@@ -210,10 +239,13 @@ async function main() {
         console.error(JSON.stringify(r));
     }
     const f = (x, d = 1) => Number.isFinite(x) ? x.toFixed(d) : "n/a";
-    console.log(`threads ${threads}; read bandwidth ${f(Math.min(...probes), 2)}-` +
-                `${f(Math.max(...probes), 2)} GB/s over the run (bench/roofline; each model's ` +
-                `roofline uses the higher probe around its decode); llama.cpp decode/prefill from ` +
-                `its own perf counters (decode wall clock through node in brackets)`);
+    console.log(`threads ${threads}; strata kernels ${kernels}; read bandwidth ` +
+                `${f(Math.min(...probes), 2)}-${f(Math.max(...probes), 2)} GB/s over the run ` +
+                `(bench/roofline; each model's roofline uses the higher probe around its decode); ` +
+                (LLAMA_BENCH ? `llama.cpp: ${LLAMA_BENCH} (llama-bench tg${N_DECODE} / pp${N_PREFILL} ` +
+                                   `t/s, -r 3; its process's peak RSS)`
+                             : `llama.cpp: node-llama-cpp, decode/prefill from its own perf counters ` +
+                                   `(decode wall clock through node in brackets)`));
     console.log("| model | MB/token | GB/s before/after | roofline tok/s | strata decode | " +
                 "llama.cpp decode | decode ratio | strata/roofline | interleaved GB/s file/anon | " +
                 "interleaved decode/roofline (mean, fastest) | strata prefill | " +
