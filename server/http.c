@@ -69,8 +69,8 @@ static enum MHD_Result on_headers(struct exchange *ex, const char *url, const ch
             /* MHD answers HEAD from the GET response without a body */
         } else {
             char msg[96];
-            snprintf(msg, sizeof(msg), "method %.16s not allowed on %s (use %s)", method, r->path,
-                     r->method);
+            snprintf(msg, sizeof(msg), "method %.*s not allowed on %s (use %s)",
+                     strata_utf8_cut(method, 16), method, r->path, r->method);
             return http_respond_error(ex, STRATA_E_METHOD, msg, NULL, r->method);
         }
     }

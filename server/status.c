@@ -307,7 +307,8 @@ enum MHD_Result status_models(struct exchange *ex, const char *id) {
     if (id) {
         if (!*st.model_id || strcmp(id, st.model_id)) {
             char msg[256];
-            snprintf(msg, sizeof(msg), "model '%.128s' does not exist", id);
+            /* cut at a character boundary: the id is any bytes of the URL */
+            snprintf(msg, sizeof(msg), "model '%.*s' does not exist", strata_utf8_cut(id, 128), id);
             return http_respond_error(ex, STRATA_E_NOT_FOUND, msg, "model", NULL);
         }
         o = model_object(&st, 0);

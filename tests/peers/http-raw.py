@@ -138,6 +138,26 @@ def test_basics(port):
     check("completion non-stream 200", st == 200 and json.loads(d)["choices"][0]["text"] == "tok0 tok1 ", d)
 
 
+def test_error_bodies_utf8(port):
+    # An error message quoting bytes that are not UTF-8 (a URL id, jansson's
+    # own text about half a character) still gets its JSON body: it used to
+    # get no response at all (curl: "Empty reply").
+    hj = {"Content-Type": "application/json"}
+    for path in ("/v1/models/%ff", "/v1/models/" + "a" * 127 + "%C3%A9", "/v1/models/%C3"):
+        try:
+            st, _, d = request(port, "GET", path)
+        except Exception as e:  # noqa: BLE001
+            st, d = 0, repr(e).encode()
+        check(f"GET {path[:24]}: 404 with a JSON body", st == 404 and error_shape_ok(d), (st, d[:200]))
+    for body in (b'{"model":"\\\xc3\xa9"}', b'{"model":"x","messages":[\xc3\xa9]}'):
+        try:
+            st, _, d = request(port, "POST", "/v1/completions", body=body, headers=hj)
+        except Exception as e:  # noqa: BLE001
+            st, d = 0, repr(e).encode()
+        ok = st == 400 and error_shape_ok(d) and json.loads(d)["error"]["code"] in ("invalid_json",)
+        check(f"JSON error quoting a partial character {body[:16]!r}: 400 invalid_json", ok, (st, d[:200]))
+
+
 def test_stream(port):
     st, h, d = request(port, "POST", "/v1/chat/completions",
                        body={"messages": [], "max_tokens": 3, "stream": True,
@@ -528,7 +548,7 @@ def main():
             n_503 += 1
             time.sleep(0.05)
         check("health 503 while loading, then 200", n_503 > 0 and st == 200, (n_503, st))
-        for fn in (test_basics, test_stream, test_keepalive, test_too_large,
+        for fn in (test_basics, test_error_bodies_utf8, test_stream, test_keepalive, test_too_large,
                    lambda p: test_slowloris(p, timeout_s), test_disconnect, test_disconnect_waiting,
                    test_mixed, test_metrics):
             try:
