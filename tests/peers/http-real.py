@@ -235,6 +235,61 @@ def test_errors(port):
     check_error("n > 1 unsupported", st, d, 400, "unsupported", param="n")
 
 
+def test_errors_utf8(port):
+    # User text quoted in an error is cut to 40 or 100 bytes; a cut inside a
+    # UTF-8 character made the message unfit for JSON and the connection was
+    # dropped with no response ("Empty reply"; the SDK raised APIConnectionError).
+    a39, a99 = "a" * 39 + "\u00e9", "a" * 99 + "\u00e9"
+    user = [{"role": "user", "content": "x"}]
+    cases = [
+        ("chat model", "/v1/chat/completions", {"model": a99, "messages": user}, 404, "model_not_found", "model"),
+        ("completion model", "/v1/completions", {"model": a99, "prompt": "x"}, 404, "model_not_found", "model"),
+        ("role", "/v1/chat/completions", {"model": MODEL_ID, "messages": [{"role": a39, "content": "x"}]},
+         400, "invalid_value", "messages[0].role"),
+        ("content part type", "/v1/chat/completions",
+         {"model": MODEL_ID, "messages": [{"role": "user", "content": [{"type": a39}]}]},
+         400, "unsupported", "messages[0].content[0].type"),
+        ("response_format.type", "/v1/chat/completions",
+         {"model": MODEL_ID, "messages": user, "response_format": {"type": a39}}, 400, "unsupported",
+         "response_format"),
+        ("logit_bias key", "/v1/chat/completions", {"model": MODEL_ID, "messages": user, "logit_bias": {a39: 1}},
+         400, "invalid_value", "logit_bias"),
+    ]
+    for name, path, body, status, code, param in cases:
+        try:
+            st, _, d = request(port, "POST", path, body=body)
+        except Exception as e:  # noqa: BLE001
+            st, d = 0, repr(e).encode()
+        check_error(f"{name} cut mid-character: {status} with a JSON body", st, d, status, code, param=param)
+    try:
+        st, _, d = request(port, "GET", "/v1/models/%ff")
+    except Exception as e:  # noqa: BLE001
+        st, d = 0, repr(e).encode()
+    check_error("GET /v1/models/%ff: 404 with a JSON body", st, d, 404, "model_not_found", param="model")
+    body = b'{"model":"\\\xc3\xa9"}'
+    try:
+        st, _, d = request(port, "POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+    except Exception as e:  # noqa: BLE001
+        st, d = 0, repr(e).encode()
+    check_error("invalid escape before a 2-byte character: 400 invalid_json", st, d, 400, "invalid_json")
+
+
+def test_small_protocol(port):
+    # OpenAI allows an assistant message without content; the default ChatML
+    # template concatenates message['content'] and answered 400 template_error.
+    msgs = [{"role": "user", "content": "Once"}, {"role": "assistant"},
+            {"role": "assistant", "content": None}, {"role": "user", "content": "upon"}]
+    st, _, d = request(port, "POST", "/v1/chat/completions",
+                       body={"model": MODEL_ID, "messages": msgs, "max_tokens": 2, "temperature": 0})
+    check("assistant message without content: 200", st == 200 and
+          json.loads(d)["choices"][0]["message"]["role"] == "assistant", d[:300])
+    # one stop string over 1,024 bytes names its field as the array form does
+    for stop in ("x" * 1025, ["x" * 1025]):
+        st, _, d = chat(port, max_tokens=2, stop=stop)
+        check_error(f"stop {'string' if isinstance(stop, str) else 'array'} over 1024 bytes: param stop",
+                    st, d, 400, "invalid_value", param="stop")
+
+
 def test_too_large(port):
     # A 10 MB body (over the default --max-body), sent whole: 413, server alive.
     body = b'{"model":"stories260K","messages":[{"role":"user","content":"' + b"a" * (10 << 20) + b'"}]}'
@@ -462,7 +517,7 @@ def main():
         t_start = time.time()
         proc, port, log, reader = start(MODEL, "--timeout", str(TIMEOUT_S), "--shutdown-timeout", "5")
         try:
-            for fn in (test_answers, test_errors, test_too_large, test_malformed_http, test_slowloris, test_disconnect, test_mixed):
+            for fn in (test_answers, test_errors, test_errors_utf8, test_small_protocol, test_too_large, test_malformed_http, test_slowloris, test_disconnect, test_mixed):
                 t0 = time.time()
                 try:
                     fn(port)
