@@ -497,6 +497,17 @@ def test_strata_serve():
     r = subprocess.run([STRATA, "serve", "--port", "0", "/nonexistent/m.gguf"], capture_output=True,
                        text=True, timeout=30)
     check("strata serve with a missing model exits 1", r.returncode == 1 and "m.gguf" in r.stderr, r.stderr)
+    # A FIFO as the model: refused at once (open() blocked forever, SIGTERM ignored)
+    fifo = f"/tmp/strata-http-raw-fifo-{os.getpid()}"
+    os.mkfifo(fifo)
+    try:
+        r = subprocess.run([STRATA, "serve", "--port", "0", fifo], capture_output=True, text=True, timeout=20)
+        check("strata serve with a FIFO model exits 1", r.returncode == 1 and "not a regular file" in r.stderr,
+              r.stderr[-500:])
+    except subprocess.TimeoutExpired:
+        check("strata serve with a FIFO model exits 1", False, "still blocked after 20 s")
+    finally:
+        os.unlink(fifo)
     r = subprocess.run([STRATA, "serve", "--ctx-size", "-5"], capture_output=True, text=True, timeout=30)
     check("strata serve bad option exits 2", r.returncode == 2 and "ctx-size" in r.stderr, r.stderr)
     model = os.path.join(SHARED, "models", "stories260K.gguf")
