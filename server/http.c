@@ -235,16 +235,33 @@ static enum MHD_Result on_resumed(struct exchange *ex) {
     return MHD_YES;
 }
 
+static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value) {
+    (void)kind;
+    framing_add(cls, key, strlen(key), value ? value : "", value ? strlen(value) : 0);
+    return MHD_YES;
+}
+
 enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                 const char *method, const char *version, const char *upload,
                                 size_t *upload_size, void **con_cls) {
     struct server *s = cls;
     struct exchange *ex = *con_cls;
     if (!ex) {
+        front_conn_busy(s->front, conn); /* not idle: never dropped to make room */
         ex = exchange_new(s, conn);
         if (!ex)
             return MHD_NO;
         *con_cls = ex;
+        /* The front checked the framing of a connection's first request; a
+         * later (keep-alive) one is checked here, before its body is read. */
+        struct framing fr = {0};
+        MHD_get_connection_values(conn, MHD_HEADER_KIND, framing_header, &fr);
+        const char *why = framing_error(&fr);
+        if (why) {
+            ex->close_after = true;
+            return http_respond_error_as(ex, STRATA_E_INVALID, "invalid_header", why, NULL, NULL);
+        }
         /* Requests without a body are answered on the next call: a response
          * queued on this first call makes MHD 0.9.75 close the connection
          * (measured: curl saw `Connection: close` on every GET). POST errors
@@ -295,6 +312,7 @@ void http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                        enum MHD_RequestTerminationCode toe) {
     struct server *s = cls;
     struct exchange *ex = *con_cls;
+    front_conn_idle(s->front, conn); /* its next request's headers are due within --timeout */
     if (!ex)
         return;
     *con_cls = NULL;

@@ -161,8 +161,15 @@ static struct MHD_Response *json_response(char *body) {
     return r;
 }
 
+void http_close_if_draining(struct exchange *ex, struct MHD_Response *r) {
+    /* while draining, a kept-alive connection would only wait to be reset */
+    if (ex->close_after || atomic_load(&ex->srv->draining))
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+}
+
 /* Queues r (released here), marks the exchange answered and counts it. */
 static enum MHD_Result queue_final(struct exchange *ex, int status, struct MHD_Response *r) {
+    http_close_if_draining(ex, r);
     enum MHD_Result rc = MHD_queue_response(ex->conn, (unsigned)status, r);
     MHD_destroy_response(r);
     ex->phase = PHASE_RESPONDED;
