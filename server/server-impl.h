@@ -68,6 +68,8 @@ struct exchange {
     bool aborted;     /* shutdown gave up on the generation layer */
     bool error_seen;  /* GEN_EV_ERROR seen */
     bool got_token;   /* first DELTA seen (TTFT recorded) */
+    /* server_shutdown cancelled the job: its CANCELLED error is answered 503 */
+    bool shutdown_cancel;
     struct sbuf out;  /* stream: SSE bytes not yet handed to MHD */
     size_t out_off;   /* bytes of out already handed over */
     int final_status; /* non-stream: status of the final response */

@@ -143,6 +143,7 @@ int server_shutdown(struct server *s, int deadline_ms) {
     for (struct exchange *ex = s->pending; ex; ex = ex->next) {
         pthread_mutex_lock(&ex->mu);
         struct gen_job *job = ex->job;
+        ex->shutdown_cancel = true; /* its "cancelled" error is answered as 503 */
         pthread_mutex_unlock(&ex->mu);
         if (job) /* listed, so not yet released; cancel never blocks (gen.h) */
             s->p.gen.ops->cancel(s->p.gen.self, job);

@@ -485,6 +485,63 @@ def test_deadline(port):
               err[0]["code"] == "timeout" and events[-1] == "data: [DONE]", events[-3:])
 
 
+def test_drain_statuses():
+    # SIGTERM (drain deadline 1 s) with one long stream running and two
+    # requests queued behind it (--parallel 1). The queued ones never started
+    # and got 499 {"code":"cancelled"}; the README promises 503. A /health
+    # probe during the drain sat in the backlog (the listener was quiesced)
+    # and was reset at exit; it must get a quick 503.
+    proc, port, log, reader = start(MODEL, "--parallel", "1", "--queue", "4", "--shutdown-timeout", "1")
+    out = {}
+    user = [{"role": "user", "content": "Once upon a time"}]
+
+    def run(name, body):
+        try:
+            out[name] = request(port, "POST", "/v1/chat/completions", body=body, timeout=60)
+        except Exception as e:  # noqa: BLE001
+            out[name] = (0, {}, repr(e).encode())
+    bodies = {
+        "running": {"model": MODEL_ID, "messages": user, "max_tokens": 2000, "stream": True,
+                    "logit_bias": {str(EOS): -100}},
+        "queued": {"model": MODEL_ID, "messages": user, "max_tokens": 4},
+        "queued-stream": {"model": MODEL_ID, "messages": user, "max_tokens": 4, "stream": True},
+    }
+    threads = {}
+    try:
+        for name in ("running", "queued", "queued-stream"):
+            threads[name] = threading.Thread(target=run, args=(name, bodies[name]))
+            threads[name].start()
+            want = ("active", 1) if name == "running" else ("queued", 1 if name == "queued" else 2)
+            deadline = time.time() + 10
+            while time.time() < deadline and status_json(port).get("sessions", {}).get(want[0], 0) < want[1]:
+                time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)  # inside the 1 s drain
+        t0 = time.time()
+        try:
+            st, h, d = request(port, "GET", "/health", timeout=3)
+        except Exception as e:  # noqa: BLE001
+            st, h, d = 0, {}, repr(e).encode()
+        dt = time.time() - t0
+        check("drain: /health answers 503 at once, Connection: close",
+              st == 503 and dt < 1.0 and h.get("connection", "").lower() == "close", (st, round(dt, 2), h, d[:200]))
+        for t in threads.values():
+            t.join(30)
+        for name in ("queued", "queued-stream"):
+            st, _, d = out.get(name, (0, {}, b"missing"))
+            check_error(f"drain: {name} request that never started: 503 service_unavailable", st, d, 503,
+                        "service_unavailable", etype="server_error")
+        st, _, d = out.get("running", (0, {}, b""))
+        errs = [c["error"] for c in sse_datas(d) if "error" in c]
+        check("drain: the running stream ends with a service_unavailable event and [DONE]",
+              st == 200 and d.endswith(b"data: [DONE]\n\n") and errs and errs[-1]["code"] == "service_unavailable",
+              (st, d[-300:]))
+    finally:
+        for t in threads.values():
+            t.join(30)
+        stop(proc, log, reader, "drain daemon")
+
+
 def test_template_error(tmpdir):
     # A chat template that raises when a message says RAISE (as Mistral's and
     # Llama 2's raise on bad role order): 400 with the template's message.
@@ -527,6 +584,10 @@ def main():
         finally:
             if proc.poll() is None:
                 stop(proc, log, reader, "daemon")
+        try:
+            test_drain_statuses()
+        except Exception as e:  # noqa: BLE001
+            check("test_drain_statuses", False, repr(e))
         with tempfile.TemporaryDirectory(prefix="strata-http-real-") as tmpdir:
             try:
                 test_template_error(tmpdir)
