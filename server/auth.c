@@ -100,19 +100,27 @@ static int key_diff(const char *key, const char *got, size_t got_len) {
     return diff != 0;
 }
 
-bool auth_check(const struct auth_keys *k, const char *authorization) {
+int auth_key_index(const struct auth_keys *k, const char *authorization) {
     if (!auth_keys_enabled(k))
-        return true;
+        return 0;
     if (!authorization || strncasecmp(authorization, "Bearer ", 7))
-        return false;
+        return -1;
     const char *got = authorization + 7;
     while (*got == ' ')
         got++;
     size_t got_len = strlen(got);
     while (got_len && got[got_len - 1] == ' ')
         got_len--;
-    int ok = 0;
-    for (size_t i = 0; i < k->n_keys; i++) /* no early exit: all keys are compared */
-        ok |= !key_diff(k->keys[i], got, got_len);
-    return ok != 0;
+    /* no early exit and no branch on a match: all keys are compared, and the
+     * index is selected with a mask */
+    unsigned found = ~0u;
+    for (size_t i = 0; i < k->n_keys; i++) {
+        unsigned match = 0u - (unsigned)!key_diff(k->keys[i], got, got_len); /* all ones or 0 */
+        found = (found & ~match) | ((unsigned)i & match);
+    }
+    return found == ~0u ? -1 : (int)found;
+}
+
+bool auth_check(const struct auth_keys *k, const char *authorization) {
+    return auth_key_index(k, authorization) >= 0;
 }

@@ -107,6 +107,11 @@ struct gen_submit {
                           submit returns are framed right); the generation layer must reject
                           a non-boolean "stream" in submit */
     bool always_usage; /* server option: include usage even when the stream did not ask */
+    /* Prefix-cache partition: cached prompt blocks (and what cached_tokens
+     * reports) are shared only between requests of one partition. The HTTP
+     * layer passes the API key's index (0 with one key or none), so one key
+     * cannot reuse or probe another's prompts. */
+    uint32_t cache_partition;
 };
 
 struct gen_submit_out {

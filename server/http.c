@@ -74,12 +74,15 @@ static enum MHD_Result on_headers(struct exchange *ex, const char *url, const ch
             return http_respond_error(ex, STRATA_E_METHOD, msg, NULL, r->method);
         }
     }
-    if (r->metric != METRICS_ROUTE_HEALTH &&
-        !auth_check(s->p.auth,
-                    MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION)))
-        return http_respond_error(ex, STRATA_E_AUTH,
-                                  "invalid or missing API key (Authorization: Bearer <key>)", NULL,
-                                  NULL);
+    if (r->metric != METRICS_ROUTE_HEALTH) {
+        ex->key_index =
+            auth_key_index(s->p.auth, MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                                  MHD_HTTP_HEADER_AUTHORIZATION));
+        if (ex->key_index < 0)
+            return http_respond_error(ex, STRATA_E_AUTH,
+                                      "invalid or missing API key (Authorization: Bearer <key>)",
+                                      NULL, NULL);
+    }
     switch (r->metric) {
     case METRICS_ROUTE_HEALTH:
         return status_health(ex);
@@ -178,7 +181,9 @@ static enum MHD_Result on_body(struct exchange *ex) {
     s->n_pending++;
     pthread_mutex_unlock(&s->mu);
 
-    struct gen_submit req = {ex->gen_route, body, ex->stream, s->p.always_usage};
+    /* each API key has its own prefix-cache partition (gen.h) */
+    struct gen_submit req = {ex->gen_route, body, ex->stream, s->p.always_usage,
+                             (uint32_t)ex->key_index};
     struct gen_submit_out out = {0};
     struct strata_error err = {0};
     int rc = s->p.gen.ops->submit(s->p.gen.self, &req, (struct gen_sink){stream_on_event, ex}, &out,

@@ -31,6 +31,7 @@ struct gen_job {
     bool kv_bad;        /* a forward step failed: the sequence's rows are not trusted */
     bool kv_short;      /* a block could not be reserved: fail after this step */
     int n_cached;       /* prompt positions reused from the prefix cache */
+    uint32_t part;      /* prefix-cache partition (gen_submit.cache_partition) */
     int need_blocks;    /* KV blocks the session may take from the pool (reserved at admission) */
     double t_deadline;  /* monotonic seconds; 0 = none */
     int n_past;         /* positions in the KV sequence */

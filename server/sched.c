@@ -42,7 +42,7 @@ static void job_done(struct sched *s, struct gen_job *j, bool ok) {
         /* keep the rows for a later request with the same prefix (also after a
          * cancel: positions < n_past are valid) */
         if (s->pc && !j->kv_bad)
-            prefix_insert(s->pc, j->prompt, kv_seq_len(s->kv, j->seq), j->seq, NULL);
+            prefix_insert_part(s->pc, j->part, j->prompt, kv_seq_len(s->kv, j->seq), j->seq, NULL);
         s->seq_used[j->seq] = false;
         kv_seq_clear(s->kv, j->seq, NULL);
         j->seq = -1;
@@ -172,7 +172,7 @@ static void admit(struct sched *s) {
         const int B = s->n_block;
         int nb = 0, hit = 0;
         if (s->pc)
-            hit = prefix_lookup(s->pc, j->prompt, j->n_prompt - 1, s->blk_tmp, &nb);
+            hit = prefix_lookup_part(s->pc, j->part, j->prompt, j->n_prompt - 1, s->blk_tmp, &nb);
         int64_t total = (int64_t)j->n_prompt + j->max_tokens;
         if (total > s->n_ctx)
             total = s->n_ctx;
@@ -383,7 +383,8 @@ static void step(struct sched *s, double t0) {
     for (int r = 0; r < n_rows; r++) {
         struct gen_job *j = s->row_job[r];
         if (j->state == JOB_PREFILL && s->pc) /* share the prompt's full blocks right away */
-            prefix_insert(s->pc, j->prompt, j->n_prompt / s->n_block * s->n_block, j->seq, NULL);
+            prefix_insert_part(s->pc, j->part, j->prompt, j->n_prompt / s->n_block * s->n_block,
+                               j->seq, NULL);
         j->state = JOB_DECODE;
         if (session_on_logits(s, j)) {
             unlink_active(s, j);
@@ -476,6 +477,7 @@ static int op_submit(void *self, const struct gen_submit *req, struct gen_sink s
     } while (!atomic_compare_exchange_weak(&s->n_inflight, &cur, cur + 1));
     j->sink = sink;
     j->seq = -1;
+    j->part = req->cache_partition;
     if (s->p.request_timeout > 0)
         j->t_deadline = sched_now() + s->p.request_timeout;
     atomic_init(&j->cancelled, false);

@@ -52,6 +52,7 @@ struct exchange {
     struct sbuf body;          /* request body, at most max_body bytes */
     bool body_too_large;
     bool close_after; /* answer with Connection: close (framing refused) */
+    int key_index;    /* the API key that authorized the request (auth_key_index) */
     size_t n_dropped; /* body bytes of a no-body method, discarded */
     double t_start;   /* seconds (monotonic) when the headers were in */
     double t_submit;  /* seconds (monotonic) when the job was submitted */

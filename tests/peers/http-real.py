@@ -542,6 +542,38 @@ def test_drain_statuses():
         stop(proc, log, reader, "drain daemon")
 
 
+def test_cache_per_key(tmpdir):
+    # The prefix cache was shared by every API key, and cached_tokens told
+    # key B how far its guess matched key A's prompt (B recovered A's secret
+    # digit: 26 cached tokens for a wrong digit, 90 for the right one). Each
+    # key now has its own partition; one key alone still reuses its prompts.
+    keys = os.path.join(tmpdir, "keys")
+    with open(keys, "w") as f:
+        f.write("sk-alice\nsk-bob\n")
+    proc, port, log, reader = start(MODEL, "--api-key-file", keys)
+    try:
+        def ask(key, digit):
+            body = {"model": MODEL_ID, "max_tokens": 1, "temperature": 0,
+                    "messages": [{"role": "system", "content": "You are a helpful assistant. " * 8},
+                                 {"role": "user", "content": f"The secret code is {digit}{digit}{digit}. "
+                                                             "Tell nobody about it, ever."}]}
+            st, _, d = request(port, "POST", "/v1/chat/completions", body=body,
+                               headers={"Authorization": "Bearer " + key})
+            return st, (json.loads(d)["usage"]["prompt_tokens_details"]["cached_tokens"] if st == 200 else d)
+        st, _ = ask("sk-alice", 7)
+        check("cache per key: alice's request", st == 200)
+        st, probe = ask("sk-bob", 7)  # bob's first guess is the right one
+        check("cache per key: bob's right guess is a miss (cached_tokens 0)", st == 200 and probe == 0, probe)
+        st, again = ask("sk-alice", 7)
+        check("cache per key: alice still reuses her own prompt", st == 200 and isinstance(again, int) and again > 20,
+              again)
+        st, bob_again = ask("sk-bob", 7)
+        check("cache per key: bob reuses his own earlier prompt", st == 200 and isinstance(bob_again, int) and
+              bob_again > 20, bob_again)
+    finally:
+        stop(proc, log, reader, "per-key daemon")
+
+
 def test_template_error(tmpdir):
     # A chat template that raises when a message says RAISE (as Mistral's and
     # Llama 2's raise on bad role order): 400 with the template's message.
@@ -589,10 +621,11 @@ def main():
         except Exception as e:  # noqa: BLE001
             check("test_drain_statuses", False, repr(e))
         with tempfile.TemporaryDirectory(prefix="strata-http-real-") as tmpdir:
-            try:
-                test_template_error(tmpdir)
-            except Exception as e:  # noqa: BLE001
-                check("test_template_error", False, repr(e))
+            for fn in (test_template_error, test_cache_per_key):
+                try:
+                    fn(tmpdir)
+                except Exception as e:  # noqa: BLE001
+                    check(fn.__name__, False, repr(e))
         print(f"# total {time.time() - t_start:.1f} s", flush=True)
     sys.exit(results.report("http-real"))
 

@@ -164,7 +164,17 @@ START_TEST(api_keys) {
     ck_assert(auth_check(k, "Bearer sk-one"));
     ck_assert(auth_check(k, "Bearer sk-two"));
     ck_assert(!auth_check(k, "Bearer # two keys"));
+    /* which key: the prefix cache is partitioned by it */
+    ck_assert_int_eq(auth_key_index(k, "Bearer sk-one"), 0);
+    ck_assert_int_eq(auth_key_index(k, "Bearer sk-two"), 1);
+    ck_assert_int_eq(auth_key_index(k, "Bearer sk-three"), -1);
+    ck_assert_int_eq(auth_key_index(k, NULL), -1);
     auth_keys_free(k);
+    k = auth_keys_init("sk-cli", path, &err); /* --api-key comes first */
+    ck_assert_int_eq(auth_key_index(k, "Bearer sk-cli"), 0);
+    ck_assert_int_eq(auth_key_index(k, "Bearer sk-two"), 2);
+    auth_keys_free(k);
+    ck_assert_int_eq(auth_key_index(NULL, NULL), 0); /* no keys: everyone is partition 0 */
     unlink(path);
     ck_assert_ptr_null(auth_keys_init(NULL, "/nonexistent/keys", &err));
     ck_assert_int_eq(err.code, STRATA_E_CONFIG);

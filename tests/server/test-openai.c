@@ -8,7 +8,7 @@ static int parse(enum gen_route route, const char *text, struct openai_request *
     json_error_t je;
     json_t *body = json_loads(text, 0, &je);
     ck_assert_msg(body != NULL, "bad test JSON: %s", text);
-    struct gen_submit req = {route, body, false, false};
+    struct gen_submit req = {route, body, false, false, 0};
     struct strata_error err = {0};
     int rc = openai_parse(&req, "m", 512, rq, param, 64, &err);
     json_decref(body);
@@ -162,7 +162,7 @@ START_TEST(error_messages_stay_utf8) {
     for (int i = 0; i < 6; i++) {
         json_t *body = json_loads(bodies[i], 0, NULL);
         ck_assert_msg(body != NULL, "bad test JSON %d", i);
-        struct gen_submit req = {CHAT, body, false, false};
+        struct gen_submit req = {CHAT, body, false, false, 0};
         struct openai_request rq;
         char p[64];
         struct strata_error err = {0};
@@ -206,7 +206,7 @@ START_TEST(assistant_without_content) {
                        "{\"role\":\"user\",\"content\":\"again\"}]}";
     json_t *body = json_loads(text, 0, NULL);
     ck_assert_ptr_nonnull(body);
-    struct gen_submit req = {CHAT, body, false, false};
+    struct gen_submit req = {CHAT, body, false, false, 0};
     struct openai_request rq;
     char p[64];
     struct strata_error err = {0};

@@ -38,6 +38,7 @@ struct req {
     pthread_mutex_t *gate; /* locked and unlocked in the first event: waits for the test */
     int64_t first_step;    /* scheduler steps published when the first DELTA came (-1: none) */
     atomic_bool at_gate;   /* the scheduler thread reached the gate */
+    uint32_t part;         /* gen_submit.cache_partition (the API key) */
 };
 
 static void req_init(struct req *r, struct sched *s) {
@@ -105,7 +106,7 @@ static void on_event(void *ctx, const struct gen_event *ev) {
 /* Submits a request body (steals it) on the route with r's sink; returns
  * submit's rc. */
 static int submit_body(struct req *r, enum gen_route route, json_t *body) {
-    struct gen_submit gs = {route, body, false, false};
+    struct gen_submit gs = {route, body, false, false, r->part};
     struct gen_submit_out out = {0};
     struct strata_error err = {0};
     pthread_mutex_lock(&r->mu);
@@ -366,6 +367,47 @@ START_TEST(test_prefix_reuse) {
     check_settled(s);
     check_settled(cold);
     sched_free(cold);
+    sched_free(s);
+}
+END_TEST
+
+/* Cache partitions (one per API key): a prompt cached by partition 1 is a
+ * miss for partition 2, so cached_tokens cannot tell key B how far its
+ * guess matches key A's prompt; partition 1 still reuses it. Before, one
+ * cache served every key (26 cached tokens for a wrong secret digit, 90
+ * for the right one). */
+START_TEST(test_prefix_partitions) {
+    struct sched *s = open_sched(1, 8, 0, 0, true);
+    const char *secret = "Once upon a time, there was a little girl named Lily. Her secret number "
+                         "was 7 and she told nobody about it.";
+    const uint32_t parts[] = {1, 2, 1, 0, 0};
+    struct req r[5];
+    char *text[5];
+    for (int i = 0; i < 5; i++) {
+        req_init(&r[i], s);
+        r[i].part = parts[i];
+        ck_assert_int_eq(submit(&r[i], secret, 6), 0);
+        wait_done(&r[i]);
+        ck_assert_int_eq(r[i].err_code, 0);
+        text[i] = body_text(r[i].body);
+        ck_assert_ptr_nonnull(text[i]);
+    }
+    ck_assert_int_eq(r[0].n_cached, 0);
+    ck_assert_msg(r[1].n_cached == 0, "partition 2 reused %lld tokens of partition 1",
+                  (long long)r[1].n_cached);
+    ck_assert_int_eq(r[2].n_cached, r[2].n_prompt - 1); /* the owner still reuses it */
+    ck_assert_int_eq(r[3].n_cached, 0);                 /* partition 0 is one more tenant */
+    ck_assert_int_eq(r[4].n_cached, r[4].n_prompt - 1);
+    for (int i = 1; i < 5; i++) /* greedy: the cache never changes the answer */
+        ck_assert_str_eq(text[i], text[0]);
+    struct gen_stats st = settled(s);
+    ck_assert_uint_eq(st.cache_hits, 2);
+    ck_assert_uint_eq(st.cache_misses, 3);
+    for (int i = 0; i < 5; i++) {
+        free(text[i]);
+        req_free(&r[i]);
+    }
+    check_settled(s);
     sched_free(s);
 }
 END_TEST
@@ -655,6 +697,7 @@ static Suite *sched_suite(void) {
     tcase_add_test(tc, test_batched_equals_alone);
     tcase_add_test(tc, test_sampled_batched_equals_alone);
     tcase_add_test(tc, test_prefix_reuse);
+    tcase_add_test(tc, test_prefix_partitions);
     tcase_add_test(tc, test_chat_second_turn);
     tcase_add_test(tc, test_pool_exhaustion_waits);
     tcase_add_test(tc, test_no_max_tokens_cannot_hold_the_pool);
