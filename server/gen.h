@@ -19,8 +19,9 @@
  *
  * Contract (both sides rely on it):
  * 1. submit() runs on the HTTP thread and must not block: parse + validate
- *    the body, then enqueue. Heavy work (tokenizing a long prompt) belongs on
- *    the scheduler thread. It returns 0 and out->job, or a negative
+ *    the body, then enqueue. Heavy work (tokenizing a long prompt) belongs off
+ *    this thread, and off the one that runs the streams (sched.h: the prep
+ *    thread). It returns 0 and out->job, or a negative
  *    STRATA_E_* with err (message) and optionally out->error_param (the
  *    offending field, OpenAI's error.param); the HTTP layer turns that into
  *    the status and body from the error table (e.g. QUEUE_FULL -> 429).
@@ -167,7 +168,7 @@ struct gen_stats {
     double step_forward_s; /* inside model_forward */
     double step_sample_s;  /* sampling the output rows (sampler or greedy argmax) */
     double step_emit_s;    /* after sampling: detokenize, stop matching, event delivery */
-    double step_other_s;   /* reaping, admission (tokenizing prompts), building the batch */
+    double step_other_s;   /* reaping, admission, building the batch */
     double step_idle_s;    /* waiting for work with nothing to run */
 };
 

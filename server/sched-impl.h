@@ -27,7 +27,11 @@ struct gen_job {
     int32_t *prompt; /* (n_prompt + max_tokens) owned: the prompt, then each generated token
                         as it is fed back: prompt[pos] is the token at KV position pos */
     int n_prompt;
-    bool prepared;      /* session_prepare ran (the job may wait for KV blocks after it) */
+    bool prepared; /* session_prepare ran (the job may wait for KV blocks after it) */
+    /* set by the prep thread (session_tokenize) before the job is queued */
+    bool tokenized;
+    int tok_rc; /* 0, or why the prompt was refused (tok_err: the message) */
+    struct strata_error tok_err;
     bool kv_bad;        /* a forward step failed: the sequence's rows are not trusted */
     bool kv_short;      /* a block could not be reserved: fail after this step */
     int n_cached;       /* prompt positions reused from the prefix cache */
@@ -80,10 +84,18 @@ struct sched {
 
     pthread_t thread;
     bool thread_started;
-    pthread_mutex_t mu; /* guards incoming and stop */
+    pthread_mutex_t mu; /* guards incoming, stop and the prep queue */
     pthread_cond_t cond;
     struct gen_job *incoming, *incoming_tail;
     bool stop;
+    /* the prep thread: tokenizes each submitted prompt, then moves the job to
+     * incoming (FIFO); prep_cond wakes it */
+    pthread_t prep_thread;
+    bool prep_started;
+    pthread_cond_t prep_cond;
+    struct gen_job *prep_head, *prep_tail;
+    bool prep_stop;
+    atomic_int n_prep;     /* jobs submitted and not yet in incoming (counted as queued) */
     atomic_int n_inflight; /* submitted and not yet DONE */
     atomic_uint_fast64_t id_counter;
 
@@ -106,9 +118,18 @@ struct sched {
 
 double sched_now(void);
 
+/* sched-prep.c: the prep thread's body (arg: the sched), and the hand-over
+ * of a job to the scheduler (s->mu held) */
+void *sched_prep_main(void *arg);
+void sched_to_incoming(struct sched *s, struct gen_job *j);
+
 /* sched-session.c */
-/* Tokenizes the prompt, makes the sampler/detokenizer/stop matcher. On
- * error sends ERROR (the caller then sends DONE). */
+/* Renders and tokenizes the prompt and checks it against the context into
+ * j->prompt / n_prompt, or j->tok_rc + tok_err. Touches only j and reads s's
+ * immutable tokenizer and template: runs on the prep thread. */
+void session_tokenize(const struct sched *s, struct gen_job *j);
+/* Takes the tokenized prompt, makes the sampler/detokenizer/stop matcher.
+ * On error sends ERROR (the caller then sends DONE). */
 int session_prepare(struct sched *s, struct gen_job *j, struct strata_error *err, char *param,
                     size_t param_cap);
 /* Picks the next token of j from its logits row into j->pick / pick_rc.

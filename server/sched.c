@@ -84,7 +84,7 @@ static void publish_stats(struct sched *s, int n_waiting) {
     const int64_t n_free = kv_blocks_free(s->kv), n_idle = s->pc ? prefix_n_idle(s->pc) : 0;
     pthread_mutex_lock(&s->stats.mu);
     s->stats.st.n_active = s->n_active;
-    s->stats.st.n_queued = n_waiting;
+    s->stats.st.n_queued = n_waiting + atomic_load(&s->n_prep); /* tokenizing counts as waiting */
     s->stats.st.tokens_prompt = s->tokens_prompt;
     s->stats.st.tokens_generated = s->tokens_generated;
     s->stats.st.recent_tok_s = rate;
@@ -484,13 +484,14 @@ static int op_submit(void *self, const struct gen_submit *req, struct gen_sink s
     openai_ctx_init(&j->oc, req->route, s->model_id, j->rq.stream_usage,
                     (uint64_t)time(NULL) << 24 ^ atomic_fetch_add(&s->id_counter, 1) * 2654435761u);
     out->job = j;
+    atomic_fetch_add(&s->n_prep, 1);
     pthread_mutex_lock(&s->mu);
-    if (s->incoming_tail)
-        s->incoming_tail->next = j;
+    if (s->prep_tail)
+        s->prep_tail->next = j;
     else
-        s->incoming = j;
-    s->incoming_tail = j;
-    pthread_cond_signal(&s->cond);
+        s->prep_head = j;
+    s->prep_tail = j;
+    pthread_cond_signal(&s->prep_cond);
     pthread_mutex_unlock(&s->mu);
     return 0;
 }
@@ -580,8 +581,10 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     s->p = *params;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cond, NULL);
+    pthread_cond_init(&s->prep_cond, NULL);
     pthread_mutex_init(&s->stats.mu, NULL);
     atomic_init(&s->n_inflight, 0);
+    atomic_init(&s->n_prep, 0);
     atomic_init(&s->id_counter, 1);
     if (params->model_id && *params->model_id)
         snprintf(s->model_id, sizeof(s->model_id), "%s", params->model_id);
@@ -705,6 +708,11 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
         goto fail;
     }
     s->thread_started = true;
+    if (pthread_create(&s->prep_thread, NULL, sched_prep_main, s) != 0) {
+        strata_error_set(err, STRATA_E_INTERNAL, "sched: cannot start the prompt thread");
+        goto fail;
+    }
+    s->prep_started = true;
     return s;
 fail:
     sched_free(s);
@@ -714,6 +722,23 @@ fail:
 void sched_free(struct sched *s) {
     if (!s)
         return;
+    if (s->prep_started) {
+        /* first the prep thread (it finishes the prompt it holds), then every
+         * job still in its queue goes on to the scheduler, which ends them all */
+        pthread_mutex_lock(&s->mu);
+        s->prep_stop = true;
+        pthread_cond_signal(&s->prep_cond);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->prep_thread, NULL);
+    }
+    pthread_mutex_lock(&s->mu);
+    while (s->prep_head) {
+        struct gen_job *j = s->prep_head;
+        s->prep_head = j->next;
+        sched_to_incoming(s, j);
+    }
+    s->prep_tail = NULL;
+    pthread_mutex_unlock(&s->mu);
     if (s->thread_started) {
         pthread_mutex_lock(&s->mu);
         s->stop = true;
@@ -732,6 +757,7 @@ void sched_free(struct sched *s) {
     kv_free(s->kv);
     model_free(s->model);
     pool_free(s->pool);
+    pthread_cond_destroy(&s->prep_cond);
     pthread_cond_destroy(&s->cond);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->stats.mu);

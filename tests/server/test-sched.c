@@ -39,7 +39,16 @@ struct req {
     int64_t first_step;    /* scheduler steps published when the first DELTA came (-1: none) */
     atomic_bool at_gate;   /* the scheduler thread reached the gate */
     uint32_t part;         /* gen_submit.cache_partition (the API key) */
+    atomic_bool measure;   /* record the longest gap between two DELTAs while set */
+    double t_last_delta;   /* monotonic s (scheduler thread) */
+    double max_gap;        /* s */
 };
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static void req_init(struct req *r, struct sched *s) {
     memset(r, 0, sizeof(*r));
@@ -61,6 +70,12 @@ static void on_event(void *ctx, const struct gen_event *ev) {
     struct gen_job *cancel = NULL;
     switch (ev->type) {
     case GEN_EV_DELTA:
+        if (atomic_load(&r->measure)) {
+            double now = mono_s();
+            if (r->t_last_delta > 0 && now - r->t_last_delta > r->max_gap)
+                r->max_gap = now - r->t_last_delta;
+            r->t_last_delta = now;
+        }
         if (r->n_delta_tokens == 0) { /* stats() never blocks on the scheduler thread */
             struct gen_stats st;
             sched_gen_ops()->stats(r->s, &st);
@@ -412,6 +427,75 @@ START_TEST(test_prefix_partitions) {
 }
 END_TEST
 
+/* A huge prompt is tokenized off the scheduler thread: on it, one 1.9 MB
+ * prompt (refused with 400 context_length_exceeded) froze every running
+ * stream for as long as tokenizing took. While a stream decodes, a ~1 MB
+ * prompt is submitted; the stream's longest gap between two tokens during
+ * the huge prompt's life (submit to its error) must stay under a quarter of
+ * that life. On the scheduler thread the gap was that whole time. */
+START_TEST(test_huge_prompt_does_not_stall) {
+    char path[1024];
+    struct sched_params sp = sched_params_default();
+    sp.model_path = test_shared_path(path, sizeof(path), "models/stories260K.gguf");
+    sp.n_threads = 1;
+    sp.n_ctx = 2048; /* a stream long enough to outlast the tokenizing */
+    sp.parallel = 2;
+    struct strata_error err = {0};
+    struct sched *s = sched_init(&sp, &err);
+    ck_assert_msg(s != NULL, "sched_init: %s", err.message);
+    struct req lng, big;
+    req_init(&lng, s);
+    req_init(&big, s);
+    json_t *body = json_pack("{s:s, s:s, s:i, s:f, s:{s:i}}", "model", "stories260K", "prompt",
+                             "Once upon a time", "max_tokens", 2000, "temperature", 0.0,
+                             "logit_bias", "2", -100); /* no EOS: it runs until cancelled */
+    ck_assert_int_eq(submit_body(&lng, GEN_ROUTE_COMPLETION, body), 0);
+    for (int i = 0; i < 500; i++) { /* decoding */
+        pthread_mutex_lock(&lng.mu);
+        int n = lng.n_delta_tokens;
+        pthread_mutex_unlock(&lng.mu);
+        if (n >= 8)
+            break;
+        usleep(10000);
+    }
+    const size_t n_big = 1u << 20;
+    char *text = malloc(n_big + 1);
+    ck_assert_ptr_nonnull(text);
+    static const char unit[] = "Once upon a time there was a cat. ";
+    for (size_t i = 0; i < n_big; i++)
+        text[i] = unit[i % (sizeof(unit) - 1)];
+    text[n_big] = '\0';
+    atomic_store(&lng.measure, true);
+    const double t0 = mono_s();
+    ck_assert_int_eq(submit(&big, text, 4), 0);
+    free(text);
+    pthread_mutex_lock(&big.mu);
+    while (!big.done)
+        pthread_cond_wait(&big.cv, &big.mu);
+    pthread_mutex_unlock(&big.mu);
+    const double life = mono_s() - t0;
+    atomic_store(&lng.measure, false);
+    ck_assert_int_eq(big.err_code, STRATA_E_CONTEXT_LENGTH);
+    pthread_mutex_lock(&lng.mu);
+    const double gap = lng.max_gap;
+    const bool still_running = !lng.done;
+    pthread_mutex_unlock(&lng.mu);
+    fprintf(stderr, "# huge prompt: %.3f s from submit to its error, longest stream gap %.3f s\n",
+            life, gap);
+    ck_assert_msg(still_running, "the stream ended before the huge prompt did (%.3f s)", life);
+    ck_assert_msg(gap < life / 4, "a stream stalled %.3f s while a %zu-byte prompt took %.3f s",
+                  gap, n_big, life);
+    sched_gen_ops()->cancel(s, lng.job);
+    wait_done(&lng);
+    sched_gen_ops()->release(s, big.job);
+    big.job = NULL;
+    req_free(&lng);
+    req_free(&big);
+    check_settled(s);
+    sched_free(s);
+}
+END_TEST
+
 START_TEST(test_chat_second_turn) {
     /* a conversation's second turn (chat template, ChatML fallback) reuses
      * the first turn's prompt and answer and answers like a cold run */
@@ -698,6 +782,7 @@ static Suite *sched_suite(void) {
     tcase_add_test(tc, test_sampled_batched_equals_alone);
     tcase_add_test(tc, test_prefix_reuse);
     tcase_add_test(tc, test_prefix_partitions);
+    tcase_add_test(tc, test_huge_prompt_does_not_stall);
     tcase_add_test(tc, test_chat_second_turn);
     tcase_add_test(tc, test_pool_exhaustion_waits);
     tcase_add_test(tc, test_no_max_tokens_cannot_hold_the_pool);
