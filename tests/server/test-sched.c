@@ -496,6 +496,35 @@ START_TEST(test_huge_prompt_does_not_stall) {
 }
 END_TEST
 
+/* The first generated token is EOS (a +100 logit bias on </s>): the session
+ * finishes at once and flushes a stop matcher that was never fed, which
+ * passed NULL to memcpy/memmove (UBSan: engine/sampler.c release()). */
+START_TEST(test_first_token_eos) {
+    struct sched *s = open_sched(1, 4, 0, 0, true);
+    for (int stream = 0; stream < 2; stream++) {
+        struct req r;
+        req_init(&r, s);
+        json_t *body =
+            json_pack("{s:s, s:s, s:i, s:f, s:b, s:{s:i}, s:[s]}", "model", "stories260K", "prompt",
+                      "Once upon a time", "max_tokens", 5, "temperature", 0.0, "stream", stream,
+                      "logit_bias", "2", 100, "stop", "END");
+        ck_assert_int_eq(submit_body(&r, GEN_ROUTE_COMPLETION, body), 0);
+        wait_done(&r);
+        ck_assert_int_eq(r.err_code, 0);
+        ck_assert_str_eq(r.finish, "stop");
+        ck_assert_int_eq(r.n_completion, 1);
+        if (!stream) {
+            char *t = body_text(r.body);
+            ck_assert_str_eq(t, "");
+            free(t);
+        }
+        req_free(&r);
+    }
+    check_settled(s);
+    sched_free(s);
+}
+END_TEST
+
 START_TEST(test_chat_second_turn) {
     /* a conversation's second turn (chat template, ChatML fallback) reuses
      * the first turn's prompt and answer and answers like a cold run */
@@ -783,6 +812,7 @@ static Suite *sched_suite(void) {
     tcase_add_test(tc, test_prefix_reuse);
     tcase_add_test(tc, test_prefix_partitions);
     tcase_add_test(tc, test_huge_prompt_does_not_stall);
+    tcase_add_test(tc, test_first_token_eos);
     tcase_add_test(tc, test_chat_second_turn);
     tcase_add_test(tc, test_pool_exhaustion_waits);
     tcase_add_test(tc, test_no_max_tokens_cannot_hold_the_pool);
