@@ -59,6 +59,16 @@ struct gen_job {
     const char *finish_reason; /* static: "stop" / "length"; NULL after an error */
 };
 
+/* One prep lane: a persistent thread and its FIFO of jobs (s->mu). */
+struct sched_prep_lane {
+    struct sched *s; /* borrowed: the owner */
+    pthread_t thread;
+    bool started;
+    bool cond_ok;
+    pthread_cond_t cond; /* work arrived, or stop (with s->mu) */
+    struct gen_job *head, *tail;
+};
+
 struct sched_stats_rec {
     pthread_mutex_t mu; /* held only to copy */
     struct gen_stats st;
@@ -84,16 +94,13 @@ struct sched {
 
     pthread_t thread;
     bool thread_started;
-    pthread_mutex_t mu; /* guards incoming, stop and the prep queue */
+    pthread_mutex_t mu; /* guards incoming, stop and the prep lanes */
     pthread_cond_t cond;
     struct gen_job *incoming, *incoming_tail;
     bool stop;
-    /* the prep thread: tokenizes each submitted prompt, then moves the job to
-     * incoming (FIFO); prep_cond wakes it */
-    pthread_t prep_thread;
-    bool prep_started;
-    pthread_cond_t prep_cond;
-    struct gen_job *prep_head, *prep_tail;
+    /* the prep lanes (sched-prep.c): each tokenizes its submitted prompts in
+     * order, then moves the jobs to incoming; [0] short prompts, [1] long */
+    struct sched_prep_lane prep[2];
     bool prep_stop;
     atomic_int n_prep;     /* jobs submitted and not yet in incoming (counted as queued) */
     atomic_int n_inflight; /* submitted and not yet DONE */
@@ -118,10 +125,13 @@ struct sched {
 
 double sched_now(void);
 
-/* sched-prep.c: the prep thread's body (arg: the sched), and the hand-over
- * of a job to the scheduler (s->mu held) */
-void *sched_prep_main(void *arg);
-void sched_to_incoming(struct sched *s, struct gen_job *j);
+/* sched-prep.c: the prep lanes */
+int sched_prep_start(struct sched *s, struct strata_error *err); /* after the scheduler thread */
+void sched_prep_submit(struct sched *s, struct gen_job *j);      /* from op_submit */
+/* Joins the lanes (each finishes the prompt it holds) and hands every job
+ * still queued to the scheduler untokenized (it ends them at its stop).
+ * Safe after a failed or partial start. */
+void sched_prep_stop(struct sched *s);
 
 /* sched-session.c */
 /* Renders and tokenizes the prompt and checks it against the context into

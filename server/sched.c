@@ -484,15 +484,7 @@ static int op_submit(void *self, const struct gen_submit *req, struct gen_sink s
     openai_ctx_init(&j->oc, req->route, s->model_id, j->rq.stream_usage,
                     (uint64_t)time(NULL) << 24 ^ atomic_fetch_add(&s->id_counter, 1) * 2654435761u);
     out->job = j;
-    atomic_fetch_add(&s->n_prep, 1);
-    pthread_mutex_lock(&s->mu);
-    if (s->prep_tail)
-        s->prep_tail->next = j;
-    else
-        s->prep_head = j;
-    s->prep_tail = j;
-    pthread_cond_signal(&s->prep_cond);
-    pthread_mutex_unlock(&s->mu);
+    sched_prep_submit(s, j);
     return 0;
 }
 
@@ -581,7 +573,6 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     s->p = *params;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cond, NULL);
-    pthread_cond_init(&s->prep_cond, NULL);
     pthread_mutex_init(&s->stats.mu, NULL);
     atomic_init(&s->n_inflight, 0);
     atomic_init(&s->n_prep, 0);
@@ -708,11 +699,8 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
         goto fail;
     }
     s->thread_started = true;
-    if (pthread_create(&s->prep_thread, NULL, sched_prep_main, s) != 0) {
-        strata_error_set(err, STRATA_E_INTERNAL, "sched: cannot start the prompt thread");
+    if (sched_prep_start(s, err) < 0)
         goto fail;
-    }
-    s->prep_started = true;
     return s;
 fail:
     sched_free(s);
@@ -722,23 +710,7 @@ fail:
 void sched_free(struct sched *s) {
     if (!s)
         return;
-    if (s->prep_started) {
-        /* first the prep thread (it finishes the prompt it holds), then every
-         * job still in its queue goes on to the scheduler, which ends them all */
-        pthread_mutex_lock(&s->mu);
-        s->prep_stop = true;
-        pthread_cond_signal(&s->prep_cond);
-        pthread_mutex_unlock(&s->mu);
-        pthread_join(s->prep_thread, NULL);
-    }
-    pthread_mutex_lock(&s->mu);
-    while (s->prep_head) {
-        struct gen_job *j = s->prep_head;
-        s->prep_head = j->next;
-        sched_to_incoming(s, j);
-    }
-    s->prep_tail = NULL;
-    pthread_mutex_unlock(&s->mu);
+    sched_prep_stop(s); /* first: its leftovers go to the scheduler, which ends them */
     if (s->thread_started) {
         pthread_mutex_lock(&s->mu);
         s->stop = true;
@@ -757,7 +729,6 @@ void sched_free(struct sched *s) {
     kv_free(s->kv);
     model_free(s->model);
     pool_free(s->pool);
-    pthread_cond_destroy(&s->prep_cond);
     pthread_cond_destroy(&s->cond);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->stats.mu);
