@@ -21,7 +21,7 @@
  * 1. submit() runs on the HTTP thread and must not block: parse + validate
  *    the body, then enqueue. Heavy work (tokenizing a long prompt) belongs off
  *    this thread, and off the one that runs the streams (sched.h: the prep
- *    thread). It returns 0 and out->job, or a negative
+ *    threads). It returns 0 and out->job, or a negative
  *    STRATA_E_* with err (message) and optionally out->error_param (the
  *    offending field, OpenAI's error.param); the HTTP layer turns that into
  *    the status and body from the error table (e.g. QUEUE_FULL -> 429).
