@@ -29,7 +29,8 @@ slowloris p99 1.9 ms, max 5 ms, /health max 2 ms; huge p99 3.5 ms, max 36 ms,
 (5 s) under the flood, key B's right guess got 242 cached tokens against 183
 for a wrong one, and the huge prompts gave p99 727 ms, max 837 ms, 61 tok/s.
 The daemon must also drop the trickling connections at the header deadline
-(--timeout 3: none of them lives past 3 s + 1.5 s) and report them in
+(--timeout 3: none of them lives past 3 s + 2 s, the client noticing it
+within its 0.5 s trickle loop) and report them in
 /status; key B's right guess must get exactly the cached_tokens of a wrong
 one. Measured values are printed as `# ...` lines.
 Prints `RESULT hostile: N passed, M failed`.
@@ -265,8 +266,8 @@ def phase_slowloris(port, quiet, duration=6.0, n=MAX_CONN + 14, max_opened=1500)
     print(f"# slowloris: {opened[0]} connections opened, {len(lifetimes)} dropped by the daemon, longest lived "
           f"{max(lifetimes, default=0):.1f} s; /status evicted +{st['evicted'] - before['evicted']}, "
           f"header_timeouts +{st['header_timeouts'] - before['header_timeouts']}", flush=True)
-    check(f"slowloris: trickling connections dropped within --timeout {TIMEOUT_S} s + 1.5 s",
-          lifetimes and max(lifetimes) < TIMEOUT_S + 1.5, max(lifetimes, default=None))
+    check(f"slowloris: trickling connections dropped within --timeout {TIMEOUT_S} s + 2 s",
+          lifetimes and max(lifetimes) < TIMEOUT_S + 2.0, max(lifetimes, default=None))
     check("slowloris: the flood above --max-connections was evicted and timed out (/status)",
           st["evicted"] > before["evicted"] and st["header_timeouts"] > before["header_timeouts"], st)
 
