@@ -3,6 +3,9 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,10 +44,21 @@ struct auth_keys *auth_keys_init(const char *key, const char *key_file, struct s
     if (key && *key && add_key(k, key, strlen(key), err))
         goto fail;
     if (key_file && *key_file) {
-        fp = fopen(key_file, "r");
+        /* a regular file only: fopen() of a FIFO with no writer blocked for
+         * ever, with SIGTERM already blocked for the daemon's sigwait */
+        struct stat st;
+        bool regular = stat(key_file, &st) != 0 || S_ISREG(st.st_mode); /* open reports errors */
+        int fd = regular ? open(key_file, O_RDONLY | O_CLOEXEC | O_NONBLOCK) : -1;
+        if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)))
+            regular = false;
+        int e = errno;
+        if (fd >= 0 && regular && !(fp = fdopen(fd, "r")))
+            e = errno;
         if (!fp) {
+            if (fd >= 0)
+                close(fd);
             strata_error_set(err, STRATA_E_CONFIG, "cannot open api-key-file '%s': %s", key_file,
-                             strerror(errno));
+                             regular ? strerror(e) : "not a regular file");
             goto fail;
         }
         char line[AUTH_MAX_KEY_LEN + 64];

@@ -509,6 +509,16 @@ def test_config_errors():
     check("help from the table", r.returncode == 0 and "--max-body" in r.stdout and "STRATA_POOL_SPIN" in r.stdout)
     r = subprocess.run([BIN, "--api-key-file", "/nonexistent/keys"], capture_output=True, text=True, timeout=30)
     check("missing key file exits 2", r.returncode == 2 and "api-key-file" in r.stderr, r.stderr)
+    # a FIFO as the key file blocked fopen() for ever, SIGTERM already blocked
+    fifo = f"/tmp/strata-http-raw-keyfifo-{os.getpid()}"
+    os.mkfifo(fifo)
+    try:
+        r = subprocess.run([BIN, "--api-key-file", fifo], capture_output=True, text=True, timeout=20)
+        check("FIFO key file exits 2 at once", r.returncode == 2 and "not a regular file" in r.stderr, r.stderr)
+    except subprocess.TimeoutExpired:
+        check("FIFO key file exits 2 at once", False, "still blocked after 20 s")
+    finally:
+        os.unlink(fifo)
 
 
 def test_key_file():

@@ -2,6 +2,7 @@
  * UTF-8 validation, content types, OpenAI error bodies, API keys, metrics
  * text. The daemon itself is driven over sockets by tests/peers/http-raw.py. */
 #include <jansson.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "server/server-impl.h"
@@ -181,6 +182,23 @@ START_TEST(api_keys) {
 }
 END_TEST
 
+/* A FIFO as --api-key-file is refused at once: fopen() blocked for ever
+ * (and the daemon had SIGTERM blocked by then). 10 s test-case timeout. */
+START_TEST(api_key_file_fifo) {
+    char path[64];
+    snprintf(path, sizeof(path), "/tmp/strata-test-keyfifo-%d", (int)getpid());
+    unlink(path);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    struct strata_error err = {0};
+    ck_assert_ptr_null(auth_keys_init(NULL, path, &err));
+    unlink(path);
+    ck_assert_int_eq(err.code, STRATA_E_CONFIG);
+    ck_assert_msg(strstr(err.message, "not a regular file") != NULL, "%s", err.message);
+    ck_assert_ptr_null(auth_keys_init(NULL, "/tmp", &err)); /* a directory */
+    ck_assert_msg(strstr(err.message, "not a regular file") != NULL, "%s", err.message);
+}
+END_TEST
+
 START_TEST(metrics_text) {
     struct metrics *m = metrics_init();
     ck_assert_ptr_nonnull(m);
@@ -224,6 +242,10 @@ static Suite *http_suite(void) {
     tcase_add_test(tc, api_keys);
     tcase_add_test(tc, metrics_text);
     suite_add_tcase(s, tc);
+    TCase *tf = tcase_create("special files");
+    tcase_set_timeout(tf, 10);
+    tcase_add_test(tf, api_key_file_fifo);
+    suite_add_tcase(s, tf);
     return s;
 }
 
