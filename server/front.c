@@ -69,6 +69,7 @@ enum conn_state {
     CONN_BUSY,    /* MHD reads, runs or answers a request on it */
     CONN_EVICTED, /* MHD holds it; the front shut it down, MHD closes it */
     CONN_LINGER,  /* answered by the front; drained before close */
+    CONN_DEAD,    /* closed by the front; freed after the current epoll batch */
 };
 
 struct front_conn {
@@ -94,6 +95,8 @@ struct front {
 
     pthread_mutex_t mu;        /* guards the fields below */
     struct front_conn *conns;  /* every connection of any state */
+    struct front_conn *grave;  /* CONN_DEAD, linked through next: events of the
+                                  current epoll batch may still point at them */
     int n_live;                /* PENDING + HANDED + IDLE + BUSY */
     int n_linger;              /* LINGER */
     uint64_t n_evicted;        /* dropped to make room for a new connection */
@@ -114,6 +117,10 @@ static bool ieq(const char *a, size_t n, const char *b) {
 
 void framing_add(struct framing *fr, const char *name, size_t name_len, const char *value,
                  size_t value_len) {
+    /* "Content-Length : 5": a proxy may read it as the length, MHD as another
+     * header (RFC 9112 5.1: reject) */
+    if (name_len && (name[name_len - 1] == ' ' || name[name_len - 1] == '\t'))
+        fr->name_ws = true;
     while (value_len && (*value == ' ' || *value == '\t'))
         value++, value_len--;
     while (value_len && (value[value_len - 1] == ' ' || value[value_len - 1] == '\t'))
@@ -154,6 +161,8 @@ const char *framing_error(const struct framing *fr) {
         return "Content-Length is not a decimal number of bytes";
     if (fr->cl_conflict)
         return "conflicting Content-Length headers";
+    if (fr->name_ws)
+        return "whitespace between a header name and its colon";
     return NULL;
 }
 
@@ -192,10 +201,6 @@ static enum peek_result headers_check(const char *buf, size_t n, const char **wh
         if (!colon)
             continue; /* MHD answers a line without a colon with 400 */
         size_t name_len = (size_t)(colon - line);
-        if (name_len && (line[name_len - 1] == ' ' || line[name_len - 1] == '\t')) {
-            *why = "whitespace between a header name and its colon";
-            return PEEK_INVALID;
-        }
         framing_add(&fr, line, name_len, colon + 1, len - name_len - 1);
     }
 }
@@ -216,12 +221,24 @@ static void conn_unlink(struct front *f, struct front_conn *c) {
         f->n_linger--;
 }
 
-/* A connection the front holds (PENDING or LINGER): closed and freed. mu held. */
+/* A connection the front holds (PENDING or LINGER): closed now, freed after
+ * the epoll batch (free_grave). mu held. */
 static void conn_close(struct front *f, struct front_conn *c) {
     epoll_ctl(f->epoll_fd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     conn_unlink(f, c);
-    free(c);
+    c->state = CONN_DEAD;
+    c->prev = NULL;
+    c->next = f->grave;
+    f->grave = c;
+}
+
+static void free_grave(struct front *f) {
+    while (f->grave) {
+        struct front_conn *c = f->grave;
+        f->grave = c->next;
+        free(c);
+    }
 }
 
 /* Answers a connection the front holds with an OpenAI error body and
@@ -301,6 +318,8 @@ static void conn_hand_over(struct front *f, struct front_conn *c) {
 }
 
 static void on_readable(struct front *f, struct front_conn *c) {
+    if (c->state == CONN_DEAD)
+        return; /* closed earlier in this batch */
     if (c->state == CONN_LINGER) {
         for (;;) {
             ssize_t r = recv(c->fd, f->peek, sizeof(f->peek), MSG_DONTWAIT);
@@ -422,11 +441,15 @@ static void *front_main(void *arg) {
             on_readable(f, p);
             pthread_mutex_unlock(&f->mu);
         }
+        pthread_mutex_lock(&f->mu);
+        free_grave(f);
+        pthread_mutex_unlock(&f->mu);
         double now = server_now();
         if (now >= next_sweep) {
             next_sweep = now + FRONT_TICK_MS / 1000.0;
             pthread_mutex_lock(&f->mu);
             sweep(f, now);
+            free_grave(f);
             pthread_mutex_unlock(&f->mu);
             if (f->accept_paused) {
                 struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &f->listen_fd};
@@ -535,6 +558,7 @@ void front_stop(struct front *f) {
         if (c->state == CONN_PENDING || c->state == CONN_LINGER)
             conn_close(f, c);
     }
+    free_grave(f);
     pthread_mutex_unlock(&f->mu);
 }
 

@@ -130,7 +130,7 @@ void front_conn_idle(struct front *f, struct MHD_Connection *conn); /* it comple
 struct framing {
     int n_cl, n_te;
     uint64_t cl;
-    bool cl_bad, cl_conflict, te_chunked;
+    bool cl_bad, cl_conflict, te_chunked, name_ws;
 };
 void framing_add(struct framing *fr, const char *name, size_t name_len, const char *value,
                  size_t value_len);

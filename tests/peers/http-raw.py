@@ -329,24 +329,28 @@ def test_framing(port):
     r = raw(port, post + b"Content-Length: %d\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % (len(b), len(b)) + b)
     check("framing: the same Content-Length twice is served", r.startswith(b"HTTP/1.1 200"), r[:200])
     # a later request on a kept-alive connection is checked too
-    s = socket.create_connection(("127.0.0.1", port), timeout=5)
-    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-    first = s.recv(4096)
-    s.sendall(post + b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n")
-    out = b""
-    try:
-        while True:
-            b = s.recv(65536)
-            if not b:
-                break
-            out += b
-    except (socket.timeout, ConnectionResetError):
-        pass
-    s.close()
-    head, _, body = out.partition(b"\r\n\r\n")
-    check("framing: TE + CL on a kept-alive connection: 400, closed",
-          first.startswith(b"HTTP/1.1 200") and out.startswith(b"HTTP/1.1 400") and b"invalid_header" in body,
-          out[:300])
+    for name, second in (
+            ("TE + CL", b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"),
+            ("two different CL", b"Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}"),
+            ("space before the colon", b"Content-Length : 2\r\nContent-Length: 2\r\n\r\n{}")):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = s.recv(4096)
+        s.sendall(post + second)
+        out = b""
+        try:
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    break
+                out += b
+        except (socket.timeout, ConnectionResetError):
+            pass
+        s.close()
+        head, _, body = out.partition(b"\r\n\r\n")
+        check(f"framing: {name} on a kept-alive connection: 400, closed",
+              first.startswith(b"HTTP/1.1 200") and out.startswith(b"HTTP/1.1 400") and b"invalid_header" in body
+              and b"connection: close" in head.lower(), out[:300])
 
 
 def test_busy_port(port):
