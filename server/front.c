@@ -317,7 +317,8 @@ static void conn_hand_over(struct front *f, struct front_conn *c) {
     }
 }
 
-static void on_readable(struct front *f, struct front_conn *c) {
+/* events: the epoll flags (EPOLLRDHUP: the client sends nothing more). */
+static void on_readable(struct front *f, struct front_conn *c, uint32_t events) {
     if (c->state == CONN_DEAD)
         return; /* closed earlier in this batch */
     if (c->state == CONN_LINGER) {
@@ -343,6 +344,8 @@ static void on_readable(struct front *f, struct front_conn *c) {
     const char *why = NULL;
     switch (headers_check(f->peek, (size_t)r, &why)) {
     case PEEK_MORE:
+        if (events & EPOLLRDHUP) /* half a request and then EOF: it will never be whole */
+            conn_close(f, c);
         return;
     case PEEK_INVALID:
         conn_answer(f, c, STRATA_E_INVALID, "invalid_header", why);
@@ -438,7 +441,7 @@ static void *front_main(void *arg) {
                 continue;
             }
             pthread_mutex_lock(&f->mu);
-            on_readable(f, p);
+            on_readable(f, p, evs[i].events);
             pthread_mutex_unlock(&f->mu);
         }
         pthread_mutex_lock(&f->mu);
