@@ -128,9 +128,10 @@ double sched_now(void);
 /* sched-prep.c: the prep lanes */
 int sched_prep_start(struct sched *s, struct strata_error *err); /* after the scheduler thread */
 void sched_prep_submit(struct sched *s, struct gen_job *j);      /* from op_submit */
-/* Joins the lanes (each finishes the prompt it holds) and hands every job
- * still queued to the scheduler untokenized (it ends them at its stop).
- * Safe after a failed or partial start. */
+/* Joins the lanes (each finishes the prompt it holds), then sets the
+ * scheduler's stop and hands it every job still queued, untokenized, under
+ * one lock (so it ends them instead of admitting them). Safe after a failed
+ * or partial start. */
 void sched_prep_stop(struct sched *s);
 
 /* sched-session.c */

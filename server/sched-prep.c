@@ -116,20 +116,28 @@ void sched_prep_stop(struct sched *s) {
             pthread_cond_signal(&s->prep[i].cond);
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < 2; i++) {
+        if (s->prep[i].started)
+            pthread_join(s->prep[i].thread, NULL);
+        s->prep[i].started = false;
+    }
+    /* The scheduler's stop is set with the hand-over, under one lock: it
+     * then ends every untokenized job (CANCELLED) instead of admitting one. */
+    pthread_mutex_lock(&s->mu);
+    s->stop = true;
+    for (int i = 0; i < 2; i++) {
         struct sched_prep_lane *lane = &s->prep[i];
-        if (lane->started)
-            pthread_join(lane->thread, NULL);
-        lane->started = false;
-        pthread_mutex_lock(&s->mu);
         while (lane->head) {
             struct gen_job *j = lane->head;
             lane->head = j->next;
             to_incoming(s, j);
         }
         lane->tail = NULL;
-        pthread_mutex_unlock(&s->mu);
-        if (lane->cond_ok)
-            pthread_cond_destroy(&lane->cond);
-        lane->cond_ok = false;
+    }
+    pthread_cond_signal(&s->cond);
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < 2; i++) {
+        if (s->prep[i].cond_ok)
+            pthread_cond_destroy(&s->prep[i].cond);
+        s->prep[i].cond_ok = false;
     }
 }

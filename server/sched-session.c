@@ -103,8 +103,8 @@ int session_prepare(struct sched *s, struct gen_job *j, struct strata_error *err
     const char *pname = j->rq.route == GEN_ROUTE_CHAT ? "messages" : "prompt";
     snprintf(param, param_cap, "%s", pname);
     int rc;
-    if (!j->tokenized) /* only a job that sched_free took from the prep queue */
-        return strata_error_set(err, STRATA_E_UNAVAILABLE, "server shutting down");
+    if (!j->tokenized) /* cannot happen: sched_prep_stop sets stop first */
+        return strata_error_set(err, STRATA_E_CANCELLED, "server shutting down");
     if (j->tok_rc < 0) {
         if (err)
             *err = j->tok_err;

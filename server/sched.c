@@ -710,7 +710,7 @@ fail:
 void sched_free(struct sched *s) {
     if (!s)
         return;
-    sched_prep_stop(s); /* first: its leftovers go to the scheduler, which ends them */
+    sched_prep_stop(s); /* first: sets stop, its leftovers go to the scheduler to be ended */
     if (s->thread_started) {
         pthread_mutex_lock(&s->mu);
         s->stop = true;
