@@ -19,10 +19,12 @@ stops the daemon itself):
 Service level asserted during slowloris and huge (thresholds):
   /health    every probe answers 200 in under 1 s (HEALTH_MAX_S);
   stream     inter-token p99 under 3x the quiet p99, floored at quiet p99 +
-             25 ms (ITL_P99_FACTOR, ITL_FLOOR_S: on this 2-core box the ASan
-             build decodes a token in ~2 ms, so 3x alone is below scheduling
-             noise); the longest gap under 0.4 s (MAX_GAP_S); and at least
-             a quarter of the quiet token rate (RATE_MIN: tokenizing the
+             50 ms (ITL_P99_FACTOR, ITL_FLOOR_S: on this 2-core box the ASan
+             build decodes a token in ~1.4 ms, so 3x alone is below the
+             scheduling noise; with other benchmarks on the box the huge
+             phase's p99 reached 20 ms against a quiet 6 ms); the longest
+             gap under 0.4 s (MAX_GAP_S); and at least a quarter of the
+             quiet token rate (RATE_MIN: tokenizing the
              huge prompts takes one of the 2 cores; 50% seen on a loaded box).
 Measured (ASan build, 2-vCPU Xeon, this tree): quiet p99 1.9 ms, 737 tok/s;
 slowloris p99 1.9 ms, max 5 ms, /health max 2 ms; huge p99 3.5 ms, max 36 ms,
@@ -61,7 +63,7 @@ MAX_CONN = 256
 
 HEALTH_MAX_S = 1.0
 ITL_P99_FACTOR = 3.0
-ITL_FLOOR_S = 0.025
+ITL_FLOOR_S = 0.05
 MAX_GAP_S = 0.4
 RATE_MIN = 0.25
 
