@@ -85,9 +85,10 @@ enum config_type {
     X(MAX_BODY, "max-body", "STRATA_MAX_BODY", "--max-body", CONFIG_TYPE_INT, 1024, 268435456,     \
       "2097152", "largest request body in bytes (413 above)")                                      \
     X(TIMEOUT, "timeout", "STRATA_TIMEOUT", "--timeout", CONFIG_TYPE_INT, 1, 3600, "30",           \
-      "seconds a connection may sit idle (slow clients are dropped)")                              \
+      "seconds a connection may idle, and to send its request headers (then it is dropped)")       \
     X(MAX_CONNECTIONS, "max-connections", "STRATA_MAX_CONNECTIONS", "--max-connections",           \
-      CONFIG_TYPE_INT, 1, 65536, "256", "simultaneous HTTP connections")                           \
+      CONFIG_TYPE_INT, 1, 65536, "256",                                                            \
+      "simultaneous HTTP connections (at the limit the longest-idle one makes room)")              \
     X(KEEPALIVE_MS, "keepalive-ms", "STRATA_KEEPALIVE_MS", "--keepalive-ms", CONFIG_TYPE_INT, 50,  \
       600000, "5000", "SSE keep-alive comment interval while a request waits (ms)")                \
     X(SHUTDOWN_TIMEOUT, "shutdown-timeout", "STRATA_SHUTDOWN_TIMEOUT", "--shutdown-timeout",       \

@@ -2,6 +2,7 @@
 #include "engine/error.h"
 
 #include <execinfo.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,14 +28,53 @@ static const struct err_row *err_find(int code) {
     return NULL;
 }
 
+/* Start of the character that holds byte i of s (i itself when it is not a
+ * continuation byte, or when the continuation bytes lead nowhere valid). */
+static size_t utf8_char_start(const unsigned char *s, size_t i) {
+    size_t k = i;
+    while (k > 0 && i - k < 3 && (s[k] & 0xC0) == 0x80)
+        k--;
+    return (s[k] & 0xC0) == 0xC0 ? k : i;
+}
+
+/* Length of the UTF-8 sequence lead byte c announces (1 for ASCII and for
+ * bytes that cannot lead one). */
+static size_t utf8_seq_len(unsigned char c) {
+    return c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+}
+
+int strata_utf8_cut(const char *str, size_t max) {
+    const unsigned char *s = (const unsigned char *)str;
+    if (max > INT32_MAX)
+        max = INT32_MAX;
+    size_t n = strnlen(str, max);
+    if (n < max || s[n] == '\0') /* the whole string fits */
+        return (int)n;
+    /* s[n] is the first byte left out: drop the character it belongs to if it
+     * started inside the kept part */
+    size_t k = utf8_char_start(s, n);
+    if (k < n && k + utf8_seq_len(s[k]) > n)
+        n = k;
+    return (int)n;
+}
+
 int strata_error_setv(struct strata_error *err, int code, const char *fmt, va_list ap) {
     if (!err)
         return code;
     err->code = code;
+    int n;
     if (fmt)
-        vsnprintf(err->message, sizeof(err->message), fmt, ap);
+        n = vsnprintf(err->message, sizeof(err->message), fmt, ap);
     else
-        snprintf(err->message, sizeof(err->message), "%s", strata_error_text(code));
+        n = snprintf(err->message, sizeof(err->message), "%s", strata_error_text(code));
+    if (n >= (int)sizeof(err->message)) {
+        /* cut: do not end in half a character (the message may become JSON) */
+        const unsigned char *m = (const unsigned char *)err->message;
+        size_t end = sizeof(err->message) - 1;
+        size_t k = utf8_char_start(m, end - 1);
+        if (k + utf8_seq_len(m[k]) > end)
+            err->message[k] = '\0';
+    }
     return code;
 }
 

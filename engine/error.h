@@ -54,7 +54,8 @@ struct strata_error {
     char message[STRATA_ERROR_MSG_MAX]; /* human-readable, NUL-terminated */
 };
 
-/* Sets err (if not NULL) and returns code, so `return strata_error_set(...)` works. */
+/* Sets err (if not NULL) and returns code, so `return strata_error_set(...)` works.
+ * A message longer than the buffer is cut at a UTF-8 character boundary. */
 int strata_error_set(struct strata_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int strata_error_setv(struct strata_error *err, int code, const char *fmt, va_list ap);
@@ -62,6 +63,12 @@ int strata_error_setv(struct strata_error *err, int code, const char *fmt, va_li
 void strata_error_prefix(struct strata_error *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void strata_error_clear(struct strata_error *err);
+
+/* Bytes of s (NUL-terminated) kept when it is cut to at most max bytes
+ * without splitting a UTF-8 character: for "%.*s" in messages, where "%.40s"
+ * may cut a code point in two and the message then is not UTF-8 (and cannot
+ * become a JSON string). Invalid bytes are left as they are. */
+int strata_utf8_cut(const char *s, size_t max);
 
 const char *strata_error_text(int code);        /* "out of memory"; "unknown error" */
 const char *strata_error_name(int code);        /* "NOMEM" */

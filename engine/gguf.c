@@ -511,12 +511,21 @@ struct gguf_file *gguf_open_memory(const void *data, size_t size, struct strata_
 }
 
 struct gguf_file *gguf_open(const char *path, struct strata_error *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* Only regular files: open() of a FIFO with no writer blocks forever (and
+     * `strata serve`, still loading, then ignores SIGTERM). The path is checked
+     * before opening, and O_NONBLOCK keeps a file swapped for a FIFO in between
+     * from blocking (fstat below refuses it); it changes nothing for a regular
+     * file, which mmap reads. */
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        strata_error_set(err, STRATA_E_IO, "%s: not a regular file", path);
+        return NULL;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         strata_error_set(err, STRATA_E_IO, "%s: %s", path, strerror(errno));
         return NULL;
     }
-    struct stat st;
     if (fstat(fd, &st) != 0) {
         strata_error_set(err, STRATA_E_IO, "%s: fstat: %s", path, strerror(errno));
         close(fd);

@@ -15,6 +15,7 @@ struct pc_entry {
     int first_child;  /* -1 when none */
     int next_sibling; /* -1 at the end; also the free-list link */
     int n_children;
+    uint32_t part; /* partition (prefix.h); a child is in its parent's */
     uint64_t tick; /* last use (LRU) */
     bool used;
 };
@@ -85,14 +86,16 @@ static int common_prefix(const int32_t *a, const int32_t *b, int n) {
     return i;
 }
 
-int prefix_lookup(struct prefix_cache *pc, const int32_t *toks, int n, int32_t *blocks,
-                  int *n_blocks) {
+int prefix_lookup_part(struct prefix_cache *pc, uint32_t part, const int32_t *toks, int n,
+                       int32_t *blocks, int *n_blocks) {
     int node = pc->cap, pos = 0, nb = 0;
     const uint64_t tick = ++pc->tick;
     while (n - pos > 0) {
         int best = -1, best_len = 0, full = -1;
         for (int c = pc->entries[node].first_child; c >= 0; c = pc->entries[c].next_sibling) {
             const struct pc_entry *e = &pc->entries[c];
+            if (e->part != part)
+                continue; /* another tenant's prompt: as if absent */
             int lim = e->n_tok < n - pos ? e->n_tok : n - pos;
             int l = common_prefix(entry_toks(pc, c), toks + pos, lim);
             if (l == pc->n_block) {
@@ -122,8 +125,13 @@ int prefix_lookup(struct prefix_cache *pc, const int32_t *toks, int n, int32_t *
     return pos;
 }
 
-int prefix_insert(struct prefix_cache *pc, const int32_t *toks, int n, int seq_id,
-                  struct strata_error *err) {
+int prefix_lookup(struct prefix_cache *pc, const int32_t *toks, int n, int32_t *blocks,
+                  int *n_blocks) {
+    return prefix_lookup_part(pc, 0, toks, n, blocks, n_blocks);
+}
+
+int prefix_insert_part(struct prefix_cache *pc, uint32_t part, const int32_t *toks, int n,
+                       int seq_id, struct strata_error *err) {
     if (n < 0 || n > kv_seq_len(pc->kv, seq_id))
         return strata_error_set(err, STRATA_E_RANGE, "prefix_insert: %d tokens, sequence holds %d",
                                 n, kv_seq_len(pc->kv, seq_id));
@@ -134,7 +142,8 @@ int prefix_insert(struct prefix_cache *pc, const int32_t *toks, int n, int seq_i
         const int cnt = n - i * pc->n_block < pc->n_block ? n - i * pc->n_block : pc->n_block;
         int found = -1;
         for (int c = pc->entries[node].first_child; c >= 0; c = pc->entries[c].next_sibling)
-            if (pc->entries[c].n_tok == cnt && !memcmp(entry_toks(pc, c), t, cnt * sizeof *t)) {
+            if (pc->entries[c].part == part && pc->entries[c].n_tok == cnt &&
+                !memcmp(entry_toks(pc, c), t, cnt * sizeof *t)) {
                 found = c;
                 break;
             }
@@ -152,6 +161,7 @@ int prefix_insert(struct prefix_cache *pc, const int32_t *toks, int n, int seq_i
                                    .parent = node,
                                    .first_child = -1,
                                    .next_sibling = pc->entries[node].first_child,
+                                   .part = part,
                                    .used = true};
             memcpy(pc->toks + (size_t)found * pc->n_block, t, cnt * sizeof *t);
             pc->entries[node].first_child = found;
@@ -165,6 +175,11 @@ int prefix_insert(struct prefix_cache *pc, const int32_t *toks, int n, int seq_i
         node = found;
     }
     return 0;
+}
+
+int prefix_insert(struct prefix_cache *pc, const int32_t *toks, int n, int seq_id,
+                  struct strata_error *err) {
+    return prefix_insert_part(pc, 0, toks, n, seq_id, err);
 }
 
 static bool idle(const struct prefix_cache *pc, int e) {

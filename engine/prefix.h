@@ -28,6 +28,13 @@
  * sequence, so an idle entry's whole subtree is idle: prefix_n_idle() blocks
  * can all be freed by prefix_evict.
  *
+ * Partitions: every entry belongs to one partition (the server's API key:
+ * prefix_lookup_part / prefix_insert_part), and a lookup sees only its own
+ * partition's entries, so one tenant can neither reuse nor probe another's
+ * prompt (the reuse count and the prefill time both show a hit; a hit from
+ * another partition is a miss). prefix_lookup / prefix_insert are partition 0.
+ * Eviction (LRU) is shared by all partitions.
+ *
  * Costs: lookup and insert scan the children of each entry on the path;
  * evict scans all entries per block freed (O(entries)); fine for pools of a
  * few thousand blocks.
@@ -61,6 +68,11 @@ int prefix_lookup(struct prefix_cache *pc, const int32_t *toks, int n, int32_t *
  * cannot add (out of entries: never, the cache has one per pool block). */
 int prefix_insert(struct prefix_cache *pc, const int32_t *toks, int n, int seq_id,
                   struct strata_error *err);
+/* The same within partition `part` (prefix_lookup/insert use partition 0). */
+int prefix_lookup_part(struct prefix_cache *pc, uint32_t part, const int32_t *toks, int n,
+                       int32_t *blocks, int *n_blocks);
+int prefix_insert_part(struct prefix_cache *pc, uint32_t part, const int32_t *toks, int n,
+                       int seq_id, struct strata_error *err);
 /* Frees up to n idle blocks, least recently used leaves first; returns how
  * many went back to the pool. */
 int prefix_evict(struct prefix_cache *pc, int n);

@@ -383,9 +383,13 @@ static const char *release(struct stop_matcher *m, size_t n, size_t *out_len) {
         *out_len = 0;
         return NULL;
     }
-    memcpy(m->out, m->pend, n);
+    /* pend is still NULL when nothing was fed (the first token was EOS):
+     * memcpy/memmove must not see NULL, even with a length of 0 */
+    if (n)
+        memcpy(m->out, m->pend, n);
     m->out[n] = '\0';
-    memmove(m->pend, m->pend + n, m->pend_len - n);
+    if (m->pend_len > n)
+        memmove(m->pend, m->pend + n, m->pend_len - n);
     m->pend_len -= n;
     *out_len = n;
     return m->out;

@@ -3,6 +3,9 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,10 +44,21 @@ struct auth_keys *auth_keys_init(const char *key, const char *key_file, struct s
     if (key && *key && add_key(k, key, strlen(key), err))
         goto fail;
     if (key_file && *key_file) {
-        fp = fopen(key_file, "r");
+        /* a regular file only: fopen() of a FIFO with no writer blocked for
+         * ever, with SIGTERM already blocked for the daemon's sigwait */
+        struct stat st;
+        bool regular = stat(key_file, &st) != 0 || S_ISREG(st.st_mode); /* open reports errors */
+        int fd = regular ? open(key_file, O_RDONLY | O_CLOEXEC | O_NONBLOCK) : -1;
+        if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)))
+            regular = false;
+        int e = errno;
+        if (fd >= 0 && regular && !(fp = fdopen(fd, "r")))
+            e = errno;
         if (!fp) {
+            if (fd >= 0)
+                close(fd);
             strata_error_set(err, STRATA_E_CONFIG, "cannot open api-key-file '%s': %s", key_file,
-                             strerror(errno));
+                             regular ? strerror(e) : "not a regular file");
             goto fail;
         }
         char line[AUTH_MAX_KEY_LEN + 64];
@@ -100,19 +114,27 @@ static int key_diff(const char *key, const char *got, size_t got_len) {
     return diff != 0;
 }
 
-bool auth_check(const struct auth_keys *k, const char *authorization) {
+int auth_key_index(const struct auth_keys *k, const char *authorization) {
     if (!auth_keys_enabled(k))
-        return true;
+        return 0;
     if (!authorization || strncasecmp(authorization, "Bearer ", 7))
-        return false;
+        return -1;
     const char *got = authorization + 7;
     while (*got == ' ')
         got++;
     size_t got_len = strlen(got);
     while (got_len && got[got_len - 1] == ' ')
         got_len--;
-    int ok = 0;
-    for (size_t i = 0; i < k->n_keys; i++) /* no early exit: all keys are compared */
-        ok |= !key_diff(k->keys[i], got, got_len);
-    return ok != 0;
+    /* no early exit and no branch on a match: all keys are compared, and the
+     * index is selected with a mask */
+    unsigned found = ~0u;
+    for (size_t i = 0; i < k->n_keys; i++) {
+        unsigned match = 0u - (unsigned)!key_diff(k->keys[i], got, got_len); /* all ones or 0 */
+        found = (found & ~match) | ((unsigned)i & match);
+    }
+    return found == ~0u ? -1 : (int)found;
+}
+
+bool auth_check(const struct auth_keys *k, const char *authorization) {
+    return auth_key_index(k, authorization) >= 0;
 }

@@ -24,5 +24,9 @@ bool auth_keys_enabled(const struct auth_keys *k); /* false for NULL or no keys 
  * it is "Bearer <key>" for one of the keys. Time depends only on the stored
  * keys' lengths, not on where a presented key differs. */
 bool auth_check(const struct auth_keys *k, const char *authorization);
+/* The same check, returning which key matched: its index in the order the
+ * keys were loaded (--api-key first, then the file's lines), -1 when none;
+ * 0 when no keys are configured. Same timing property as auth_check. */
+int auth_key_index(const struct auth_keys *k, const char *authorization);
 
 #endif

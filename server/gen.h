@@ -19,8 +19,9 @@
  *
  * Contract (both sides rely on it):
  * 1. submit() runs on the HTTP thread and must not block: parse + validate
- *    the body, then enqueue. Heavy work (tokenizing a long prompt) belongs on
- *    the scheduler thread. It returns 0 and out->job, or a negative
+ *    the body, then enqueue. Heavy work (tokenizing a long prompt) belongs off
+ *    this thread, and off the one that runs the streams (sched.h: the prep
+ *    threads). It returns 0 and out->job, or a negative
  *    STRATA_E_* with err (message) and optionally out->error_param (the
  *    offending field, OpenAI's error.param); the HTTP layer turns that into
  *    the status and body from the error table (e.g. QUEUE_FULL -> 429).
@@ -107,6 +108,11 @@ struct gen_submit {
                           submit returns are framed right); the generation layer must reject
                           a non-boolean "stream" in submit */
     bool always_usage; /* server option: include usage even when the stream did not ask */
+    /* Prefix-cache partition: cached prompt blocks (and what cached_tokens
+     * reports) are shared only between requests of one partition. The HTTP
+     * layer passes the API key's index (0 with one key or none), so one key
+     * cannot reuse or probe another's prompts. */
+    uint32_t cache_partition;
 };
 
 struct gen_submit_out {
@@ -162,7 +168,7 @@ struct gen_stats {
     double step_forward_s; /* inside model_forward */
     double step_sample_s;  /* sampling the output rows (sampler or greedy argmax) */
     double step_emit_s;    /* after sampling: detokenize, stop matching, event delivery */
-    double step_other_s;   /* reaping, admission (tokenizing prompts), building the batch */
+    double step_other_s;   /* reaping, admission, building the batch */
     double step_idle_s;    /* waiting for work with nothing to run */
     /* CPU kernels and where the weights are read from (appended; empty = not
      * reported): set once at start-up */

@@ -69,17 +69,20 @@ static enum MHD_Result on_headers(struct exchange *ex, const char *url, const ch
             /* MHD answers HEAD from the GET response without a body */
         } else {
             char msg[96];
-            snprintf(msg, sizeof(msg), "method %.16s not allowed on %s (use %s)", method, r->path,
-                     r->method);
+            snprintf(msg, sizeof(msg), "method %.*s not allowed on %s (use %s)",
+                     strata_utf8_cut(method, 16), method, r->path, r->method);
             return http_respond_error(ex, STRATA_E_METHOD, msg, NULL, r->method);
         }
     }
-    if (r->metric != METRICS_ROUTE_HEALTH &&
-        !auth_check(s->p.auth,
-                    MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION)))
-        return http_respond_error(ex, STRATA_E_AUTH,
-                                  "invalid or missing API key (Authorization: Bearer <key>)", NULL,
-                                  NULL);
+    if (r->metric != METRICS_ROUTE_HEALTH) {
+        ex->key_index =
+            auth_key_index(s->p.auth, MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                                  MHD_HTTP_HEADER_AUTHORIZATION));
+        if (ex->key_index < 0)
+            return http_respond_error(ex, STRATA_E_AUTH,
+                                      "invalid or missing API key (Authorization: Bearer <key>)",
+                                      NULL, NULL);
+    }
     switch (r->metric) {
     case METRICS_ROUTE_HEALTH:
         return status_health(ex);
@@ -178,7 +181,9 @@ static enum MHD_Result on_body(struct exchange *ex) {
     s->n_pending++;
     pthread_mutex_unlock(&s->mu);
 
-    struct gen_submit req = {ex->gen_route, body, ex->stream, s->p.always_usage};
+    /* each API key has its own prefix-cache partition (gen.h) */
+    struct gen_submit req = {ex->gen_route, body, ex->stream, s->p.always_usage,
+                             (uint32_t)ex->key_index};
     struct gen_submit_out out = {0};
     struct strata_error err = {0};
     int rc = s->p.gen.ops->submit(s->p.gen.self, &req, (struct gen_sink){stream_on_event, ex}, &out,
@@ -235,16 +240,33 @@ static enum MHD_Result on_resumed(struct exchange *ex) {
     return MHD_YES;
 }
 
+static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value) {
+    (void)kind;
+    framing_add(cls, key, strlen(key), value ? value : "", value ? strlen(value) : 0);
+    return MHD_YES;
+}
+
 enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                 const char *method, const char *version, const char *upload,
                                 size_t *upload_size, void **con_cls) {
     struct server *s = cls;
     struct exchange *ex = *con_cls;
     if (!ex) {
+        front_conn_busy(s->front, conn); /* not idle: never dropped to make room */
         ex = exchange_new(s, conn);
         if (!ex)
             return MHD_NO;
         *con_cls = ex;
+        /* The front checked the framing of a connection's first request; a
+         * later (keep-alive) one is checked here, before its body is read. */
+        struct framing fr = {0};
+        MHD_get_connection_values(conn, MHD_HEADER_KIND, framing_header, &fr);
+        const char *why = framing_error(&fr);
+        if (why) {
+            ex->close_after = true;
+            return http_respond_error_as(ex, STRATA_E_INVALID, "invalid_header", why, NULL, NULL);
+        }
         /* Requests without a body are answered on the next call: a response
          * queued on this first call makes MHD 0.9.75 close the connection
          * (measured: curl saw `Connection: close` on every GET). POST errors
@@ -295,6 +317,7 @@ void http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                        enum MHD_RequestTerminationCode toe) {
     struct server *s = cls;
     struct exchange *ex = *con_cls;
+    front_conn_idle(s->front, conn); /* its next request's headers are due within --timeout */
     if (!ex)
         return;
     *con_cls = NULL;

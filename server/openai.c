@@ -23,6 +23,11 @@ static int fail(struct strata_error *err, char *param, size_t cap, int code, con
     return code;
 }
 
+/* "%.*s" arguments for user text cut to at most n bytes at a character
+ * boundary ("%.40s" could split a UTF-8 character, and a message that is
+ * not UTF-8 cannot become the JSON error body). */
+#define CUT(s, n) strata_utf8_cut((s), (n)), (s)
+
 /* The field, or NULL when absent or null. */
 static json_t *field(json_t *body, const char *name) {
     json_t *v = json_object_get(body, name);
@@ -110,8 +115,8 @@ static int check_messages(struct vctx *v, json_t *msgs) {
             known |= strcmp(json_string_value(role), roles[r]) == 0;
         if (!known)
             return fail(v->err, v->param, v->cap, STRATA_E_INVALID, p,
-                        "%s '%.40s' is not one of system, developer, user, assistant, tool", p,
-                        json_string_value(role));
+                        "%s '%.*s' is not one of system, developer, user, assistant, tool", p,
+                        CUT(json_string_value(role), 40));
         bool assistant = strcmp(json_string_value(role), "assistant") == 0;
         if (assistant && (field(m, "tool_calls") || field(m, "function_call")))
             return fail(v->err, v->param, v->cap, STRATA_E_UNSUPPORTED, p,
@@ -138,8 +143,8 @@ static int check_messages(struct vctx *v, json_t *msgs) {
                             p);
             if (strcmp(json_string_value(type), "text") != 0)
                 return fail(v->err, v->param, v->cap, STRATA_E_UNSUPPORTED, p,
-                            "content part type '%.40s' is not supported (text only)",
-                            json_string_value(type));
+                            "content part type '%.*s' is not supported (text only)",
+                            CUT(json_string_value(type), 40));
             if (!json_is_string(json_object_get(part, "text"))) {
                 snprintf(p, sizeof(p), "messages[%zu].content[%zu].text", i, j);
                 return fail(v->err, v->param, v->cap, STRATA_E_INVALID, p, "%s must be a string",
@@ -150,11 +155,40 @@ static int check_messages(struct vctx *v, json_t *msgs) {
     return 0;
 }
 
+/* The messages as the chat template sees them (a new reference). OpenAI
+ * allows an assistant message without content (or with null); templates
+ * that concatenate message['content'] (the default ChatML one) failed on it
+ * with template_error, so it is rendered as "". The body is borrowed: a
+ * message that needs content is copied (shallow), the others are shared. */
+static json_t *template_messages(json_t *msgs) {
+    size_t i;
+    json_t *m;
+    bool any = false;
+    json_array_foreach(msgs, i, m) any |= field(m, "content") == NULL;
+    if (!any)
+        return json_incref(msgs);
+    json_t *out = json_array();
+    json_array_foreach(msgs, i, m) {
+        json_t *x = field(m, "content") ? json_incref(m) : json_copy(m);
+        if (!x || json_array_append_new(out, x) < 0 ||
+            (x != m && json_object_set_new(x, "content", json_string("")) < 0)) {
+            json_decref(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
 static int parse_stop(struct vctx *v, struct openai_request *rq) {
     json_t *s = field(v->body, "stop");
     if (!s)
         return 0;
     if (json_is_string(s)) {
+        /* the same limit as each string of the array form, with the same param
+         * (it was found only by the stop matcher, after "param" was cleared) */
+        if (json_string_length(s) > SAMPLER_MAX_STOP_LEN)
+            return fail(v->err, v->param, v->cap, STRATA_E_RANGE, "stop",
+                        "stop sequence longer than %d bytes", SAMPLER_MAX_STOP_LEN);
         rq->stops[0] = strdup(json_string_value(s));
         rq->n_stops = 1;
         return rq->stops[0] ? 0 : strata_error_set(v->err, STRATA_E_NOMEM, "out of memory");
@@ -204,7 +238,8 @@ static int parse_bias(struct vctx *v, struct openai_request *rq, int n_vocab) {
         long id = strtol(key, &end, 10);
         if (!*key || *end || errno || id < 0 || id >= n_vocab)
             return fail(v->err, v->param, v->cap, STRATA_E_RANGE, "logit_bias",
-                        "logit_bias key '%.40s' is not a token id in 0..%d", key, n_vocab - 1);
+                        "logit_bias key '%.*s' is not a token id in 0..%d", CUT(key, 40),
+                        n_vocab - 1);
         if (!json_is_number(val))
             return fail(v->err, v->param, v->cap, STRATA_E_INVALID, "logit_bias",
                         "logit_bias values must be numbers");
@@ -237,8 +272,8 @@ static int check_unsupported(struct vctx *v, enum gen_route route) {
                         "'response_format' must be an object with a string 'type'");
         if (strcmp(json_string_value(t), "text") != 0)
             return fail(v->err, v->param, v->cap, STRATA_E_UNSUPPORTED, "response_format",
-                        "response_format type '%.40s' is not supported (text only)",
-                        json_string_value(t));
+                        "response_format type '%.*s' is not supported (text only)",
+                        CUT(json_string_value(t), 40));
     }
     bool echo = false;
     int rc = get_bool(v, "echo", &echo);
@@ -375,8 +410,8 @@ int openai_parse(const struct gen_submit *req, const char *model_id, int n_vocab
     }
     if (strcmp(json_string_value(model), model_id) != 0) {
         rc = fail(err, param, param_cap, STRATA_E_NOT_FOUND, "model",
-                  "The model '%.100s' does not exist; this server serves '%s'",
-                  json_string_value(model), model_id);
+                  "The model '%.*s' does not exist; this server serves '%s'",
+                  CUT(json_string_value(model), 100), model_id);
         goto fail;
     }
     if ((rc = get_bool(&v, "stream", &out->stream)) < 0)
@@ -403,7 +438,10 @@ int openai_parse(const struct gen_submit *req, const char *model_id, int n_vocab
         }
         if ((rc = check_messages(&v, msgs)) < 0)
             goto fail;
-        out->messages = json_incref(msgs);
+        if (!(out->messages = template_messages(msgs))) {
+            rc = strata_error_set(err, STRATA_E_NOMEM, "out of memory");
+            goto fail;
+        }
     } else if ((rc = parse_prompt(&v, out)) < 0) {
         goto fail;
     }

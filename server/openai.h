@@ -42,8 +42,10 @@ struct tokenizer;
 struct openai_request {
     enum gen_route route;
     bool stream;
-    bool stream_usage;             /* stream_options.include_usage (or the server's always-usage) */
-    json_t *messages;              /* chat: owned reference to the validated array; else NULL */
+    bool stream_usage; /* stream_options.include_usage (or the server's always-usage) */
+    /* chat: owned reference to the validated array, where an assistant message
+     * without content reads as content ""; else NULL */
+    json_t *messages;
     char *prompt;                  /* completion: owned, NUL-terminated; else NULL */
     size_t prompt_len;             /* bytes */
     int64_t max_tokens;            /* max_tokens / max_completion_tokens; -1 = up to the context */

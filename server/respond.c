@@ -86,12 +86,50 @@ static const char *error_type_string(int code, const char *param) {
     return strata_error_openai_type(code);
 }
 
+/* s with every byte that does not belong to a valid UTF-8 character
+ * replaced by U+FFFD, or NULL when s is valid as it is (or on out of memory:
+ * the caller then keeps s and fails later). owned: free() */
+static char *utf8_replace_invalid(const char *s) {
+    size_t n = strlen(s), bad = 0;
+    if (http_utf8_valid(s, n, &bad))
+        return NULL;
+    char *out = malloc(3 * n + 1); /* at most one U+FFFD (3 bytes) per input byte */
+    if (!out)
+        return NULL;
+    size_t o = 0, i = 0;
+    while (i < n) {
+        size_t rest = n - i;
+        if (http_utf8_valid(s + i, rest, &bad))
+            bad = rest;
+        memcpy(out + o, s + i, bad);
+        o += bad;
+        i += bad;
+        if (i < n) {
+            memcpy(out + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
 char *http_error_json_as(int code, const char *oa_code, const char *message, const char *param) {
-    json_t *err = json_pack("{s:s, s:s, s:o, s:s}", "message",
-                            message && *message ? message : strata_error_text(code), "type",
-                            error_type_string(code, param), "param",
-                            param && *param ? json_string(param) : json_null(), "code",
-                            oa_code ? oa_code : error_code_string(code, param));
+    /* Every error must get its body: a message or param that is not UTF-8
+     * (user text cut mid-character, the JSON parser quoting a partial
+     * character) made json_pack fail, and the client got no response at all.
+     * Invalid bytes become U+FFFD, as OpenAI shows them. */
+    if (!message || !*message)
+        message = strata_error_text(code);
+    char *fixed_msg = utf8_replace_invalid(message);
+    char *fixed_param = param && *param ? utf8_replace_invalid(param) : NULL;
+    json_t *err =
+        json_pack("{s:s, s:s, s:o, s:s}", "message", fixed_msg ? fixed_msg : message, "type",
+                  error_type_string(code, param), "param",
+                  param && *param ? json_string(fixed_param ? fixed_param : param) : json_null(),
+                  "code", oa_code ? oa_code : error_code_string(code, param));
+    free(fixed_msg);
+    free(fixed_param);
     if (!err)
         return NULL;
     json_t *root = json_pack("{s:o}", "error", err);
@@ -123,8 +161,15 @@ static struct MHD_Response *json_response(char *body) {
     return r;
 }
 
+void http_close_if_draining(struct exchange *ex, struct MHD_Response *r) {
+    /* while draining, a kept-alive connection would only wait to be reset */
+    if (ex->close_after || atomic_load(&ex->srv->draining))
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+}
+
 /* Queues r (released here), marks the exchange answered and counts it. */
 static enum MHD_Result queue_final(struct exchange *ex, int status, struct MHD_Response *r) {
+    http_close_if_draining(ex, r);
     enum MHD_Result rc = MHD_queue_response(ex->conn, (unsigned)status, r);
     MHD_destroy_response(r);
     ex->phase = PHASE_RESPONDED;

@@ -27,10 +27,15 @@ struct gen_job {
     int32_t *prompt; /* (n_prompt + max_tokens) owned: the prompt, then each generated token
                         as it is fed back: prompt[pos] is the token at KV position pos */
     int n_prompt;
-    bool prepared;      /* session_prepare ran (the job may wait for KV blocks after it) */
+    bool prepared; /* session_prepare ran (the job may wait for KV blocks after it) */
+    /* set by the prep thread (session_tokenize) before the job is queued */
+    bool tokenized;
+    int tok_rc; /* 0, or why the prompt was refused (tok_err: the message) */
+    struct strata_error tok_err;
     bool kv_bad;        /* a forward step failed: the sequence's rows are not trusted */
     bool kv_short;      /* a block could not be reserved: fail after this step */
     int n_cached;       /* prompt positions reused from the prefix cache */
+    uint32_t part;      /* prefix-cache partition (gen_submit.cache_partition) */
     int need_blocks;    /* KV blocks the session may take from the pool (reserved at admission) */
     double t_deadline;  /* monotonic seconds; 0 = none */
     int n_past;         /* positions in the KV sequence */
@@ -52,6 +57,16 @@ struct gen_job {
     int pick_rc; /* 0 or negative STRATA_E_* (pick_err says why) */
     struct strata_error pick_err;
     const char *finish_reason; /* static: "stop" / "length"; NULL after an error */
+};
+
+/* One prep lane: a persistent thread and its FIFO of jobs (s->mu). */
+struct sched_prep_lane {
+    struct sched *s; /* borrowed: the owner */
+    pthread_t thread;
+    bool started;
+    bool cond_ok;
+    pthread_cond_t cond; /* work arrived, or stop (with s->mu) */
+    struct gen_job *head, *tail;
 };
 
 struct sched_stats_rec {
@@ -79,10 +94,15 @@ struct sched {
 
     pthread_t thread;
     bool thread_started;
-    pthread_mutex_t mu; /* guards incoming and stop */
+    pthread_mutex_t mu; /* guards incoming, stop and the prep lanes */
     pthread_cond_t cond;
     struct gen_job *incoming, *incoming_tail;
     bool stop;
+    /* the prep lanes (sched-prep.c): each tokenizes its submitted prompts in
+     * order, then moves the jobs to incoming; [0] short prompts, [1] long */
+    struct sched_prep_lane prep[2];
+    bool prep_stop;
+    atomic_int n_prep;     /* jobs submitted and not yet in incoming (counted as queued) */
     atomic_int n_inflight; /* submitted and not yet DONE */
     atomic_uint_fast64_t id_counter;
 
@@ -105,9 +125,22 @@ struct sched {
 
 double sched_now(void);
 
+/* sched-prep.c: the prep lanes */
+int sched_prep_start(struct sched *s, struct strata_error *err); /* after the scheduler thread */
+void sched_prep_submit(struct sched *s, struct gen_job *j);      /* from op_submit */
+/* Joins the lanes (each finishes the prompt it holds), then sets the
+ * scheduler's stop and hands it every job still queued, untokenized, under
+ * one lock (so it ends them instead of admitting them). Safe after a failed
+ * or partial start. */
+void sched_prep_stop(struct sched *s);
+
 /* sched-session.c */
-/* Tokenizes the prompt, makes the sampler/detokenizer/stop matcher. On
- * error sends ERROR (the caller then sends DONE). */
+/* Renders and tokenizes the prompt and checks it against the context into
+ * j->prompt / n_prompt, or j->tok_rc + tok_err. Touches only j and reads s's
+ * immutable tokenizer and template: runs on the prep thread. */
+void session_tokenize(const struct sched *s, struct gen_job *j);
+/* Takes the tokenized prompt, makes the sampler/detokenizer/stop matcher.
+ * On error sends ERROR (the caller then sends DONE). */
 int session_prepare(struct sched *s, struct gen_job *j, struct strata_error *err, char *param,
                     size_t param_cap);
 /* Picks the next token of j from its logits row into j->pick / pick_rc.

@@ -40,7 +40,7 @@ void session_clear(struct gen_job *j) {
 }
 
 /* Renders the chat template and tokenizes it with the message text untrusted. */
-static int chat_tokens(struct sched *s, struct gen_job *j, struct tokenizer_ids *ids,
+static int chat_tokens(const struct sched *s, struct gen_job *j, struct tokenizer_ids *ids,
                        struct strata_error *err) {
     struct template_inputs in = template_inputs_default();
     in.messages = j->rq.messages;
@@ -60,11 +60,9 @@ static int chat_tokens(struct sched *s, struct gen_job *j, struct tokenizer_ids 
     return rc;
 }
 
-int session_prepare(struct sched *s, struct gen_job *j, struct strata_error *err, char *param,
-                    size_t param_cap) {
+void session_tokenize(const struct sched *s, struct gen_job *j) {
     struct tokenizer_ids ids = {0};
-    const char *pname = j->rq.route == GEN_ROUTE_CHAT ? "messages" : "prompt";
-    snprintf(param, param_cap, "%s", pname);
+    struct strata_error *err = &j->tok_err;
     int rc;
     if (j->rq.route == GEN_ROUTE_CHAT) {
         rc = chat_tokens(s, j, &ids, err);
@@ -93,7 +91,25 @@ int session_prepare(struct sched *s, struct gen_job *j, struct strata_error *err
     }
     j->prompt = ids.ids;
     j->n_prompt = (int)ids.n;
-    ids.ids = NULL;
+    j->tok_rc = 0;
+    return;
+fail:
+    tokenizer_ids_free(&ids);
+    j->tok_rc = rc < 0 ? rc : STRATA_E_INTERNAL;
+}
+
+int session_prepare(struct sched *s, struct gen_job *j, struct strata_error *err, char *param,
+                    size_t param_cap) {
+    const char *pname = j->rq.route == GEN_ROUTE_CHAT ? "messages" : "prompt";
+    snprintf(param, param_cap, "%s", pname);
+    int rc;
+    if (!j->tokenized) /* cannot happen: sched_prep_stop sets stop first */
+        return strata_error_set(err, STRATA_E_CANCELLED, "server shutting down");
+    if (j->tok_rc < 0) {
+        if (err)
+            *err = j->tok_err;
+        return j->tok_rc;
+    }
     int64_t room = s->n_ctx - j->n_prompt;
     j->max_tokens = j->rq.max_tokens < 0 || j->rq.max_tokens > room ? room : j->rq.max_tokens;
     /* room for the generated tokens too: prompt[pos] is the KV history */
@@ -144,7 +160,6 @@ int session_prepare(struct sched *s, struct gen_job *j, struct strata_error *err
     }
     return 0;
 fail:
-    tokenizer_ids_free(&ids);
     return rc < 0 ? rc : STRATA_E_INTERNAL;
 }
 

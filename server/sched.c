@@ -43,7 +43,7 @@ static void job_done(struct sched *s, struct gen_job *j, bool ok) {
         /* keep the rows for a later request with the same prefix (also after a
          * cancel: positions < n_past are valid) */
         if (s->pc && !j->kv_bad)
-            prefix_insert(s->pc, j->prompt, kv_seq_len(s->kv, j->seq), j->seq, NULL);
+            prefix_insert_part(s->pc, j->part, j->prompt, kv_seq_len(s->kv, j->seq), j->seq, NULL);
         s->seq_used[j->seq] = false;
         kv_seq_clear(s->kv, j->seq, NULL);
         j->seq = -1;
@@ -85,7 +85,7 @@ static void publish_stats(struct sched *s, int n_waiting) {
     const int64_t n_free = kv_blocks_free(s->kv), n_idle = s->pc ? prefix_n_idle(s->pc) : 0;
     pthread_mutex_lock(&s->stats.mu);
     s->stats.st.n_active = s->n_active;
-    s->stats.st.n_queued = n_waiting;
+    s->stats.st.n_queued = n_waiting + atomic_load(&s->n_prep); /* tokenizing counts as waiting */
     s->stats.st.tokens_prompt = s->tokens_prompt;
     s->stats.st.tokens_generated = s->tokens_generated;
     s->stats.st.recent_tok_s = rate;
@@ -173,7 +173,7 @@ static void admit(struct sched *s) {
         const int B = s->n_block;
         int nb = 0, hit = 0;
         if (s->pc)
-            hit = prefix_lookup(s->pc, j->prompt, j->n_prompt - 1, s->blk_tmp, &nb);
+            hit = prefix_lookup_part(s->pc, j->part, j->prompt, j->n_prompt - 1, s->blk_tmp, &nb);
         int64_t total = (int64_t)j->n_prompt + j->max_tokens;
         if (total > s->n_ctx)
             total = s->n_ctx;
@@ -384,7 +384,8 @@ static void step(struct sched *s, double t0) {
     for (int r = 0; r < n_rows; r++) {
         struct gen_job *j = s->row_job[r];
         if (j->state == JOB_PREFILL && s->pc) /* share the prompt's full blocks right away */
-            prefix_insert(s->pc, j->prompt, j->n_prompt / s->n_block * s->n_block, j->seq, NULL);
+            prefix_insert_part(s->pc, j->part, j->prompt, j->n_prompt / s->n_block * s->n_block,
+                               j->seq, NULL);
         j->state = JOB_DECODE;
         if (session_on_logits(s, j)) {
             unlink_active(s, j);
@@ -477,20 +478,14 @@ static int op_submit(void *self, const struct gen_submit *req, struct gen_sink s
     } while (!atomic_compare_exchange_weak(&s->n_inflight, &cur, cur + 1));
     j->sink = sink;
     j->seq = -1;
+    j->part = req->cache_partition;
     if (s->p.request_timeout > 0)
         j->t_deadline = sched_now() + s->p.request_timeout;
     atomic_init(&j->cancelled, false);
     openai_ctx_init(&j->oc, req->route, s->model_id, j->rq.stream_usage,
                     (uint64_t)time(NULL) << 24 ^ atomic_fetch_add(&s->id_counter, 1) * 2654435761u);
     out->job = j;
-    pthread_mutex_lock(&s->mu);
-    if (s->incoming_tail)
-        s->incoming_tail->next = j;
-    else
-        s->incoming = j;
-    s->incoming_tail = j;
-    pthread_cond_signal(&s->cond);
-    pthread_mutex_unlock(&s->mu);
+    sched_prep_submit(s, j);
     return 0;
 }
 
@@ -581,6 +576,7 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     pthread_cond_init(&s->cond, NULL);
     pthread_mutex_init(&s->stats.mu, NULL);
     atomic_init(&s->n_inflight, 0);
+    atomic_init(&s->n_prep, 0);
     atomic_init(&s->id_counter, 1);
     if (params->model_id && *params->model_id)
         snprintf(s->model_id, sizeof(s->model_id), "%s", params->model_id);
@@ -708,6 +704,8 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
         goto fail;
     }
     s->thread_started = true;
+    if (sched_prep_start(s, err) < 0)
+        goto fail;
     return s;
 fail:
     sched_free(s);
@@ -717,6 +715,7 @@ fail:
 void sched_free(struct sched *s) {
     if (!s)
         return;
+    sched_prep_stop(s); /* first: sets stop, its leftovers go to the scheduler to be ended */
     if (s->thread_started) {
         pthread_mutex_lock(&s->mu);
         s->stop = true;

@@ -42,6 +42,11 @@
  * concurrent requests with the same system prompt share them too.
  * usage.prompt_tokens_details.cached_tokens reports the reused positions.
  *
+ * Prompts are rendered, tokenized and checked against the context on two
+ * persistent prep threads (sched-prep.c: one for prompts of 64 KiB or more)
+ * before they join the queue, so a huge prompt never stalls the running
+ * streams nor delays a short request; a job waiting there counts as queued.
+ *
  * Threading: sched_init/sched_free from one controlling thread; the gen_ops
  * follow gen.h's contract (submit/cancel/release/stats from any thread,
  * events on the scheduler thread).

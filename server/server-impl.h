@@ -7,7 +7,13 @@
  *
  * Lock order: server.mu -> exchange.mu -> (MHD internal). gen ops are called
  * without exchange.mu held (cancel from the completed callback, before the
- * connection reference is dropped, so the job is still unreleased).
+ * connection reference is dropped, so the job is still unreleased). The
+ * front's mutex is a leaf: nothing else is taken while it is held.
+ *
+ * Connections reach MHD through the front (front.c): it owns the listening
+ * socket, holds a new connection until its request headers are in (within
+ * --timeout), checks their framing, then hands it to MHD; it keeps at most
+ * --max-connections open by dropping the longest-waiting idle one.
  */
 #ifndef STRATA_SERVER_IMPL_H
 #define STRATA_SERVER_IMPL_H
@@ -45,6 +51,8 @@ struct exchange {
     enum exchange_phase phase; /* MHD thread only */
     struct sbuf body;          /* request body, at most max_body bytes */
     bool body_too_large;
+    bool close_after; /* answer with Connection: close (framing refused) */
+    int key_index;    /* the API key that authorized the request (auth_key_index) */
     size_t n_dropped; /* body bytes of a no-body method, discarded */
     double t_start;   /* seconds (monotonic) when the headers were in */
     double t_submit;  /* seconds (monotonic) when the job was submitted */
@@ -61,6 +69,8 @@ struct exchange {
     bool aborted;     /* shutdown gave up on the generation layer */
     bool error_seen;  /* GEN_EV_ERROR seen */
     bool got_token;   /* first DELTA seen (TTFT recorded) */
+    /* server_shutdown cancelled the job: its CANCELLED error is answered 503 */
+    bool shutdown_cancel;
     struct sbuf out;  /* stream: SSE bytes not yet handed to MHD */
     size_t out_off;   /* bytes of out already handed over */
     int final_status; /* non-stream: status of the final response */
@@ -75,6 +85,7 @@ struct exchange {
 struct server {
     struct server_params p; /* copy; host points at `host` */
     char *host;             /* owned */
+    struct front *front;    /* owned: the listening socket and the accept policy */
     struct MHD_Daemon *mhd;
     struct metrics *metrics; /* owned */
     int port;
@@ -95,6 +106,36 @@ struct server {
 
 double server_now(void); /* monotonic seconds */
 
+/* front.c: the listening socket, header deadline and accept policy */
+struct front;
+/* Binds and listens on host:port (a busy port fails here); no thread yet. */
+struct front *front_init(struct server *s, struct strata_error *err);
+int front_start(struct front *f, struct strata_error *err); /* after MHD started */
+int front_port(const struct front *f);
+/* Stops accepting (new clients are refused from here on) and closes what the
+ * front holds; connections MHD holds stay until MHD_stop_daemon. */
+void front_stop(struct front *f);
+void front_free(struct front *f);         /* after MHD_stop_daemon; NULL is a no-op */
+int front_n_connections(struct front *f); /* open connections (waiting, idle, busy) */
+void front_counters(struct front *f, uint64_t *n_evicted, uint64_t *n_header_timeout);
+/* MHD_OPTION_NOTIFY_CONNECTION (cls: the front) */
+void front_on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                         enum MHD_ConnectionNotificationCode code);
+void front_conn_busy(struct front *f, struct MHD_Connection *conn); /* a request began */
+void front_conn_idle(struct front *f, struct MHD_Connection *conn); /* it completed */
+
+/* Request framing headers (Content-Length, Transfer-Encoding), checked by
+ * the front on a connection's first request and by the access handler on
+ * the later ones: anything a proxy could read differently is refused. */
+struct framing {
+    int n_cl, n_te;
+    uint64_t cl;
+    bool cl_bad, cl_conflict, te_chunked, name_ws;
+};
+void framing_add(struct framing *fr, const char *name, size_t name_len, const char *value,
+                 size_t value_len);
+const char *framing_error(const struct framing *fr); /* NULL: fine; else why (400) */
+
 /* http.c: the MHD callbacks */
 enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                 const char *method, const char *version, const char *upload,
@@ -114,6 +155,9 @@ enum MHD_Result http_respond_error_as(struct exchange *ex, int code, const char 
                                       const char *message, const char *param, const char *allow);
 /* Queues `body` (steals: malloc'd) as application/json with `status`. */
 enum MHD_Result http_respond_json(struct exchange *ex, int status, char *body);
+/* Adds Connection: close to r when the exchange must not keep its connection
+ * (draining, refused framing). */
+void http_close_if_draining(struct exchange *ex, struct MHD_Response *r);
 bool http_utf8_valid(const char *s, size_t n, size_t *bad_offset);
 bool http_content_type_is_json(const char *ct);
 

@@ -1,7 +1,4 @@
 /* server/server.c: daemon lifecycle: start, ready, drain, stop (see server.h). */
-#include <arpa/inet.h>
-#include <errno.h>
-#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -61,27 +58,27 @@ struct server *server_init(const struct server_params *params, struct strata_err
     }
     s->t_start = server_now();
 
-    struct sockaddr_in addr = {0};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons((uint16_t)s->p.port);
-    if (inet_pton(AF_INET, s->host, &addr.sin_addr) != 1) {
-        strata_error_set(err, STRATA_E_CONFIG, "host '%s' is not an IPv4 address", s->host);
+    /* The front binds first (a busy port fails here, with its own message)
+     * and hands MHD every connection whose request headers are in. */
+    if (!(s->front = front_init(s, err)))
         goto fail;
-    }
-    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-    s->mhd = MHD_start_daemon(
-        flags, (uint16_t)s->p.port, NULL, NULL, http_on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
-        log_mhd, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED,
-        http_on_completed, s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->p.max_connections,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->p.timeout_s, MHD_OPTION_LISTENING_ADDRESS_REUSE,
-        1, MHD_OPTION_END);
+    s->port = front_port(s->front);
+    /* MHD's limit leaves room for connections the front has shut down and MHD
+     * has not closed yet; the front keeps --max-connections. */
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+                     MHD_USE_NO_LISTEN_SOCKET;
+    s->mhd =
+        MHD_start_daemon(flags, 0, NULL, NULL, http_on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
+                         log_mhd, NULL, MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, s,
+                         MHD_OPTION_NOTIFY_CONNECTION, front_on_connection, s->front,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->p.max_connections + 64u,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->p.timeout_s, MHD_OPTION_END);
     if (!s->mhd) {
-        strata_error_set(err, STRATA_E_IO, "cannot listen on %s:%d: %s", s->host, s->p.port,
-                         errno ? strerror(errno) : "libmicrohttpd refused to start");
+        strata_error_set(err, STRATA_E_INTERNAL, "server: libmicrohttpd refused to start");
         goto fail;
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = info ? info->port : s->p.port;
+    if (front_start(s->front, err))
+        goto fail;
     if (pthread_create(&s->ticker, NULL, stream_ticker_main, s)) {
         strata_error_set(err, STRATA_E_INTERNAL, "server: cannot start the ticker thread");
         goto fail;
@@ -89,8 +86,10 @@ struct server *server_init(const struct server_params *params, struct strata_err
     s->ticker_started = true;
     return s;
 fail:
+    front_stop(s->front);
     if (s->mhd)
         MHD_stop_daemon(s->mhd);
+    front_free(s->front);
     if (cond_ok)
         pthread_cond_destroy(&s->cond);
     if (mu_ok)
@@ -132,11 +131,11 @@ int server_shutdown(struct server *s, int deadline_ms) {
     if (!s || s->shut)
         return 0;
     s->shut = true;
+    /* Draining: new connections are still accepted and answered at once
+     * (/health and completions 503, with Connection: close) until the end
+     * of the drain, so a probe gets its 503 instead of hanging in the
+     * backlog until it is reset at exit. */
     atomic_store(&s->draining, true);
-    /* No new connections. The listen socket is closed only after
-     * MHD_stop_daemon: MHD's thread may still touch it (its docs; TSan saw
-     * epoll_ctl race a close here). */
-    MHD_socket listen_fd = MHD_quiesce_daemon(s->mhd);
 
     pthread_mutex_lock(&s->mu);
     wait_pending(s, server_now() + deadline_ms / 1000.0);
@@ -144,6 +143,7 @@ int server_shutdown(struct server *s, int deadline_ms) {
     for (struct exchange *ex = s->pending; ex; ex = ex->next) {
         pthread_mutex_lock(&ex->mu);
         struct gen_job *job = ex->job;
+        ex->shutdown_cancel = true; /* its "cancelled" error is answered as 503 */
         pthread_mutex_unlock(&ex->mu);
         if (job) /* listed, so not yet released; cancel never blocks (gen.h) */
             s->p.gen.ops->cancel(s->p.gen.self, job);
@@ -165,14 +165,15 @@ int server_shutdown(struct server *s, int deadline_ms) {
     if (s->ticker_started)
         pthread_join(s->ticker, NULL);
     s->ticker_started = false;
+    front_stop(s->front); /* new clients are refused from here on */
     /* Let finished and resumed requests flush their last bytes (a stream's
      * `data: [DONE]`) before MHD closes every connection: up to 1 s. */
     for (int i = 0; i < 100 && atomic_load(&s->n_exchanges) > 0; i++)
         usleep(10 * 1000);
     MHD_stop_daemon(s->mhd);
     s->mhd = NULL;
-    if (listen_fd != MHD_INVALID_SOCKET)
-        close(listen_fd);
+    front_free(s->front);
+    s->front = NULL;
     return n_cancelled;
 }
 

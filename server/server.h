@@ -11,10 +11,12 @@
  *   server_free(s); auth_keys_free(keys);
  *
  * Threading: server_init/shutdown/free from one controlling thread;
- * server_set_ready and server_port from any thread. Request handling runs
- * on MHD's internal thread (never blocks: generating requests are
- * suspended), gen events on the scheduler thread, SSE keep-alives on one
- * persistent ticker thread owned by the server.
+ * server_set_ready and server_port from any thread. Accepting (and holding
+ * connections until their request headers are in) runs on the front's
+ * persistent thread (front.c), request handling on MHD's internal thread
+ * (never blocks: generating requests are suspended), gen events on the
+ * scheduler thread, SSE keep-alives on one persistent ticker thread owned
+ * by the server.
  */
 #ifndef STRATA_SERVER_H
 #define STRATA_SERVER_H
@@ -32,8 +34,8 @@ struct server_params {
     const char *host;             /* borrowed; IPv4 literal, "127.0.0.1" */
     int port;                     /* 0 = any free port (see server_port) */
     size_t max_body;              /* bytes; larger bodies get 413 */
-    int timeout_s;                /* idle seconds per connection before it is dropped */
-    int max_connections;          /* simultaneous connections */
+    int timeout_s;                /* idle seconds, and seconds to send request headers */
+    int max_connections;          /* simultaneous connections (the longest-idle makes room) */
     int keepalive_ms;             /* SSE ": keep-alive" interval while waiting for tokens */
     bool always_usage;            /* passed to every submit */
     const struct auth_keys *auth; /* borrowed; NULL = no auth */

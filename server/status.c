@@ -20,10 +20,10 @@ static void gen_stats_of(struct server *s, struct gen_stats *st) {
         s->p.gen.ops->stats(s->p.gen.self, st);
 }
 
+/* Open connections: those the front still holds (request headers on their
+ * way) and those MHD serves. */
 static int connections_of(struct server *s) {
-    const union MHD_DaemonInfo *info =
-        MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
-    return info ? (int)info->num_connections : -1;
+    return front_n_connections(s->front);
 }
 
 enum MHD_Result status_health(struct exchange *ex) {
@@ -231,6 +231,13 @@ enum MHD_Result status_status(struct exchange *ex) {
         json_decref(notes);
         return http_respond_error(ex, STRATA_E_NOMEM, NULL, NULL, NULL);
     }
+    /* the front's accept policy: idle connections dropped to make room, and
+     * connections whose request headers did not arrive within --timeout */
+    uint64_t n_evicted = 0, n_header_timeout = 0;
+    front_counters(s->front, &n_evicted, &n_header_timeout);
+    json_t *http = json_object_get(o, "http");
+    json_object_set_new(http, "evicted", json_integer((json_int_t)n_evicted));
+    json_object_set_new(http, "header_timeouts", json_integer((json_int_t)n_header_timeout));
     json_t *model = json_object_get(o, "model");
     set_or_note(model, notes, "path", "model.path",
                 st.model_path[0] ? json_string(st.model_path) : NULL,
@@ -295,6 +302,7 @@ enum MHD_Result status_metrics(struct exchange *ex) {
         return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4");
+    http_close_if_draining(ex, r);
     enum MHD_Result rc = MHD_queue_response(ex->conn, 200, r);
     MHD_destroy_response(r);
     ex->phase = PHASE_RESPONDED;
@@ -316,7 +324,8 @@ enum MHD_Result status_models(struct exchange *ex, const char *id) {
     if (id) {
         if (!*st.model_id || strcmp(id, st.model_id)) {
             char msg[256];
-            snprintf(msg, sizeof(msg), "model '%.128s' does not exist", id);
+            /* cut at a character boundary: the id is any bytes of the URL */
+            snprintf(msg, sizeof(msg), "model '%.*s' does not exist", strata_utf8_cut(id, 128), id);
             return http_respond_error(ex, STRATA_E_NOT_FOUND, msg, "model", NULL);
         }
         o = model_object(&st, 0);

@@ -82,6 +82,17 @@ void stream_on_event(void *ctx, const struct gen_event *ev) {
     /* A stream that fails before its SSE response started answers like a
      * non-stream request (status + error body; see on_resumed in http.c). */
     bool sse = ex->stream && (ex->sse_started || (ev->type != GEN_EV_ERROR && !ex->error_seen));
+    /* A job server_shutdown cancelled (queued or running past the drain
+     * deadline) is refused for shutdown, 503 as the README promises, not
+     * 499 "cancelled" (which is for a client that left). */
+    struct gen_event shut_ev;
+    if (ev->type == GEN_EV_ERROR && ev->error_code == STRATA_E_CANCELLED && ex->shutdown_cancel) {
+        shut_ev = *ev;
+        shut_ev.error_code = STRATA_E_UNAVAILABLE;
+        shut_ev.error_message = "server is shutting down";
+        shut_ev.error_param = NULL;
+        ev = &shut_ev;
+    }
     if (!ex->conn_gone) {
         if (sse) {
             if (ev->type == GEN_EV_ERROR) {

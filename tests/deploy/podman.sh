@@ -4,7 +4,8 @@
 #
 #   tests/deploy/podman.sh            # from anywhere; exit 77 = skipped
 #
-# Steps: debootstrap a bookworm minbase root (cached in $STRATA_CTR_DIR,
+# Steps: debootstrap a bookworm minbase root from the mirror apt already
+# uses (tests/deploy/apt-mirror.sh; cached in $STRATA_CTR_DIR,
 # default /tmp/strata-ctr) and import it as debian:bookworm-slim and
 # debian:bookworm (no registry can be reached here); buildah bud
 # --isolation chroot; podman run --network host with explicit ulimits and
@@ -67,7 +68,13 @@ mkdir -p "$ctr"
 if ! "${P[@]}" image exists docker.io/library/debian:bookworm-slim; then
     if [ ! -x "$ctr/rootfs/usr/bin/apt-get" ]; then
         rm -rf "$ctr/rootfs"
-        debootstrap --variant=minbase bookworm "$ctr/rootfs" http://deb.debian.org/debian \
+        # the mirror this machine's apt uses (ENVIRONMENT.md), not a fixed host
+        mirror=$("$here/apt-mirror.sh") || {
+            echo "no apt mirror configured: skipped"
+            trap - EXIT
+            exit 77
+        }
+        debootstrap --variant=minbase bookworm "$ctr/rootfs" "$mirror" \
             >"$ctr/debootstrap.log" 2>&1
         check "debootstrap bookworm" $? "(see $ctr/debootstrap.log)"
     fi

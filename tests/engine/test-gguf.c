@@ -4,6 +4,8 @@
  * a Python struct dump of the files. */
 #include <dirent.h>
 #include <math.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "engine/gguf.h"
 #include "engine/quant.h"
@@ -227,6 +229,25 @@ START_TEST(open_errors) {
 }
 END_TEST
 
+/* A FIFO (or any file that is not regular) is refused at once: open() of a
+ * FIFO with no writer blocked forever, and `strata serve` then ignored
+ * SIGTERM (it waits for signals only once the model is loaded). The test
+ * case's 10 s timeout turns a hang into a failure. */
+START_TEST(open_fifo) {
+    char path[64];
+    snprintf(path, sizeof(path), "/tmp/strata-test-fifo-%d", (int)getpid());
+    unlink(path);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    struct strata_error err = {0};
+    ck_assert_ptr_null(gguf_open(path, &err));
+    ck_assert_int_eq(err.code, STRATA_E_IO);
+    ck_assert_msg(strstr(err.message, "not a regular file") != NULL, "%s", err.message);
+    unlink(path);
+    ck_assert_ptr_null(gguf_open("/dev/null", &err)); /* a character device */
+    ck_assert_msg(strstr(err.message, "not a regular file") != NULL, "%s", err.message);
+}
+END_TEST
+
 static Suite *gguf_suite(void) {
     Suite *s = suite_create("gguf");
     TCase *tc = tcase_create("real files");
@@ -238,6 +259,10 @@ static Suite *gguf_suite(void) {
     tcase_add_test(tc, all_shared_files);
     tcase_add_test(tc, open_errors);
     suite_add_tcase(s, tc);
+    TCase *tf = tcase_create("special files");
+    tcase_set_timeout(tf, 10);
+    tcase_add_test(tf, open_fifo);
+    suite_add_tcase(s, tf);
     return s;
 }
 

@@ -298,6 +298,47 @@ START_TEST(test_prefix_trie) {
 }
 END_TEST
 
+/* Partitions (one per API key): a prompt cached by one is invisible to the
+ * others, so neither the reuse count nor the prefill time tells a second
+ * key how far its guess matches the first key's prompt. Before, the cache
+ * was shared by everyone and a second key recovered a secret digit from
+ * usage.prompt_tokens_details.cached_tokens. */
+START_TEST(test_prefix_partitions) {
+    struct kv_cache *kv = small_kv(3, 64, 8, 12);
+    struct prefix_cache *pc = prefix_init(kv, NULL);
+    ck_assert(pc != NULL);
+    int32_t toks[40], blocks[8];
+    for (int i = 0; i < 40; i++)
+        toks[i] = 100 + i;
+    int nb = -1;
+    fill(kv, 0, 1, 0, 20);
+    ck_assert_int_eq(prefix_insert_part(pc, 7, toks, 20, 0, NULL), 0);
+    kv_seq_clear(kv, 0, NULL);
+    /* the owner reuses all 20 positions; another partition (and the default
+     * one) sees nothing, not even the first block */
+    ck_assert_int_eq(prefix_lookup_part(pc, 7, toks, 39, blocks, &nb), 20);
+    ck_assert_int_eq(nb, 3);
+    ck_assert_int_eq(prefix_lookup_part(pc, 8, toks, 39, blocks, &nb), 0);
+    ck_assert_int_eq(nb, 0);
+    ck_assert_int_eq(prefix_lookup(pc, toks, 39, blocks, &nb), 0);
+    ck_assert_int_eq(prefix_lookup_part(pc, 8, toks, 5, blocks, &nb), 0);
+    /* the same tokens cached by partition 8 get their own blocks */
+    fill(kv, 1, 2, 0, 16);
+    ck_assert_int_eq(prefix_insert_part(pc, 8, toks, 16, 1, NULL), 0);
+    ck_assert_int_eq(prefix_n_entries(pc), 3 + 2);
+    ck_assert_int_eq(prefix_lookup_part(pc, 8, toks, 39, blocks, &nb), 16);
+    ck_assert_int_eq(blocks[0], kv_seq_block(kv, 1, 0));
+    ck_assert_int_eq(prefix_lookup_part(pc, 7, toks, 39, blocks, &nb), 20);
+    ck_assert_int_ne(blocks[0], kv_seq_block(kv, 1, 0));
+    kv_seq_clear(kv, 1, NULL);
+    /* eviction is shared: everything idle goes back */
+    ck_assert_int_eq(prefix_clear_idle(pc), 5);
+    ck_assert_int_eq(kv_blocks_free(kv), 12);
+    prefix_free(pc);
+    kv_free(kv);
+}
+END_TEST
+
 /* Random requests over a small alphabet (so prefixes repeat) through lookup,
  * attach, copy-on-write, insert, clear and eviction, as the scheduler does.
  * Every row stores a 64-bit hash of the tokens up to its position (K row:
@@ -445,6 +486,7 @@ static Suite *kv_suite(void) {
     tcase_add_test(tc, test_head_parts);
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_prefix_trie);
+    tcase_add_test(tc, test_prefix_partitions);
     tcase_add_test(tc, test_prefix_random_invariants);
     tcase_add_test(tc, test_model_prefix_reuse_bit_identical);
     suite_add_tcase(s, tc);

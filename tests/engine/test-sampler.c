@@ -334,6 +334,28 @@ START_TEST(stop_across_tokens) {
 }
 END_TEST
 
+/* The first generated token is EOS: the session flushes a matcher that was
+ * never fed (nothing pending, no buffer yet). This passed NULL with length 0
+ * to memcpy/memmove, undefined behaviour that UBSan reports. */
+START_TEST(stop_flush_before_any_feed) {
+    const char *stops[] = {"END"};
+    size_t len = 7;
+    struct stop_matcher *m = stop_matcher_init(stops, 1, NULL);
+    ck_assert_ptr_nonnull(m);
+    const char *o = stop_matcher_flush(m, &len);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_uint_eq(len, 0);
+    ck_assert_str_eq(o, "");
+    stop_matcher_free(m);
+    m = stop_matcher_init(NULL, 0, NULL); /* no stop strings at all */
+    ck_assert_ptr_nonnull(m);
+    o = stop_matcher_flush(m, &len);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_uint_eq(len, 0);
+    stop_matcher_free(m);
+}
+END_TEST
+
 static Suite *sampler_suite(void) {
     Suite *s = suite_create("sampler");
     TCase *tc = tcase_create("core");
@@ -347,6 +369,7 @@ static Suite *sampler_suite(void) {
     tcase_add_test(tc, penalties);
     tcase_add_test(tc, all_masked_is_an_error);
     tcase_add_test(tc, stop_across_tokens);
+    tcase_add_test(tc, stop_flush_before_any_feed);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -138,6 +138,26 @@ def test_basics(port):
     check("completion non-stream 200", st == 200 and json.loads(d)["choices"][0]["text"] == "tok0 tok1 ", d)
 
 
+def test_error_bodies_utf8(port):
+    # An error message quoting bytes that are not UTF-8 (a URL id, jansson's
+    # own text about half a character) still gets its JSON body: it used to
+    # get no response at all (curl: "Empty reply").
+    hj = {"Content-Type": "application/json"}
+    for path in ("/v1/models/%ff", "/v1/models/" + "a" * 127 + "%C3%A9", "/v1/models/%C3"):
+        try:
+            st, _, d = request(port, "GET", path)
+        except Exception as e:  # noqa: BLE001
+            st, d = 0, repr(e).encode()
+        check(f"GET {path[:24]}: 404 with a JSON body", st == 404 and error_shape_ok(d), (st, d[:200]))
+    for body in (b'{"model":"\\\xc3\xa9"}', b'{"model":"x","messages":[\xc3\xa9]}'):
+        try:
+            st, _, d = request(port, "POST", "/v1/completions", body=body, headers=hj)
+        except Exception as e:  # noqa: BLE001
+            st, d = 0, repr(e).encode()
+        ok = st == 400 and error_shape_ok(d) and json.loads(d)["error"]["code"] in ("invalid_json",)
+        check(f"JSON error quoting a partial character {body[:16]!r}: 400 invalid_json", ok, (st, d[:200]))
+
+
 def test_stream(port):
     st, h, d = request(port, "POST", "/v1/chat/completions",
                        body={"messages": [], "max_tokens": 3, "stream": True,
@@ -230,6 +250,117 @@ def test_slowloris(port, timeout_s):
     dt = time.time() - t0
     s.close()
     check("slow headers dropped after timeout", dt < timeout_s + 5, f"dt={dt:.1f}")
+
+
+def test_header_slowloris(port, timeout_s):
+    # Request headers trickled a line every 0.4 s never idle for --timeout
+    # (MHD's timeout is per read): they kept a connection for as long as the
+    # client liked (40 s seen at --timeout 5). The whole header block must be
+    # in within --timeout of the accept.
+    s = socket.create_connection(("127.0.0.1", port), timeout=1)
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+    t0 = time.time()
+    closed = False
+    try:
+        while time.time() - t0 < timeout_s + 6:
+            s.sendall(b"X-Slow: 1\r\n")
+            try:
+                if s.recv(4096) == b"":
+                    closed = True
+                    break
+            except socket.timeout:
+                pass
+            time.sleep(0.4)
+    except (ConnectionResetError, BrokenPipeError):
+        closed = True
+    dt = time.time() - t0
+    s.close()
+    check("trickled headers: closed at the header deadline", closed and dt < timeout_s + 1.5,
+          f"closed={closed} dt={dt:.1f}")
+    # the same on a kept-alive connection: the next request's headers are due
+    # within --timeout of the end of the last one
+    s = socket.create_connection(("127.0.0.1", port), timeout=2)
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    first = s.recv(4096)
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+    t0 = time.time()
+    closed = False
+    s.settimeout(1)
+    try:
+        while time.time() - t0 < timeout_s + 6:
+            s.sendall(b"X-Slow: 1\r\n")
+            try:
+                if s.recv(4096) == b"":
+                    closed = True
+                    break
+            except socket.timeout:
+                pass
+    except (ConnectionResetError, BrokenPipeError):
+        closed = True
+    dt = time.time() - t0
+    s.close()
+    check("trickled headers on a kept-alive connection: closed at the deadline",
+          first.startswith(b"HTTP/1.1 200") and closed and dt < timeout_s + 1.5, f"closed={closed} dt={dt:.1f}")
+
+
+def test_framing(port):
+    # Framing a proxy could read differently (request smuggling) is refused
+    # with one 400 and the connection closed; a malformed Content-Length got
+    # its status line and headers written twice by libmicrohttpd.
+    post = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + AUTH + b"Content-Type: application/json\r\n"
+    cases = [
+        ("two different Content-Length", post + b"Content-Length: 2\r\nContent-Length: 12\r\n\r\n{}"),
+        ("Transfer-Encoding with Content-Length",
+         post + b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"),
+        ("Content-Length -1", post + b"Content-Length: -1\r\n\r\n{}"),
+        ("Content-Length 1e3", post + b"Content-Length: 1e3\r\n\r\n{}"),
+        ("Transfer-Encoding gzip", post + b"Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n"),
+        ("space before the colon", post + b"Content-Length : 2\r\n\r\n{}"),
+        ("obsolete line folding", post + b"X-A: 1\r\n  folded\r\nContent-Length: 2\r\n\r\n{}"),
+    ]
+    for name, payload in cases:
+        r = raw(port, payload)
+        head, _, body = r.partition(b"\r\n\r\n")
+        ok = (r.startswith(b"HTTP/1.1 400") and r.count(b"HTTP/1.1 ") == 1 and b"connection: close" in head.lower()
+              and error_shape_ok(body))
+        check(f"framing: {name}: one 400 with a JSON body, closed", ok, r[:300])
+    # identical duplicates are one length (RFC 9112 6.3): served
+    b = b'{"messages":[],"max_tokens":1}'
+    r = raw(port, post + b"Content-Length: %d\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % (len(b), len(b)) + b)
+    check("framing: the same Content-Length twice is served", r.startswith(b"HTTP/1.1 200"), r[:200])
+    # a later request on a kept-alive connection is checked too
+    for name, second in (
+            ("TE + CL", b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"),
+            ("two different CL", b"Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}"),
+            ("space before the colon", b"Content-Length : 2\r\nContent-Length: 2\r\n\r\n{}")):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = s.recv(4096)
+        s.sendall(post + second)
+        out = b""
+        try:
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    break
+                out += b
+        except (socket.timeout, ConnectionResetError):
+            pass
+        s.close()
+        head, _, body = out.partition(b"\r\n\r\n")
+        check(f"framing: {name} on a kept-alive connection: 400, closed",
+              first.startswith(b"HTTP/1.1 200") and out.startswith(b"HTTP/1.1 400") and b"invalid_header" in body
+              and b"connection: close" in head.lower(), out[:300])
+
+
+def test_busy_port(port):
+    # A second daemon on a busy port must fail its start (SO_REUSEPORT let it
+    # listen, and the kernel split the requests between the two).
+    r = subprocess.run([BIN, "--port", str(port)], capture_output=True, text=True, timeout=30)
+    check("second daemon on a busy port exits 1, never listening",
+          r.returncode == 1 and "in use" in r.stderr and "listening on" not in r.stderr, r.stderr[-500:])
+    st, _, _ = request(port, "GET", "/health", key=None)
+    check("the first daemon still serves", st == 200)
 
 
 def wait_freed(port):
@@ -382,6 +513,16 @@ def test_config_errors():
     check("help from the table", r.returncode == 0 and "--max-body" in r.stdout and "STRATA_POOL_SPIN" in r.stdout)
     r = subprocess.run([BIN, "--api-key-file", "/nonexistent/keys"], capture_output=True, text=True, timeout=30)
     check("missing key file exits 2", r.returncode == 2 and "api-key-file" in r.stderr, r.stderr)
+    # a FIFO as the key file blocked fopen() for ever, SIGTERM already blocked
+    fifo = f"/tmp/strata-http-raw-keyfifo-{os.getpid()}"
+    os.mkfifo(fifo)
+    try:
+        r = subprocess.run([BIN, "--api-key-file", fifo], capture_output=True, text=True, timeout=20)
+        check("FIFO key file exits 2 at once", r.returncode == 2 and "not a regular file" in r.stderr, r.stderr)
+    except subprocess.TimeoutExpired:
+        check("FIFO key file exits 2 at once", False, "still blocked after 20 s")
+    finally:
+        os.unlink(fifo)
 
 
 def test_key_file():
@@ -406,21 +547,37 @@ def test_key_file():
         time.sleep(0.4)
         st, _, d = request(port, "POST", "/v1/chat/completions", key="sk-one", body={"messages": []})
         check("queue full 429", st == 429 and error_shape_ok(d, "rate_limit_error"), d)
-        # connection limit 6: the long stream holds one; 5 idle sockets fill the
-        # rest; a 7th client is not served (refused or held in the backlog)
-        socks = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(5)]
+        # connection limit 6: the long stream holds one; 5 idle sockets (no
+        # request yet) fill the rest. A 7th client is still served: the idle
+        # socket that has waited longest is dropped to make room, so 6 stay
+        # open; the busy stream is never dropped. (Before, the 7th waited in
+        # the backlog, and 270 idle sockets locked /health out.)
+        socks = []
+        for _ in range(5):
+            socks.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+            time.sleep(0.05)  # distinct ages: socks[0] has waited longest
         time.sleep(0.3)
         served = False
         try:
-            so = socket.create_connection(("127.0.0.1", port), timeout=1)
+            so = socket.create_connection(("127.0.0.1", port), timeout=5)
             so.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             served = so.recv(4096).startswith(b"HTTP/1.1 200")
             so.close()
         except OSError:
             pass
+        closed = []
         for so in socks:
+            so.settimeout(0.5)
+            try:
+                closed.append(so.recv(1) == b"")
+            except socket.timeout:
+                closed.append(False)
+            except OSError:
+                closed.append(True)
             so.close()
-        check("connection limit enforced", not served)
+        check("at the connection limit a new client is served", served)
+        check("connection limit kept: the longest-waiting idle socket made room",
+              closed[0] and sum(closed) == 1, closed)
         time.sleep(0.3)
         check("serving after connection flood", request(port, "GET", "/health", key=None)[0] == 200)
         # SIGTERM with a long stream in flight: drain deadline 1 s, then cancel
@@ -477,6 +634,17 @@ def test_strata_serve():
     r = subprocess.run([STRATA, "serve", "--port", "0", "/nonexistent/m.gguf"], capture_output=True,
                        text=True, timeout=30)
     check("strata serve with a missing model exits 1", r.returncode == 1 and "m.gguf" in r.stderr, r.stderr)
+    # A FIFO as the model: refused at once (open() blocked forever, SIGTERM ignored)
+    fifo = f"/tmp/strata-http-raw-fifo-{os.getpid()}"
+    os.mkfifo(fifo)
+    try:
+        r = subprocess.run([STRATA, "serve", "--port", "0", fifo], capture_output=True, text=True, timeout=20)
+        check("strata serve with a FIFO model exits 1", r.returncode == 1 and "not a regular file" in r.stderr,
+              r.stderr[-500:])
+    except subprocess.TimeoutExpired:
+        check("strata serve with a FIFO model exits 1", False, "still blocked after 20 s")
+    finally:
+        os.unlink(fifo)
     r = subprocess.run([STRATA, "serve", "--ctx-size", "-5"], capture_output=True, text=True, timeout=30)
     check("strata serve bad option exits 2", r.returncode == 2 and "ctx-size" in r.stderr, r.stderr)
     model = os.path.join(SHARED, "models", "stories260K.gguf")
@@ -528,8 +696,9 @@ def main():
             n_503 += 1
             time.sleep(0.05)
         check("health 503 while loading, then 200", n_503 > 0 and st == 200, (n_503, st))
-        for fn in (test_basics, test_stream, test_keepalive, test_too_large,
-                   lambda p: test_slowloris(p, timeout_s), test_disconnect, test_disconnect_waiting,
+        for fn in (test_basics, test_error_bodies_utf8, test_stream, test_keepalive, test_too_large,
+                   lambda p: test_slowloris(p, timeout_s), lambda p: test_header_slowloris(p, timeout_s),
+                   test_framing, test_busy_port, test_disconnect, test_disconnect_waiting,
                    test_mixed, test_metrics):
             try:
                 fn(port)

@@ -235,6 +235,61 @@ def test_errors(port):
     check_error("n > 1 unsupported", st, d, 400, "unsupported", param="n")
 
 
+def test_errors_utf8(port):
+    # User text quoted in an error is cut to 40 or 100 bytes; a cut inside a
+    # UTF-8 character made the message unfit for JSON and the connection was
+    # dropped with no response ("Empty reply"; the SDK raised APIConnectionError).
+    a39, a99 = "a" * 39 + "\u00e9", "a" * 99 + "\u00e9"
+    user = [{"role": "user", "content": "x"}]
+    cases = [
+        ("chat model", "/v1/chat/completions", {"model": a99, "messages": user}, 404, "model_not_found", "model"),
+        ("completion model", "/v1/completions", {"model": a99, "prompt": "x"}, 404, "model_not_found", "model"),
+        ("role", "/v1/chat/completions", {"model": MODEL_ID, "messages": [{"role": a39, "content": "x"}]},
+         400, "invalid_value", "messages[0].role"),
+        ("content part type", "/v1/chat/completions",
+         {"model": MODEL_ID, "messages": [{"role": "user", "content": [{"type": a39}]}]},
+         400, "unsupported", "messages[0].content[0].type"),
+        ("response_format.type", "/v1/chat/completions",
+         {"model": MODEL_ID, "messages": user, "response_format": {"type": a39}}, 400, "unsupported",
+         "response_format"),
+        ("logit_bias key", "/v1/chat/completions", {"model": MODEL_ID, "messages": user, "logit_bias": {a39: 1}},
+         400, "invalid_value", "logit_bias"),
+    ]
+    for name, path, body, status, code, param in cases:
+        try:
+            st, _, d = request(port, "POST", path, body=body)
+        except Exception as e:  # noqa: BLE001
+            st, d = 0, repr(e).encode()
+        check_error(f"{name} cut mid-character: {status} with a JSON body", st, d, status, code, param=param)
+    try:
+        st, _, d = request(port, "GET", "/v1/models/%ff")
+    except Exception as e:  # noqa: BLE001
+        st, d = 0, repr(e).encode()
+    check_error("GET /v1/models/%ff: 404 with a JSON body", st, d, 404, "model_not_found", param="model")
+    body = b'{"model":"\\\xc3\xa9"}'
+    try:
+        st, _, d = request(port, "POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+    except Exception as e:  # noqa: BLE001
+        st, d = 0, repr(e).encode()
+    check_error("invalid escape before a 2-byte character: 400 invalid_json", st, d, 400, "invalid_json")
+
+
+def test_small_protocol(port):
+    # OpenAI allows an assistant message without content; the default ChatML
+    # template concatenates message['content'] and answered 400 template_error.
+    msgs = [{"role": "user", "content": "Once"}, {"role": "assistant"},
+            {"role": "assistant", "content": None}, {"role": "user", "content": "upon"}]
+    st, _, d = request(port, "POST", "/v1/chat/completions",
+                       body={"model": MODEL_ID, "messages": msgs, "max_tokens": 2, "temperature": 0})
+    check("assistant message without content: 200", st == 200 and
+          json.loads(d)["choices"][0]["message"]["role"] == "assistant", d[:300])
+    # one stop string over 1,024 bytes names its field as the array form does
+    for stop in ("x" * 1025, ["x" * 1025]):
+        st, _, d = chat(port, max_tokens=2, stop=stop)
+        check_error(f"stop {'string' if isinstance(stop, str) else 'array'} over 1024 bytes: param stop",
+                    st, d, 400, "invalid_value", param="stop")
+
+
 def test_too_large(port):
     # A 10 MB body (over the default --max-body), sent whole: 413, server alive.
     body = b'{"model":"stories260K","messages":[{"role":"user","content":"' + b"a" * (10 << 20) + b'"}]}'
@@ -430,6 +485,95 @@ def test_deadline(port):
               err[0]["code"] == "timeout" and events[-1] == "data: [DONE]", events[-3:])
 
 
+def test_drain_statuses():
+    # SIGTERM (drain deadline 1 s) with one long stream running and two
+    # requests queued behind it (--parallel 1). The queued ones never started
+    # and got 499 {"code":"cancelled"}; the README promises 503. A /health
+    # probe during the drain sat in the backlog (the listener was quiesced)
+    # and was reset at exit; it must get a quick 503.
+    proc, port, log, reader = start(MODEL, "--parallel", "1", "--queue", "4", "--shutdown-timeout", "1")
+    out = {}
+    user = [{"role": "user", "content": "Once upon a time"}]
+
+    def run(name, body):
+        try:
+            out[name] = request(port, "POST", "/v1/chat/completions", body=body, timeout=60)
+        except Exception as e:  # noqa: BLE001
+            out[name] = (0, {}, repr(e).encode())
+    bodies = {
+        "running": {"model": MODEL_ID, "messages": user, "max_tokens": 2000, "stream": True,
+                    "logit_bias": {str(EOS): -100}},
+        "queued": {"model": MODEL_ID, "messages": user, "max_tokens": 4},
+        "queued-stream": {"model": MODEL_ID, "messages": user, "max_tokens": 4, "stream": True},
+    }
+    threads = {}
+    try:
+        for name in ("running", "queued", "queued-stream"):
+            threads[name] = threading.Thread(target=run, args=(name, bodies[name]))
+            threads[name].start()
+            want = ("active", 1) if name == "running" else ("queued", 1 if name == "queued" else 2)
+            deadline = time.time() + 10
+            while time.time() < deadline and status_json(port).get("sessions", {}).get(want[0], 0) < want[1]:
+                time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)  # inside the 1 s drain
+        t0 = time.time()
+        try:
+            st, h, d = request(port, "GET", "/health", timeout=3)
+        except Exception as e:  # noqa: BLE001
+            st, h, d = 0, {}, repr(e).encode()
+        dt = time.time() - t0
+        check("drain: /health answers 503 at once, Connection: close",
+              st == 503 and dt < 1.0 and h.get("connection", "").lower() == "close", (st, round(dt, 2), h, d[:200]))
+        for t in threads.values():
+            t.join(30)
+        for name in ("queued", "queued-stream"):
+            st, _, d = out.get(name, (0, {}, b"missing"))
+            check_error(f"drain: {name} request that never started: 503 service_unavailable", st, d, 503,
+                        "service_unavailable", etype="server_error")
+        st, _, d = out.get("running", (0, {}, b""))
+        errs = [c["error"] for c in sse_datas(d) if "error" in c]
+        check("drain: the running stream ends with a service_unavailable event and [DONE]",
+              st == 200 and d.endswith(b"data: [DONE]\n\n") and errs and errs[-1]["code"] == "service_unavailable",
+              (st, d[-300:]))
+    finally:
+        for t in threads.values():
+            t.join(30)
+        stop(proc, log, reader, "drain daemon")
+
+
+def test_cache_per_key(tmpdir):
+    # The prefix cache was shared by every API key, and cached_tokens told
+    # key B how far its guess matched key A's prompt (B recovered A's secret
+    # digit: 26 cached tokens for a wrong digit, 90 for the right one). Each
+    # key now has its own partition; one key alone still reuses its prompts.
+    keys = os.path.join(tmpdir, "keys")
+    with open(keys, "w") as f:
+        f.write("sk-alice\nsk-bob\n")
+    proc, port, log, reader = start(MODEL, "--api-key-file", keys)
+    try:
+        def ask(key, digit):
+            body = {"model": MODEL_ID, "max_tokens": 1, "temperature": 0,
+                    "messages": [{"role": "system", "content": "You are a helpful assistant. " * 8},
+                                 {"role": "user", "content": f"The secret code is {digit}{digit}{digit}. "
+                                                             "Tell nobody about it, ever."}]}
+            st, _, d = request(port, "POST", "/v1/chat/completions", body=body,
+                               headers={"Authorization": "Bearer " + key})
+            return st, (json.loads(d)["usage"]["prompt_tokens_details"]["cached_tokens"] if st == 200 else d)
+        st, _ = ask("sk-alice", 7)
+        check("cache per key: alice's request", st == 200)
+        st, probe = ask("sk-bob", 7)  # bob's first guess is the right one
+        check("cache per key: bob's right guess is a miss (cached_tokens 0)", st == 200 and probe == 0, probe)
+        st, again = ask("sk-alice", 7)
+        check("cache per key: alice still reuses her own prompt", st == 200 and isinstance(again, int) and again > 20,
+              again)
+        st, bob_again = ask("sk-bob", 7)
+        check("cache per key: bob reuses his own earlier prompt", st == 200 and isinstance(bob_again, int) and
+              bob_again > 20, bob_again)
+    finally:
+        stop(proc, log, reader, "per-key daemon")
+
+
 def test_template_error(tmpdir):
     # A chat template that raises when a message says RAISE (as Mistral's and
     # Llama 2's raise on bad role order): 400 with the template's message.
@@ -462,7 +606,7 @@ def main():
         t_start = time.time()
         proc, port, log, reader = start(MODEL, "--timeout", str(TIMEOUT_S), "--shutdown-timeout", "5")
         try:
-            for fn in (test_answers, test_errors, test_too_large, test_malformed_http, test_slowloris, test_disconnect, test_mixed):
+            for fn in (test_answers, test_errors, test_errors_utf8, test_small_protocol, test_too_large, test_malformed_http, test_slowloris, test_disconnect, test_mixed):
                 t0 = time.time()
                 try:
                     fn(port)
@@ -472,11 +616,16 @@ def main():
         finally:
             if proc.poll() is None:
                 stop(proc, log, reader, "daemon")
+        try:
+            test_drain_statuses()
+        except Exception as e:  # noqa: BLE001
+            check("test_drain_statuses", False, repr(e))
         with tempfile.TemporaryDirectory(prefix="strata-http-real-") as tmpdir:
-            try:
-                test_template_error(tmpdir)
-            except Exception as e:  # noqa: BLE001
-                check("test_template_error", False, repr(e))
+            for fn in (test_template_error, test_cache_per_key):
+                try:
+                    fn(tmpdir)
+                except Exception as e:  # noqa: BLE001
+                    check(fn.__name__, False, repr(e))
         print(f"# total {time.time() - t_start:.1f} s", flush=True)
     sys.exit(results.report("http-real"))
 

@@ -2,6 +2,7 @@
  * UTF-8 validation, content types, OpenAI error bodies, API keys, metrics
  * text. The daemon itself is driven over sockets by tests/peers/http-raw.py. */
 #include <jansson.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "server/server-impl.h"
@@ -101,6 +102,41 @@ START_TEST(error_body) {
 }
 END_TEST
 
+/* An error message (or param) that is not UTF-8 still becomes a JSON body:
+ * json_pack refused it and the connection was dropped with no response
+ * (curl: "Empty reply"; the openai SDK retried and raised APIConnectionError). */
+START_TEST(error_body_invalid_utf8) {
+    struct {
+        const char *msg, *param, *want_msg, *want_param;
+    } cases[] = {
+        /* "%.100s" of 99 'a' + "é" kept the lead byte C3 only */
+        {"The model 'aa\xc3' does not exist", NULL, "The model 'aa\xef\xbf\xbd' does not exist",
+         NULL},
+        {"model '\xff' does not exist", "model", "model '\xef\xbf\xbd' does not exist", "model"},
+        /* jansson's own text quoting half of a character */
+        {"invalid JSON at line 1 column 11: invalid escape near '\"\\\xc3'", NULL,
+         "invalid JSON at line 1 column 11: invalid escape near '\"\\\xef\xbf\xbd'", NULL},
+        {"\xe6\x97 \xed\xa0\x80 ok \xc3\xa9", "p\xff",
+         "\xef\xbf\xbd\xef\xbf\xbd \xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd ok \xc3\xa9",
+         "p\xef\xbf\xbd"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *s = http_error_json(STRATA_E_NOT_FOUND, cases[i].msg, cases[i].param);
+        ck_assert_msg(s != NULL, "case %zu: no body", i);
+        json_t *j = json_loads(s, 0, NULL);
+        ck_assert_msg(j != NULL, "case %zu: not JSON: %s", i, s);
+        json_t *e = json_object_get(j, "error");
+        ck_assert_str_eq(json_string_value(json_object_get(e, "message")), cases[i].want_msg);
+        if (cases[i].want_param)
+            ck_assert_str_eq(json_string_value(json_object_get(e, "param")), cases[i].want_param);
+        else
+            ck_assert(json_is_null(json_object_get(e, "param")));
+        json_decref(j);
+        free(s);
+    }
+}
+END_TEST
+
 START_TEST(api_keys) {
     ck_assert(auth_check(NULL, NULL)); /* no keys: open */
     struct strata_error err = {0};
@@ -129,10 +165,37 @@ START_TEST(api_keys) {
     ck_assert(auth_check(k, "Bearer sk-one"));
     ck_assert(auth_check(k, "Bearer sk-two"));
     ck_assert(!auth_check(k, "Bearer # two keys"));
+    /* which key: the prefix cache is partitioned by it */
+    ck_assert_int_eq(auth_key_index(k, "Bearer sk-one"), 0);
+    ck_assert_int_eq(auth_key_index(k, "Bearer sk-two"), 1);
+    ck_assert_int_eq(auth_key_index(k, "Bearer sk-three"), -1);
+    ck_assert_int_eq(auth_key_index(k, NULL), -1);
     auth_keys_free(k);
+    k = auth_keys_init("sk-cli", path, &err); /* --api-key comes first */
+    ck_assert_int_eq(auth_key_index(k, "Bearer sk-cli"), 0);
+    ck_assert_int_eq(auth_key_index(k, "Bearer sk-two"), 2);
+    auth_keys_free(k);
+    ck_assert_int_eq(auth_key_index(NULL, NULL), 0); /* no keys: everyone is partition 0 */
     unlink(path);
     ck_assert_ptr_null(auth_keys_init(NULL, "/nonexistent/keys", &err));
     ck_assert_int_eq(err.code, STRATA_E_CONFIG);
+}
+END_TEST
+
+/* A FIFO as --api-key-file is refused at once: fopen() blocked for ever
+ * (and the daemon had SIGTERM blocked by then). 10 s test-case timeout. */
+START_TEST(api_key_file_fifo) {
+    char path[64];
+    snprintf(path, sizeof(path), "/tmp/strata-test-keyfifo-%d", (int)getpid());
+    unlink(path);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    struct strata_error err = {0};
+    ck_assert_ptr_null(auth_keys_init(NULL, path, &err));
+    unlink(path);
+    ck_assert_int_eq(err.code, STRATA_E_CONFIG);
+    ck_assert_msg(strstr(err.message, "not a regular file") != NULL, "%s", err.message);
+    ck_assert_ptr_null(auth_keys_init(NULL, "/tmp", &err)); /* a directory */
+    ck_assert_msg(strstr(err.message, "not a regular file") != NULL, "%s", err.message);
 }
 END_TEST
 
@@ -175,9 +238,14 @@ static Suite *http_suite(void) {
     tcase_add_test(tc, utf8);
     tcase_add_test(tc, content_type);
     tcase_add_test(tc, error_body);
+    tcase_add_test(tc, error_body_invalid_utf8);
     tcase_add_test(tc, api_keys);
     tcase_add_test(tc, metrics_text);
     suite_add_tcase(s, tc);
+    TCase *tf = tcase_create("special files");
+    tcase_set_timeout(tf, 10);
+    tcase_add_test(tf, api_key_file_fifo);
+    suite_add_tcase(s, tf);
     return s;
 }
 

@@ -8,7 +8,7 @@ static int parse(enum gen_route route, const char *text, struct openai_request *
     json_error_t je;
     json_t *body = json_loads(text, 0, &je);
     ck_assert_msg(body != NULL, "bad test JSON: %s", text);
-    struct gen_submit req = {route, body, false, false};
+    struct gen_submit req = {route, body, false, false, 0};
     struct strata_error err = {0};
     int rc = openai_parse(&req, "m", 512, rq, param, 64, &err);
     json_decref(body);
@@ -136,6 +136,100 @@ START_TEST(invalid_requests) {
 }
 END_TEST
 
+/* Error messages quote user text cut to 40 or 100 bytes; the cut must not
+ * split a UTF-8 character, or the message cannot become the JSON error body
+ * (the HTTP layer then dropped the connection without a response). */
+START_TEST(error_messages_stay_utf8) {
+    char a99[100], a39[40];
+    memset(a99, 'a', sizeof(a99) - 1);
+    a99[99] = '\0';
+    memset(a39, 'a', sizeof(a39) - 1);
+    a39[39] = '\0';
+    char bodies[6][512];
+    snprintf(bodies[0], sizeof(bodies[0]), "{\"model\":\"%s\xc3\xa9\"," MSG "}", a99);
+    snprintf(bodies[1], sizeof(bodies[1]),
+             "{\"model\":\"m\",\"messages\":[{\"role\":\"%s\xc3\xa9\",\"content\":\"x\"}]}", a39);
+    snprintf(
+        bodies[2], sizeof(bodies[2]),
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"%s\xc3\xa9\"}"
+        "]}]}",
+        a39);
+    snprintf(bodies[3], sizeof(bodies[3]),
+             "{\"model\":\"m\"," MSG ",\"response_format\":{\"type\":\"%s\xc3\xa9\"}}", a39);
+    snprintf(bodies[4], sizeof(bodies[4]),
+             "{\"model\":\"m\"," MSG ",\"logit_bias\":{\"%s\xc3\xa9\":1}}", a39);
+    snprintf(bodies[5], sizeof(bodies[5]), "{\"model\":\"%s\xe6\x97\xa5\"," MSG "}", a99);
+    for (int i = 0; i < 6; i++) {
+        json_t *body = json_loads(bodies[i], 0, NULL);
+        ck_assert_msg(body != NULL, "bad test JSON %d", i);
+        struct gen_submit req = {CHAT, body, false, false, 0};
+        struct openai_request rq;
+        char p[64];
+        struct strata_error err = {0};
+        ck_assert_int_lt(openai_parse(&req, "m", 512, &rq, p, sizeof(p), &err), 0);
+        json_t *msg = json_string(err.message); /* NULL when not UTF-8 */
+        ck_assert_msg(msg != NULL, "case %d: message is not UTF-8: %s", i, err.message);
+        ck_assert_msg(strstr(err.message, "aaa'") != NULL, "case %d: %s", i, err.message);
+        json_decref(msg);
+        json_decref(body);
+    }
+}
+END_TEST
+
+/* A single stop string over the limit names its field like the array form
+ * (it got "param": null from the stop matcher later on). */
+START_TEST(long_single_stop) {
+    char body[2048];
+    char big[SAMPLER_MAX_STOP_LEN + 2];
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    snprintf(body, sizeof(body), "{\"model\":\"m\"," MSG ",\"stop\":\"%s\"}", big);
+    expect_err(CHAT, body, STRATA_E_RANGE, "stop");
+    snprintf(body, sizeof(body), "{\"model\":\"m\",\"prompt\":\"x\",\"stop\":\"%s\"}", big);
+    expect_err(CMPL, body, STRATA_E_RANGE, "stop");
+    big[SAMPLER_MAX_STOP_LEN] = '\0'; /* exactly the limit is fine */
+    snprintf(body, sizeof(body), "{\"model\":\"m\"," MSG ",\"stop\":\"%s\"}", big);
+    struct openai_request rq;
+    char p[64];
+    ck_assert_int_eq(parse(CHAT, body, &rq, p), 0);
+    ck_assert_int_eq(rq.n_stops, 1);
+    openai_request_free(&rq);
+}
+END_TEST
+
+/* An assistant message without content (absent or null) reaches the chat
+ * template as "", as OpenAI allows it; the request body itself is left as
+ * it was (it is borrowed). */
+START_TEST(assistant_without_content) {
+    const char *text = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+                       "{\"role\":\"assistant\"},{\"role\":\"assistant\",\"content\":null},"
+                       "{\"role\":\"user\",\"content\":\"again\"}]}";
+    json_t *body = json_loads(text, 0, NULL);
+    ck_assert_ptr_nonnull(body);
+    struct gen_submit req = {CHAT, body, false, false, 0};
+    struct openai_request rq;
+    char p[64];
+    struct strata_error err = {0};
+    ck_assert_int_eq(openai_parse(&req, "m", 512, &rq, p, sizeof(p), &err), 0);
+    ck_assert_int_eq(json_array_size(rq.messages), 4);
+    for (int i = 1; i <= 2; i++) {
+        json_t *c = json_object_get(json_array_get(rq.messages, (size_t)i), "content");
+        ck_assert_msg(json_is_string(c) && !strcmp(json_string_value(c), ""), "message %d", i);
+        ck_assert_str_eq(
+            json_string_value(json_object_get(json_array_get(rq.messages, (size_t)i), "role")),
+            "assistant");
+    }
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(rq.messages, 3), "content")),
+                     "again");
+    /* the caller's body is unchanged */
+    json_t *msgs = json_object_get(body, "messages");
+    ck_assert_ptr_null(json_object_get(json_array_get(msgs, 1), "content"));
+    ck_assert(json_is_null(json_object_get(json_array_get(msgs, 2), "content")));
+    openai_request_free(&rq);
+    json_decref(body);
+}
+END_TEST
+
 START_TEST(chunk_json) {
     struct openai_ctx oc;
     openai_ctx_init(&oc, CHAT, "m", true, 0xabc);
@@ -181,6 +275,9 @@ static Suite *openai_suite(void) {
     tcase_add_test(tc, valid_completion);
     tcase_add_test(tc, invalid_requests);
     tcase_add_test(tc, chunk_json);
+    tcase_add_test(tc, error_messages_stay_utf8);
+    tcase_add_test(tc, long_single_stop);
+    tcase_add_test(tc, assistant_without_content);
     suite_add_tcase(s, tc);
     return s;
 }

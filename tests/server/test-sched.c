@@ -38,7 +38,17 @@ struct req {
     pthread_mutex_t *gate; /* locked and unlocked in the first event: waits for the test */
     int64_t first_step;    /* scheduler steps published when the first DELTA came (-1: none) */
     atomic_bool at_gate;   /* the scheduler thread reached the gate */
+    uint32_t part;         /* gen_submit.cache_partition (the API key) */
+    atomic_bool measure;   /* record the longest gap between two DELTAs while set */
+    double t_last_delta;   /* monotonic s (scheduler thread) */
+    double max_gap;        /* s */
 };
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static void req_init(struct req *r, struct sched *s) {
     memset(r, 0, sizeof(*r));
@@ -60,6 +70,12 @@ static void on_event(void *ctx, const struct gen_event *ev) {
     struct gen_job *cancel = NULL;
     switch (ev->type) {
     case GEN_EV_DELTA:
+        if (atomic_load(&r->measure)) {
+            double now = mono_s();
+            if (r->t_last_delta > 0 && now - r->t_last_delta > r->max_gap)
+                r->max_gap = now - r->t_last_delta;
+            r->t_last_delta = now;
+        }
         if (r->n_delta_tokens == 0) { /* stats() never blocks on the scheduler thread */
             struct gen_stats st;
             sched_gen_ops()->stats(r->s, &st);
@@ -105,7 +121,7 @@ static void on_event(void *ctx, const struct gen_event *ev) {
 /* Submits a request body (steals it) on the route with r's sink; returns
  * submit's rc. */
 static int submit_body(struct req *r, enum gen_route route, json_t *body) {
-    struct gen_submit gs = {route, body, false, false};
+    struct gen_submit gs = {route, body, false, false, r->part};
     struct gen_submit_out out = {0};
     struct strata_error err = {0};
     pthread_mutex_lock(&r->mu);
@@ -366,6 +382,145 @@ START_TEST(test_prefix_reuse) {
     check_settled(s);
     check_settled(cold);
     sched_free(cold);
+    sched_free(s);
+}
+END_TEST
+
+/* Cache partitions (one per API key): a prompt cached by partition 1 is a
+ * miss for partition 2, so cached_tokens cannot tell key B how far its
+ * guess matches key A's prompt; partition 1 still reuses it. Before, one
+ * cache served every key (26 cached tokens for a wrong secret digit, 90
+ * for the right one). */
+START_TEST(test_prefix_partitions) {
+    struct sched *s = open_sched(1, 8, 0, 0, true);
+    const char *secret = "Once upon a time, there was a little girl named Lily. Her secret number "
+                         "was 7 and she told nobody about it.";
+    const uint32_t parts[] = {1, 2, 1, 0, 0};
+    struct req r[5];
+    char *text[5];
+    for (int i = 0; i < 5; i++) {
+        req_init(&r[i], s);
+        r[i].part = parts[i];
+        ck_assert_int_eq(submit(&r[i], secret, 6), 0);
+        wait_done(&r[i]);
+        ck_assert_int_eq(r[i].err_code, 0);
+        text[i] = body_text(r[i].body);
+        ck_assert_ptr_nonnull(text[i]);
+    }
+    ck_assert_int_eq(r[0].n_cached, 0);
+    ck_assert_msg(r[1].n_cached == 0, "partition 2 reused %lld tokens of partition 1",
+                  (long long)r[1].n_cached);
+    ck_assert_int_eq(r[2].n_cached, r[2].n_prompt - 1); /* the owner still reuses it */
+    ck_assert_int_eq(r[3].n_cached, 0);                 /* partition 0 is one more tenant */
+    ck_assert_int_eq(r[4].n_cached, r[4].n_prompt - 1);
+    for (int i = 1; i < 5; i++) /* greedy: the cache never changes the answer */
+        ck_assert_str_eq(text[i], text[0]);
+    struct gen_stats st = settled(s);
+    ck_assert_uint_eq(st.cache_hits, 2);
+    ck_assert_uint_eq(st.cache_misses, 3);
+    for (int i = 0; i < 5; i++) {
+        free(text[i]);
+        req_free(&r[i]);
+    }
+    check_settled(s);
+    sched_free(s);
+}
+END_TEST
+
+/* A huge prompt is tokenized off the scheduler thread: on it, one 1.9 MB
+ * prompt (refused with 400 context_length_exceeded) froze every running
+ * stream for as long as tokenizing took. While a stream decodes, a ~1 MB
+ * prompt is submitted; the stream's longest gap between two tokens during
+ * the huge prompt's life (submit to its error) must stay under a quarter of
+ * that life. On the scheduler thread the gap was that whole time. */
+START_TEST(test_huge_prompt_does_not_stall) {
+    char path[1024];
+    struct sched_params sp = sched_params_default();
+    sp.model_path = test_shared_path(path, sizeof(path), "models/stories260K.gguf");
+    sp.n_threads = 1;
+    sp.n_ctx = 2048; /* a stream long enough to outlast the tokenizing */
+    sp.parallel = 2;
+    struct strata_error err = {0};
+    struct sched *s = sched_init(&sp, &err);
+    ck_assert_msg(s != NULL, "sched_init: %s", err.message);
+    struct req lng, big;
+    req_init(&lng, s);
+    req_init(&big, s);
+    json_t *body = json_pack("{s:s, s:s, s:i, s:f, s:{s:i}}", "model", "stories260K", "prompt",
+                             "Once upon a time", "max_tokens", 2000, "temperature", 0.0,
+                             "logit_bias", "2", -100); /* no EOS: it runs until cancelled */
+    ck_assert_int_eq(submit_body(&lng, GEN_ROUTE_COMPLETION, body), 0);
+    for (int i = 0; i < 500; i++) { /* decoding */
+        pthread_mutex_lock(&lng.mu);
+        int n = lng.n_delta_tokens;
+        pthread_mutex_unlock(&lng.mu);
+        if (n >= 8)
+            break;
+        usleep(10000);
+    }
+    const size_t n_big = 1u << 20;
+    char *text = malloc(n_big + 1);
+    ck_assert_ptr_nonnull(text);
+    static const char unit[] = "Once upon a time there was a cat. ";
+    for (size_t i = 0; i < n_big; i++)
+        text[i] = unit[i % (sizeof(unit) - 1)];
+    text[n_big] = '\0';
+    atomic_store(&lng.measure, true);
+    const double t0 = mono_s();
+    ck_assert_int_eq(submit(&big, text, 4), 0);
+    free(text);
+    pthread_mutex_lock(&big.mu);
+    while (!big.done)
+        pthread_cond_wait(&big.cv, &big.mu);
+    pthread_mutex_unlock(&big.mu);
+    const double life = mono_s() - t0;
+    atomic_store(&lng.measure, false);
+    ck_assert_int_eq(big.err_code, STRATA_E_CONTEXT_LENGTH);
+    pthread_mutex_lock(&lng.mu);
+    const double gap = lng.max_gap;
+    const bool still_running = !lng.done;
+    pthread_mutex_unlock(&lng.mu);
+    fprintf(stderr, "# huge prompt: %.3f s from submit to its error, longest stream gap %.3f s\n",
+            life, gap);
+    ck_assert_msg(still_running, "the stream ended before the huge prompt did (%.3f s)", life);
+    ck_assert_msg(gap < life / 4, "a stream stalled %.3f s while a %zu-byte prompt took %.3f s",
+                  gap, n_big, life);
+    sched_gen_ops()->cancel(s, lng.job);
+    wait_done(&lng);
+    sched_gen_ops()->release(s, big.job);
+    big.job = NULL;
+    req_free(&lng);
+    req_free(&big);
+    check_settled(s);
+    sched_free(s);
+}
+END_TEST
+
+/* The first generated token is EOS (a +100 logit bias on </s>): the session
+ * finishes at once and flushes a stop matcher that was never fed, which
+ * passed NULL to memcpy/memmove (UBSan: engine/sampler.c release()). */
+START_TEST(test_first_token_eos) {
+    struct sched *s = open_sched(1, 4, 0, 0, true);
+    for (int stream = 0; stream < 2; stream++) {
+        struct req r;
+        req_init(&r, s);
+        json_t *body =
+            json_pack("{s:s, s:s, s:i, s:f, s:b, s:{s:i}, s:[s]}", "model", "stories260K", "prompt",
+                      "Once upon a time", "max_tokens", 5, "temperature", 0.0, "stream", stream,
+                      "logit_bias", "2", 100, "stop", "END");
+        ck_assert_int_eq(submit_body(&r, GEN_ROUTE_COMPLETION, body), 0);
+        wait_done(&r);
+        ck_assert_int_eq(r.err_code, 0);
+        ck_assert_str_eq(r.finish, "stop");
+        ck_assert_int_eq(r.n_completion, 1);
+        if (!stream) {
+            char *t = body_text(r.body);
+            ck_assert_str_eq(t, "");
+            free(t);
+        }
+        req_free(&r);
+    }
+    check_settled(s);
     sched_free(s);
 }
 END_TEST
@@ -655,6 +810,9 @@ static Suite *sched_suite(void) {
     tcase_add_test(tc, test_batched_equals_alone);
     tcase_add_test(tc, test_sampled_batched_equals_alone);
     tcase_add_test(tc, test_prefix_reuse);
+    tcase_add_test(tc, test_prefix_partitions);
+    tcase_add_test(tc, test_huge_prompt_does_not_stall);
+    tcase_add_test(tc, test_first_token_eos);
     tcase_add_test(tc, test_chat_second_turn);
     tcase_add_test(tc, test_pool_exhaustion_waits);
     tcase_add_test(tc, test_no_max_tokens_cannot_hold_the_pool);
