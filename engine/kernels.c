@@ -59,7 +59,15 @@
  *     21.9-22.4 / 22.6-24.4 / 22.8-24.1 / 18.1-18.6; q8_0 12.9-13.0 /
  *     19.8-19.9 / 19.7-21.1 / 20.9-21.3 / 16.7-18.0; q4_K 4.5-9.3 /
  *     18.0-18.4 / 16.7-17.9 / 17.8-18.2 / 16.9-18.0; q6_K 14.0-15.6 /
- *     18.9-19.3 / 18.9-19.6 / 19.3 / 17.7-19.0. So T1 4 KB.
+ *     18.9-19.3 / 18.9-19.6 / 19.3 / 17.7-19.0. End to end, from the huge-
+ *     page weight arena, `bench-model llama-3.2-1b-q4_0.gguf 2 64 16 1
+ *     763097088 ISA PF` (decode/roofline against the interleaved probe,
+ *     two rounds): AVX2 off 73.2-73.7%, T1 2 KB 80.1-80.8%, T1 4 KB
+ *     75.6-76.6%, T1 16 KB 71.9-72.4%, T0 4 KB 65.8-66.5%; AVX-512 VNNI
+ *     T1 2 KB / 4 KB 69.3 / 68.2% (Q4_0), 81.1 / 79.7% (Q4_K_M), 78.0 /
+ *     76.5% (qwen3 Q8_0). So T1 2 KB. (This VM's probe reads anonymous
+ *     huge pages at ~33 GB/s while the kernels stream at 24-28: neither
+ *     ISA reaches 95% of it here, unlike the AMD VMs.)
  * AMD CPUs other than Zen 5 (the AVX2-only EPYCs) keep NTA by vendor: not
  * measured here. */
 static struct kern_prefetch kern_prefetch_default(void) {
@@ -68,7 +76,7 @@ static struct kern_prefetch kern_prefetch_default(void) {
     if (__builtin_cpu_is("amd"))
         return (struct kern_prefetch){KERN_PF_NTA, 8192};
 #endif
-    return (struct kern_prefetch){KERN_PF_T1, 4096};
+    return (struct kern_prefetch){KERN_PF_T1, 2048};
 }
 
 struct kern_prefetch kern_pf = {KERN_PF_NTA, 8192};

@@ -2,7 +2,7 @@
  * forward pass (not a test suite; built as bench-model).
  *
  *   bench-model MODEL [n_threads=2] [n_decode=64] [n_prefill=64] [n_seq=1]
- *               [probe_bytes=0] [isa=auto]
+ *               [probe_bytes=0] [isa=auto] [prefetch=the CPU's: off | nta:B | t0:B | t1:B]
  *
  * Prints prefill tok/s (one chunk of n_prefill tokens), then decode tok/s:
  * n_decode greedy steps, n_seq sequences per step batched into one call
@@ -37,6 +37,7 @@
 
 #include "bench/probe.h"
 
+#include "engine/kernels-impl.h"
 #include "engine/kernels.h"
 #include "engine/kv.h"
 #include "engine/model.h"
@@ -123,6 +124,15 @@ int main(int argc, char **argv) {
         return 2;
     }
     kernels_isa_force(isa);
+    if (argc > 8) { /* decode prefetch: off, or HINT:BYTES with HINT nta|t0|t1 */
+        struct kern_prefetch pf = {KERN_PF_OFF, 0};
+        char hint[8] = "";
+        if (strcmp(argv[8], "off") != 0 && sscanf(argv[8], "%7[a-z0-9]:%d", hint, &pf.dist) == 2)
+            for (int h = KERN_PF_NTA; h <= KERN_PF_T1; h++)
+                if (!strcmp(hint, kern_prefetch_name(h)))
+                    pf.hint = h;
+        kern_prefetch_set(pf);
+    }
     if (n_threads < 1 || n_threads > 16 || n_decode < 1 || n_prefill < 1 || n_seq < 1 ||
         n_seq > 64) {
         fprintf(stderr, "bench-model: bad arguments\n");
