@@ -10,7 +10,7 @@
 # every option). The daemon listens on 0.0.0.0 inside the container, answers
 # /health (503 while loading, 200 when ready), drains on SIGTERM and exits 0.
 # It sizes its thread pool from the container's CPU quota (--cpus), not the
-# host's CPU count (engine/sysinfo.c).
+# host's CPU count (engine/host/sysinfo.c).
 #
 # io_uring: the default seccomp profiles of Docker (>= 25) and podman refuse
 # io_uring_setup; nothing in this image requires io_uring (the expert store

@@ -24,10 +24,10 @@
 // Probes seconds away from the decode still miss what the box does during it
 // (read bandwidth moved 49 -> 70 -> 47 GB/s between probes a second apart,
 // 2026-12-01), so a second figure interleaves them: BENCH_MODEL (the release
-// build's tests/bench-model) decodes 128 steps and, before every step,
+// build's bench/bench-model) decodes 128 steps and, before every step,
 // streams the step's weight bytes with the same probe loop twice, from the
 // model file's mapped pages and from an anonymous huge-page copy (the memory
-// the engine copies its weights into, engine/model-pack.c); decode/roofline
+// the engine copies its weights into, engine/model/model-pack.c); decode/roofline
 // = the faster kind's mean probe time / mean step time, and the same with
 // the fastest probe and the fastest step of the run.
 // The two columns are both printed; neither is dropped for the other.
@@ -164,7 +164,7 @@ function bytesPerToken(bin, file) {
     return hasOutput ? total : total + embd; // tied: the output matmul reads token_embd
 }
 
-// One interleaved decode of `file` (tests/bench-model): [file GB/s, anonymous
+// One interleaved decode of `file` (bench/bench-model): [file GB/s, anonymous
 // GB/s, decode/roofline mean over mean %, fastest over fastest %].
 function interleaved(benchModel, file, threads, bpt) {
     const bm = spawnSync(benchModel, [file, String(threads), String(N_DECODE), "16", "1",

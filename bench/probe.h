@@ -1,5 +1,5 @@
 /* bench/probe.h: the read probe's loop, shared by bench/roofline.c (the
- * decode roofline) and tests/engine/test-kernels-bench.c (the same loop over
+ * decode roofline) and bench/kernels-bench.c (the same loop over
  * the kernels' bytes, so that its figures compare with the roofline's).
  *
  *   uint64_t sum = probe_read8(words, n_words & ~(size_t)7, 0);

@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "engine/gguf.h"
-#include "engine/quant.h"
+#include "engine/gguf/gguf.h"
+#include "engine/quant/quant.h"
 
 static int gguf_info_main(int argc, char **argv);
 

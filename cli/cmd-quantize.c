@@ -1,5 +1,5 @@
 /* cli/cmd-quantize.c: `strata gguf quantize IN OUT TYPE`: re-types every
- * quantizable weight of IN by a llama-quantize recipe (engine/synth.h). */
+ * quantizable weight of IN by a llama-quantize recipe (tools/synth/synth.h). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "engine/synth.h"
+#include "tools/synth/synth.h"
 
 static void quantize_usage(FILE *out) {
     fprintf(out, "usage: strata gguf quantize [--threads N] IN.gguf OUT.gguf TYPE\n\n"

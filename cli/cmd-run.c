@@ -15,12 +15,12 @@
  *               "gen_n", "gen_ms", "gen_tok_s", "peak_rss_mb"},
  *    "kernels":{"isa", "detected", "weights_layout", "weights_packed_bytes"}}
  * (the ISA the matmuls ran on, `--isa` or STRATA_ISA, and how the weights
- * were laid out for it at load: engine/model.h model_weights_layout).
+ * were laid out for it at load: engine/model/model.h model_weights_layout).
  * gen_ms times the forward passes of generated tokens (gen_n - 1 decode
  * steps: the first generated token comes from the prefill logits), as
  * llama.cpp's eval time does; gen_tok_s = decode steps / gen_ms.
  *
- * Sampling (engine/sampler.h): --temp 0 is greedy; defaults follow
+ * Sampling (engine/sample/sampler.h): --temp 0 is greedy; defaults follow
  * llama-cli (temp 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat-penalty 1).
  * Generation stops at an end-of-generation token unless --ignore-eos.
  */
@@ -35,15 +35,15 @@
 
 #include "cli/cli.h"
 #include "config/config.h"
-#include "engine/gguf.h"
-#include "engine/kernels.h"
-#include "engine/kv.h"
-#include "engine/model.h"
-#include "engine/pool.h"
-#include "engine/sampler.h"
-#include "engine/sysinfo.h"
-#include "engine/template.h"
-#include "engine/tokenizer.h"
+#include "engine/gguf/gguf.h"
+#include "engine/cpu/kernels.h"
+#include "engine/kv/kv.h"
+#include "engine/model/model.h"
+#include "engine/host/pool.h"
+#include "engine/sample/sampler.h"
+#include "engine/host/sysinfo.h"
+#include "engine/text/template.h"
+#include "engine/text/tokenizer.h"
 
 struct run_opts {
     const char *model;
@@ -382,7 +382,7 @@ int cli_run_main(int argc, char **argv) {
 
     /* Threads and pool spin follow the same rule as `strata serve`: -t, else
      * STRATA_THREADS / the config file (option table), else the affinity mask
-     * and cgroup quota minus one, capped at 32 (engine/sysinfo.h). */
+     * and cgroup quota minus one, capped at 32 (engine/host/sysinfo.h). */
     struct pool_params pp = pool_params_default();
     int64_t mem_budget = 0; /* model_params.mem_budget, from sysinfo as in serve */
     {

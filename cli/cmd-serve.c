@@ -4,13 +4,13 @@
 #include <stdio.h>
 
 #include "cli/cli.h"
-#include "engine/gguf.h"
-#include "engine/kernels.h"
-#include "engine/sysinfo.h"
+#include "engine/gguf/gguf.h"
+#include "engine/cpu/kernels.h"
+#include "engine/host/sysinfo.h"
 #include "server/daemon.h"
 #include "server/sched.h"
 
-/* Builds the generation layer (server/sched*.c, engineer g2): loads the
+/* Builds the generation layer (server/sched*.c): loads the
  * model, warms it up and starts the scheduler thread before the daemon says
  * ready. */
 static int serve_open(const struct config *cfg, struct gen_backend *out, struct strata_error *err) {

@@ -1,5 +1,5 @@
 /* cli/cmd-synth.c: `strata gguf synth`: writes a random-weight model that
- * llama.cpp loads (engine/synth.h describes the weights and recipes). */
+ * llama.cpp loads (tools/synth/synth.h describes the weights and recipes). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "engine/gguf.h"
-#include "engine/synth.h"
+#include "engine/gguf/gguf.h"
+#include "tools/synth/synth.h"
 
 static void synth_usage(FILE *out) {
     fprintf(out,
@@ -25,7 +25,7 @@ static void synth_usage(FILE *out) {
             "       qwen3 (q/k norms), qwen3moe\n\npresets:\n");
     for (int i = 0; synth_preset_names[i]; i++)
         fprintf(out, "  %-14s %s\n", synth_preset_names[i], synth_preset_docs[i]);
-    fprintf(out, "\nrecipes (llama-quantize mixes, see engine/synth.h):");
+    fprintf(out, "\nrecipes (llama-quantize mixes, see tools/synth/synth.h):");
     for (int i = 0; synth_recipe_names[i]; i++)
         fprintf(out, " %s", synth_recipe_names[i]);
     fprintf(out, " pure:TYPE (every quantizable tensor TYPE, e.g. pure:q2_K)");

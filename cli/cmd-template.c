@@ -15,8 +15,8 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "engine/gguf.h"
-#include "engine/template.h"
+#include "engine/gguf/gguf.h"
+#include "engine/text/template.h"
 
 static char *read_all(const char *path, size_t *len) {
     FILE *fp = fopen(path, "rb");

@@ -26,8 +26,8 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "engine/gguf/gguf.h"
+#include "engine/text/tokenizer.h"
 
 static char *read_stream(FILE *fp, size_t *len) {
     size_t cap = 4096, n = 0;

@@ -1,5 +1,5 @@
 /* cli/cmd-vocab.c: `strata gguf vocab-from-hf`: a vocabulary-only GGUF from a
- * Hugging Face tokenizer.json (engine/hfvocab.h has the conversion rules).
+ * Hugging Face tokenizer.json (tools/hfvocab/hfvocab.h has the conversion rules).
  *
  *   strata gguf vocab-from-hf TOKENIZER.json [--config tokenizer_config.json]
  *          [--model-config config.json] --out VOCAB.gguf [--pre NAME] [--arch ARCH]
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "engine/hfvocab.h"
+#include "tools/hfvocab/hfvocab.h"
 
 static void vocab_usage(FILE *out) {
     fprintf(out,

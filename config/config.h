@@ -29,7 +29,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 enum config_type {
     CONFIG_TYPE_STRING, /* free text; "" means unset */

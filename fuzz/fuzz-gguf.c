@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/gguf.h"
+#include "engine/gguf/gguf.h"
 
 /* Caps the work per input so a valid file with a million-element array does
  * not turn one execution into seconds. */

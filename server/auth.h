@@ -12,7 +12,7 @@
 
 #include <stdbool.h>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 struct auth_keys;
 

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/sysinfo.h"
+#include "engine/host/sysinfo.h"
 #include "server/auth.h"
 #include "server/notify.h"
 #include "server/server.h"

@@ -6,7 +6,7 @@
  * layer owns the protocol and the work: it validates the OpenAI fields,
  * queues, generates, and builds the OpenAI JSON (chunks, response bodies).
  *
- *   // generation layer (g2) provides:
+ *   // the generation layer provides:
  *   static const struct gen_ops sched_gen_ops = {sched_gen_submit, sched_gen_cancel,
  *                                               sched_gen_release, sched_gen_stats};
  *   struct gen_backend be = {&sched_gen_ops, sched};
@@ -59,7 +59,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 struct gen_job; /* opaque, owned by the generation layer */
 

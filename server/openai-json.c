@@ -4,7 +4,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 #include "server/openai.h"
 
 /* "fp_strata_<version>": system_fingerprint names the build that answered. */

@@ -31,8 +31,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/error.h"
-#include "engine/sampler.h"
+#include "engine/core/error.h"
+#include "engine/sample/sampler.h"
 #include "server/gen.h"
 
 #define OPENAI_MAX_STOPS 4

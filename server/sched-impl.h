@@ -6,10 +6,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "engine/model.h"
-#include "engine/prefix.h"
-#include "engine/sampler.h"
-#include "engine/tokenizer.h"
+#include "engine/model/model.h"
+#include "engine/kv/prefix.h"
+#include "engine/sample/sampler.h"
+#include "engine/text/tokenizer.h"
 #include "server/openai.h"
 #include "server/sched.h"
 

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/template.h"
+#include "engine/text/template.h"
 #include "server/sched-impl.h"
 
 void session_emit(struct gen_job *j, const struct gen_event *ev) {

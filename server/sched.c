@@ -6,13 +6,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/gguf.h"
-#include "engine/kernels.h"
-#include "engine/kv.h"
-#include "engine/quant.h"
-#include "engine/pool.h"
-#include "engine/prefix.h"
-#include "engine/template.h"
+#include "engine/gguf/gguf.h"
+#include "engine/cpu/kernels.h"
+#include "engine/kv/kv.h"
+#include "engine/quant/quant.h"
+#include "engine/host/pool.h"
+#include "engine/kv/prefix.h"
+#include "engine/text/template.h"
 #include "server/sched-impl.h"
 
 double sched_now(void) {
@@ -292,7 +292,7 @@ static void step(struct sched *s, double t0) {
      * ms, 2 tokens as slow as 8) a burst of joining sessions (at least as many
      * as decoding ones) got 64 prompt tokens each a step, so the batch filled
      * at once instead of creeping up through small, inefficient steps. With
-     * the packed kernels (kernels-x86-pk.h: 8 tokens ~26 ms, every size from
+     * the packed kernels (kernels-x86-pk.inc: 8 tokens ~26 ms, every size from
      * 2 tokens batched) small steps no longer cost extra, and the burst's one
      * long step froze the few running streams: bench/load.mjs CLIENTS=1,8
      * REQS=3 on llama-3.2-1b Q4_K_M with the Llama 3 vocabulary (2-vCPU EPYC

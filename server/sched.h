@@ -22,7 +22,7 @@
  * shutdown) or one past its request_timeout is dropped at the start of the
  * next step (ERROR CANCELLED / TIMEOUT, then DONE) and its blocks released.
  *
- * KV memory (engine/kv.h, engine/prefix.h): one paged pool of kv_mem bytes
+ * KV memory (engine/kv/kv.h, engine/kv/prefix.h): one paged pool of kv_mem bytes
  * (default: parallel full contexts) in blocks of kv_block positions; the
  * per-session context is capped at the pool. Admission reserves a request's
  * worst case, ceil(min(n_ctx, prompt + max_tokens) / kv_block) blocks less
@@ -54,7 +54,7 @@
 #ifndef STRATA_SERVER_SCHED_H
 #define STRATA_SERVER_SCHED_H
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "server/gen.h"
 
 struct sched_params {

@@ -24,7 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "server/auth.h"
 #include "server/gen.h"
 

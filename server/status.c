@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/kernels.h"
+#include "engine/cpu/kernels.h"
 #include "server/server-impl.h"
 
 static void gen_stats_of(struct server *s, struct gen_stats *st) {
@@ -247,7 +247,7 @@ enum MHD_Result status_status(struct exchange *ex) {
     json_object_set_new(o, "kv", kv_json(&st));
     if (!st.kv_block_bytes)
         json_object_set_new(notes, "kv.bytes", json_string("gen_stats.kv_block_bytes not set"));
-    /* paged KV pool and prefix cache (generation layer, engineer s) */
+    /* paged KV pool and prefix cache (generation layer) */
     uint64_t lookups = st.cache_hits + st.cache_misses;
     json_object_set_new(
         o, "kv_blocks",

@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "engine/gguf/gguf.h"
+#include "engine/text/tokenizer.h"
 
 static int hexval(int c) {
     if (c >= '0' && c <= '9')

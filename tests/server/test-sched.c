@@ -498,7 +498,7 @@ END_TEST
 
 /* The first generated token is EOS (a +100 logit bias on </s>): the session
  * finishes at once and flushes a stop matcher that was never fed, which
- * passed NULL to memcpy/memmove (UBSan: engine/sampler.c release()). */
+ * passed NULL to memcpy/memmove (UBSan: engine/sample/sampler.c release()). */
 START_TEST(test_first_token_eos) {
     struct sched *s = open_sched(1, 4, 0, 0, true);
     for (int stream = 0; stream < 2; stream++) {

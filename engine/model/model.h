@@ -1,0 +1,199 @@
+/* engine/model/model.h: a GGUF decoder model (llama, qwen2, qwen3, qwen2moe,
+ * qwen3moe, mixtral-style llama) and its batched CPU forward pass.
+ *
+ *   struct model_params mp = model_params_default();
+ *   mp.pool = pool;                                  // borrowed; NULL = one thread
+ *   struct model *m = model_load("stories260K.gguf", &mp, &err);
+ *   struct kv_cache *kv = model_kv_init(m, 4, 0, &err); // 4 sequences, n_ctx_max each
+ *   struct model_batch_entry e[2] = {
+ *       {.seq_id = 0, .pos = 0, .token = 1, .want_logits = true},  // seq 0 decodes
+ *       {.seq_id = 1, .pos = 7, .token = 42, .want_logits = true}, // seq 1 decodes
+ *   };
+ *   struct model_batch b = {.entries = e, .n_entries = 2};
+ *   float *logits = malloc(2 * model_n_vocab(m) * sizeof(float)); // (n_outputs, n_vocab)
+ *   model_forward(m, kv, &b, logits, &err);
+ *   kv_free(kv); model_free(m);
+ *
+ * A batch is a list of (seq_id, pos, token, want_logits): many sequences
+ * decoding one token each and prefill chunks of several tokens of one
+ * sequence may share a call. Each weight matrix is read once per call for all
+ * entries (kernels_matmul with n_tok = n_entries); MoE entries are grouped by
+ * expert so each routed expert's weights are read once per call.
+ *
+ * Positions: within one batch, entries of one sequence must have strictly
+ * increasing pos, and an entry's pos must be <= the sequence's current length
+ * (kv_seq_len) plus the number of earlier entries of that sequence in the
+ * batch (no gaps). Writing at pos < len truncates the sequence to pos first
+ * (rewind). pos >= n_ctx_max gives STRATA_E_CONTEXT_LENGTH.
+ *
+ * Results for one entry do not depend on the other entries of the batch nor
+ * on the pool's thread count (bit-identical).
+ *
+ * Ownership: the model owns the mapped GGUF file; model_gguf() is borrowed.
+ * Threading: model_load/model_free from any one thread. model_forward may be
+ * called by one thread at a time per model (the scheduler thread); it uses
+ * the borrowed pool for its parallel parts. Accessors are read-only and safe
+ * from any thread.
+ */
+#ifndef STRATA_MODEL_H
+#define STRATA_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/core/error.h"
+
+struct pool;
+struct gguf_file;
+struct kv_cache;
+struct profile;
+struct experts_source;
+
+enum model_rope_type {
+    MODEL_ROPE_NORMAL = 0, /* rotate adjacent pairs (x[2i], x[2i+1]): llama */
+    MODEL_ROPE_NEOX = 2,   /* rotate halves (x[i], x[i + n_rot/2]): qwen2/3 */
+};
+
+enum model_rope_scaling {
+    MODEL_ROPE_SCALING_NONE = 0,
+    MODEL_ROPE_SCALING_LINEAR = 1,
+    MODEL_ROPE_SCALING_YARN = 2,
+};
+
+struct model_hparams {
+    char arch[32];       /* general.architecture: "llama", "qwen2", ... */
+    int n_vocab;         /* rows of token_embd */
+    int n_ctx_train;     /* <arch>.context_length */
+    int n_embd;          /* <arch>.embedding_length */
+    int n_layer;         /* <arch>.block_count */
+    int n_head;          /* <arch>.attention.head_count */
+    int n_head_kv;       /* <arch>.attention.head_count_kv (GQA), default n_head */
+    int head_dim_k;      /* <arch>.attention.key_length, default n_embd / n_head */
+    int head_dim_v;      /* <arch>.attention.value_length, default head_dim_k */
+    int n_ff;            /* <arch>.feed_forward_length (dense FFN), 0 if MoE only */
+    int n_rot;           /* <arch>.rope.dimension_count, default head_dim_k */
+    int n_expert;        /* <arch>.expert_count, 0 = dense */
+    int n_expert_used;   /* <arch>.expert_used_count (top-k) */
+    int n_ff_exp;        /* per-expert FFN width (expert_feed_forward_length or tensor shape) */
+    int n_ff_shexp;      /* shared-expert FFN width (qwen2moe), 0 if none */
+    bool norm_topk_prob; /* renormalise the top-k weights (qwen3moe, mixtral; not qwen2moe) */
+    float expert_weights_scale; /* <arch>.expert_weights_scale; 0 or 1 = no scaling */
+    float norm_eps;             /* <arch>.attention.layer_norm_rms_epsilon */
+    float rope_freq_base;       /* <arch>.rope.freq_base, default 10000 */
+    float rope_freq_scale;      /* 1 / rope.scaling.factor (linear, YaRN), else 1 */
+    enum model_rope_type rope_type;
+    enum model_rope_scaling rope_scaling;
+    int rope_n_ctx_orig;  /* rope.scaling.original_context_length (YaRN), else n_ctx_train */
+    bool has_rope_freqs;  /* llama3-style rope_freqs.weight divides each pair's frequency */
+    bool tied_output;     /* no output.weight: logits use token_embd */
+    int32_t bos_token_id; /* tokenizer.ggml.bos_token_id, -1 if absent */
+    int32_t eos_token_id; /* tokenizer.ggml.eos_token_id, -1 if absent */
+};
+
+struct model_params {
+    struct pool *pool; /* borrowed; threads for matmuls/attention; NULL = caller only */
+    int n_ctx_max;     /* per-sequence context; 0 = n_ctx_train (capped at 1<<20) */
+    int n_batch_max;   /* most entries per model_forward call (default 512) */
+    struct profile
+        *profile; /* borrowed; routed (layer, expert) picks are counted here; may be NULL */
+    /* Map every weight page at load (MADV_POPULATE_READ; kernels before 5.14:
+     * one read per page) instead of faulting pages in during the first
+     * tokens. Default true. Skipped when the weights exceed 3/4 of physical
+     * RAM (they could not all stay resident). RSS then counts the whole file
+     * from load on: olmoe-1b-7b Q4_K_M (4.2 GB), `strata run -n 129 -t 2`
+     * peak RSS 3996 -> 4044 MB (llama.cpp: ~7.2 GB), load 3 -> ~195 ms,
+     * decode 48.4/48.9 -> 51.7/51.9 tok/s (page faults were ~6% of decode
+     * cycles). */
+    bool prefault;
+    /* Copy every matrix the forward pass multiplies (attention, FFN, router,
+     * shared and routed experts, output) into one anonymous arena at load
+     * (huge pages), with Q4_K / Q6_K in the kernels' 16-row packed layout
+     * where the ISA active at load has packed kernels (AVX-512: never a
+     * layout the ISA would compute through the reference), and drop the file's
+     * pages from RSS (model-pack.c). Default true. Skipped, like prefault,
+     * when the weights exceed 3/4 of physical RAM: the file pages then stay
+     * the only copy (the expert store's case). Packed results differ from the
+     * file layout's in the last bits (another summation order), never
+     * between batch sizes or thread counts. */
+    bool repack;
+    /* Bytes this process may use (sysinfo: the cgroup limit or MemAvailable,
+     * the smaller); 0 = unknown. The copy above is anonymous memory, which a
+     * cgroup cannot reclaim like page cache, so it is also skipped when the
+     * weights exceed half of this budget (the KV pool may take the other
+     * half, server/sched.c). */
+    int64_t mem_budget;
+};
+struct model_params model_params_default(void);
+
+struct model;
+
+/* Maps and validates the file, binds every tensor of the architecture (shape
+ * and type checked). Unsupported architectures or tensor types give
+ * STRATA_E_UNSUPPORTED with the name in the message. Returns NULL on error. */
+struct model *model_load(const char *path, const struct model_params *params,
+                         struct strata_error *err); /* owned: free with model_free() */
+void model_free(struct model *m);                   /* NULL is a no-op */
+
+const struct model_hparams *model_hparams(const struct model *m); /* borrowed */
+/* Bytes of weights in the packed layout (0: none, see model_params.repack). */
+uint64_t model_packed_bytes(const struct model *m);
+/* Bytes of matrices copied into the weight arena (0: read from the file's pages). */
+uint64_t model_copied_bytes(const struct model *m);
+/* Where the matrices are read from, for logs and /status: "file" (the
+ * mapped file's pages), "arena" (the copy, GGUF rows) or "arena+packed"
+ * (the copy, some matrices in the 16-row packed layout). Borrowed, static. */
+const char *model_weights_layout(const struct model *m);
+const char *model_arch_name(const struct model *m); /* borrowed */
+int model_n_vocab(const struct model *m);
+int model_n_ctx_train(const struct model *m);
+int model_n_ctx_max(const struct model *m);   /* effective per-sequence context */
+int model_n_batch_max(const struct model *m); /* most entries per model_forward call */
+bool model_is_moe(const struct model *m);
+/* The mapped file, for the tokenizer and the chat template. */
+const struct gguf_file *model_gguf(const struct model *m); /* borrowed: valid until model_free */
+/* Bytes of tensor data mapped (weights), for /status. */
+uint64_t model_weight_bytes(const struct model *m);
+/* One tensor type of the file's tensor table (the quant mix), for /status. */
+struct model_weight_type {
+    uint32_t type; /* enum quant_type; quant_type_name() gives "q4_0", ... */
+    int64_t n_tensors;
+    uint64_t n_bytes; /* tensor data bytes of this type */
+};
+/* Writes the distinct tensor types of the GGUF tensor table into out[0..cap),
+ * most bytes first (ties: lower type first), and returns how many distinct
+ * types there are (may exceed cap; only cap are written). Reentrant. */
+int model_weight_types(const struct model *m, struct model_weight_type *out, int cap);
+
+/* A KV cache shaped for this model (F16, per sequence): n_seq_max sequences
+ * of n_ctx positions each (0 = model_n_ctx_max). Memory for a sequence is
+ * allocated on its first use. */
+struct kv_cache *model_kv_init(const struct model *m, int n_seq_max, int n_ctx,
+                               struct strata_error *err); /* owned: free with kv_free() */
+
+struct model_batch_entry {
+    int32_t seq_id;   /* 0 .. kv n_seq_max-1 */
+    int32_t pos;      /* position in the sequence, 0-based */
+    int32_t token;    /* 0 .. n_vocab-1 */
+    bool want_logits; /* write this entry's logits to the next output row */
+};
+
+struct model_batch {
+    const struct model_batch_entry *entries; /* borrowed: (n_entries) */
+    int n_entries;                           /* 1 .. model_n_batch_max */
+};
+
+/* Number of entries with want_logits. */
+int model_batch_n_outputs(const struct model_batch *batch);
+
+/* Runs the batch: appends each entry's K/V to its sequence in kv and writes
+ * logits (n_outputs, n_vocab) f32, one row per want_logits entry in batch
+ * order (logits may be NULL when n_outputs == 0). Validates every entry
+ * before touching kv: on a validation error nothing is written. On a later
+ * error (an expert source failing) sequence lengths stay as they were,
+ * except that a rewind (pos < len) has already truncated to pos. Errors: STRATA_E_INVALID
+ * (bad token/seq/order), STRATA_E_CONTEXT_LENGTH, STRATA_E_RANGE (batch too
+ * large), STRATA_E_NOMEM. */
+int model_forward(struct model *m, struct kv_cache *kv, const struct model_batch *batch,
+                  float *logits, struct strata_error *err);
+
+#endif
