@@ -28,53 +28,13 @@ void sbuf_free(struct sbuf *b) {
     b->len = b->cap = 0;
 }
 
-/* error.code for each table code: OpenAI's own string where it has one
- * (invalid_api_key, context_length_exceeded, rate_limit_exceeded,
- * model_not_found, invalid_value), else a snake_case name of the failure
- * ("unsupported" as openai.h promises). An unknown model is NOT_FOUND with
- * param "model". */
+/* error.code: the table's column (engine/core/error.h), except that an
+ * unknown model is NOT_FOUND with param "model" and OpenAI's code for it is
+ * model_not_found. */
 static const char *error_code_string(int code, const char *param) {
-    switch (code) {
-    case STRATA_E_NOMEM:
-        return "out_of_memory";
-    case STRATA_E_IO:
-        return "io_error";
-    case STRATA_E_FORMAT:
-        return "invalid_format";
-    case STRATA_E_INVALID:
-    case STRATA_E_RANGE:
-        return "invalid_value";
-    case STRATA_E_UNSUPPORTED:
-        return "unsupported";
-    case STRATA_E_TEMPLATE:
-        return "template_error";
-    case STRATA_E_LIMIT:
-        return "limit_exceeded";
-    case STRATA_E_CONTEXT_LENGTH:
-        return "context_length_exceeded";
-    case STRATA_E_AUTH:
-        return "invalid_api_key";
-    case STRATA_E_NOT_FOUND:
-        return param && !strcmp(param, "model") ? "model_not_found" : "not_found";
-    case STRATA_E_METHOD:
-        return "method_not_allowed";
-    case STRATA_E_TOO_LARGE:
-        return "request_too_large";
-    case STRATA_E_QUEUE_FULL:
-        return "rate_limit_exceeded";
-    case STRATA_E_UNAVAILABLE:
-        return "service_unavailable";
-    case STRATA_E_CANCELLED:
-        return "cancelled";
-    case STRATA_E_TIMEOUT:
-        return "timeout";
-    case STRATA_E_TOKENIZER:
-        return "tokenizer_error";
-    case STRATA_E_CONFIG:
-        return "invalid_configuration";
-    default:
-        return "internal_error";
-    }
+    if (code == STRATA_E_NOT_FOUND && param && !strcmp(param, "model"))
+        return "model_not_found";
+    return strata_error_openai_code(code);
 }
 
 /* error.type: the table's, except that OpenAI calls an unknown model an

@@ -13,10 +13,11 @@ struct err_row {
     const char *text;
     int http;
     const char *type;
+    const char *openai_code;
 };
 
 static const struct err_row err_table[] = {
-#define STRATA_ERR_ROW(name, value, text, http, type) {value, #name, text, http, type},
+#define STRATA_ERR_ROW(name, value, text, http, type, code) {value, #name, text, http, type, code},
     STRATA_ERRORS(STRATA_ERR_ROW)
 #undef STRATA_ERR_ROW
 };
@@ -127,6 +128,11 @@ int strata_error_http_status(int code) {
 const char *strata_error_openai_type(int code) {
     const struct err_row *r = err_find(code);
     return r ? r->type : "server_error";
+}
+
+const char *strata_error_openai_code(int code) {
+    const struct err_row *r = err_find(code);
+    return r && code != 0 ? r->openai_code : "internal_error";
 }
 
 void strata_assert_fail(const char *file, int line, const char *expr) {

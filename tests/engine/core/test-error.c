@@ -15,6 +15,15 @@ START_TEST(test_set_and_table) {
     ck_assert_str_eq(strata_error_openai_type(STRATA_E_AUTH), "authentication_error");
     ck_assert_str_eq(strata_error_name(STRATA_E_NOMEM), "NOMEM");
     ck_assert_int_eq(strata_error_http_status(-9999), 500);
+    /* the OpenAI error.code column: OpenAI's strings where it has them */
+    ck_assert_str_eq(strata_error_openai_code(STRATA_E_AUTH), "invalid_api_key");
+    ck_assert_str_eq(strata_error_openai_code(STRATA_E_CONTEXT_LENGTH), "context_length_exceeded");
+    ck_assert_str_eq(strata_error_openai_code(STRATA_E_QUEUE_FULL), "rate_limit_exceeded");
+    ck_assert_str_eq(strata_error_openai_code(STRATA_E_RANGE), "invalid_value");
+    ck_assert_str_eq(strata_error_openai_code(-9999), "internal_error");
+    ck_assert_str_eq(strata_error_openai_code(0), "internal_error");
+    for (int c = -1; c >= STRATA_E_CONFIG; c--) /* every code has a non-empty one */
+        ck_assert(strata_error_openai_code(c)[0] != '\0');
     /* NULL err is allowed everywhere */
     ck_assert_int_eq(strata_error_set(NULL, STRATA_E_IO, "x"), STRATA_E_IO);
 }
