@@ -814,236 +814,312 @@ static struct tv do_unique(struct trender *r, struct tv v, struct targs *a) {
     return out;
 }
 
+/* ---- the filter table ------------------------------------------------------
+ * One function a filter (or a family sharing code, told apart by `name`),
+ * looked up by name in filter_table below. */
+typedef struct tv (*tfilter_fn)(struct trender *r, const char *name, struct tv v, struct targs *a);
+
+static struct tv f_default(struct trender *r, const char *name, struct tv v, struct targs *a) {
+    (void)name;
+    bool boolean = tv_truthy(targ(a, 1, "boolean", tv_bool(false)));
+    if (v.kind == TV_UNDEF || (boolean && !tv_truthy(v)))
+        return targ(a, 0, "default_value", tv_cstr(r->a, ""));
+    return v;
+}
+
+static struct tv f_length(struct trender *r, const char *name, struct tv v, struct targs *a) {
+    (void)name, (void)a;
+    switch (v.kind) {
+    case TV_STR:
+        return tv_int((int64_t)utf8_len(v.s->s, v.s->len));
+    case TV_LIST:
+        if (v.l->is_gen)
+            FAIL("object of type 'generator' has no len()");
+        return tv_int((int64_t)v.l->n);
+    case TV_DICT:
+        return tv_int((int64_t)v.d->n);
+    case TV_UNDEF:
+        return tv_int(0);
+    default:
+        FAIL("object of type '%s' has no len()", tv_type_name(v));
+    }
+}
+
+static struct tv f_tojson(struct trender *r, const char *name, struct tv v, struct targs *a) {
+    (void)name;
+    return do_tojson(r, v, a);
+}
+
+static struct tv f_safe(struct trender *r, const char *name, struct tv v, struct targs *a) {
+    (void)name, (void)a;
+    struct tstr *s = tarena_alloc(r->a, sizeof(*s));
+    *s = *tstr_of(r, v);
+    s->safe = true;
+    return tv_strv(s);
+}
+
+static struct tv f_string(struct trender *r, const char *name, struct tv v, struct targs *a) {
+    (void)name, (void)a;
+    return tv_strv(tstr_of(r, v));
+}
+
+static struct tv f_list(struct trender *r, const char *name, struct tv v, struct targs *a) {
+    (void)name, (void)a;
+    return items_of(r, v);
+}
+
+static struct tv f_items(struct trender *r, const char *name, struct tv v, struct targs *a) {
+    (void)name;
+    if (v.kind == TV_UNDEF)
+        return tv_list(r->a, 1);
+    if (v.kind != TV_DICT)
+        FAIL("can only get item pairs from a mapping");
+    return m_items(r, v, a);
+}
+
+static struct tv f_first_last(struct trender *r, const char *name, struct tv v, struct targs *a) {
+    (void)a;
+    struct tv l = items_of(r, v);
+    if (!l.l->n)
+        return tv_undef_v;
+    return l.l->items[name[0] == 'f' ? 0 : l.l->n - 1];
+}
+
+static struct tv f_reverse(struct trender *r, const char *name, struct tv v, struct targs *a) {
+    (void)name, (void)a;
+    if (v.kind == TV_STR) {
+        struct tv l = items_of(r, v);
+        struct tbuf b;
+        tbuf_init(&b, r->a, 0);
+        for (size_t i = l.l->n; i-- > 0;)
+            tbuf_put_str(&b, l.l->items[i].s);
+        return tv_strv(tbuf_finish(&b));
+    }
+    struct tv l = items_of(r, v), out = tv_list(r->a, l.l->n + 1);
+    for (size_t i = l.l->n; i-- > 0;)
+        tv_list_push(r->a, out, l.l->items[i]);
+    return out;
+}
+
+static struct tv f_join(struct trender *r, const char *name, struct tv v, struct targs *a) {
+    (void)name;
+    struct tv sep = targ(a, 0, "d", tv_cstr(r->a, ""));
+    struct tv at = targ(a, 1, "attribute", tv_none_v);
+    return join_impl(r, tstr_of(r, sep), v, at.kind == TV_STR ? at.s->s : NULL);
+}
+
+/* selectattr / rejectattr / select / reject */
+static struct tv f_select(struct trender *r, const char *name, struct tv v, struct targs *a) {
+    return select_impl(r, v, a, strstr(name, "attr") != NULL, name[0] == 'r');
+}
+
+static struct tv f_map(struct trender *r, const char *name, struct tv v, struct targs *a) {
+    (void)name;
+    return do_map(r, v, a);
+}
+
+static struct tv f_unique(struct trender *r, const char *name, struct tv v, struct targs *a) {
+    (void)name;
+    return do_unique(r, v, a);
+}
+
+static struct tv f_indent(struct trender *r, const char *name, struct tv v, struct targs *a) {
+    (void)name;
+    return do_indent(r, v, a);
+}
+
+static struct tv f_abs(struct trender *r, const char *name, struct tv v, struct targs *a) {
+    (void)name, (void)a;
+    if (v.kind == TV_INT) {
+        if (v.i == INT64_MIN)
+            FAIL("integer overflow");
+        return tv_int(v.i < 0 ? -v.i : v.i);
+    }
+    if (v.kind == TV_FLOAT)
+        return tv_float(fabs(v.f));
+    FAIL("bad operand type for abs(): '%s'", tv_type_name(v));
+}
+
+static struct tv f_int(struct trender *r, const char *name, struct tv v, struct targs *a) {
+    (void)name;
+    struct tv d = targ(a, 0, "default", tv_int(0));
+    if (v.kind == TV_INT)
+        return v;
+    if (v.kind == TV_BOOL)
+        return tv_int(v.b);
+    /* Jinja's do_int: int(value), else int(float(value)), else default;
+     * int(inf) raises in Python, and values past int64 have no strata
+     * representation: both are errors here rather than a wrong number. */
+    if (v.kind == TV_FLOAT)
+        return isnan(v.f) ? d : tv_int(float_to_int(r, v.f));
+    if (v.kind == TV_STR) {
+        char *end;
+        errno = 0;
+        long long x = strtoll(v.s->s, &end, 10);
+        while (*end == ' ')
+            end++;
+        if (end != v.s->s && !*end) {
+            if (errno == ERANGE)
+                FAIL("int: integer overflow");
+            return tv_int(x);
+        }
+        double f = strtod(v.s->s, &end);
+        if (end != v.s->s && !*end && !isnan(f))
+            return tv_int(float_to_int(r, f));
+    }
+    return d;
+}
+
+static struct tv f_float(struct trender *r, const char *name, struct tv v, struct targs *a) {
+    (void)r, (void)name;
+    struct tv d = targ(a, 0, "default", tv_float(0.0));
+    if (v.kind == TV_INT || v.kind == TV_BOOL)
+        return tv_float(v.kind == TV_INT ? (double)v.i : v.b);
+    if (v.kind == TV_FLOAT)
+        return v;
+    if (v.kind == TV_STR) {
+        char *end;
+        double f = strtod(v.s->s, &end);
+        if (end != v.s->s && !*end)
+            return tv_float(f);
+    }
+    return d;
+}
+
+static struct tv f_round(struct trender *r, const char *name, struct tv v, struct targs *a) {
+    (void)name;
+    return do_round(r, v, a);
+}
+
+static struct tv f_batch(struct trender *r, const char *name, struct tv v, struct targs *a) {
+    (void)name;
+    int64_t n = targ_int(r, targ(a, 0, "linecount", tv_undef_v), "linecount");
+    if (n <= 0)
+        FAIL("batch: size must be positive");
+    struct tv fill = targ(a, 1, "fill_with", tv_none_v);
+    struct tv l = items_of(r, v), out = tv_list(r->a, 4), cur = tv_list(r->a, 4);
+    for (size_t i = 0; i < l.l->n; i++) {
+        tv_list_push(r->a, cur, l.l->items[i]);
+        if ((int64_t)cur.l->n == n) {
+            tv_list_push(r->a, out, cur);
+            cur = tv_list(r->a, 4);
+        }
+    }
+    if (cur.l->n) {
+        if (fill.kind != TV_NONE)
+            while ((int64_t)cur.l->n < n) {
+                trender_step(r);
+                tv_list_push(r->a, cur, fill);
+            }
+        tv_list_push(r->a, out, cur);
+    }
+    return out;
+}
+
+static struct tv f_wordcount(struct trender *r, const char *name, struct tv v, struct targs *a) {
+    (void)name, (void)a;
+    struct tstr *s = tstr_of(r, v);
+    int64_t c = 0;
+    bool in = false;
+    for (size_t i = 0; i < s->len; i++) {
+        char ch = s->s[i];
+        bool w = alpha(ch) || (ch >= '0' && ch <= '9') || ch == '_';
+        if (w && !in)
+            c++;
+        in = w;
+    }
+    return tv_int(c);
+}
+
+static struct tv f_escape(struct trender *r, const char *name, struct tv v, struct targs *a) {
+    (void)name, (void)a;
+    struct tstr *s = tstr_of(r, v);
+    if (s->safe)
+        return tv_strv(s);
+    return tv_strv(thtml_escape(r, s));
+}
+
+static struct tv f_sort(struct trender *r, const char *name, struct tv v, struct targs *a) {
+    (void)name;
+    bool reverse = tv_truthy(targ(a, 0, "reverse", tv_bool(false)));
+    bool cs = tv_truthy(targ(a, 1, "case_sensitive", tv_bool(false)));
+    struct tv at = targ(a, 2, "attribute", tv_none_v);
+    struct tv l = items_of(r, v), out = tv_list(r->a, l.l->n + 1), keys = tv_list(r->a, l.l->n + 1);
+    for (size_t i = 0; i < l.l->n; i++) {
+        struct tv k = at.kind == TV_STR ? attr_path(r, l.l->items[i], at.s->s) : l.l->items[i];
+        if (!cs && k.kind == TV_STR)
+            k = do_case(r, k.s, CASE_LOWER);
+        tv_list_push(r->a, keys, k);
+        tv_list_push(r->a, out, l.l->items[i]);
+    }
+    /* stable insertion sort (lists in templates are short) */
+    for (size_t i = 1; i < out.l->n; i++) {
+        for (size_t j = i; j > 0; j--) {
+            trender_step(r);
+            bool ok;
+            int c = tv_compare(keys.l->items[j - 1], keys.l->items[j], &ok);
+            if (!ok)
+                FAIL("sort: values are not comparable");
+            if (reverse ? c >= 0 : c <= 0)
+                break;
+            struct tv t = keys.l->items[j];
+            keys.l->items[j] = keys.l->items[j - 1];
+            keys.l->items[j - 1] = t;
+            t = out.l->items[j];
+            out.l->items[j] = out.l->items[j - 1];
+            out.l->items[j - 1] = t;
+        }
+    }
+    return out;
+}
+
+/* string filters: soft_str(value) first (undefined -> "") */
+static struct tv f_trim(struct trender *r, const char *name, struct tv v, struct targs *a) {
+    (void)name;
+    return do_strip(r, tstr_of(r, v), opt_chars(r, targ(a, 0, "chars", tv_none_v)), true, true);
+}
+
+static struct tv f_case(struct trender *r, const char *name, struct tv v, struct targs *a) {
+    (void)a;
+    const enum casemode m = name[0] == 'u'   ? CASE_UPPER
+                            : name[0] == 'l' ? CASE_LOWER
+                            : name[0] == 't' ? CASE_JTITLE
+                                             : CASE_CAPITALIZE;
+    return do_case(r, tstr_of(r, v), m);
+}
+
+static struct tv f_replace(struct trender *r, const char *name, struct tv v, struct targs *a) {
+    (void)name;
+    struct tstr *s = tstr_of(r, v);
+    struct tstr *o = tstr_of(r, targ(a, 0, "old", tv_undef_v));
+    struct tstr *n = tstr_of(r, targ(a, 1, "new", tv_undef_v));
+    struct tv c = targ(a, 2, "count", tv_none_v);
+    return do_replace(r, s, o, n, c.kind == TV_NONE ? -1 : targ_int(r, c, "count"));
+}
+
+static const struct {
+    const char *name;
+    tfilter_fn fn;
+} filter_table[] = {
+    {"abs", f_abs},         {"batch", f_batch},         {"capitalize", f_case},
+    {"count", f_length},    {"d", f_default},           {"default", f_default},
+    {"e", f_escape},        {"escape", f_escape},       {"first", f_first_last},
+    {"float", f_float},     {"indent", f_indent},       {"int", f_int},
+    {"items", f_items},     {"join", f_join},           {"last", f_first_last},
+    {"length", f_length},   {"list", f_list},           {"lower", f_case},
+    {"map", f_map},         {"reject", f_select},       {"rejectattr", f_select},
+    {"replace", f_replace}, {"reverse", f_reverse},     {"round", f_round},
+    {"safe", f_safe},       {"select", f_select},       {"selectattr", f_select},
+    {"sort", f_sort},       {"string", f_string},       {"title", f_case},
+    {"tojson", f_tojson},   {"trim", f_trim},           {"unique", f_unique},
+    {"upper", f_case},      {"wordcount", f_wordcount},
+};
+
 struct tv tfilter_apply(struct trender *r, const char *name, struct tv v, struct targs *a) {
     trender_step(r);
-    if (!strcmp(name, "default") || !strcmp(name, "d")) {
-        bool boolean = tv_truthy(targ(a, 1, "boolean", tv_bool(false)));
-        if (v.kind == TV_UNDEF || (boolean && !tv_truthy(v)))
-            return targ(a, 0, "default_value", tv_cstr(r->a, ""));
-        return v;
-    }
-    if (!strcmp(name, "length") || !strcmp(name, "count")) {
-        switch (v.kind) {
-        case TV_STR:
-            return tv_int((int64_t)utf8_len(v.s->s, v.s->len));
-        case TV_LIST:
-            if (v.l->is_gen)
-                FAIL("object of type 'generator' has no len()");
-            return tv_int((int64_t)v.l->n);
-        case TV_DICT:
-            return tv_int((int64_t)v.d->n);
-        case TV_UNDEF:
-            return tv_int(0);
-        default:
-            FAIL("object of type '%s' has no len()", tv_type_name(v));
-        }
-    }
-    if (!strcmp(name, "tojson"))
-        return do_tojson(r, v, a);
-    if (!strcmp(name, "safe")) {
-        struct tstr *s = tarena_alloc(r->a, sizeof(*s));
-        *s = *tstr_of(r, v);
-        s->safe = true;
-        return tv_strv(s);
-    }
-    if (!strcmp(name, "string"))
-        return tv_strv(tstr_of(r, v));
-    if (!strcmp(name, "list"))
-        return items_of(r, v);
-    if (!strcmp(name, "items")) {
-        if (v.kind == TV_UNDEF)
-            return tv_list(r->a, 1);
-        if (v.kind != TV_DICT)
-            FAIL("can only get item pairs from a mapping");
-        return m_items(r, v, a);
-    }
-    if (!strcmp(name, "first") || !strcmp(name, "last")) {
-        struct tv l = items_of(r, v);
-        if (!l.l->n)
-            return tv_undef_v;
-        return l.l->items[name[0] == 'f' ? 0 : l.l->n - 1];
-    }
-    if (!strcmp(name, "reverse")) {
-        if (v.kind == TV_STR) {
-            struct tv l = items_of(r, v);
-            struct tbuf b;
-            tbuf_init(&b, r->a, 0);
-            for (size_t i = l.l->n; i-- > 0;)
-                tbuf_put_str(&b, l.l->items[i].s);
-            return tv_strv(tbuf_finish(&b));
-        }
-        struct tv l = items_of(r, v), out = tv_list(r->a, l.l->n + 1);
-        for (size_t i = l.l->n; i-- > 0;)
-            tv_list_push(r->a, out, l.l->items[i]);
-        return out;
-    }
-    if (!strcmp(name, "join")) {
-        struct tv sep = targ(a, 0, "d", tv_cstr(r->a, ""));
-        struct tv at = targ(a, 1, "attribute", tv_none_v);
-        return join_impl(r, tstr_of(r, sep), v, at.kind == TV_STR ? at.s->s : NULL);
-    }
-    if (!strcmp(name, "selectattr") || !strcmp(name, "rejectattr"))
-        return select_impl(r, v, a, true, name[0] == 'r');
-    if (!strcmp(name, "select") || !strcmp(name, "reject"))
-        return select_impl(r, v, a, false, name[0] == 'r');
-    if (!strcmp(name, "map"))
-        return do_map(r, v, a);
-    if (!strcmp(name, "unique"))
-        return do_unique(r, v, a);
-    if (!strcmp(name, "indent"))
-        return do_indent(r, v, a);
-    if (!strcmp(name, "abs")) {
-        if (v.kind == TV_INT) {
-            if (v.i == INT64_MIN)
-                FAIL("integer overflow");
-            return tv_int(v.i < 0 ? -v.i : v.i);
-        }
-        if (v.kind == TV_FLOAT)
-            return tv_float(fabs(v.f));
-        FAIL("bad operand type for abs(): '%s'", tv_type_name(v));
-    }
-    if (!strcmp(name, "int")) {
-        struct tv d = targ(a, 0, "default", tv_int(0));
-        if (v.kind == TV_INT)
-            return v;
-        if (v.kind == TV_BOOL)
-            return tv_int(v.b);
-        /* Jinja's do_int: int(value), else int(float(value)), else default;
-         * int(inf) raises in Python, and values past int64 have no strata
-         * representation: both are errors here rather than a wrong number. */
-        if (v.kind == TV_FLOAT)
-            return isnan(v.f) ? d : tv_int(float_to_int(r, v.f));
-        if (v.kind == TV_STR) {
-            char *end;
-            errno = 0;
-            long long x = strtoll(v.s->s, &end, 10);
-            while (*end == ' ')
-                end++;
-            if (end != v.s->s && !*end) {
-                if (errno == ERANGE)
-                    FAIL("int: integer overflow");
-                return tv_int(x);
-            }
-            double f = strtod(v.s->s, &end);
-            if (end != v.s->s && !*end && !isnan(f))
-                return tv_int(float_to_int(r, f));
-        }
-        return d;
-    }
-    if (!strcmp(name, "float")) {
-        struct tv d = targ(a, 0, "default", tv_float(0.0));
-        if (v.kind == TV_INT || v.kind == TV_BOOL)
-            return tv_float(v.kind == TV_INT ? (double)v.i : v.b);
-        if (v.kind == TV_FLOAT)
-            return v;
-        if (v.kind == TV_STR) {
-            char *end;
-            double f = strtod(v.s->s, &end);
-            if (end != v.s->s && !*end)
-                return tv_float(f);
-        }
-        return d;
-    }
-    if (!strcmp(name, "round"))
-        return do_round(r, v, a);
-    if (!strcmp(name, "batch")) {
-        int64_t n = targ_int(r, targ(a, 0, "linecount", tv_undef_v), "linecount");
-        if (n <= 0)
-            FAIL("batch: size must be positive");
-        struct tv fill = targ(a, 1, "fill_with", tv_none_v);
-        struct tv l = items_of(r, v), out = tv_list(r->a, 4), cur = tv_list(r->a, 4);
-        for (size_t i = 0; i < l.l->n; i++) {
-            tv_list_push(r->a, cur, l.l->items[i]);
-            if ((int64_t)cur.l->n == n) {
-                tv_list_push(r->a, out, cur);
-                cur = tv_list(r->a, 4);
-            }
-        }
-        if (cur.l->n) {
-            if (fill.kind != TV_NONE)
-                while ((int64_t)cur.l->n < n) {
-                    trender_step(r);
-                    tv_list_push(r->a, cur, fill);
-                }
-            tv_list_push(r->a, out, cur);
-        }
-        return out;
-    }
-    if (!strcmp(name, "wordcount")) {
-        struct tstr *s = tstr_of(r, v);
-        int64_t c = 0;
-        bool in = false;
-        for (size_t i = 0; i < s->len; i++) {
-            char ch = s->s[i];
-            bool w = alpha(ch) || (ch >= '0' && ch <= '9') || ch == '_';
-            if (w && !in)
-                c++;
-            in = w;
-        }
-        return tv_int(c);
-    }
-    if (!strcmp(name, "e") || !strcmp(name, "escape")) {
-        struct tstr *s = tstr_of(r, v);
-        if (s->safe)
-            return tv_strv(s);
-        return tv_strv(thtml_escape(r, s));
-    }
-    if (!strcmp(name, "sort")) {
-        bool reverse = tv_truthy(targ(a, 0, "reverse", tv_bool(false)));
-        bool cs = tv_truthy(targ(a, 1, "case_sensitive", tv_bool(false)));
-        struct tv at = targ(a, 2, "attribute", tv_none_v);
-        struct tv l = items_of(r, v), out = tv_list(r->a, l.l->n + 1),
-                  keys = tv_list(r->a, l.l->n + 1);
-        for (size_t i = 0; i < l.l->n; i++) {
-            struct tv k = at.kind == TV_STR ? attr_path(r, l.l->items[i], at.s->s) : l.l->items[i];
-            if (!cs && k.kind == TV_STR)
-                k = do_case(r, k.s, CASE_LOWER);
-            tv_list_push(r->a, keys, k);
-            tv_list_push(r->a, out, l.l->items[i]);
-        }
-        /* stable insertion sort (lists in templates are short) */
-        for (size_t i = 1; i < out.l->n; i++) {
-            for (size_t j = i; j > 0; j--) {
-                trender_step(r);
-                bool ok;
-                int c = tv_compare(keys.l->items[j - 1], keys.l->items[j], &ok);
-                if (!ok)
-                    FAIL("sort: values are not comparable");
-                if (reverse ? c >= 0 : c <= 0)
-                    break;
-                struct tv t = keys.l->items[j];
-                keys.l->items[j] = keys.l->items[j - 1];
-                keys.l->items[j - 1] = t;
-                t = out.l->items[j];
-                out.l->items[j] = out.l->items[j - 1];
-                out.l->items[j - 1] = t;
-            }
-        }
-        return out;
-    }
-    /* string filters: soft_str(value) first (undefined -> "") */
-    if (!strcmp(name, "trim") || !strcmp(name, "upper") || !strcmp(name, "lower") ||
-        !strcmp(name, "title") || !strcmp(name, "capitalize") || !strcmp(name, "replace") ||
-        !strcmp(name, "center")) {
-
-        struct tstr *s = tstr_of(r, v);
-        if (!strcmp(name, "trim"))
-            return do_strip(r, s, opt_chars(r, targ(a, 0, "chars", tv_none_v)), true, true);
-        if (!strcmp(name, "upper"))
-            return do_case(r, s, CASE_UPPER);
-        if (!strcmp(name, "lower"))
-            return do_case(r, s, CASE_LOWER);
-        if (!strcmp(name, "title"))
-            return do_case(r, s, CASE_JTITLE);
-        if (!strcmp(name, "capitalize"))
-            return do_case(r, s, CASE_CAPITALIZE);
-        if (!strcmp(name, "replace")) {
-            struct tstr *o = tstr_of(r, targ(a, 0, "old", tv_undef_v));
-            struct tstr *n = tstr_of(r, targ(a, 1, "new", tv_undef_v));
-            struct tv c = targ(a, 2, "count", tv_none_v);
-            return do_replace(r, s, o, n, c.kind == TV_NONE ? -1 : targ_int(r, c, "count"));
-        }
-    }
+    for (size_t i = 0; i < sizeof filter_table / sizeof filter_table[0]; i++)
+        if (!strcmp(name, filter_table[i].name))
+            return filter_table[i].fn(r, name, v, a);
     FAIL("no filter named '%s'", name);
 }
 
