@@ -17,25 +17,19 @@
 #include "cli/cli.h"
 #include "engine/gguf/gguf.h"
 #include "engine/text/template.h"
+#include "engine/core/buf.h"
 
 static char *read_all(const char *path, size_t *len) {
     FILE *fp = fopen(path, "rb");
     if (!fp)
         return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
+    size_t cap = 0, n = 0;
+    char *buf = NULL;
     for (;;) {
-        if (!buf)
+        if (n == cap && strata_grow((void **)&buf, &cap, n + 4096, 1) < 0) {
+            free(buf);
+            buf = NULL;
             break;
-        if (n == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
         }
         size_t got = fread(buf + n, 1, cap - n, fp);
         n += got;

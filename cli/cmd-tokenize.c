@@ -28,19 +28,16 @@
 #include "cli/cli.h"
 #include "engine/gguf/gguf.h"
 #include "engine/text/tokenizer.h"
+#include "engine/core/buf.h"
 
 static char *read_stream(FILE *fp, size_t *len) {
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n == cap) {
-            char *nb = cap < TOKENIZER_MAX_TEXT ? realloc(buf, cap * 2) : NULL;
-            if (!nb) {
-                free(buf);
-                return NULL;
-            }
-            buf = nb;
-            cap *= 2;
+    size_t cap = 0, n = 0;
+    char *buf = NULL;
+    for (;;) {
+        if (n == cap &&
+            (cap >= TOKENIZER_MAX_TEXT || strata_grow((void **)&buf, &cap, n + 4096, 1) < 0)) {
+            free(buf);
+            return NULL;
         }
         size_t got = fread(buf + n, 1, cap - n, fp);
         n += got;
@@ -257,13 +254,11 @@ static int detokenize_batch(const char *model, const struct tokenizer_decode_opt
                 rc = 2;
                 break;
             }
-            int32_t *np =
-                ids.n == ids.cap ? realloc(ids.ids, (ids.cap = ids.cap * 2 + 16) * 4) : ids.ids;
-            if (!np) {
+            if (strata_grow((void **)&ids.ids, &ids.cap, ids.n + 1, sizeof *ids.ids) < 0) {
                 rc = 1;
                 break;
             }
-            (ids.ids = np)[ids.n++] = (int32_t)v;
+            ids.ids[ids.n++] = (int32_t)v;
         }
         struct strata_error err = {0};
         size_t len = 0;

@@ -4,22 +4,10 @@
 #include <string.h>
 
 #include "server/server-impl.h"
+#include "engine/core/buf.h"
 
 int sbuf_append(struct sbuf *b, const void *data, size_t n) {
-    if (b->cap - b->len < n + 1) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap - b->len < n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return STRATA_E_NOMEM;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, data, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-    return 0;
+    return strata_append(&b->p, &b->len, &b->cap, data, n) < 0 ? STRATA_E_NOMEM : 0;
 }
 
 void sbuf_free(struct sbuf *b) {

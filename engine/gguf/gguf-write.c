@@ -8,6 +8,7 @@
 #include "engine/gguf/gguf-impl.h"
 #include "engine/gguf/gguf.h"
 #include "engine/quant/quant.h"
+#include "engine/core/buf.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -57,17 +58,9 @@ struct gguf_writer {
 static void wb_put(struct wbuf *b, const void *p, size_t n) {
     if (b->oom || n == 0)
         return;
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n)
-            cap *= 2;
-        uint8_t *d = realloc(b->data, cap);
-        if (!d) {
-            b->oom = 1;
-            return;
-        }
-        b->data = d;
-        b->cap = cap;
+    if (b->len > SIZE_MAX - n || strata_grow((void **)&b->data, &b->cap, b->len + n, 1) < 0) {
+        b->oom = 1;
+        return;
     }
     memcpy(b->data + b->len, p, n);
     b->len += n;

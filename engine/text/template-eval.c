@@ -47,14 +47,7 @@ static void frame_set(struct trender *r, struct tframe *f, const char *name, str
             f->vars[i].v = v;
             return;
         }
-    if (f->n == f->cap) {
-        size_t cap = f->cap ? f->cap * 2 : 8;
-        struct tvar *nv = tarena_alloc(r->a, cap * sizeof(*nv));
-        if (f->n)
-            memcpy(nv, f->vars, f->n * sizeof(*nv));
-        f->vars = nv;
-        f->cap = cap;
-    }
+    f->vars = tarena_grow(r->a, f->vars, f->n, &f->cap, f->n + 1, sizeof(*f->vars), 8);
     f->vars[f->n++] = (struct tvar){name, v};
 }
 

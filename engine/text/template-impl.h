@@ -36,6 +36,12 @@ struct tarena {
 };
 
 void *tarena_alloc(struct tarena *a, size_t n); /* zeroed; unwinds on failure */
+/* The arena's growable array: returns an array of at least `need` elements
+ * of `elem` bytes holding the n elements of `old` (old itself stays in the
+ * arena, which frees nothing until the end); *cap doubles from `first`.
+ * Returns old when it already holds `need`. Unwinds on failure. */
+void *tarena_grow(struct tarena *a, void *old, size_t n, size_t *cap, size_t need, size_t elem,
+                  size_t first);
 char *tarena_strndup(struct tarena *a, const char *s, size_t n);
 void tarena_free(struct tarena *a);
 _Noreturn void tarena_fail(struct tarena *a, int code, const char *fmt, ...)

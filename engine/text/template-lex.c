@@ -53,14 +53,7 @@ _Noreturn static void lex_fail(struct lexer *L, size_t pos, const char *msg) {
 }
 
 static void emit(struct lexer *L, enum tlex_type t, size_t pos, const char *text, size_t len) {
-    if (L->n_toks == L->cap) {
-        size_t cap = L->cap ? L->cap * 2 : 256;
-        struct tlex_tok *nt = tarena_alloc(L->a, cap * sizeof(*nt));
-        if (L->n_toks)
-            memcpy(nt, L->toks, L->n_toks * sizeof(*nt));
-        L->toks = nt;
-        L->cap = cap;
-    }
+    L->toks = tarena_grow(L->a, L->toks, L->n_toks, &L->cap, L->n_toks + 1, sizeof(*L->toks), 256);
     struct tlex_tok *k = &L->toks[L->n_toks++];
     k->type = t;
     k->pos = pos;

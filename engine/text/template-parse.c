@@ -107,14 +107,7 @@ struct nlist {
     size_t n, cap;
 };
 static void nl_push(struct parser *P, struct nlist *l, struct tnode *x) {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 4;
-        struct tnode **v = tarena_alloc(P->a, cap * sizeof(*v));
-        if (l->n)
-            memcpy(v, l->v, l->n * sizeof(*v));
-        l->v = v;
-        l->cap = cap;
-    }
+    l->v = tarena_grow(P->a, l->v, l->n, &l->cap, l->n + 1, sizeof(*l->v), 4);
     l->v[l->n++] = x;
 }
 
@@ -250,13 +243,7 @@ static void parse_call_args(struct parser *P, struct tnode *n) {
         if (cur(P)->type == TLEX_NAME && is_op(&P->t[P->i + 1], "=")) {
             const char *name = expect_name(P);
             P->i++;
-            if (n_names == cap) {
-                cap = cap ? cap * 2 : 4;
-                const char **nn = tarena_alloc(P->a, cap * sizeof(*nn));
-                if (n_names)
-                    memcpy(nn, names, n_names * sizeof(*nn));
-                names = nn;
-            }
+            names = tarena_grow(P->a, names, n_names, &cap, n_names + 1, sizeof(*names), 4);
             names[n_names++] = name;
             nl_push(P, &kw, parse_expression(P, true));
         } else {
@@ -764,13 +751,7 @@ static void parse_macro_params(struct parser *P, struct tnode *m) {
     while (!is_op(cur(P), ")")) {
         if (n)
             expect_op(P, ",");
-        if (n == cap) {
-            cap = cap ? cap * 2 : 4;
-            const char **nn = tarena_alloc(P->a, cap * sizeof(*nn));
-            if (n)
-                memcpy(nn, names, n * sizeof(*nn));
-            names = nn;
-        }
+        names = tarena_grow(P->a, names, n, &cap, n + 1, sizeof(*names), 4);
         names[n++] = expect_name(P);
         nl_push(P, &defs, skip_op(P, "=") ? parse_expression(P, true) : NULL);
     }

@@ -50,6 +50,23 @@ void *tarena_alloc(struct tarena *a, size_t n) {
     return p;
 }
 
+void *tarena_grow(struct tarena *a, void *old, size_t n, size_t *cap, size_t need, size_t elem,
+                  size_t first) {
+    if (need <= *cap)
+        return old;
+    size_t c = *cap ? *cap : first;
+    while (c < need) {
+        if (c > SIZE_MAX / 2 / elem)
+            tarena_fail(a, STRATA_E_NOMEM, "template: out of memory");
+        c *= 2;
+    }
+    void *p = tarena_alloc(a, c * elem);
+    if (n)
+        memcpy(p, old, n * elem);
+    *cap = c;
+    return p;
+}
+
 char *tarena_strndup(struct tarena *a, const char *s, size_t n) {
     char *p = tarena_alloc(a, n + 1);
     if (n)
@@ -120,12 +137,7 @@ struct tv tv_dict(struct tarena *a, size_t cap) {
 
 void tv_list_push(struct tarena *a, struct tv list, struct tv item) {
     struct tlist *l = list.l;
-    if (l->n == l->cap) {
-        struct tv *items = tarena_alloc(a, 2 * l->cap * sizeof(struct tv));
-        memcpy(items, l->items, l->n * sizeof(struct tv));
-        l->items = items;
-        l->cap *= 2;
-    }
+    l->items = tarena_grow(a, l->items, l->n, &l->cap, l->n + 1, sizeof(struct tv), 4);
     l->items[l->n++] = item;
 }
 
@@ -154,13 +166,9 @@ void tv_dict_set(struct tarena *a, struct tv dict, struct tv key, struct tv val)
     }
     struct tdict *d = dict.d;
     if (d->n == d->cap) {
-        struct tv *k = tarena_alloc(a, 2 * d->cap * sizeof(struct tv));
-        struct tv *v = tarena_alloc(a, 2 * d->cap * sizeof(struct tv));
-        memcpy(k, d->keys, d->n * sizeof(struct tv));
-        memcpy(v, d->vals, d->n * sizeof(struct tv));
-        d->keys = k;
-        d->vals = v;
-        d->cap *= 2;
+        size_t kcap = d->cap;
+        d->keys = tarena_grow(a, d->keys, d->n, &kcap, d->n + 1, sizeof(struct tv), 4);
+        d->vals = tarena_grow(a, d->vals, d->n, &d->cap, d->n + 1, sizeof(struct tv), 4);
     }
     d->keys[d->n] = key;
     d->vals[d->n] = val;
@@ -370,29 +378,13 @@ void tbuf_put(struct tbuf *b, const char *s, size_t n, bool tainted) {
         return;
     if (b->max && b->len + n > b->max)
         tarena_fail(b->a, STRATA_E_LIMIT, "template output limit (%zu bytes) exceeded", b->max);
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 64;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = tarena_alloc(b->a, cap);
-        if (b->len)
-            memcpy(p, b->s, b->len);
-        b->s = p;
-        b->cap = cap;
-    }
+    b->s = tarena_grow(b->a, b->s, b->len, &b->cap, b->len + n + 1, 1, 64);
     memcpy(b->s + b->len, s, n);
     if (tainted) {
         if (b->nr && b->r[b->nr - 1].off + b->r[b->nr - 1].len == b->len) {
             b->r[b->nr - 1].len += n;
         } else {
-            if (b->nr == b->rcap) {
-                size_t cap = b->rcap ? b->rcap * 2 : 8;
-                struct trange *r = tarena_alloc(b->a, cap * sizeof(*r));
-                if (b->nr)
-                    memcpy(r, b->r, b->nr * sizeof(*r));
-                b->r = r;
-                b->rcap = cap;
-            }
+            b->r = tarena_grow(b->a, b->r, b->nr, &b->rcap, b->nr + 1, sizeof(*b->r), 8);
             b->r[b->nr++] = (struct trange){b->len, n};
         }
     }

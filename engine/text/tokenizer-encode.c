@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "engine/text/tokenizer-impl.h"
+#include "engine/core/buf.h"
 
 /* A piece of the input: raw text [off, off+len) when id < 0, else a token. */
 struct frag {
@@ -17,14 +18,8 @@ struct frag_list {
 };
 
 static int frag_push(struct frag_list *l, int32_t id, size_t off, size_t len) {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 16;
-        struct frag *v = realloc(l->v, cap * sizeof(*v));
-        if (!v)
-            return STRATA_E_NOMEM;
-        l->v = v;
-        l->cap = cap;
-    }
+    if (strata_grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v) < 0)
+        return STRATA_E_NOMEM;
     l->v[l->n++] = (struct frag){id, off, len};
     return 0;
 }

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "engine/text/tokenizer-impl.h"
+#include "engine/core/buf.h"
 
 #define MAX_REGEX 6
 
@@ -230,14 +231,8 @@ struct piece_list {
 };
 
 static int piece_push(struct piece_list *l, size_t off, size_t len) {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64;
-        struct tokenizer_range *v = realloc(l->v, cap * sizeof(*v));
-        if (!v)
-            return STRATA_E_NOMEM;
-        l->v = v;
-        l->cap = cap;
-    }
+    if (strata_grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v) < 0)
+        return STRATA_E_NOMEM;
     l->v[l->n++] = (struct tokenizer_range){off, len};
     return 0;
 }

@@ -8,23 +8,14 @@
 
 #include "engine/gguf/gguf.h"
 #include "engine/text/tokenizer-impl.h"
+#include "engine/core/buf.h"
 
 /* ---- small helpers --------------------------------------------------------- */
 
 int tok_buf_reserve(struct tok_buf *b, size_t extra) {
-    if (b->n + extra + 1 <= b->cap)
-        return 0;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < b->n + extra + 1) {
-        if (cap > SIZE_MAX / 2)
-            return STRATA_E_NOMEM;
-        cap *= 2;
-    }
-    char *p = realloc(b->p, cap);
-    if (!p)
+    if (extra > SIZE_MAX - b->n - 1 ||
+        strata_grow((void **)&b->p, &b->cap, b->n + extra + 1, 1) < 0)
         return STRATA_E_NOMEM;
-    b->p = p;
-    b->cap = cap;
     return 0;
 }
 
@@ -45,14 +36,8 @@ void tok_buf_free(struct tok_buf *b) {
 }
 
 int tok_ids_push(struct tokenizer_ids *ids, int32_t id) {
-    if (ids->n == ids->cap) {
-        size_t cap = ids->cap ? ids->cap * 2 : 64;
-        int32_t *p = realloc(ids->ids, cap * sizeof(*p));
-        if (!p)
-            return STRATA_E_NOMEM;
-        ids->ids = p;
-        ids->cap = cap;
-    }
+    if (strata_grow((void **)&ids->ids, &ids->cap, ids->n + 1, sizeof *ids->ids) < 0)
+        return STRATA_E_NOMEM;
     ids->ids[ids->n++] = id;
     return 0;
 }
@@ -70,14 +55,8 @@ static bool bigram_before(const struct tok_bigram *a, const struct tok_bigram *b
 }
 
 int tok_heap_push(struct tok_heap *h, struct tok_bigram bg) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        struct tok_bigram *v = realloc(h->v, cap * sizeof(*v));
-        if (!v)
-            return STRATA_E_NOMEM;
-        h->v = v;
-        h->cap = cap;
-    }
+    if (strata_grow((void **)&h->v, &h->cap, h->n + 1, sizeof *h->v) < 0)
+        return STRATA_E_NOMEM;
     size_t i = h->n++;
     while (i > 0) {
         size_t p = (i - 1) / 2;
