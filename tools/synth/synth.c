@@ -1,5 +1,6 @@
 /* tools/synth/synth.c: presets, the tensor plan of each arch, weight generation
  * (see synth.h for the initialisation and route-skew rules). */
+#include "engine/core/buf.h"
 #include "tools/synth/synth-impl.h"
 #include "engine/quant/quant.h"
 
@@ -119,7 +120,8 @@ struct plan_tensor {
 
 struct plan {
     struct plan_tensor *t;
-    int64_t n, cap;
+    int64_t n;
+    size_t cap;
 };
 
 static int plan_add(struct plan *pl, enum gen_kind kind, int layer, float gain, int64_t ne0,
@@ -128,14 +130,8 @@ static int plan_add(struct plan *pl, enum gen_kind kind, int layer, float gain, 
 
 static int plan_add(struct plan *pl, enum gen_kind kind, int layer, float gain, int64_t ne0,
                     int64_t ne1, int64_t ne2, const char *fmt, ...) {
-    if (pl->n == pl->cap) {
-        int64_t cap = pl->cap ? pl->cap * 2 : 64;
-        struct plan_tensor *t = realloc(pl->t, (size_t)cap * sizeof(*t));
-        if (!t)
-            return -1;
-        pl->t = t;
-        pl->cap = cap;
-    }
+    if (strata_grow((void **)&pl->t, &pl->cap, (size_t)pl->n + 1, sizeof *pl->t) < 0)
+        return -1;
     struct plan_tensor *t = &pl->t[pl->n++];
     memset(t, 0, sizeof(*t));
     va_list ap;
