@@ -1,14 +1,15 @@
 /* tools/synth/synth.c: presets, the tensor plan of each arch, weight generation
  * (see synth.h for the initialisation and route-skew rules). */
-#include "engine/core/buf.h"
 #include "tools/synth/synth-impl.h"
-#include "engine/quant/quant.h"
 
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "engine/core/buf.h"
+#include "engine/quant/quant.h"
 
 /* ---- presets --------------------------------------------------------------
  * Geometries from the models' Hugging Face config.json files. */
