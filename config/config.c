@@ -15,6 +15,23 @@ static const struct config_option options[CONFIG_N_OPTIONS] = {
 #undef CONFIG_ROW
 };
 
+/* The short flags `strata run` and llama-server take, as aliases of table
+ * rows (the table keeps one long flag each; --help lists these beside it). */
+static const struct {
+    const char *flag;
+    enum config_id id;
+} short_flags[] = {
+    {"-m", CONFIG_MODEL}, {"-t", CONFIG_THREADS},   {"-c", CONFIG_CTX_SIZE},
+    {"-b", CONFIG_BATCH}, {"-np", CONFIG_PARALLEL}, {"-a", CONFIG_API_KEY},
+};
+
+static int find_short(const char *flag, size_t len) {
+    for (size_t i = 0; i < sizeof short_flags / sizeof short_flags[0]; i++)
+        if (strlen(short_flags[i].flag) == len && !strncmp(short_flags[i].flag, flag, len))
+            return (int)short_flags[i].id;
+    return -1;
+}
+
 struct config {
     char *text[CONFIG_N_OPTIONS];     /* owned: effective value as text */
     long long ival[CONFIG_N_OPTIONS]; /* parsed INT/BOOL/LEVEL value */
@@ -221,7 +238,7 @@ static int parse_cli(struct config *cfg, const struct config_params *p, struct s
     int n_positional = 0;
     for (int i = 1; i < p->argc; i++) {
         const char *a = p->argv[i];
-        if (strncmp(a, "--", 2)) {
+        if (strncmp(a, "--", 2) && (a[0] != '-' || find_short(a, strlen(a)) < 0)) {
             if (n_positional++ > 0 || a[0] == '-')
                 return strata_error_set(err, STRATA_E_CONFIG, "unexpected argument '%s'", a);
             int rc = config_set(cfg, CONFIG_MODEL, a, CONFIG_SOURCE_CLI, err);
@@ -229,9 +246,9 @@ static int parse_cli(struct config *cfg, const struct config_params *p, struct s
                 return rc;
             continue;
         }
-        const char *eq = strchr(a, '=');
+        const char *eq = a[1] == '-' ? strchr(a, '=') : NULL; /* -t=2 is not a short flag */
         size_t flen = eq ? (size_t)(eq - a) : strlen(a);
-        int id = find_by_flag(a, flen);
+        int id = a[1] == '-' ? find_by_flag(a, flen) : find_short(a, flen);
         if (id < 0)
             return strata_error_set(err, STRATA_E_CONFIG, "unknown option '%.*s' (see --help)",
                                     (int)flen, a);
@@ -339,7 +356,12 @@ void config_print_help(FILE *out) {
         char range[64] = "";
         if (o->type == CONFIG_TYPE_INT)
             snprintf(range, sizeof(range), " [%lld..%lld]", o->min, o->max);
-        fprintf(out, "  %-20s %s%s (default: %s; env %s)\n", o->flag, o->doc, range,
+        char flags[40];
+        snprintf(flags, sizeof flags, "%s", o->flag);
+        for (size_t k = 0; k < sizeof short_flags / sizeof short_flags[0]; k++)
+            if ((int)short_flags[k].id == i)
+                snprintf(flags, sizeof flags, "%s, %s", short_flags[k].flag, o->flag);
+        fprintf(out, "  %-20s %s%s (default: %s; env %s)\n", flags, o->doc, range,
                 *o->def ? o->def : "none", o->env);
     }
 }

@@ -50,7 +50,7 @@ enum config_type {
     X(MODEL, "model", "STRATA_MODEL", "--model", CONFIG_TYPE_PATH, 0, 0, "",                       \
       "GGUF model file to serve")                                                                  \
     X(HOST, "host", "STRATA_HOST", "--host", CONFIG_TYPE_STRING, 0, 0, "127.0.0.1",                \
-      "address to listen on (IPv4 literal)")                                                       \
+      "address to listen on (IPv4 or IPv6 address, or a host name)")                               \
     X(PORT, "port", "STRATA_PORT", "--port", CONFIG_TYPE_INT, 0, 65535, "8080",                    \
       "TCP port (0 = pick a free one and print it)")                                               \
     X(API_KEY, "api-key", "STRATA_API_KEY", "--api-key", CONFIG_TYPE_STRING, 0, 0, "",             \

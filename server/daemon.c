@@ -129,8 +129,11 @@ int daemon_main(int argc, char **argv, const struct daemon_hooks *hooks) {
         fprintf(stderr, "%s: %s\n", prog, err.message);
         goto out;
     }
+    /* an IPv6 literal goes in brackets in a URL */
+    const bool v6 = strchr(p.host, ':') && p.host[0] != '[';
     if (info)
-        fprintf(stderr, "%s: listening on http://%s:%d%s\n", prog, p.host, server_port(srv),
+        fprintf(stderr, "%s: listening on http://%s%s%s:%d%s\n", prog, v6 ? "[" : "", p.host,
+                v6 ? "]" : "", server_port(srv),
                 auth_keys_enabled(keys) ? " (API key required)" : "");
     fflush(stderr);
     if (hooks && hooks->open) {

@@ -38,6 +38,7 @@
  * socket, so the descriptor cannot have been reused.
  */
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -78,7 +79,8 @@ struct front_conn {
     double t_wait;  /* monotonic s: since when it waits for request headers */
     double t_close; /* CONN_LINGER: close at this time at the latest */
     size_t n_drained;
-    struct sockaddr_in addr;
+    struct sockaddr_storage addr; /* the peer (IPv4 or IPv6) */
+    socklen_t addr_len;
     struct front_conn *prev, *next;
 };
 
@@ -300,12 +302,12 @@ static void conn_hand_over(struct front *f, struct front_conn *c) {
     c->state = CONN_HANDED;
     c->t_wait = server_now();
     int fd = c->fd;
-    struct sockaddr_in addr = c->addr;
+    struct sockaddr_storage addr = c->addr;
+    const socklen_t alen = c->addr_len;
     pthread_mutex_unlock(&f->mu);
     /* MHD_add_connection only queues it for MHD's thread (which may run the
      * STARTED notification before this returns); on failure MHD closed fd */
-    enum MHD_Result ok =
-        MHD_add_connection(f->srv->mhd, fd, (const struct sockaddr *)&addr, sizeof(addr));
+    enum MHD_Result ok = MHD_add_connection(f->srv->mhd, fd, (const struct sockaddr *)&addr, alen);
     pthread_mutex_lock(&f->mu);
     if (ok != MHD_YES) {
         for (struct front_conn *x = f->conns; x; x = x->next)
@@ -379,7 +381,7 @@ static void sweep(struct front *f, double now) {
 
 static void accept_some(struct front *f) {
     for (int i = 0; i < FRONT_ACCEPT_BURST; i++) {
-        struct sockaddr_in addr;
+        struct sockaddr_storage addr;
         socklen_t alen = sizeof(addr);
         int fd =
             accept4(f->listen_fd, (struct sockaddr *)&addr, &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -399,8 +401,10 @@ static void accept_some(struct front *f) {
             continue;
         }
         *c = (struct front_conn){.fd = fd, .state = CONN_PENDING, .t_wait = server_now()};
-        if (alen == sizeof(addr))
+        if (alen <= sizeof(addr)) {
             c->addr = addr;
+            c->addr_len = alen;
+        }
         pthread_mutex_lock(&f->mu);
         /* a HANDED record with this descriptor is stale: MHD closed it
          * without a notification (its own failure to set the connection up) */
@@ -482,12 +486,39 @@ struct front *front_init(struct server *s, struct strata_error *err) {
         strata_error_set(err, STRATA_E_INTERNAL, "server: mutex init failed");
         return NULL;
     }
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->p.port)};
-    if (inet_pton(AF_INET, s->host, &addr.sin_addr) != 1) {
-        strata_error_set(err, STRATA_E_CONFIG, "host '%s' is not an IPv4 address", s->host);
+    /* --host: an IPv4 or IPv6 literal ("::1", "[::1]") or a name the
+     * resolver knows ("localhost"); the first address that binds is used */
+    char host[256];
+    size_t hl = strlen(s->host);
+    if (hl >= 2 && s->host[0] == '[' && s->host[hl - 1] == ']')
+        snprintf(host, sizeof host, "%.*s", (int)(hl - 2), s->host + 1);
+    else
+        snprintf(host, sizeof host, "%s", s->host);
+    char port[16];
+    snprintf(port, sizeof port, "%d", s->p.port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    int gai = getaddrinfo(host, port, &hints, &res);
+    if (gai != 0 || !res) {
+        strata_error_set(err, STRATA_E_CONFIG, "host '%s': %s", s->host,
+                         gai ? gai_strerror(gai) : "no address");
         goto fail;
     }
-    f->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    /* IPv4 first: "localhost" resolves to ::1 and 127.0.0.1, and clients
+     * (curl, the SDKs) try 127.0.0.1 */
+    struct addrinfo *ai = res;
+    for (struct addrinfo *x = res; x; x = x->ai_next)
+        if (x->ai_family == AF_INET) {
+            ai = x;
+            break;
+        }
+    struct sockaddr_storage addr;
+    memcpy(&addr, ai->ai_addr, ai->ai_addrlen);
+    socklen_t addr_len = ai->ai_addrlen;
+    f->listen_fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    freeaddrinfo(res);
     int one = 1;
     /* SO_REUSEADDR (restart over TIME_WAIT) but never SO_REUSEPORT: with it a
      * second daemon bound the same port and the kernel split the requests
@@ -498,7 +529,7 @@ struct front *front_init(struct server *s, struct strata_error *err) {
                          strerror(errno));
         goto fail;
     }
-    if (bind(f->listen_fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) {
+    if (bind(f->listen_fd, (struct sockaddr *)&addr, addr_len) != 0) {
         int e = errno;
         strata_error_set(err, STRATA_E_IO, "cannot listen on %s:%d: %s%s", s->host, s->p.port,
                          strerror(e),
@@ -514,7 +545,8 @@ struct front *front_init(struct server *s, struct strata_error *err) {
     }
     socklen_t alen = sizeof(addr);
     getsockname(f->listen_fd, (struct sockaddr *)&addr, &alen);
-    f->port = ntohs(addr.sin_port);
+    f->port = ntohs(addr.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&addr)->sin6_port
+                                               : ((struct sockaddr_in *)&addr)->sin_port);
     f->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
     f->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     struct epoll_event lev = {.events = EPOLLIN, .data.ptr = &f->listen_fd};

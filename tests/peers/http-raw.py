@@ -525,6 +525,51 @@ def test_config_errors():
         os.unlink(fifo)
 
 
+def test_hosts():
+    """--host takes an IPv6 literal (bare or in brackets) and a host name;
+    the listening line puts an IPv6 address in brackets."""
+    for host, family, addr in (("::1", socket.AF_INET6, "::1"), ("[::1]", socket.AF_INET6, "::1"),
+                               ("localhost", socket.AF_INET, "127.0.0.1")):
+        proc = subprocess.Popen([BIN, "--port", "0", "--host", host], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            line = ""
+            deadline = time.time() + 20
+            while time.time() < deadline and "listening on" not in line:
+                line = proc.stderr.readline()
+                if not line:
+                    break
+            m = re.search(r"listening on http://(\S+):(\d+)", line)
+            check(f"--host {host}: listening line", m is not None and
+                  (family == socket.AF_INET or m.group(1) == "[::1]"), line)
+            if not m:
+                continue
+            got = b""
+            for _ in range(100):  # the fake backend may still be loading: 503 until ready
+                with socket.socket(family, socket.SOCK_STREAM) as c:
+                    c.settimeout(5)
+                    c.connect((addr, int(m.group(2))))
+                    c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                    got = b""
+                    while True:
+                        d = c.recv(4096)
+                        if not d:
+                            break
+                        got += d
+                if got.startswith(b"HTTP/1.1 200"):
+                    break
+                time.sleep(0.05)
+            check(f"--host {host}: /health over {'IPv6' if family == socket.AF_INET6 else 'IPv4'}",
+                  got.startswith(b"HTTP/1.1 200"), got[:80])
+        finally:
+            proc.kill()
+            proc.wait()
+    r = subprocess.run([BIN, "--port", "0", "--host", "no-such-host.invalid"], capture_output=True,
+                       text=True, timeout=30)
+    check("unresolvable --host exits 1 with the name", r.returncode != 0 and
+          "no-such-host.invalid" in r.stderr and "listening on" not in r.stderr, r.stderr[-300:])
+
+
 def test_key_file():
     path = f"/tmp/strata-http-raw-keys-{os.getpid()}"
     with open(path, "w") as f:
@@ -708,7 +753,7 @@ def main():
     finally:
         if proc.poll() is None:
             proc.kill()
-    for fn in (test_config_errors, test_key_file) + ((test_strata_serve,) if STRATA else ()):
+    for fn in (test_config_errors, test_key_file, test_hosts) + ((test_strata_serve,) if STRATA else ()):
         try:
             fn()
         except Exception as e:  # noqa: BLE001

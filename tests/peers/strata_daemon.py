@@ -14,7 +14,7 @@ import threading
 import time
 
 SANITIZER_RE = re.compile(r"AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|runtime error:")
-LISTENING_RE = re.compile(r"listening on http://[0-9.]+:(\d+)")
+LISTENING_RE = re.compile(r"listening on http://(?:[0-9.]+|\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):(\d+)")
 
 
 def shared_dir():

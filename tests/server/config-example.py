@@ -29,7 +29,7 @@ def check(name, ok, detail=""):
 
 env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")}
 helptext = subprocess.run([strata, "serve", "--help"], capture_output=True, text=True, env=env).stdout
-opts = re.findall(r"^\s+--(\S+)\s+.*\(default: (.*?); env \S+\)$", helptext, re.M)
+opts = re.findall(r"^\s+(?:-\w+, )?--(\S+)\s+.*\(default: (.*?); env \S+\)$", helptext, re.M)
 check("help lists options", len(opts) >= 20, str(len(opts)))
 text = open(example, encoding="utf-8").read()
 for name, default in opts:

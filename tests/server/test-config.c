@@ -99,6 +99,29 @@ START_TEST(invalid_values) {
 }
 END_TEST
 
+/* The short flags `strata run` and llama-server take (-m, -t, -c, -b, -np,
+ * -a) set their options; an unknown short flag is refused by name. */
+START_TEST(short_flags) {
+    char *argv[] = {"serve", "-m", "x.gguf", "-t", "3", "-c", "512", "-b", "64", "-np", "2"};
+    struct strata_error err = {0};
+    struct config *c = load(11, argv, (const char *const[]){NULL}, &err);
+    ck_assert_msg(c != NULL, "%s", err.message);
+    ck_assert_str_eq(config_str(c, CONFIG_MODEL), "x.gguf");
+    ck_assert_int_eq(config_int(c, CONFIG_THREADS), 3);
+    ck_assert_int_eq(config_source_of(c, CONFIG_THREADS), CONFIG_SOURCE_CLI);
+    ck_assert_int_eq(config_int(c, CONFIG_CTX_SIZE), 512);
+    ck_assert_int_eq(config_int(c, CONFIG_BATCH), 64);
+    ck_assert_int_eq(config_int(c, CONFIG_PARALLEL), 2);
+    config_free(c);
+    char *bad[] = {"serve", "-x", "1"};
+    ck_assert(load(3, bad, (const char *const[]){NULL}, &err) == NULL);
+    ck_assert_msg(strstr(err.message, "'-x'") != NULL, "%s", err.message);
+    char *missing[] = {"serve", "-t"};
+    ck_assert(load(2, missing, (const char *const[]){NULL}, &err) == NULL);
+    ck_assert_msg(strstr(err.message, "needs a value") != NULL, "%s", err.message);
+}
+END_TEST
+
 START_TEST(suffixes_and_help) {
     char *argv[] = {"serve", "--max-body=4m", "--pool-spin", "0"};
     struct strata_error err = {0};
@@ -127,6 +150,7 @@ static Suite *config_suite(void) {
     tcase_add_test(tc, precedence);
     tcase_add_test(tc, invalid_values);
     tcase_add_test(tc, suffixes_and_help);
+    tcase_add_test(tc, short_flags);
     suite_add_tcase(s, tc);
     return s;
 }
