@@ -97,9 +97,12 @@ static enum MHD_Result on_headers(struct exchange *ex, const char *url, const ch
     }
     ex->gen_route = r->metric == METRICS_ROUTE_CHAT ? GEN_ROUTE_CHAT : GEN_ROUTE_COMPLETION;
     const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
-    if (!http_content_type_is_json(ct))
-        return http_respond_error_as(ex, STRATA_E_INVALID, "invalid_content_type",
-                                     "Content-Type must be application/json", NULL, NULL);
+    if (!http_content_type_accepts_json(ct)) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "Content-Type %.*s is not accepted: send application/json",
+                 strata_utf8_cut(ct, 64), ct);
+        return http_respond_error_as(ex, STRATA_E_INVALID, "invalid_content_type", msg, NULL, NULL);
+    }
     const char *cl =
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl) {

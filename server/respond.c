@@ -195,6 +195,30 @@ bad:
     return false;
 }
 
+/* The types a JSON body comes with in practice: none at all, curl -d's
+ * default (application/x-www-form-urlencoded) and text/plain (a browser's
+ * fetch of a string body, which needs no CORS preflight). llama-server and
+ * Ollama parse the body as JSON whatever the type; strata does for these and
+ * refuses the rest (multipart/form-data, application/xml, ...) by name. */
+bool http_content_type_accepts_json(const char *ct) {
+    if (!ct || http_content_type_is_json(ct))
+        return true;
+    while (*ct == ' ')
+        ct++;
+    static const char *const ok[] = {"application/x-www-form-urlencoded", "text/plain"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        const size_t n = strlen(ok[i]);
+        if (!strncasecmp(ct, ok[i], n)) {
+            const char *rest = ct + n;
+            while (*rest == ' ')
+                rest++;
+            if (*rest == '\0' || *rest == ';')
+                return true;
+        }
+    }
+    return false;
+}
+
 bool http_content_type_is_json(const char *ct) {
     if (!ct)
         return false;

@@ -160,6 +160,9 @@ enum MHD_Result http_respond_json(struct exchange *ex, int status, char *body);
 void http_close_if_draining(struct exchange *ex, struct MHD_Response *r);
 bool http_utf8_valid(const char *s, size_t n, size_t *bad_offset);
 bool http_content_type_is_json(const char *ct);
+/* The Content-Types a JSON body is accepted with (respond.c: none, JSON,
+ * application/x-www-form-urlencoded, text/plain). */
+bool http_content_type_accepts_json(const char *ct);
 
 /* stream.c: SSE, the gen sink, the keep-alive ticker */
 void stream_on_event(void *ctx, const struct gen_event *ev);

@@ -46,6 +46,14 @@ START_TEST(content_type) {
     ck_assert(!http_content_type_is_json("text/plain"));
     ck_assert(!http_content_type_is_json("application/jsonx"));
     ck_assert(!http_content_type_is_json("application/x-www-form-urlencoded"));
+    /* what a JSON body is accepted with: none, json, curl -d's, text/plain */
+    ck_assert(http_content_type_accepts_json(NULL));
+    ck_assert(http_content_type_accepts_json("application/json; charset=utf-8"));
+    ck_assert(http_content_type_accepts_json("application/x-www-form-urlencoded"));
+    ck_assert(http_content_type_accepts_json("text/plain;charset=UTF-8"));
+    ck_assert(!http_content_type_accepts_json("multipart/form-data; boundary=x"));
+    ck_assert(!http_content_type_accepts_json("application/xml"));
+    ck_assert(!http_content_type_accepts_json("text/plainx"));
 }
 END_TEST
 
