@@ -49,6 +49,14 @@ static struct exchange *exchange_new(struct server *s, struct MHD_Connection *co
     ex->route = METRICS_ROUTE_OTHER;
     ex->phase = PHASE_HEADERS;
     ex->t_start = server_now();
+    /* unique within a daemon (the counter) and unlikely to repeat across
+     * restarts (the start time mixed in) */
+    static _Atomic uint64_t next_id;
+    uint64_t x = atomic_fetch_add(&next_id, 1) + 1;
+    uint64_t z = x * 0x9e3779b97f4a7c15ull ^ (uint64_t)(s->t_start * 1e6);
+    z = (z ^ (z >> 31)) * 0xbf58476d1ce4e5b9ull;
+    snprintf(ex->request_id, sizeof ex->request_id, "req-%016llx",
+             (unsigned long long)(z ^ (z >> 29)));
     atomic_fetch_add(&s->n_exchanges, 1);
     return ex;
 }
@@ -59,11 +67,17 @@ static struct exchange *exchange_new(struct server *s, struct MHD_Connection *co
 static enum MHD_Result on_headers(struct exchange *ex, const char *url, const char *method) {
     struct server *s = ex->srv;
     struct MHD_Connection *c = ex->conn;
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (origin && strlen(origin) < sizeof ex->origin &&
+        http_cors_allowed(s->p.cors_origins, origin))
+        snprintf(ex->origin, sizeof ex->origin, "%s", origin);
     const struct route *r = route_find(url);
     if (!r)
         return http_respond_error_as(ex, STRATA_E_NOT_FOUND, "unknown_url", "unknown route", NULL,
                                      NULL);
     ex->route = r->metric;
+    if (!strcmp(method, "OPTIONS")) /* the CORS preflight: before auth (it carries no key) */
+        return http_respond_options(ex, r->method);
     if (strcmp(method, r->method)) {
         if (!strcmp(method, "HEAD") && !strcmp(r->method, "GET")) {
             /* MHD answers HEAD from the GET response without a body */

@@ -115,14 +115,63 @@ void http_close_if_draining(struct exchange *ex, struct MHD_Response *r) {
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
 }
 
+bool http_cors_allowed(const char *list, const char *origin) {
+    if (!list || !*list || !origin || !*origin)
+        return false;
+    const size_t n = strlen(origin);
+    for (const char *p = list; *p;) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        const char *e = p;
+        while (*e && *e != ',')
+            e++;
+        const char *t = e;
+        while (t > p && t[-1] == ' ')
+            t--;
+        if ((t - p == 1 && *p == '*') || ((size_t)(t - p) == n && !strncasecmp(p, origin, n)))
+            return true;
+        p = e;
+    }
+    return false;
+}
+
+void http_common_headers(struct exchange *ex, struct MHD_Response *r) {
+    MHD_add_response_header(r, "X-Request-Id", ex->request_id);
+    if (ex->origin[0]) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", ex->origin);
+        MHD_add_response_header(r, "Access-Control-Expose-Headers", "X-Request-Id");
+        MHD_add_response_header(r, "Vary", "Origin");
+    }
+    http_close_if_draining(ex, r);
+}
+
 /* Queues r (released here), marks the exchange answered and counts it. */
 static enum MHD_Result queue_final(struct exchange *ex, int status, struct MHD_Response *r) {
-    http_close_if_draining(ex, r);
+    http_common_headers(ex, r);
     enum MHD_Result rc = MHD_queue_response(ex->conn, (unsigned)status, r);
     MHD_destroy_response(r);
     ex->phase = PHASE_RESPONDED;
     metrics_count_request(ex->srv->metrics, metrics_route_of(ex), status);
     return rc;
+}
+
+enum MHD_Result http_respond_options(struct exchange *ex, const char *allow) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    char methods[64];
+    snprintf(methods, sizeof methods, "%s, %sOPTIONS", allow, strcmp(allow, "GET") ? "" : "HEAD, ");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, methods);
+    if (ex->origin[0]) {
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", methods);
+        const char *req = MHD_lookup_connection_value(ex->conn, MHD_HEADER_KIND,
+                                                      "Access-Control-Request-Headers");
+        MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                                req && *req && strlen(req) < 1024 ? req
+                                                                  : "Authorization, Content-Type");
+        MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    }
+    return queue_final(ex, 204, r);
 }
 
 enum MHD_Result http_respond_json(struct exchange *ex, int status, char *body) {

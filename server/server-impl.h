@@ -51,11 +51,13 @@ struct exchange {
     enum exchange_phase phase; /* MHD thread only */
     struct sbuf body;          /* request body, at most max_body bytes */
     bool body_too_large;
-    bool close_after; /* answer with Connection: close (framing refused) */
-    int key_index;    /* the API key that authorized the request (auth_key_index) */
-    size_t n_dropped; /* body bytes of a no-body method, discarded */
-    double t_start;   /* seconds (monotonic) when the headers were in */
-    double t_submit;  /* seconds (monotonic) when the job was submitted */
+    bool close_after;    /* answer with Connection: close (framing refused) */
+    int key_index;       /* the API key that authorized the request (auth_key_index) */
+    char request_id[24]; /* "req-" + 16 hex: X-Request-Id and the log line */
+    char origin[256];    /* the request's Origin when --cors-origin allows it, else "" */
+    size_t n_dropped;    /* body bytes of a no-body method, discarded */
+    double t_start;      /* seconds (monotonic) when the headers were in */
+    double t_submit;     /* seconds (monotonic) when the job was submitted */
 
     pthread_mutex_t mu; /* guards everything below */
     int refs;
@@ -149,6 +151,11 @@ char *http_error_json(int code, const char *message, const char *param);
 /* The same with error.code oa_code instead of the table's ("invalid_json"); NULL: the table's. */
 char *http_error_json_as(int code, const char *oa_code, const char *message, const char *param);
 /* Queues an error response with the table's status (+ Allow for 405). */
+/* 204 to OPTIONS on a route whose method is `allow`: Allow, and for an
+ * allowed Origin the CORS preflight answer (methods, the requested headers,
+ * max-age 600 s); an Origin outside --cors-origin gets no CORS headers, so
+ * the browser refuses the real request. */
+enum MHD_Result http_respond_options(struct exchange *ex, const char *allow);
 enum MHD_Result http_respond_error(struct exchange *ex, int code, const char *message,
                                    const char *param, const char *allow);
 enum MHD_Result http_respond_error_as(struct exchange *ex, int code, const char *oa_code,
@@ -158,6 +165,11 @@ enum MHD_Result http_respond_json(struct exchange *ex, int status, char *body);
 /* Adds Connection: close to r when the exchange must not keep its connection
  * (draining, refused framing). */
 void http_close_if_draining(struct exchange *ex, struct MHD_Response *r);
+/* Headers every response of an exchange carries: X-Request-Id, the CORS
+ * headers for an allowed Origin, Connection: close while draining. */
+void http_common_headers(struct exchange *ex, struct MHD_Response *r);
+/* 1 when origin (NUL-terminated) is in the --cors-origin list (or it is "*"). */
+bool http_cors_allowed(const char *list, const char *origin);
 bool http_utf8_valid(const char *s, size_t n, size_t *bad_offset);
 bool http_content_type_is_json(const char *ct);
 /* The Content-Types a JSON body is accepted with (respond.c: none, JSON,

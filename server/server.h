@@ -31,7 +31,7 @@
 struct server;
 
 struct server_params {
-    const char *host;             /* borrowed; IPv4 literal, "127.0.0.1" */
+    const char *host;             /* borrowed; IPv4/IPv6 literal or host name, "127.0.0.1" */
     int port;                     /* 0 = any free port (see server_port) */
     size_t max_body;              /* bytes; larger bodies get 413 */
     int timeout_s;                /* idle seconds, and seconds to send request headers */
@@ -39,6 +39,7 @@ struct server_params {
     int keepalive_ms;             /* SSE ": keep-alive" interval while waiting for tokens */
     bool always_usage;            /* passed to every submit */
     const struct auth_keys *auth; /* borrowed; NULL = no auth */
+    const char *cors_origins;     /* borrowed; "*", "a,b" or ""/NULL = no CORS headers */
     struct gen_backend gen;       /* ops NULL: completions answer 503 */
 };
 

@@ -177,6 +177,7 @@ enum MHD_Result stream_start(struct exchange *ex) {
         return MHD_NO;
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    http_common_headers(ex, r);
     enum MHD_Result rc = MHD_queue_response(ex->conn, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     ex->phase = PHASE_STREAMING;

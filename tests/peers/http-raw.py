@@ -525,6 +525,70 @@ def test_config_errors():
         os.unlink(fifo)
 
 
+def test_cors():
+    """--cors-origin: the preflight (OPTIONS) is answered before auth, with the
+    CORS headers only for an allowed Origin; every response carries
+    X-Request-Id (unique), and those for an allowed Origin the
+    Access-Control-Allow-Origin header; without --cors-origin no CORS headers."""
+    ok_origin, bad_origin = "http://localhost:3000", "http://evil.example"
+    proc, port, _ = start("--api-key", KEY, "--cors-origin", f"{ok_origin}, http://other:1")
+    try:
+        pre = {"Origin": ok_origin, "Access-Control-Request-Method": "POST",
+               "Access-Control-Request-Headers": "authorization, content-type"}
+        st, h, d = request(port, "OPTIONS", "/v1/chat/completions", headers=pre, key=None)
+        check("preflight 204 before auth", st == 204 and
+              h.get("access-control-allow-origin") == ok_origin and
+              "POST" in h.get("access-control-allow-methods", "") and
+              h.get("access-control-allow-headers") == "authorization, content-type" and
+              h.get("access-control-max-age") == "600", (st, h))
+        st, h, d = request(port, "OPTIONS", "/v1/chat/completions", key=None,
+                           headers={**pre, "Origin": bad_origin})
+        check("preflight from another origin: no CORS headers", st == 204 and
+              "access-control-allow-origin" not in h, h)
+        st, h, d = request(port, "OPTIONS", "/health", key=None)
+        check("OPTIONS without Origin: 204 with Allow", st == 204 and
+              h.get("allow") == "GET, HEAD, OPTIONS", h)
+        ids = set()
+        for path, key in (("/v1/models", KEY), ("/v1/models", None), ("/health", None)):
+            st, h, d = request(port, "GET", path, key=key, headers={"Origin": ok_origin})
+            check(f"GET {path} ({'key' if key else 'no key'}): CORS and request id",
+                  h.get("access-control-allow-origin") == ok_origin and
+                  h.get("vary") == "Origin" and "X-Request-Id" in h.get("access-control-expose-headers", "") and
+                  re.fullmatch(r"req-[0-9a-f]{16}", h.get("x-request-id", "")) is not None, (st, h))
+            ids.add(h.get("x-request-id"))
+        st, h, d = request(port, "GET", "/v1/models", headers={"Origin": bad_origin})
+        check("a response to another origin has no CORS headers", st == 200 and
+              "access-control-allow-origin" not in h and "x-request-id" in h, h)
+        ids.add(h.get("x-request-id"))
+        body = json.dumps({"model": "fake-model", "messages": [{"role": "user", "content": "hi"}],
+                           "stream": True}).encode()
+        s = sd.raw_post(port, "/v1/chat/completions", body,
+                        AUTH + f"Origin: {ok_origin}\r\n".encode())
+        head = b""
+        s.settimeout(10)
+        while b"\r\n\r\n" not in head:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+        s.close()
+        hl = head.lower()
+        check("SSE response: CORS and request id", b"access-control-allow-origin: " +
+              ok_origin.encode() in hl and b"x-request-id: req-" in hl, head[:300])
+        check("request ids are unique", len(ids) == 4, ids)
+    finally:
+        proc.kill()
+        proc.wait()
+    proc, port, _ = start()
+    try:
+        st, h, d = request(port, "GET", "/health", key=None, headers={"Origin": ok_origin})
+        check("no --cors-origin: no CORS headers", "access-control-allow-origin" not in h and
+              "x-request-id" in h, h)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_hosts():
     """--host takes an IPv6 literal (bare or in brackets) and a host name;
     the listening line puts an IPv6 address in brackets."""
@@ -753,7 +817,7 @@ def main():
     finally:
         if proc.poll() is None:
             proc.kill()
-    for fn in (test_config_errors, test_key_file, test_hosts) + ((test_strata_serve,) if STRATA else ()):
+    for fn in (test_config_errors, test_key_file, test_hosts, test_cors) + ((test_strata_serve,) if STRATA else ()):
         try:
             fn()
         except Exception as e:  # noqa: BLE001
