@@ -67,6 +67,9 @@ static struct exchange *exchange_new(struct server *s, struct MHD_Connection *co
 static enum MHD_Result on_headers(struct exchange *ex, const char *url, const char *method) {
     struct server *s = ex->srv;
     struct MHD_Connection *c = ex->conn;
+    snprintf(ex->method, sizeof ex->method, "%.*s", strata_utf8_cut(method, sizeof ex->method - 1),
+             method);
+    snprintf(ex->path, sizeof ex->path, "%.*s", strata_utf8_cut(url, sizeof ex->path - 1), url);
     const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
     if (origin && strlen(origin) < sizeof ex->origin &&
         http_cors_allowed(s->p.cors_origins, origin))
@@ -330,6 +333,41 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, const ch
     return MHD_YES;
 }
 
+/* The request's line on stderr (server_params.log_level >= info), logfmt so
+ * log shippers split it:
+ *   strata: request id=req-... method=POST path=/v1/chat/completions status=200
+ *     prompt=46 cached=0 completion=12 ttft_ms=35 tok_s=28.1 total_ms=480
+ *     stream=1 [error=CONTEXT_LENGTH] [disconnect=1]
+ * ttft_ms: from the request's arrival to its first generated token; tok_s:
+ * the decode rate after it, (completion - 1) / (last token - first token);
+ * total_ms: arrival to the end of the response. Token fields only for the
+ * completion routes; the path a client chose is cut and
+ * printed with quotes, spaces and control bytes replaced by _. */
+static void log_request(struct exchange *ex, enum MHD_RequestTerminationCode toe) {
+    if (ex->srv->p.log_level < 2 || !ex->method[0])
+        return;
+    char path[sizeof ex->path];
+    size_t n = 0;
+    for (const char *p = ex->path; *p && n + 1 < sizeof path; p++)
+        path[n++] = (unsigned char)*p < 0x20 || *p == '"' || *p == ' ' ? '_' : *p;
+    path[n] = '\0';
+    const double now = server_now();
+    char tokens[192] = "";
+    if (ex->route == METRICS_ROUTE_CHAT || ex->route == METRICS_ROUTE_COMPLETION) {
+        const double ttft = ex->got_token ? (ex->t_first_token - ex->t_start) * 1e3 : 0.0;
+        const double span = ex->t_last_token - ex->t_first_token;
+        const double tok_s = ex->n_completion > 1 && span > 0 ? (ex->n_completion - 1) / span : 0.0;
+        snprintf(tokens, sizeof tokens,
+                 " prompt=%lld cached=%lld completion=%lld ttft_ms=%.0f tok_s=%.1f stream=%d",
+                 (long long)ex->n_prompt, (long long)ex->n_cached, (long long)ex->n_completion,
+                 ttft, tok_s, ex->stream ? 1 : 0);
+    }
+    fprintf(stderr, "strata: request id=%s method=%s path=%s status=%d%s total_ms=%.0f%s%s%s\n",
+            ex->request_id, ex->method, path, ex->log_status, tokens, (now - ex->t_start) * 1e3,
+            ex->log_error ? " error=" : "", ex->log_error ? strata_error_name(ex->log_error) : "",
+            toe != MHD_REQUEST_TERMINATED_COMPLETED_OK ? " disconnect=1" : "");
+}
+
 void http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                        enum MHD_RequestTerminationCode toe) {
     struct server *s = cls;
@@ -339,6 +377,7 @@ void http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         return;
     *con_cls = NULL;
     pthread_mutex_lock(&ex->mu);
+    log_request(ex, toe);
     ex->conn_gone = true;
     ex->suspended = false;
     struct gen_job *job = ex->gen_done || ex->peer_gone ? NULL : ex->job;

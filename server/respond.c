@@ -148,6 +148,7 @@ void http_common_headers(struct exchange *ex, struct MHD_Response *r) {
 /* Queues r (released here), marks the exchange answered and counts it. */
 static enum MHD_Result queue_final(struct exchange *ex, int status, struct MHD_Response *r) {
     http_common_headers(ex, r);
+    ex->log_status = status;
     enum MHD_Result rc = MHD_queue_response(ex->conn, (unsigned)status, r);
     MHD_destroy_response(r);
     ex->phase = PHASE_RESPONDED;
@@ -193,6 +194,8 @@ enum MHD_Result http_respond_error_as(struct exchange *ex, int code, const char 
     char *body = http_error_json_as(code, oa_code, message, param);
     if (!body)
         return MHD_NO;
+    if (!ex->log_error)
+        ex->log_error = code; /* for the request's log line */
     int status = strata_error_http_status(code);
     struct MHD_Response *r = json_response(body);
     if (!r)

@@ -78,7 +78,14 @@ struct exchange {
     int final_status; /* non-stream: status of the final response */
     char *final_body; /* owned: non-stream final body (JSON) */
     bool final_ready;
-    double t_last_token;   /* seconds; inter-token latency */
+    double t_last_token;  /* seconds; inter-token latency */
+    double t_first_token; /* seconds; 0 until the first DELTA */
+    /* for the request's log line (USAGE and ERROR events, the response) */
+    int64_t n_prompt, n_cached, n_completion;
+    int log_status;        /* status of the response queued (200 for a stream) */
+    int log_error;         /* STRATA_E_* of an ERROR event (mid-stream too), 0 if none */
+    char method[8];        /* the request's, cut */
+    char path[96];         /* the request's URL path, cut at a character boundary */
     double next_keepalive; /* seconds; stream keep-alive due time */
 
     struct exchange *prev, *next; /* server.pending list (server.mu) while job is live */

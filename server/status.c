@@ -303,6 +303,7 @@ enum MHD_Result status_metrics(struct exchange *ex) {
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4");
     http_common_headers(ex, r);
+    ex->log_status = 200;
     enum MHD_Result rc = MHD_queue_response(ex->conn, 200, r);
     MHD_destroy_response(r);
     ex->phase = PHASE_RESPONDED;

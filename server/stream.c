@@ -74,10 +74,17 @@ void stream_on_event(void *ctx, const struct gen_event *ev) {
         else
             metrics_observe_itl(s->metrics, now - ex->t_last_token,
                                 ev->n_tokens > 0 ? ev->n_tokens : 1);
+        if (!ex->got_token)
+            ex->t_first_token = now;
         ex->got_token = true;
         ex->t_last_token = now;
     } else if (ev->type == GEN_EV_USAGE) {
         metrics_add_tokens(s->metrics, ev->n_prompt_tokens, ev->n_completion_tokens);
+        ex->n_prompt = ev->n_prompt_tokens;
+        ex->n_cached = ev->n_cached_tokens;
+        ex->n_completion = ev->n_completion_tokens;
+    } else if (ev->type == GEN_EV_ERROR && !ex->log_error) {
+        ex->log_error = ev->error_code;
     }
     /* A stream that fails before its SSE response started answers like a
      * non-stream request (status + error body; see on_resumed in http.c). */
@@ -178,6 +185,7 @@ enum MHD_Result stream_start(struct exchange *ex) {
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     http_common_headers(ex, r);
+    ex->log_status = 200;
     enum MHD_Result rc = MHD_queue_response(ex->conn, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     ex->phase = PHASE_STREAMING;

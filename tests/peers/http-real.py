@@ -14,6 +14,7 @@ Prints `RESULT http-real: N passed, M failed`.
 """
 import json
 import os
+import re
 import signal
 import socket
 import struct
@@ -604,6 +605,51 @@ def test_template_error(tmpdir):
         stop(proc, log, reader, "template daemon")
 
 
+def test_request_log():
+    """One logfmt line a request on stderr with the X-Request-Id the client got:
+    method, path, status, token counts, TTFT, tok/s, total time; a stream, a
+    non-stream request, an error and a disconnect."""
+    proc, port, log, reader = start(MODEL)
+    try:
+        hj = {"Content-Type": "application/json"}
+        body = {"model": MODEL_ID, "messages": [{"role": "user", "content": "Once upon a time"}],
+                "max_tokens": 6}
+        st, h1, _ = request(port, "POST", "/v1/chat/completions", body=body, headers=hj)
+        st2, h2, _ = request(port, "POST", "/v1/chat/completions", body={**body, "stream": True},
+                             headers=hj)
+        st3, h3, _ = request(port, "POST", "/v1/completions", body={"model": "nope", "prompt": "x"},
+                             headers=hj)
+        s = sd.raw_post(port, "/v1/completions", json.dumps(
+            {"model": MODEL_ID, "prompt": "Once", "max_tokens": 1500, "stream": True,
+             "logit_bias": {str(EOS): -100}}).encode())
+        sd.read_events(s, 3)
+        s.close()
+        ids = [h.get("x-request-id", "?") for h in (h1, h2, h3)]
+        deadline = time.time() + 10
+        text = ""
+        while time.time() < deadline:
+            text = "".join(log)
+            if all(f"id={i}" in text for i in ids) and text.count("disconnect=1") >= 1:
+                break
+            time.sleep(0.1)
+        lines = {i: next((l for l in text.splitlines() if f"id={i} " in l), "") for i in ids}
+        fields = [dict(kv.split("=", 1) for kv in l.split()[2:] if "=" in kv) for l in lines.values()]
+        a, b, c = fields
+        check("log line: non-stream 200 with tokens and timings", st == 200 and
+              a.get("method") == "POST" and a.get("path") == "/v1/chat/completions" and
+              a.get("status") == "200" and a.get("completion") == "6" and int(a.get("prompt", 0)) > 0 and
+              a.get("stream") == "0" and float(a.get("tok_s", 0)) > 0 and "ttft_ms" in a and
+              "total_ms" in a, lines[ids[0]])
+        check("log line: stream", b.get("status") == "200" and b.get("stream") == "1" and
+              b.get("completion") == "6", lines[ids[1]])
+        check("log line: error status and code", st3 == 404 and c.get("status") == "404" and
+              c.get("error") == "NOT_FOUND", lines[ids[2]])
+        check("log line: a disconnect", re.search(r"path=/v1/completions status=200 .*disconnect=1", text)
+              is not None, text[-600:])
+    finally:
+        stop(proc, log, reader, "log daemon")
+
+
 def main():
     if not os.path.exists(MODEL):
         check("shared model present: " + MODEL, False)
@@ -621,10 +667,11 @@ def main():
         finally:
             if proc.poll() is None:
                 stop(proc, log, reader, "daemon")
-        try:
-            test_drain_statuses()
-        except Exception as e:  # noqa: BLE001
-            check("test_drain_statuses", False, repr(e))
+        for fn in (test_drain_statuses, test_request_log):
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001
+                check(fn.__name__, False, repr(e))
         with tempfile.TemporaryDirectory(prefix="strata-http-real-") as tmpdir:
             for fn in (test_template_error, test_cache_per_key):
                 try:
