@@ -249,11 +249,24 @@ static int parse_cli(struct config *cfg, const struct config_params *p, struct s
         const char *eq = a[1] == '-' ? strchr(a, '=') : NULL; /* -t=2 is not a short flag */
         size_t flen = eq ? (size_t)(eq - a) : strlen(a);
         int id = a[1] == '-' ? find_by_flag(a, flen) : find_short(a, flen);
+        bool negated = false;
+        if (id < 0 && !eq && flen > 5 && !strncmp(a, "--no-", 5)) {
+            /* --no-web-ui is --web-ui=false (llama-server's --no-webui form) */
+            char flag[64];
+            snprintf(flag, sizeof flag, "--%s", a + 5);
+            id = find_by_flag(flag, strlen(flag));
+            if (id >= 0 && options[id].type != CONFIG_TYPE_BOOL)
+                return strata_error_set(err, STRATA_E_CONFIG, "option %s is not a switch: '%s'",
+                                        options[id].flag, a);
+            negated = id >= 0;
+        }
         if (id < 0)
             return strata_error_set(err, STRATA_E_CONFIG, "unknown option '%.*s' (see --help)",
                                     (int)flen, a);
         const char *value;
-        if (eq)
+        if (negated)
+            value = "false";
+        else if (eq)
             value = eq + 1;
         else if (options[id].type == CONFIG_TYPE_BOOL)
             value = "true";
@@ -364,4 +377,6 @@ void config_print_help(FILE *out) {
         fprintf(out, "  %-20s %s%s (default: %s; env %s)\n", flags, o->doc, range,
                 *o->def ? o->def : "none", o->env);
     }
+    fprintf(out, "  A switch (default true/false) alone turns it on; --no-NAME or --NAME=false "
+                 "turns it off.\n");
 }

@@ -57,6 +57,8 @@ enum config_type {
       "Bearer key clients must send (empty = no auth)")                                            \
     X(CORS_ORIGIN, "cors-origin", "STRATA_CORS_ORIGIN", "--cors-origin", CONFIG_TYPE_STRING, 0, 0, \
       "", "browser origins allowed to call the API: '*' or a comma list (empty = none)")           \
+    X(WEB_UI, "web-ui", "STRATA_WEB_UI", "--web-ui", CONFIG_TYPE_BOOL, 0, 1, "true",               \
+      "serve the chat and figures page at / (false: 404; the API is unchanged)")                   \
     X(API_KEY_FILE, "api-key-file", "STRATA_API_KEY_FILE", "--api-key-file", CONFIG_TYPE_PATH, 0,  \
       0, "", "file of accepted Bearer keys, one a line")                                           \
     X(THREADS, "threads", "STRATA_THREADS", "--threads", CONFIG_TYPE_INT, 0, 1024, "0",            \

@@ -123,6 +123,7 @@ int daemon_main(int argc, char **argv, const struct daemon_hooks *hooks) {
     p.max_connections = (int)config_int(cfg, CONFIG_MAX_CONNECTIONS);
     p.keepalive_ms = (int)config_int(cfg, CONFIG_KEEPALIVE_MS);
     p.cors_origins = config_str(cfg, CONFIG_CORS_ORIGIN);
+    p.web_ui = config_bool(cfg, CONFIG_WEB_UI);
     p.log_level = (int)config_int(cfg, CONFIG_LOG_LEVEL);
     p.always_usage = config_bool(cfg, CONFIG_ALWAYS_USAGE);
     p.auth = keys;

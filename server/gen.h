@@ -139,7 +139,7 @@ struct gen_stats {
     int n_queued;              /* requests waiting for a slot */
     uint64_t tokens_prompt;    /* prompt tokens processed since start */
     uint64_t tokens_generated; /* tokens generated since start */
-    double recent_tok_s;       /* decode tokens/s over the last few seconds */
+    double recent_tok_s;       /* decode tokens/s over the last 5 s (0 when idle) */
     uint64_t cache_hits;       /* prefix-cache lookups that reused KV */
     uint64_t cache_misses;
     /* paged KV pool (appended; zero from generation layers that do not page) */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "server/server-impl.h"
+#include "server/web.h"
 
 struct route {
     const char *path;
@@ -23,8 +24,13 @@ static const struct route routes[] = {
     {"/metrics", false, "GET", METRICS_ROUTE_METRICS},
 };
 #define N_ROUTES (sizeof(routes) / sizeof(routes[0]))
+/* the embedded page's files (server/web.h), no key needed: the page asks
+ * for one before it calls the API */
+static const struct route web_route = {"/", false, "GET", METRICS_ROUTE_WEB};
 
-static const struct route *route_find(const char *url) {
+static const struct route *route_find(const struct server *s, const char *url) {
+    if (s->p.web_ui && web_find(url))
+        return &web_route;
     for (size_t i = 0; i < N_ROUTES; i++) {
         const struct route *r = &routes[i];
         size_t n = strlen(r->path);
@@ -74,7 +80,7 @@ static enum MHD_Result on_headers(struct exchange *ex, const char *url, const ch
     if (origin && strlen(origin) < sizeof ex->origin &&
         http_cors_allowed(s->p.cors_origins, origin))
         snprintf(ex->origin, sizeof ex->origin, "%s", origin);
-    const struct route *r = route_find(url);
+    const struct route *r = route_find(s, url);
     if (!r)
         return http_respond_error_as(ex, STRATA_E_NOT_FOUND, "unknown_url", "unknown route", NULL,
                                      NULL);
@@ -91,7 +97,7 @@ static enum MHD_Result on_headers(struct exchange *ex, const char *url, const ch
             return http_respond_error(ex, STRATA_E_METHOD, msg, NULL, r->method);
         }
     }
-    if (r->metric != METRICS_ROUTE_HEALTH) {
+    if (r->metric != METRICS_ROUTE_HEALTH && r->metric != METRICS_ROUTE_WEB) {
         ex->key_index =
             auth_key_index(s->p.auth, MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                                   MHD_HTTP_HEADER_AUTHORIZATION));
@@ -109,6 +115,8 @@ static enum MHD_Result on_headers(struct exchange *ex, const char *url, const ch
         return status_metrics(ex);
     case METRICS_ROUTE_MODELS:
         return status_models(ex, r->prefix ? url + strlen(r->path) : NULL);
+    case METRICS_ROUTE_WEB:
+        return web_respond(ex, web_find(url));
     default:
         break;
     }
@@ -343,14 +351,30 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, const ch
  * total_ms: arrival to the end of the response. Token fields only for the
  * completion routes; the path a client chose is cut and
  * printed with quotes, spaces and control bytes replaced by _. */
+static void log_escape(const char *in, char *out, size_t cap) {
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)in; *p && n + 4 <= cap; p++) {
+        if (*p <= 0x20 || *p >= 0x7f || *p == '"' || *p == '%') {
+            out[n++] = '%';
+            out[n++] = hex[*p >> 4];
+            out[n++] = hex[*p & 15];
+        } else {
+            out[n++] = (char)*p;
+        }
+    }
+    out[n] = '\0';
+}
+
 static void log_request(struct exchange *ex, enum MHD_RequestTerminationCode toe) {
     if (ex->srv->p.log_level < 2 || !ex->method[0])
         return;
-    char path[sizeof ex->path];
-    size_t n = 0;
-    for (const char *p = ex->path; *p && n + 1 < sizeof path; p++)
-        path[n++] = (unsigned char)*p < 0x20 || *p == '"' || *p == ' ' ? '_' : *p;
-    path[n] = '\0';
+    /* the client's bytes, percent-encoded outside printable ASCII (and for
+     * '%', '"', ' '): one line a request whatever the client sent, and
+     * valid UTF-8 for a log reader */
+    char path[3 * sizeof ex->path], method[3 * sizeof ex->method];
+    log_escape(ex->path, path, sizeof path);
+    log_escape(ex->method, method, sizeof method);
     const double now = server_now();
     char tokens[192] = "";
     if (ex->route == METRICS_ROUTE_CHAT || ex->route == METRICS_ROUTE_COMPLETION) {
@@ -363,7 +387,7 @@ static void log_request(struct exchange *ex, enum MHD_RequestTerminationCode toe
                  ttft, tok_s, ex->stream ? 1 : 0);
     }
     fprintf(stderr, "strata: request id=%s method=%s path=%s status=%d%s total_ms=%.0f%s%s%s\n",
-            ex->request_id, ex->method, path, ex->log_status, tokens, (now - ex->t_start) * 1e3,
+            ex->request_id, method, path, ex->log_status, tokens, (now - ex->t_start) * 1e3,
             ex->log_error ? " error=" : "", ex->log_error ? strata_error_name(ex->log_error) : "",
             toe != MHD_REQUEST_TERMINATED_COMPLETED_OK ? " disconnect=1" : "");
 }

@@ -14,11 +14,12 @@ static const char *const route_names[METRICS_ROUTE_N] = {
     "/health",
     "/status",
     "/metrics",
+    "web",
     "other",
 };
 
 /* Status codes the server answers with; anything else counts as "other". */
-static const int statuses[] = {200, 400, 401, 404, 405, 413, 429, 499, 500, 503, 504};
+static const int statuses[] = {200, 204, 304, 400, 401, 404, 405, 413, 429, 499, 500, 503, 504};
 #define N_STATUS (sizeof(statuses) / sizeof(statuses[0]) + 1)
 
 /* Bucket upper bounds in seconds. TTFT spans queueing plus prefill (ms to

@@ -156,6 +156,10 @@ static enum MHD_Result queue_final(struct exchange *ex, int status, struct MHD_R
     return rc;
 }
 
+enum MHD_Result http_respond_raw(struct exchange *ex, int status, struct MHD_Response *r) {
+    return queue_final(ex, status, r);
+}
+
 enum MHD_Result http_respond_options(struct exchange *ex, const char *allow) {
     struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
     if (!r)

@@ -69,9 +69,21 @@ struct sched_prep_lane {
     struct gen_job *head, *tail;
 };
 
+/* Samples of tokens_generated for the recent tok/s, taken after a step at
+ * least RATE_EVERY_S after the previous sample, so 32 of them cover more
+ * than the RATE_WINDOW_S the rate is taken over, however short a step. */
+#define RATE_N 32
+#define RATE_EVERY_S 0.25
+#define RATE_WINDOW_S 5.0
+
 struct sched_stats_rec {
     pthread_mutex_t mu; /* held only to copy */
     struct gen_stats st;
+    /* the rate is taken when read (op_stats), so it falls to 0 within
+     * RATE_WINDOW_S of the last token instead of keeping the last step's */
+    double rate_t[RATE_N];
+    uint64_t rate_n[RATE_N];
+    int rate_head; /* the newest sample */
 };
 
 struct sched {
@@ -112,9 +124,6 @@ struct sched {
     int n_active;
     uint64_t tokens_prompt, tokens_generated;
     uint64_t cache_hits, cache_misses, cached_tokens;
-    double rate_t[32]; /* ring of (time, tokens_generated) samples for recent tok/s */
-    uint64_t rate_n[32];
-    int rate_head;
     /* per-step accounting for /metrics (gen_stats.steps ...) */
     uint64_t n_steps, step_decode, step_prefill;
     int last_step_tokens;

@@ -66,19 +66,6 @@ static void job_fail(struct sched *s, struct gen_job *j, int code, const char *m
 
 static void publish_stats(struct sched *s, int n_waiting) {
     double now = sched_now();
-    s->rate_t[s->rate_head] = now;
-    s->rate_n[s->rate_head] = s->tokens_generated;
-    s->rate_head = (s->rate_head + 1) % 32;
-    /* oldest sample within the last 5 s (the ring holds the last 32 steps) */
-    double rate = 0.0;
-    for (int k = 0; k < 32; k++) {
-        int i = (s->rate_head + k) % 32;
-        if (s->rate_t[i] > 0 && now - s->rate_t[i] <= 5.0) {
-            if (now > s->rate_t[i])
-                rate = (double)(s->tokens_generated - s->rate_n[i]) / (now - s->rate_t[i]);
-            break;
-        }
-    }
     int64_t kv_used = 0;
     for (struct gen_job *j = s->active; j; j = j->next)
         kv_used += j->n_past;
@@ -88,7 +75,12 @@ static void publish_stats(struct sched *s, int n_waiting) {
     s->stats.st.n_queued = n_waiting + atomic_load(&s->n_prep); /* tokenizing counts as waiting */
     s->stats.st.tokens_prompt = s->tokens_prompt;
     s->stats.st.tokens_generated = s->tokens_generated;
-    s->stats.st.recent_tok_s = rate;
+    struct sched_stats_rec *r = &s->stats;
+    if (now - r->rate_t[r->rate_head] >= RATE_EVERY_S) {
+        r->rate_head = (r->rate_head + 1) % RATE_N;
+        r->rate_t[r->rate_head] = now;
+        r->rate_n[r->rate_head] = s->tokens_generated;
+    }
     s->stats.st.kv_used = kv_used;
     s->stats.st.pool_dispatches = s->pool ? pool_dispatch_count(s->pool) : 0;
     s->stats.st.kv_blocks_free = n_free;
@@ -503,10 +495,22 @@ static void op_release(void *self, struct gen_job *job) {
     free(job);
 }
 
+/* Decode tokens/s over the last RATE_WINDOW_S before now: from the oldest
+ * sample inside the window to now, 0 when none is inside. */
+static double recent_rate(const struct sched_stats_rec *r, double now) {
+    for (int k = 1; k <= RATE_N; k++) {
+        int i = (r->rate_head + k) % RATE_N; /* oldest first */
+        if (r->rate_t[i] > 0 && now - r->rate_t[i] <= RATE_WINDOW_S && now > r->rate_t[i])
+            return (double)(r->st.tokens_generated - r->rate_n[i]) / (now - r->rate_t[i]);
+    }
+    return 0.0;
+}
+
 static void op_stats(void *self, struct gen_stats *out) {
     struct sched *s = self;
     pthread_mutex_lock(&s->stats.mu);
     *out = s->stats.st;
+    out->recent_tok_s = recent_rate(&s->stats, sched_now());
     pthread_mutex_unlock(&s->stats.mu);
 }
 

@@ -169,6 +169,9 @@ enum MHD_Result http_respond_error_as(struct exchange *ex, int code, const char 
                                       const char *message, const char *param, const char *allow);
 /* Queues `body` (steals: malloc'd) as application/json with `status`. */
 enum MHD_Result http_respond_json(struct exchange *ex, int status, char *body);
+/* Queues r (released here) with the common headers, marks the exchange
+ * answered and counts it. */
+enum MHD_Result http_respond_raw(struct exchange *ex, int status, struct MHD_Response *r);
 /* Adds Connection: close to r when the exchange must not keep its connection
  * (draining, refused framing). */
 void http_close_if_draining(struct exchange *ex, struct MHD_Response *r);
@@ -194,5 +197,8 @@ enum MHD_Result status_health(struct exchange *ex);
 enum MHD_Result status_status(struct exchange *ex);
 enum MHD_Result status_metrics(struct exchange *ex);
 enum MHD_Result status_models(struct exchange *ex, const char *id); /* id NULL: the list */
+/* server/web.c: one embedded file (ETag, 304 on If-None-Match, CSP). */
+struct web_file;
+enum MHD_Result web_respond(struct exchange *ex, const struct web_file *f);
 
 #endif

@@ -15,6 +15,7 @@ struct server_params server_params_default(void) {
         .max_connections = 256,
         .keepalive_ms = 5000, /* well under the 60 s idle cut of common proxies */
         .always_usage = false,
+        .web_ui = true,
         .log_level = 2,
         .auth = NULL,
         .gen = {NULL, NULL},

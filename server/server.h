@@ -40,6 +40,7 @@ struct server_params {
     bool always_usage;            /* passed to every submit */
     const struct auth_keys *auth; /* borrowed; NULL = no auth */
     const char *cors_origins;     /* borrowed; "*", "a,b" or ""/NULL = no CORS headers */
+    bool web_ui;                  /* GET / serves the embedded page (server/web.h) */
     /* One line a request on stderr at the end of each (server/http.c
      * log_request) when >= 2 (info); 0 error .. 3 debug, --log-level. */
     int log_level;

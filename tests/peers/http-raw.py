@@ -789,6 +789,57 @@ def test_strata_serve():
         BIN = saved
 
 
+def test_web():
+    """The embedded page: /, /app.js, /style.css with their types, no key
+    needed (the page asks for it), an ETag that answers 304, a CSP; HEAD;
+    other methods 405; unknown files 404; --web-ui false turns it off."""
+    proc, port, _ = start("--api-key", KEY)
+    try:
+        types = {"/": "text/html", "/index.html": "text/html", "/app.js": "text/javascript",
+                 "/style.css": "text/css"}
+        for path, ctype in types.items():
+            st, h, d = request(port, "GET", path, key=None)
+            check(f"GET {path} 200 {ctype} without a key", st == 200 and
+                  h.get("content-type", "").startswith(ctype) and len(d) > 100 and
+                  "script-src 'self'" in h.get("content-security-policy", "") and
+                  h.get("x-content-type-options") == "nosniff" and h.get("cache-control") == "no-cache",
+                  (st, h))
+            etag = h.get("etag", "")
+            st, h2, d2 = request(port, "GET", path, key=None, headers={"If-None-Match": etag})
+            check(f"GET {path} If-None-Match: 304, no body", re.fullmatch(r'"[0-9a-f]{16}"', etag) and
+                  st == 304 and d2 == b"" and h2.get("etag") == etag, (etag, st, h2, d2[:40]))
+        st, h, d = request(port, "GET", "/", key=None)
+        check("the page names its script and sheet, no other host",
+              b'src="/app.js"' in d and b'href="/style.css"' in d and b"http" not in d.lower().replace(
+                  b'http-equiv', b''), d[:200])
+        st, h, d = request(port, "HEAD", "/app.js", key=None)
+        check("HEAD /app.js: 200, no body", st == 200 and d == b"", (st, d[:40]))
+        st, h, d = request(port, "POST", "/", body=b"{}", key=None)
+        check("POST / is 405 with Allow", st == 405 and "GET" in h.get("allow", ""), (st, h))
+        st, h, d = request(port, "GET", "/secret.html", key=None)
+        check("an unknown file is 404", st == 404 and error_shape_ok(d), (st, d))
+        st, h, d = request(port, "GET", "/../index.html", key=None)
+        check("a path outside the table is 404", st in (400, 404), st)
+        st, h, d = request(port, "GET", "/metrics")
+        _, samples = parse_prometheus(d.decode())
+        web = {lab: v for lab, v in samples.get("strata_http_requests_total", []) if 'route="web"' in lab}
+        check("page requests counted as route web, 304s too",
+              web.get('route="web",status="200"', 0) >= 6 and web.get('route="web",status="304"') == 4, web)
+    finally:
+        proc.kill()
+        proc.wait()
+    for flag in ("--no-web-ui", "--web-ui=false"):
+        proc, port, _ = start(flag)
+        try:
+            st, h, d = request(port, "GET", "/", key=None)
+            check(f"{flag}: GET / is 404", st == 404 and error_shape_ok(d), (st, d[:60]))
+            st, h, d = request(port, "GET", "/health", key=None)
+            check(f"{flag}: the API still answers", st == 200, st)
+        finally:
+            proc.kill()
+            proc.wait()
+
+
 def main():
     timeout_s = 2
     proc, port, log = start("--api-key", KEY, "--timeout", str(timeout_s), "--parallel", "2",
@@ -817,7 +868,7 @@ def main():
     finally:
         if proc.poll() is None:
             proc.kill()
-    for fn in (test_config_errors, test_key_file, test_hosts, test_cors) + ((test_strata_serve,) if STRATA else ()):
+    for fn in (test_config_errors, test_key_file, test_hosts, test_cors, test_web) + ((test_strata_serve,) if STRATA else ()):
         try:
             fn()
         except Exception as e:  # noqa: BLE001

@@ -624,12 +624,19 @@ def test_request_log():
              "logit_bias": {str(EOS): -100}}).encode())
         sd.read_events(s, 3)
         s.close()
+        # a path whose bytes (after MHD's %-decoding) hold a newline, a
+        # quote and a byte that is not UTF-8: still one line, %-encoded
+        hs = socket.create_connection(("127.0.0.1", port), timeout=10)
+        hs.sendall(b"GET /x%0Aevil=1%22%FF HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        hostile = hs.recv(4096)
+        hs.close()
         ids = [h.get("x-request-id", "?") for h in (h1, h2, h3)]
         deadline = time.time() + 10
         text = ""
         while time.time() < deadline:
             text = "".join(log)
-            if all(f"id={i}" in text for i in ids) and text.count("disconnect=1") >= 1:
+            if all(f"id={i}" in text for i in ids) and text.count("disconnect=1") >= 1 and \
+                    "path=/x" in text:
                 break
             time.sleep(0.1)
         lines = {i: next((l for l in text.splitlines() if f"id={i} " in l), "") for i in ids}
@@ -644,6 +651,9 @@ def test_request_log():
               b.get("completion") == "6", lines[ids[1]])
         check("log line: error status and code", st3 == 404 and c.get("status") == "404" and
               c.get("error") == "NOT_FOUND", lines[ids[2]])
+        check("log line: hostile path %-encoded on one line", hostile.startswith(b"HTTP/1.1 404") and
+              "path=/x%0Aevil=1%22%FF status=404" in text and
+              not any(l.startswith("evil") for l in text.splitlines()), text[-600:])
         check("log line: a disconnect", re.search(r"path=/v1/completions status=200 .*disconnect=1", text)
               is not None, text[-600:])
     finally:

@@ -175,8 +175,8 @@ def check_status(st, before, usage, threads):
           tok["prompt"] - tok0.get("prompt", 0) + cached >= usage[0] > 0, (tok0, tok, cached, usage))
     check("tokens.generated grew by the usage", is_int(tok.get("generated")) and
           tok["generated"] - tok0.get("generated", 0) >= usage[1] > 0, (tok0, tok, usage))
-    check("recent_tok_s a number >= 0", is_num(st.get("recent_tok_s")) and st["recent_tok_s"] >= 0,
-          st.get("recent_tok_s"))
+    check("recent_tok_s > 0 just after a generation", is_num(st.get("recent_tok_s")) and
+          st["recent_tok_s"] > 0, st.get("recent_tok_s"))
     pc = st.get("prefix_cache") or {}
     check("prefix_cache counters", is_int(pc.get("hits")) and is_int(pc.get("misses")) and
           pc["hits"] + pc["misses"] >= 3 and is_num(pc.get("hit_rate")) and 0 <= pc["hit_rate"] <= 1, pc)
@@ -311,6 +311,11 @@ def main():
         check_status(st, before, usage, threads)
         if st:
             check_metrics(port, st)
+        # the rate is over the last 5 s: idle past that, it reads 0 (it
+        # used to keep the last step's rate while nothing ran)
+        time.sleep(5.3)
+        idle = status(port).get("recent_tok_s")
+        check("recent_tok_s 0 after 5 s idle", idle == 0, idle)
     finally:
         stop(proc, "daemon")
 

@@ -122,6 +122,33 @@ START_TEST(short_flags) {
 }
 END_TEST
 
+/* A switch alone is on; --no-NAME (llama-server's --no-webui form) and
+ * --NAME=false turn it off; --no- of a non-switch or an unknown name is
+ * refused by name. */
+START_TEST(negated_switches) {
+    char *argv[] = {"serve", "--no-web-ui", "--no-prefix-cache", "--always-usage",
+                    "--repack=false"};
+    struct strata_error err = {0};
+    struct config *c = load(5, argv, no_env, &err);
+    ck_assert_msg(c != NULL, "%s", err.message);
+    ck_assert(!config_bool(c, CONFIG_WEB_UI));
+    ck_assert_int_eq(config_source_of(c, CONFIG_WEB_UI), CONFIG_SOURCE_CLI);
+    ck_assert(!config_bool(c, CONFIG_PREFIX_CACHE));
+    ck_assert(config_bool(c, CONFIG_ALWAYS_USAGE));
+    ck_assert(!config_bool(c, CONFIG_REPACK));
+    config_free(c);
+    char *notswitch[] = {"serve", "--no-port"};
+    ck_assert(load(2, notswitch, no_env, &err) == NULL);
+    ck_assert_msg(strstr(err.message, "not a switch") != NULL, "%s", err.message);
+    char *unknown[] = {"serve", "--no-such-thing"};
+    ck_assert(load(2, unknown, no_env, &err) == NULL);
+    ck_assert_msg(strstr(err.message, "unknown option '--no-such-thing'") != NULL, "%s",
+                  err.message);
+    char *witheq[] = {"serve", "--no-web-ui=true"};
+    ck_assert(load(2, witheq, no_env, &err) == NULL);
+}
+END_TEST
+
 START_TEST(suffixes_and_help) {
     char *argv[] = {"serve", "--max-body=4m", "--pool-spin", "0"};
     struct strata_error err = {0};
@@ -151,6 +178,7 @@ static Suite *config_suite(void) {
     tcase_add_test(tc, invalid_values);
     tcase_add_test(tc, suffixes_and_help);
     tcase_add_test(tc, short_flags);
+    tcase_add_test(tc, negated_switches);
     suite_add_tcase(s, tc);
     return s;
 }
