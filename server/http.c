@@ -48,7 +48,7 @@ static struct exchange *exchange_new(struct server *s, struct MHD_Connection *co
     ex->refs = 1; /* the connection's */
     ex->route = METRICS_ROUTE_OTHER;
     ex->phase = PHASE_HEADERS;
-    ex->t_start = server_now();
+    ex->t_start = strata_now();
     atomic_fetch_add(&s->n_exchanges, 1);
     return ex;
 }
@@ -125,7 +125,7 @@ static enum MHD_Result on_resumed(struct exchange *ex);
 static bool body_in_time(const struct exchange *ex) {
     double got = (double)(ex->body.len + ex->n_dropped);
     double limit = (double)ex->srv->p.timeout_s + got / 65536.0;
-    return server_now() - ex->t_start <= limit;
+    return strata_now() - ex->t_start <= limit;
 }
 
 /* Body complete: check it and hand it to the generation layer. */
@@ -169,7 +169,7 @@ static enum MHD_Result on_body(struct exchange *ex) {
     /* Fields the ticker and the scheduler read are set before the exchange
      * is listed; it is listed before submit since events may arrive before
      * submit returns. */
-    ex->t_submit = server_now();
+    ex->t_submit = strata_now();
     ex->next_keepalive = ex->t_submit + s->p.keepalive_ms / 1000.0;
     ex->stream = json_is_true(json_object_get(body, "stream"));
     pthread_mutex_lock(&s->mu);
