@@ -44,6 +44,7 @@ static int serve_open(const struct config *cfg, struct gen_backend *out, struct 
     sp.n_batch = (int)config_int(cfg, CONFIG_BATCH);
     sp.request_timeout = (double)config_int(cfg, CONFIG_REQUEST_TIMEOUT);
     sp.expert_profile = config_str(cfg, CONFIG_EXPERT_PROFILE);
+    sp.profile_interval_s = (double)config_int(cfg, CONFIG_EXPERT_PROFILE_INTERVAL);
     /* without --kv-mem the KV pool takes at most half the memory budget */
     struct sysinfo_params sip = sysinfo_params_default();
     sip.root = config_str(cfg, CONFIG_SYS_ROOT);

@@ -80,7 +80,10 @@ enum config_type {
       "of RAM)")                                                                                   \
     X(EXPERT_PROFILE, "expert-profile", "STRATA_EXPERT_PROFILE", "--expert-profile",               \
       CONFIG_TYPE_PATH, 0, 0, "",                                                                  \
-      "routing profile of a MoE model: loaded at start, saved every 60 s and at shutdown")         \
+      "routing profile of a MoE model: loaded at start, saved periodically and at shutdown")       \
+    X(EXPERT_PROFILE_INTERVAL, "expert-profile-interval", "STRATA_EXPERT_PROFILE_INTERVAL",        \
+      "--expert-profile-interval", CONFIG_TYPE_INT, 1, 86400, "60",                                \
+      "seconds between routing profile saves while the counts change")                             \
     X(BATCH, "batch", "STRATA_BATCH", "--batch", CONFIG_TYPE_INT, 0, 65536, "0",                   \
       "tokens per scheduler step, decode + prefill chunks (0 = 512)")                              \
     X(REQUEST_TIMEOUT, "request-timeout", "STRATA_REQUEST_TIMEOUT", "--request-timeout",           \
