@@ -1,5 +1,5 @@
-/* server/gen.h: the seam between the HTTP layer (server/http*.c, g1) and the
- * generation layer (server/openai*.c + server/sched*.c, g2).
+/* server/gen.h: the seam between the HTTP layer (server/http*.c) and the
+ * generation layer (server/openai*.c + server/sched*.c).
  *
  * The HTTP layer owns transport: routes, auth, body limits, UTF-8 and JSON
  * syntax, SSE framing, keep-alives, disconnects, metrics. The generation
