@@ -6,9 +6,12 @@
  *
  * Prints the generated text as it is produced (streaming detokenizer: only
  * complete UTF-8), then one line of timings on stderr: prompt (prefill) and
- * generation tok/s. --chat wraps the prompt as one user message through the
- * model's chat template (tokenizer.chat_template, ChatML when absent or
- * unparsable, as llama.cpp falls back). --json prints one JSON object instead:
+ * generation tok/s. The prompt and each token go through engine/session,
+ * the server's path: --chat wraps the prompt as one user message through
+ * the model's chat template (tokenizer.chat_template, ChatML when absent or
+ * unparsable, as llama.cpp falls back), one BOS, the context check; each
+ * sampled token's text comes from session_step. --json prints one JSON
+ * object instead:
  *   {"prompt_ids":[...], "ids":[...], "text":"...", "stop":"eog"|"length",
  *    "margins":[top1 - top2 logit at each generated step],
  *    "timings":{"load_ms", "prompt_n", "prompt_ms", "prompt_tok_s",
@@ -31,19 +34,17 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "cli/cli.h"
 #include "config/config.h"
-#include "engine/gguf/gguf.h"
+#include "engine/core/buf.h"
+#include "engine/core/clock.h"
 #include "engine/cpu/kernels.h"
+#include "engine/host/pool.h"
+#include "engine/host/sysinfo.h"
 #include "engine/kv/kv.h"
 #include "engine/model/model.h"
-#include "engine/host/pool.h"
-#include "engine/sample/sampler.h"
-#include "engine/host/sysinfo.h"
-#include "engine/text/template.h"
-#include "engine/text/tokenizer.h"
+#include "engine/session/session.h"
 
 struct run_opts {
     const char *model;
@@ -51,7 +52,7 @@ struct run_opts {
     const char *ids; /* "1,2,3": prompt token ids instead of text */
     const char *isa; /* --isa NAME; NULL = STRATA_ISA / config (default auto) */
     int n_gen;       /* tokens to generate */
-    int n_threads;   /* 0 = STRATA_THREADS / config, else available CPUs - 1 */
+    int n_threads;   /* 0 = STRATA_THREADS / config, else available CPUs - 1 (sysinfo_threads) */
     int n_ctx;       /* 0 = prompt + n_gen */
     int n_batch;     /* prefill chunk; 0 = model default */
     bool chat, json, ignore_eos, no_prefault, no_repack;
@@ -66,9 +67,7 @@ struct run_stats {
 };
 
 static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+    return strata_now() * 1e3;
 }
 
 static void usage(FILE *out) {
@@ -193,14 +192,8 @@ static int parse_ids(const char *s, int n_vocab, struct tokenizer_ids *out,
         long v = strtol(s, &end, 10);
         if (end == s || v < 0 || v >= n_vocab)
             return strata_error_set(err, STRATA_E_RANGE, "--ids: bad token id near '%.16s'", s);
-        if (out->n == out->cap) {
-            size_t cap = out->cap ? out->cap * 2 : 64;
-            int32_t *p = realloc(out->ids, cap * sizeof(int32_t));
-            if (!p)
-                return strata_error_set(err, STRATA_E_NOMEM, "--ids: out of memory");
-            out->ids = p;
-            out->cap = cap;
-        }
+        if (strata_grow((void **)&out->ids, &out->cap, out->n + 1, sizeof(int32_t)) < 0)
+            return strata_error_set(err, STRATA_E_NOMEM, "--ids: out of memory");
         out->ids[out->n++] = (int32_t)v;
         s = *end == ',' ? end + 1 : end;
         if (*end && *end != ',')
@@ -209,62 +202,25 @@ static int parse_ids(const char *s, int n_vocab, struct tokenizer_ids *out,
     return 0;
 }
 
-/* Vocabulary text of a special token ("<s>"), for the template's bos/eos. */
-static void special_text(const struct tokenizer *tok, int32_t id, char *buf, size_t cap) {
-    buf[0] = '\0';
-    size_t len = 0;
-    const char *p = id == TOKENIZER_NULL ? NULL : tokenizer_piece(tok, id, &len);
-    if (p && len < cap) {
-        memcpy(buf, p, len);
-        buf[len] = '\0';
-    }
-}
-
-/* Prompt text (or one user message rendered through the chat template) -> ids. */
-static int prompt_ids(const struct run_opts *o, const struct model *m, const struct tokenizer *tok,
+/* The prompt as ids: --ids as given, else the text (raw, or one user
+ * message through the chat template) through session_prompt; either way
+ * checked against the context. */
+static int prompt_ids(const struct run_opts *o, const struct session_base *sb,
                       struct tokenizer_ids *ids, struct strata_error *err) {
-    if (o->ids)
-        return parse_ids(o->ids, model_n_vocab(m), ids, err);
-    struct tokenizer_encode_opts eo = tokenizer_encode_opts_default();
-    if (!o->chat)
-        return tokenizer_encode(tok, o->prompt, strlen(o->prompt), &eo, ids, err);
-    const struct gguf_file *gf = model_gguf(m);
-    struct gguf_str src = {0};
-    struct chat_template *t = NULL;
-    if (gguf_find_kv(gf, "tokenizer.chat_template") >= 0 &&
-        gguf_get_str(gf, "tokenizer.chat_template", &src, NULL) == 0)
-        t = template_parse(src.ptr, (size_t)src.len, NULL);
-    if (!t)
-        t = template_parse(template_chatml_source(), strlen(template_chatml_source()), err);
-    if (!t)
-        return err && err->code ? err->code : STRATA_E_TEMPLATE;
-    char bos[256], eos[256];
-    special_text(tok, tokenizer_bos(tok), bos, sizeof bos);
-    special_text(tok, tokenizer_eos(tok), eos, sizeof eos);
+    if (o->ids) {
+        int rc = parse_ids(o->ids, session_base_n_vocab(sb), ids, err);
+        return rc < 0 ? rc : session_check_prompt(sb, ids->n, err);
+    }
+    if (!o->chat) {
+        struct session_input in = {.text = o->prompt, .len = strlen(o->prompt)};
+        return session_prompt(sb, &in, ids, err);
+    }
     json_t *msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", o->prompt);
-    struct template_inputs in = template_inputs_default();
-    in.messages = msgs;
-    in.add_generation_prompt = true;
-    in.bos_token = bos;
-    in.eos_token = eos;
-    struct template_output out = {0};
-    int rc = msgs ? template_render(t, &in, NULL, &out, err)
-                  : strata_error_set(err, STRATA_E_INVALID, "prompt is not valid UTF-8");
-    if (rc == 0) {
-        eo.parse_special = true;
-        eo.untrusted = (const struct tokenizer_range *)out.untrusted;
-        eo.n_untrusted = out.n_untrusted;
-        rc = tokenizer_encode(tok, out.text, out.len, &eo, ids, err);
-    }
-    /* a template that writes bos_token itself plus add_bos: keep one BOS (llama.cpp warns) */
-    int32_t b = tokenizer_bos(tok);
-    if (rc == 0 && ids->n >= 2 && b != TOKENIZER_NULL && ids->ids[0] == b && ids->ids[1] == b) {
-        memmove(ids->ids, ids->ids + 1, (ids->n - 1) * sizeof(int32_t));
-        ids->n--;
-    }
-    template_output_free(&out);
+    if (!msgs)
+        return strata_error_set(err, STRATA_E_INVALID, "prompt is not valid UTF-8");
+    struct session_input in = {.messages = msgs};
+    int rc = session_prompt(sb, &in, ids, err);
     json_decref(msgs);
-    template_free(t);
     return rc;
 }
 
@@ -341,21 +297,15 @@ static void print_json(const struct tokenizer_ids *prompt, const int32_t *gen, c
     json_decref(root);
 }
 
-/* Appends n bytes to a growing buffer; false on out of memory. */
-static bool text_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
-    if (*len + n + 1 > *cap) {
-        size_t c = (*cap ? *cap : 256);
-        while (c < *len + n + 1)
-            c *= 2;
-        char *p = realloc(*buf, c);
-        if (!p)
-            return false;
-        *buf = p;
-        *cap = c;
-    }
-    memcpy(*buf + *len, s, n);
-    *len += n;
-    (*buf)[*len] = '\0';
+/* Prints the text (or keeps it for --json); false on out of memory. */
+static bool put_text(const struct run_opts *o, char **buf, size_t *len, size_t *cap, const char *s,
+                     size_t n) {
+    if (!n)
+        return true;
+    if (o->json)
+        return strata_append(buf, len, cap, s, n) == 0;
+    fwrite(s, 1, n, stdout);
+    fflush(stdout);
     return true;
 }
 
@@ -368,10 +318,9 @@ int cli_run_main(int argc, char **argv) {
     struct strata_error err = {0};
     struct pool *pool = NULL;
     struct model *m = NULL;
-    struct tokenizer *tok = NULL;
+    struct session_base *sb = NULL;
     struct kv_cache *kv = NULL;
-    struct sampler *smp = NULL;
-    struct tokenizer_stream *detok = NULL;
+    struct session *sess = NULL;
     struct tokenizer_ids ids = {0};
     float *logits = NULL, *margins = NULL;
     int32_t *gen = NULL;
@@ -380,9 +329,10 @@ int cli_run_main(int argc, char **argv) {
     struct run_stats st = {0};
     bool eog = false;
 
-    /* Threads and pool spin follow the same rule as `strata serve`: -t, else
-     * STRATA_THREADS / the config file (option table), else the affinity mask
-     * and cgroup quota minus one, capped at 32 (engine/host/sysinfo.h). */
+    /* Threads and pool spin follow the same rule as `strata serve` (one
+     * policy, sysinfo_threads): -t, else STRATA_THREADS / the config file
+     * (option table), else the affinity mask and cgroup quota minus one,
+     * capped at 32 either way. */
     struct pool_params pp = pool_params_default();
     int64_t mem_budget = 0; /* model_params.mem_budget, from sysinfo as in serve */
     {
@@ -405,21 +355,22 @@ int cli_run_main(int argc, char **argv) {
             goto done;
         }
         kernels_isa_force(isa);
-        int forced = o.n_threads ? o.n_threads : (int)config_int(cfg, CONFIG_THREADS);
+        const int forced = o.n_threads ? o.n_threads : (int)config_int(cfg, CONFIG_THREADS);
+        const char *fsrc =
+            o.n_threads ? "cli" : config_source_name(config_source_of(cfg, CONFIG_THREADS));
         struct sysinfo_params sip = sysinfo_params_default();
         sip.root = config_str(cfg, CONFIG_SYS_ROOT);
         struct sysinfo_limits lim;
-        const char *src = NULL;
-        const bool have_lim = sysinfo_read(&sip, &lim, NULL) == 0;
-        if (have_lim && lim.mem_budget > 0)
+        struct sysinfo_threads th;
+        const int trc = sysinfo_threads(&sip, forced, fsrc, &lim, &th, &err);
+        config_free(cfg); /* fsrc is static (config_source_name) */
+        if (trc < 0) {
+            rc = 2;
+            goto done;
+        }
+        if (lim.mem_budget > 0)
             mem_budget = lim.mem_budget;
-        if (forced > 0)
-            o.n_threads = forced;
-        else if (have_lim)
-            o.n_threads = sysinfo_effective_threads(0, NULL, &lim, &src);
-        else
-            o.n_threads = 1;
-        config_free(cfg);
+        o.n_threads = th.n_threads;
     }
     pp.n_threads = o.n_threads;
     if (!(pool = pool_init(&pp, &err)))
@@ -432,26 +383,27 @@ int cli_run_main(int argc, char **argv) {
     mp.mem_budget = mem_budget;
     if (!(m = model_load(o.model, &mp, &err)))
         goto done;
-    if (!(tok = tokenizer_init_gguf(model_gguf(m), &err)))
+    if (o.n_ctx > model_n_ctx_max(m)) {
+        strata_error_set(&err, STRATA_E_CONTEXT_LENGTH, "-c %d: the model's context is %d", o.n_ctx,
+                         model_n_ctx_max(m));
+        goto done;
+    }
+    /* the tokenizer and the chat template, shared with `strata serve` */
+    struct session_base_params bp = session_base_params_default();
+    bp.gguf = model_gguf(m);
+    bp.n_vocab = model_n_vocab(m);
+    bp.n_ctx = o.n_ctx ? o.n_ctx : model_n_ctx_max(m);
+    if (!(sb = session_base_init(&bp, &err)))
         goto done;
     st.load_ms = now_ms() - t0;
     st.layout = model_weights_layout(m);
     st.packed_bytes = model_packed_bytes(m);
-    if (prompt_ids(&o, m, tok, &ids, &err) < 0)
+    if (prompt_ids(&o, sb, &ids, &err) < 0)
         goto done;
-    if (ids.n == 0) {
-        strata_error_set(&err, STRATA_E_INVALID, "the prompt is empty (no tokens)");
-        goto done;
-    }
     int n_vocab = model_n_vocab(m);
+    /* the KV cache holds what this run needs: prompt + n_gen, within -c */
     int64_t need = (int64_t)ids.n + o.n_gen;
-    int n_ctx = o.n_ctx ? o.n_ctx : (int)(need < model_n_ctx_max(m) ? need : model_n_ctx_max(m));
-    if ((int64_t)ids.n >= n_ctx || n_ctx > model_n_ctx_max(m)) {
-        strata_error_set(&err, STRATA_E_CONTEXT_LENGTH,
-                         "prompt of %zu tokens does not fit a context of %d (model max %d)", ids.n,
-                         n_ctx, model_n_ctx_max(m));
-        goto done;
-    }
+    int n_ctx = o.n_ctx ? o.n_ctx : (int)(need < bp.n_ctx ? need : bp.n_ctx);
     if (need > n_ctx)
         o.n_gen = n_ctx - (int)ids.n; /* stop at the end of the context */
     int n_batch = o.n_batch ? o.n_batch : model_n_batch_max(m);
@@ -459,9 +411,11 @@ int cli_run_main(int argc, char **argv) {
         n_batch = model_n_batch_max(m);
     if (!(kv = model_kv_init(m, 1, n_ctx, &err)))
         goto done;
-    if (!(smp = sampler_init(&o.sp, n_vocab, &err)))
-        goto done;
-    if (!(detok = tokenizer_stream_init(tok, NULL, &err)))
+    struct session_params sp = session_params_default();
+    sp.sampler = o.sp;
+    sp.ignore_eos = o.ignore_eos;
+    sp.strip_leading_space = true; /* printed text, as llama-cli shows it */
+    if (!(sess = session_init(sb, &sp, &err)))
         goto done;
     logits = malloc((size_t)n_vocab * sizeof(float));
     gen = malloc(((size_t)o.n_gen + 1) * sizeof(int32_t));
@@ -486,39 +440,31 @@ int cli_run_main(int argc, char **argv) {
             st.decode_steps++;
         }
         struct sampler_result r;
-        if (sampler_sample(smp, logits, &r, &err) < 0)
+        struct session_delta d;
+        if (session_sample(sess, logits, &r, &err) < 0 || session_step(sess, &r, &d, &err) < 0)
             goto done;
-        sampler_accept(smp, r.token);
         gen[i] = r.token;
         margins[i] = top2_margin(logits, n_vocab);
         st.gen_n = i + 1;
-        if (!o.ignore_eos && tokenizer_is_eog(tok, r.token)) {
-            eog = true;
-            break;
-        }
-        size_t n = 0;
-        const char *s = tokenizer_stream_feed(detok, r.token, &n);
-        if (o.json) {
-            if (n && !text_append(&text, &text_len, &text_cap, s, n)) {
-                strata_error_set(&err, STRATA_E_NOMEM, "out of memory for the text");
-                goto done;
-            }
-        } else if (n) {
-            fwrite(s, 1, n, stdout);
-            fflush(stdout);
-        }
-    }
-    st.gen_ms = now_ms() - t0;
-    size_t n = 0;
-    const char *s = tokenizer_stream_flush(detok, &n);
-    if (o.json) {
-        if (n && !text_append(&text, &text_len, &text_cap, s, n)) {
+        if (!put_text(&o, &text, &text_len, &text_cap, d.text, d.len)) {
             strata_error_set(&err, STRATA_E_NOMEM, "out of memory for the text");
             goto done;
         }
+        if (d.stop) { /* an end-of-generation token (no stop sequences here) */
+            eog = true;
+            break;
+        }
+    }
+    st.gen_ms = now_ms() - t0;
+    struct session_delta d;
+    session_flush(sess, &d); /* the length limit: what the detokenizer still holds */
+    if (!put_text(&o, &text, &text_len, &text_cap, d.text, d.len)) {
+        strata_error_set(&err, STRATA_E_NOMEM, "out of memory for the text");
+        goto done;
+    }
+    if (o.json) {
         print_json(&ids, gen, margins, st.gen_n, text, text_len, eog, &st);
     } else {
-        fwrite(s, 1, n, stdout);
         printf("\n");
         fflush(stdout);
         fprintf(stderr,
@@ -538,10 +484,9 @@ done:
     free(gen);
     free(logits);
     tokenizer_ids_free(&ids);
-    tokenizer_stream_free(detok);
-    sampler_free(smp);
+    session_free(sess);
     kv_free(kv);
-    tokenizer_free(tok);
+    session_base_free(sb);
     model_free(m);
     pool_free(pool);
     return rc;

@@ -4,7 +4,6 @@
 #include <stdio.h>
 
 #include "cli/cli.h"
-#include "engine/gguf/gguf.h"
 #include "engine/cpu/kernels.h"
 #include "engine/host/sysinfo.h"
 #include "server/daemon.h"
@@ -44,6 +43,8 @@ static int serve_open(const struct config *cfg, struct gen_backend *out, struct 
     sp.repack = config_bool(cfg, CONFIG_REPACK);
     sp.n_batch = (int)config_int(cfg, CONFIG_BATCH);
     sp.request_timeout = (double)config_int(cfg, CONFIG_REQUEST_TIMEOUT);
+    sp.expert_profile = config_str(cfg, CONFIG_EXPERT_PROFILE);
+    sp.profile_interval_s = (double)config_int(cfg, CONFIG_EXPERT_PROFILE_INTERVAL);
     /* without --kv-mem the KV pool takes at most half the memory budget */
     struct sysinfo_params sip = sysinfo_params_default();
     sip.root = config_str(cfg, CONFIG_SYS_ROOT);
@@ -65,6 +66,8 @@ static int serve_open(const struct config *cfg, struct gen_backend *out, struct 
             "%.1f MB packed)\n",
             path, st.isa, kernels_isa_name(kernels_isa_detected()), st.weights_layout,
             (double)st.weights_copied_bytes / 1e6, (double)st.weights_packed_bytes / 1e6);
+    if (st.profile_path[0])
+        fprintf(stderr, "strata serve: expert profile %s: %s\n", st.profile_path, st.profile_state);
     return 0;
 }
 

@@ -62,7 +62,7 @@ enum config_type {
     X(API_KEY_FILE, "api-key-file", "STRATA_API_KEY_FILE", "--api-key-file", CONFIG_TYPE_PATH, 0,  \
       0, "", "file of accepted Bearer keys, one a line")                                           \
     X(THREADS, "threads", "STRATA_THREADS", "--threads", CONFIG_TYPE_INT, 0, 1024, "0",            \
-      "compute threads (0 = auto: topology, capped at 32)")                                        \
+      "compute threads (0 = auto: available CPUs - 1 from affinity and cgroup quota; at most 32)") \
     X(ISA, "isa", "STRATA_ISA", "--isa", CONFIG_TYPE_STRING, 0, 0, "auto",                         \
       "CPU kernels: auto|avx512-vnni|avx512|avx2|ref (never above what the CPU runs)")             \
     X(CTX_SIZE, "ctx-size", "STRATA_CTX_SIZE", "--ctx-size", CONFIG_TYPE_INT, 0, 1048576, "0",     \
@@ -82,6 +82,12 @@ enum config_type {
     X(REPACK, "repack", "STRATA_REPACK", "--repack", CONFIG_TYPE_BOOL, 0, 1, "true",               \
       "copy the weights into RAM at load (Q4_K/Q6_K packed where --isa is AVX-512; not above 3/4 " \
       "of RAM)")                                                                                   \
+    X(EXPERT_PROFILE, "expert-profile", "STRATA_EXPERT_PROFILE", "--expert-profile",               \
+      CONFIG_TYPE_PATH, 0, 0, "",                                                                  \
+      "routing profile of a MoE model: loaded at start, saved periodically and at shutdown")       \
+    X(EXPERT_PROFILE_INTERVAL, "expert-profile-interval", "STRATA_EXPERT_PROFILE_INTERVAL",        \
+      "--expert-profile-interval", CONFIG_TYPE_INT, 1, 86400, "60",                                \
+      "seconds between routing profile saves while the counts change")                             \
     X(BATCH, "batch", "STRATA_BATCH", "--batch", CONFIG_TYPE_INT, 0, 65536, "0",                   \
       "tokens per scheduler step, decode + prefill chunks (0 = 512)")                              \
     X(REQUEST_TIMEOUT, "request-timeout", "STRATA_REQUEST_TIMEOUT", "--request-timeout",           \

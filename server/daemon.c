@@ -21,22 +21,27 @@ static void usage(const char *prog, FILE *out) {
     config_print_help(out);
 }
 
-/* threads = 0 (auto) becomes available - 1 from the affinity mask and the
- * cgroup CPU quota, with "cgroup"/"affinity" as its source (sysinfo.h). */
+/* The one thread policy (sysinfo_threads): the option's value when set
+ * (cli > env > file), else available - 1 from the affinity mask and the
+ * cgroup CPU quota, capped at 32 either way. The effective number and its
+ * source go back into the config, so --print-config and /status show them. */
 static int resolve_threads(struct config *cfg, struct sysinfo_limits *lim,
                            struct strata_error *err) {
     struct sysinfo_params sp = sysinfo_params_default();
     sp.root = config_str(cfg, CONFIG_SYS_ROOT);
-    if (sysinfo_read(&sp, lim, err))
+    const int forced = (int)config_int(cfg, CONFIG_THREADS);
+    const enum config_source fsrc = config_source_of(cfg, CONFIG_THREADS);
+    struct sysinfo_threads th;
+    if (sysinfo_threads(&sp, forced, config_source_name(fsrc), lim, &th, err))
         return err ? err->code : STRATA_E_INVALID;
-    if (config_int(cfg, CONFIG_THREADS) > 0)
+    if (forced == th.n_threads)
         return 0;
-    const char *src = NULL;
     char text[16];
-    snprintf(text, sizeof(text), "%d", sysinfo_effective_threads(0, NULL, lim, &src));
-    return config_derive(cfg, CONFIG_THREADS, text,
-                         !strcmp(src, "cgroup") ? CONFIG_SOURCE_CGROUP : CONFIG_SOURCE_AFFINITY,
-                         err);
+    snprintf(text, sizeof(text), "%d", th.n_threads);
+    enum config_source src = forced > 0                     ? fsrc /* capped at 32 */
+                             : !strcmp(th.source, "cgroup") ? CONFIG_SOURCE_CGROUP
+                                                            : CONFIG_SOURCE_AFFINITY;
+    return config_derive(cfg, CONFIG_THREADS, text, src, err);
 }
 
 int daemon_main(int argc, char **argv, const struct daemon_hooks *hooks) {

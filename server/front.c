@@ -270,7 +270,7 @@ static void conn_answer(struct front *f, struct front_conn *c, int code, const c
         f->n_live--;
     c->state = CONN_LINGER;
     f->n_linger++;
-    c->t_close = server_now() + FRONT_LINGER_S;
+    c->t_close = strata_now() + FRONT_LINGER_S;
 }
 
 /* Makes room for `keep`: drops the connection that has waited longest for
@@ -300,7 +300,7 @@ static bool evict_one(struct front *f, const struct front_conn *keep) {
 static void conn_hand_over(struct front *f, struct front_conn *c) {
     epoll_ctl(f->epoll_fd, EPOLL_CTL_DEL, c->fd, NULL);
     c->state = CONN_HANDED;
-    c->t_wait = server_now();
+    c->t_wait = strata_now();
     int fd = c->fd;
     struct sockaddr_storage addr = c->addr;
     const socklen_t alen = c->addr_len;
@@ -400,7 +400,7 @@ static void accept_some(struct front *f) {
             close(fd);
             continue;
         }
-        *c = (struct front_conn){.fd = fd, .state = CONN_PENDING, .t_wait = server_now()};
+        *c = (struct front_conn){.fd = fd, .state = CONN_PENDING, .t_wait = strata_now()};
         if (alen <= sizeof(addr)) {
             c->addr = addr;
             c->addr_len = alen;
@@ -433,7 +433,7 @@ static void accept_some(struct front *f) {
 static void *front_main(void *arg) {
     struct front *f = arg;
     struct epoll_event evs[64];
-    double next_sweep = server_now();
+    double next_sweep = strata_now();
     while (!atomic_load(&f->stop)) {
         int n = epoll_wait(f->epoll_fd, evs, 64, FRONT_TICK_MS);
         for (int i = 0; i < n; i++) {
@@ -451,7 +451,7 @@ static void *front_main(void *arg) {
         pthread_mutex_lock(&f->mu);
         free_grave(f);
         pthread_mutex_unlock(&f->mu);
-        double now = server_now();
+        double now = strata_now();
         if (now >= next_sweep) {
             next_sweep = now + FRONT_TICK_MS / 1000.0;
             pthread_mutex_lock(&f->mu);
@@ -678,7 +678,7 @@ void front_conn_idle(struct front *f, struct MHD_Connection *conn) {
     pthread_mutex_lock(&f->mu);
     if (c->state == CONN_BUSY) {
         c->state = CONN_IDLE;
-        c->t_wait = server_now(); /* the next request's headers are due within --timeout */
+        c->t_wait = strata_now(); /* the next request's headers are due within --timeout */
     }
     pthread_mutex_unlock(&f->mu);
 }

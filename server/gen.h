@@ -132,7 +132,7 @@ struct gen_stats {
     char quant_mix[256];       /* "Q4_0:193,F32:65" (tensor type: count) */
     int64_t n_ctx;             /* context size in tokens */
     int n_threads;             /* effective compute threads */
-    char threads_source[32];   /* "cli", "env", "topology", "available-1", ... */
+    char threads_source[32];   /* "cli", "env", "file", "cgroup", "affinity" (sysinfo.h) */
     uint64_t pool_dispatches;  /* worker pool dispatch count since start */
     int64_t kv_used, kv_total; /* KV cells (tokens) in use / available */
     int n_active;              /* sessions decoding */
@@ -176,6 +176,16 @@ struct gen_stats {
     char weights_layout[16];       /* model_weights_layout: "file", "arena", "arena+packed" */
     uint64_t weights_copied_bytes; /* matrices copied into the weight arena */
     uint64_t weights_packed_bytes; /* of those, bytes in the 16-row packed layout */
+    /* routing profile (appended; profile_path "" = no --expert-profile) */
+    char profile_path[512];        /* the file as given */
+    bool profile_active;           /* recording (a MoE model); false: see profile_state */
+    char profile_state[1024];      /* how it started: "fresh", "loaded ...", "refused ..." */
+    uint64_t profile_picks;        /* routed (layer, expert) picks counted, loaded ones included */
+    uint64_t profile_tokens;       /* picks / (n_layer x n_expert_used): tokens routed */
+    uint64_t profile_loaded_picks; /* of those, read from the file at start */
+    uint64_t profile_saves;        /* successful saves since start */
+    double profile_last_save;      /* Unix seconds of the last successful save; 0 = none yet */
+    char profile_save_error[512];  /* why the last save failed; "" when it worked */
 };
 
 struct gen_ops {

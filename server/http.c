@@ -54,7 +54,7 @@ static struct exchange *exchange_new(struct server *s, struct MHD_Connection *co
     ex->refs = 1; /* the connection's */
     ex->route = METRICS_ROUTE_OTHER;
     ex->phase = PHASE_HEADERS;
-    ex->t_start = server_now();
+    ex->t_start = strata_now();
     /* unique within a daemon (the counter) and unlikely to repeat across
      * restarts (the start time mixed in) */
     static _Atomic uint64_t next_id;
@@ -153,7 +153,7 @@ static enum MHD_Result on_resumed(struct exchange *ex);
 static bool body_in_time(const struct exchange *ex) {
     double got = (double)(ex->body.len + ex->n_dropped);
     double limit = (double)ex->srv->p.timeout_s + got / 65536.0;
-    return server_now() - ex->t_start <= limit;
+    return strata_now() - ex->t_start <= limit;
 }
 
 /* Body complete: check it and hand it to the generation layer. */
@@ -197,7 +197,7 @@ static enum MHD_Result on_body(struct exchange *ex) {
     /* Fields the ticker and the scheduler read are set before the exchange
      * is listed; it is listed before submit since events may arrive before
      * submit returns. */
-    ex->t_submit = server_now();
+    ex->t_submit = strata_now();
     ex->next_keepalive = ex->t_submit + s->p.keepalive_ms / 1000.0;
     ex->stream = json_is_true(json_object_get(body, "stream"));
     pthread_mutex_lock(&s->mu);
@@ -375,7 +375,7 @@ static void log_request(struct exchange *ex, enum MHD_RequestTerminationCode toe
     char path[3 * sizeof ex->path], method[3 * sizeof ex->method];
     log_escape(ex->path, path, sizeof path);
     log_escape(ex->method, method, sizeof method);
-    const double now = server_now();
+    const double now = strata_now();
     char tokens[192] = "";
     if (ex->route == METRICS_ROUTE_CHAT || ex->route == METRICS_ROUTE_COMPLETION) {
         const double ttft = ex->got_token ? (ex->t_first_token - ex->t_start) * 1e3 : 0.0;

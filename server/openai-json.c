@@ -4,7 +4,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/text/tokenizer.h"
+#include "engine/session/session.h"
 #include "server/openai.h"
 
 /* "fp_strata_<version>": system_fingerprint names the build that answered. */
@@ -76,13 +76,9 @@ bool openai_logprobs_empty(const struct openai_logprobs *lp) {
 
 /* A token's text as a JSON string (invalid UTF-8 bytes of a partial code
  * point become U+FFFD, as OpenAI shows them) and its raw bytes. */
-static json_t *token_text(const struct tokenizer *tok, int32_t id, json_t **bytes_out) {
-    char buf[256];
-    int n = tokenizer_token_to_piece(tok, id, true, buf, sizeof(buf));
-    if (n < 0)
-        n = 0;
-    if (n > (int)sizeof(buf))
-        n = (int)sizeof(buf);
+static json_t *token_text(const struct session_piece *p, json_t **bytes_out) {
+    const char *buf = p->bytes;
+    const int n = p->n_bytes;
     if (bytes_out) {
         *bytes_out = json_array();
         for (int i = 0; i < n; i++)
@@ -91,7 +87,7 @@ static json_t *token_text(const struct tokenizer *tok, int32_t id, json_t **byte
     json_t *s = json_stringn(buf, (size_t)n);
     if (s)
         return s;
-    char fixed[sizeof(buf) * 3 + 1];
+    char fixed[SESSION_PIECE_MAX * 3 + 1];
     size_t o = 0;
     for (int i = 0; i < n;) {
         unsigned char c = (unsigned char)buf[i];
@@ -111,35 +107,34 @@ static json_t *token_text(const struct tokenizer *tok, int32_t id, json_t **byte
     return json_stringn(fixed, o);
 }
 
-int openai_logprobs_add(struct openai_logprobs *lp, const struct tokenizer *tok,
-                        const struct sampler_result *r, int n_top, size_t text_offset) {
-    if (n_top > r->n_top)
-        n_top = r->n_top;
+int openai_logprobs_add(struct openai_logprobs *lp, const struct session_logprob *e, int n_top) {
+    if (n_top > e->n_top)
+        n_top = e->n_top;
     if (lp->route == GEN_ROUTE_CHAT) {
         json_t *bytes = NULL;
         json_t *top = json_array();
         for (int i = 0; i < n_top; i++) {
             json_t *b = NULL;
-            json_t *t = token_text(tok, r->top[i].token, &b);
+            json_t *t = token_text(&e->top[i], &b);
             json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", t, "logprob",
-                                                 (double)r->top[i].logprob, "bytes", b));
+                                                 (double)e->top[i].logprob, "bytes", b));
         }
-        json_t *t = token_text(tok, r->token, &bytes);
-        json_t *e = json_pack("{s:o, s:f, s:o, s:o}", "token", t, "logprob", (double)r->logprob,
-                              "bytes", bytes, "top_logprobs", top);
-        return e && json_array_append_new(lp->content, e) == 0 ? 0 : STRATA_E_NOMEM;
+        json_t *t = token_text(&e->pick, &bytes);
+        json_t *o = json_pack("{s:o, s:f, s:o, s:o}", "token", t, "logprob",
+                              (double)e->pick.logprob, "bytes", bytes, "top_logprobs", top);
+        return o && json_array_append_new(lp->content, o) == 0 ? 0 : STRATA_E_NOMEM;
     }
     json_t *alts = json_object();
     for (int i = 0; i < n_top; i++) {
-        json_t *t = token_text(tok, r->top[i].token, NULL);
+        json_t *t = token_text(&e->top[i], NULL);
         if (t)
-            json_object_set_new(alts, json_string_value(t), json_real(r->top[i].logprob));
+            json_object_set_new(alts, json_string_value(t), json_real(e->top[i].logprob));
         json_decref(t);
     }
-    json_array_append_new(lp->tokens, token_text(tok, r->token, NULL));
-    json_array_append_new(lp->token_logprobs, json_real(r->logprob));
+    json_array_append_new(lp->tokens, token_text(&e->pick, NULL));
+    json_array_append_new(lp->token_logprobs, json_real(e->pick.logprob));
     json_array_append_new(lp->top_logprobs, alts);
-    json_array_append_new(lp->offsets, json_integer((json_int_t)text_offset));
+    json_array_append_new(lp->offsets, json_integer((json_int_t)e->text_offset));
     return 0;
 }
 

@@ -37,7 +37,7 @@
 
 #define OPENAI_MAX_STOPS 4
 
-struct tokenizer;
+struct session_logprob;
 
 struct openai_request {
     enum gen_route route;
@@ -85,10 +85,10 @@ struct openai_logprobs;
 /* NULL on out of memory. owned: free with openai_logprobs_free() */
 struct openai_logprobs *openai_logprobs_init(enum gen_route route);
 void openai_logprobs_free(struct openai_logprobs *lp); /* NULL is a no-op */
-/* Adds one token: its sampler result; text_offset is the byte offset of the
- * token's text in the completion (completions only). */
-int openai_logprobs_add(struct openai_logprobs *lp, const struct tokenizer *tok,
-                        const struct sampler_result *r, int n_top, size_t text_offset);
+/* Adds one token: its entry from session_step (engine/session: the token's
+ * bytes, logprob, alternatives and text offset; borrowed for the call), with
+ * at most n_top alternatives. 0 or STRATA_E_NOMEM. */
+int openai_logprobs_add(struct openai_logprobs *lp, const struct session_logprob *e, int n_top);
 bool openai_logprobs_empty(const struct openai_logprobs *lp);
 /* The JSON value built so far (borrowed) and a reset for the next chunk. */
 json_t *openai_logprobs_json(struct openai_logprobs *lp);

@@ -1,15 +1,16 @@
 /* server/sched-impl.h: scheduler internals shared by sched.c (thread, queue,
- * batching, stats) and sched-session.c (prompt, sampling, events). */
+ * batching, stats), sched-prep.c (the prep lanes), sched-session.c (a job's
+ * prompt, sampling and events, over engine/session) and sched-profile.c
+ * (the routing profile's owner). */
 #ifndef STRATA_SERVER_SCHED_IMPL_H
 #define STRATA_SERVER_SCHED_IMPL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "engine/model/model.h"
 #include "engine/kv/prefix.h"
-#include "engine/sample/sampler.h"
-#include "engine/text/tokenizer.h"
+#include "engine/model/model.h"
+#include "engine/session/session.h"
 #include "server/openai.h"
 #include "server/sched.h"
 
@@ -27,32 +28,29 @@ struct gen_job {
     int32_t *prompt; /* (n_prompt + max_tokens) owned: the prompt, then each generated token
                         as it is fed back: prompt[pos] is the token at KV position pos */
     int n_prompt;
-    bool prepared; /* session_prepare ran (the job may wait for KV blocks after it) */
-    /* set by the prep thread (session_tokenize) before the job is queued */
+    bool prepared; /* job_prepare ran (the job may wait for KV blocks after it) */
+    /* set by the prep thread (job_tokenize) before the job is queued */
     bool tokenized;
     int tok_rc; /* 0, or why the prompt was refused (tok_err: the message) */
     struct strata_error tok_err;
-    bool kv_bad;        /* a forward step failed: the sequence's rows are not trusted */
-    bool kv_short;      /* a block could not be reserved: fail after this step */
-    int n_cached;       /* prompt positions reused from the prefix cache */
-    uint32_t part;      /* prefix-cache partition (gen_submit.cache_partition) */
-    int need_blocks;    /* KV blocks the session may take from the pool (reserved at admission) */
-    double t_deadline;  /* monotonic seconds; 0 = none */
-    int n_past;         /* positions in the KV sequence */
-    int64_t n_gen;      /* tokens generated */
-    int64_t max_tokens; /* effective limit */
-    int32_t last;       /* token to feed next */
-    int n_unsent;       /* tokens since the last DELTA */
-    size_t text_total;  /* bytes of detokenized text so far (logprob text_offset) */
-    struct sampler *smp;
-    struct stop_matcher *stop;
-    struct tokenizer_stream *detok;
-    struct openai_logprobs *lp;
-    char *text; /* non-stream: the completion so far */
+    bool kv_bad;          /* a forward step failed: the sequence's rows are not trusted */
+    bool kv_short;        /* a block could not be reserved: fail after this step */
+    int n_cached;         /* prompt positions reused from the prefix cache */
+    uint32_t part;        /* prefix-cache partition (gen_submit.cache_partition) */
+    int need_blocks;      /* KV blocks the session may take from the pool (reserved at admission) */
+    double t_deadline;    /* monotonic seconds; 0 = none */
+    int n_past;           /* positions in the KV sequence */
+    int64_t n_gen;        /* tokens generated */
+    int64_t max_tokens;   /* effective limit */
+    int32_t last;         /* token to feed next */
+    int n_unsent;         /* tokens since the last DELTA */
+    struct session *sess; /* owned: sampler, detokenizer, stop matcher (engine/session) */
+    struct openai_logprobs *lp; /* owned: the logprobs JSON not yet sent */
+    char *text;                 /* non-stream: the completion so far */
     size_t text_len, text_cap;
-    double t_first; /* monotonic seconds of the first token */
-    /* the step's pick (session_sample, possibly on a pool worker; then read by
-     * session_on_logits on the scheduler thread) */
+    double t_first; /* strata_now() of the first token */
+    /* the step's pick (job_sample, possibly on a pool worker; then read by
+     * job_on_logits on the scheduler thread) */
     struct sampler_result pick;
     int pick_rc; /* 0 or negative STRATA_E_* (pick_err says why) */
     struct strata_error pick_err;
@@ -92,9 +90,7 @@ struct sched {
     struct pool *pool;
     struct model *model;
     struct kv_cache *kv;
-    struct tokenizer *tok;
-    struct chat_template *tmpl;
-    char bos_text[64], eos_text[64];
+    struct session_base *sb; /* tokenizer and chat template (engine/session) */
     int n_vocab, n_ctx, n_batch;
     float *logits;                     /* (n_batch, n_vocab) f32 */
     struct model_batch_entry *entries; /* (n_batch) */
@@ -128,11 +124,22 @@ struct sched {
     uint64_t n_steps, step_decode, step_prefill;
     int last_step_tokens;
     double t_forward, t_sample, t_emit, t_other, t_idle; /* seconds */
+    /* the routing profile (sched-profile.c): NULL for a dense model or without
+     * --expert-profile; counted by model_forward, saved by this thread */
+    struct profile *profile;
+    char profile_path[512];    /* copy of params.expert_profile; "" = none */
+    char profile_state[1024];  /* how it started (gen_stats.profile_state) */
+    uint64_t profile_saved;    /* profile_total() on disk (after the last save or the load) */
+    uint64_t profile_loaded;   /* picks read from the file at start */
+    uint64_t profile_saves;    /* successful saves */
+    uint64_t profile_picks;    /* profile_total() at the last tick (published) */
+    int64_t profile_per_token; /* picks a token makes: n_layer x n_expert_used */
+    double profile_t_save;     /* strata_now() of the last save attempt (or the start) */
+    double profile_last_save;  /* Unix seconds of the last successful save; 0 = none */
+    char profile_error[512];   /* the last save's failure, "" after a success */
 
     struct sched_stats_rec stats;
 };
-
-double sched_now(void);
 
 /* sched-prep.c: the prep lanes */
 int sched_prep_start(struct sched *s, struct strata_error *err); /* after the scheduler thread */
@@ -144,27 +151,46 @@ void sched_prep_submit(struct sched *s, struct gen_job *j);      /* from op_subm
 void sched_prep_stop(struct sched *s);
 
 /* sched-session.c */
-/* Renders and tokenizes the prompt and checks it against the context into
- * j->prompt / n_prompt, or j->tok_rc + tok_err. Touches only j and reads s's
- * immutable tokenizer and template: runs on the prep thread. */
-void session_tokenize(const struct sched *s, struct gen_job *j);
-/* Takes the tokenized prompt, makes the sampler/detokenizer/stop matcher.
- * On error sends ERROR (the caller then sends DONE). */
-int session_prepare(struct sched *s, struct gen_job *j, struct strata_error *err, char *param,
-                    size_t param_cap);
+/* Renders and tokenizes the prompt and checks it against the context
+ * (session_prompt) into j->prompt / n_prompt, or j->tok_rc + tok_err.
+ * Touches only j and reads s's immutable session base: runs on the prep
+ * thread. */
+void job_tokenize(const struct sched *s, struct gen_job *j);
+/* Takes the tokenized prompt, makes the job's session (sampler,
+ * detokenizer, stop matcher). On error sends ERROR (the caller then sends
+ * DONE). */
+int job_prepare(struct sched *s, struct gen_job *j, struct strata_error *err, char *param,
+                size_t param_cap);
 /* Picks the next token of j from its logits row into j->pick / pick_rc.
- * Touches only j's sampler and pick fields: the rows of one step may be
+ * Touches only j's session and pick fields: the rows of one step may be
  * sampled concurrently (one job per thread). */
-void session_sample(const struct sched *s, struct gen_job *j, const float *logits);
-/* Takes j->pick (session_sample ran). Returns true when the job finished
- * (FINISH/USAGE sent, or ERROR; the caller sends DONE). Scheduler thread. */
-bool session_on_logits(struct sched *s, struct gen_job *j);
+void job_sample(struct gen_job *j, const float *logits);
+/* Takes j->pick (job_sample ran) through session_step. Returns true when
+ * the job finished (FINISH/USAGE sent, or ERROR; the caller sends DONE).
+ * Scheduler thread. */
+bool job_on_logits(struct sched *s, struct gen_job *j);
 /* Sends ERROR then nothing else (the caller sends DONE). */
-void session_error(struct gen_job *j, int code, const char *msg, const char *param);
-/* Frees session state (not the job). */
-void session_clear(struct gen_job *j);
-void session_emit(struct gen_job *j, const struct gen_event *ev);
+void job_error(struct gen_job *j, int code, const char *msg, const char *param);
+/* Frees the job's session state (not the job). */
+void job_clear(struct gen_job *j);
+void job_emit(struct gen_job *j, const struct gen_event *ev);
 /* Non-stream response body (owned: free()). */
-char *session_response(struct gen_job *j, const char *reason);
+char *job_response(struct gen_job *j, const char *reason);
+
+/* sched-profile.c: the routing profile's owner (see sched.h) */
+/* Creates the profile of a MoE model (loading params.expert_profile when
+ * the file exists) and attaches it to the model; fills the stats' profile
+ * fields. Only STRATA_E_NOMEM fails: a refused file means a fresh profile.
+ * In sched_init, after the warm-up step, before the scheduler thread. */
+int sched_profile_start(struct sched *s, struct strata_error *err);
+/* Saves when params.profile_interval_s passed since the last save and the
+ * counts changed (force: whenever they changed). Scheduler thread, or
+ * sched_free after it joined. */
+void sched_profile_tick(struct sched *s, double now, bool force);
+/* strata_now() when the next periodic save is due; 0 when nothing waits to
+ * be saved (the idle scheduler then sleeps without a timeout). */
+double sched_profile_due(const struct sched *s);
+/* Copies the profile's counters into st (s->stats.mu held). */
+void sched_profile_stats(const struct sched *s, struct gen_stats *st);
 
 #endif

@@ -15,8 +15,8 @@
  * submit order; across lanes a short prompt may overtake a long one.
  *
  * Threading: each lane is one persistent thread; the queues and prep_stop
- * are guarded by s->mu. session_tokenize touches only its job and reads the
- * immutable tokenizer and template. */
+ * are guarded by s->mu. job_tokenize touches only its job and reads the
+ * immutable session base (engine/session: session_prompt). */
 #include <stdlib.h>
 
 #include "server/sched-impl.h"
@@ -71,7 +71,7 @@ static void *lane_main(void *arg) {
         if (atomic_load(&j->cancelled))
             j->tok_rc = strata_error_set(&j->tok_err, STRATA_E_CANCELLED, "request cancelled");
         else
-            session_tokenize(s, j);
+            job_tokenize(s, j);
         j->tokenized = true;
         pthread_mutex_lock(&s->mu);
         to_incoming(s, j);

@@ -1,25 +1,20 @@
 /* server/sched.c: the scheduler thread, the request queue, continuous
  * batching and the gen_ops (see sched.h). */
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
-#include "engine/gguf/gguf.h"
+#include "engine/core/clock.h"
 #include "engine/cpu/kernels.h"
-#include "engine/kv/kv.h"
-#include "engine/quant/quant.h"
+#include "engine/experts/profile.h"
 #include "engine/host/pool.h"
+#include "engine/host/sysinfo.h"
+#include "engine/kv/kv.h"
 #include "engine/kv/prefix.h"
-#include "engine/text/template.h"
 #include "server/sched-impl.h"
-
-double sched_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 struct sched_params sched_params_default(void) {
     return (struct sched_params){.pool_spin = 4000,
@@ -28,7 +23,8 @@ struct sched_params sched_params_default(void) {
                                  .request_timeout = 0,
                                  .prefix_cache = true,
                                  .prefault = true,
-                                 .repack = true};
+                                 .repack = true,
+                                 .profile_interval_s = SCHED_PROFILE_INTERVAL_S};
 }
 
 /* ---- events that end a job ----------------------------------------------- */
@@ -38,7 +34,7 @@ struct sched_params sched_params_default(void) {
 static void job_done(struct sched *s, struct gen_job *j, bool ok) {
     char *body = NULL;
     if (ok && !j->rq.stream && j->finish_reason)
-        body = session_response(j, j->finish_reason);
+        body = job_response(j, j->finish_reason);
     if (j->seq >= 0) {
         /* keep the rows for a later request with the same prefix (also after a
          * cancel: positions < n_past are valid) */
@@ -48,16 +44,16 @@ static void job_done(struct sched *s, struct gen_job *j, bool ok) {
         kv_seq_clear(s->kv, j->seq, NULL);
         j->seq = -1;
     }
-    session_clear(j);
+    job_clear(j);
     atomic_fetch_sub(&s->n_inflight, 1);
     struct gen_event ev = {.type = GEN_EV_DONE, .json = body, .json_len = body ? strlen(body) : 0};
-    session_emit(j, &ev);
+    job_emit(j, &ev);
     free(body);
 }
 
 static void job_fail(struct sched *s, struct gen_job *j, int code, const char *msg,
                      const char *param) {
-    session_error(j, code, msg, param);
+    job_error(j, code, msg, param);
     j->finish_reason = NULL;
     job_done(s, j, false);
 }
@@ -65,7 +61,7 @@ static void job_fail(struct sched *s, struct gen_job *j, int code, const char *m
 /* ---- stats --------------------------------------------------------------- */
 
 static void publish_stats(struct sched *s, int n_waiting) {
-    double now = sched_now();
+    double now = strata_now();
     int64_t kv_used = 0;
     for (struct gen_job *j = s->active; j; j = j->next)
         kv_used += j->n_past;
@@ -98,6 +94,7 @@ static void publish_stats(struct sched *s, int n_waiting) {
     s->stats.st.step_emit_s = s->t_emit;
     s->stats.st.step_other_s = s->t_other;
     s->stats.st.step_idle_s = s->t_idle;
+    sched_profile_stats(s, &s->stats.st);
     pthread_mutex_unlock(&s->stats.mu);
 }
 
@@ -154,7 +151,7 @@ static void admit(struct sched *s) {
         struct strata_error err = {0};
         char param[64] = "";
         if (!j->prepared) {
-            if (session_prepare(s, j, &err, param, sizeof(param)) < 0) {
+            if (job_prepare(s, j, &err, param, sizeof(param)) < 0) {
                 s->waiting = j->next;
                 j->next = NULL;
                 job_fail(s, j, err.code ? err.code : STRATA_E_INTERNAL, err.message, param);
@@ -256,7 +253,7 @@ static void sample_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
     (void)worker;
     struct sched *s = ctx;
     for (int64_t r = r0; r < r1; r++)
-        session_sample(s, s->row_job[r], s->logits + (size_t)r * (size_t)s->n_vocab);
+        job_sample(s->row_job[r], s->logits + (size_t)r * (size_t)s->n_vocab);
 }
 
 /* Builds and runs one batch; then samples every output row. t0: when the
@@ -317,15 +314,15 @@ static void step(struct sched *s, double t0) {
         }
     }
     if (n == 0) {
-        s->t_other += sched_now() - t0;
+        s->t_other += strata_now() - t0;
         goto short_jobs;
     }
     const int n_decode = n_decoders;
     struct model_batch b = {s->entries, n};
     struct strata_error err = {0};
-    const double t_fwd = sched_now();
+    const double t_fwd = strata_now();
     int rc = model_forward(s->model, s->kv, &b, s->logits, &err);
-    const double t_out = sched_now();
+    const double t_out = strata_now();
     s->t_other += t_fwd - t0;
     s->t_forward += t_out - t_fwd;
     s->n_steps++;
@@ -364,14 +361,14 @@ static void step(struct sched *s, double t0) {
      * bench/load.mjs CLIENTS=8 REQS=2 TEMP=1, 2 threads, 2-vCPU EPYC VM, two
      * alternated pairs: sample 13.3/13.4 -> 7.2/7.3 ms a step, 68.2/68.7 ->
      * 73.1/72.2 tok/s. */
-    const double t_smp = sched_now();
+    const double t_smp = strata_now();
     if (n_rows >= 2) {
         struct pool_task t = {.fn = sample_rows, .ctx = s, .n_rows = n_rows, .min_grain = 1};
         pool_run(s->pool, &t, 1);
     } else if (n_rows == 1) {
         sample_rows(s, 0, 1, 0);
     }
-    const double t_emit0 = sched_now();
+    const double t_emit0 = strata_now();
     s->t_sample += t_emit0 - t_smp;
     for (int r = 0; r < n_rows; r++) {
         struct gen_job *j = s->row_job[r];
@@ -379,7 +376,7 @@ static void step(struct sched *s, double t0) {
             prefix_insert_part(s->pc, j->part, j->prompt, j->n_prompt / s->n_block * s->n_block,
                                j->seq, NULL);
         j->state = JOB_DECODE;
-        if (session_on_logits(s, j)) {
+        if (job_on_logits(s, j)) {
             unlink_active(s, j);
             if (j->finish_reason)
                 job_done(s, j, true);
@@ -387,7 +384,7 @@ static void step(struct sched *s, double t0) {
                 job_done(s, j, false); /* ERROR already sent */
         }
     }
-    s->t_emit += sched_now() - t_out - (t_emit0 - t_smp); /* all after the forward but sampling */
+    s->t_emit += strata_now() - t_out - (t_emit0 - t_smp); /* all after the forward but sampling */
 short_jobs:
     for (struct gen_job *j = s->active, *next; j; j = next) {
         next = j->next;
@@ -398,6 +395,20 @@ short_jobs:
     }
 }
 
+/* Waits on s->cond (s->mu held) until it is signalled or, when the
+ * routing profile has unsaved counts, until its save is due (s->cond runs
+ * on CLOCK_MONOTONIC, strata_now's clock). Returns true on the timeout. */
+static bool wait_work(struct sched *s) {
+    const double due = sched_profile_due(s);
+    if (due <= 0) {
+        pthread_cond_wait(&s->cond, &s->mu);
+        return false;
+    }
+    double sec = floor(due);
+    struct timespec ts = {(time_t)sec, (long)((due - sec) * 1e9)};
+    return pthread_cond_timedwait(&s->cond, &s->mu, &ts) == ETIMEDOUT;
+}
+
 static void *sched_thread(void *arg) {
     struct sched *s = arg;
     for (;;) {
@@ -405,14 +416,15 @@ static void *sched_thread(void *arg) {
         double t_wait = 0;
         while (!s->stop && !s->incoming && !s->active && !s->waiting) {
             if (t_wait == 0)
-                t_wait = sched_now();
-            pthread_cond_wait(&s->cond, &s->mu);
+                t_wait = strata_now();
+            if (wait_work(s))
+                break; /* a profile save is due (below) */
         }
         bool stop = s->stop;
         struct gen_job *in = s->incoming;
         s->incoming = s->incoming_tail = NULL;
         pthread_mutex_unlock(&s->mu);
-        double now = sched_now();
+        double now = strata_now();
         if (t_wait > 0)
             s->t_idle += now - t_wait;
         /* append the new jobs to the waiting FIFO */
@@ -437,6 +449,7 @@ static void *sched_thread(void *arg) {
         reap_cancelled(s, &s->active, true, now);
         admit(s);
         step(s, now);
+        sched_profile_tick(s, strata_now(), false);
         publish_stats(s, count(s->waiting));
     }
 }
@@ -472,7 +485,7 @@ static int op_submit(void *self, const struct gen_submit *req, struct gen_sink s
     j->seq = -1;
     j->part = req->cache_partition;
     if (s->p.request_timeout > 0)
-        j->t_deadline = sched_now() + s->p.request_timeout;
+        j->t_deadline = strata_now() + s->p.request_timeout;
     atomic_init(&j->cancelled, false);
     openai_ctx_init(&j->oc, req->route, s->model_id, j->rq.stream_usage,
                     (uint64_t)time(NULL) << 24 ^ atomic_fetch_add(&s->id_counter, 1) * 2654435761u);
@@ -491,7 +504,7 @@ static void op_release(void *self, struct gen_job *job) {
     (void)self;
     if (!job)
         return;
-    session_clear(job); /* no-op after DONE; safety for a job that never ran */
+    job_clear(job); /* no-op after DONE; safety for a job that never ran */
     free(job);
 }
 
@@ -510,7 +523,7 @@ static void op_stats(void *self, struct gen_stats *out) {
     struct sched *s = self;
     pthread_mutex_lock(&s->stats.mu);
     *out = s->stats.st;
-    out->recent_tok_s = recent_rate(&s->stats, sched_now());
+    out->recent_tok_s = recent_rate(&s->stats, strata_now());
     pthread_mutex_unlock(&s->stats.mu);
 }
 
@@ -520,18 +533,6 @@ const struct gen_ops *sched_gen_ops(void) {
 }
 
 /* ---- life cycle ------------------------------------------------------------ */
-
-static void token_text(const struct tokenizer *tok, int32_t id, char *buf, size_t cap) {
-    buf[0] = '\0';
-    if (id == TOKENIZER_NULL)
-        return;
-    size_t len = 0;
-    const char *p = tokenizer_piece(tok, id, &len);
-    if (p && len < cap) {
-        memcpy(buf, p, len);
-        buf[len] = '\0';
-    }
-}
 
 /* /status: model path, quant mix (tensors and bytes per weight type, largest
  * first; more types than slots are summed into a last "other" slot) and KV
@@ -550,15 +551,14 @@ static void stats_model_facts(struct gen_stats *st, const struct model *m, const
         int k = i < GEN_WEIGHT_TYPES_MAX - 1 ? i : GEN_WEIGHT_TYPES_MAX - 1;
         struct gen_weight_type *g = &st->weight_types[k];
         snprintf(g->type, sizeof(g->type), "%s",
-                 n_wt > GEN_WEIGHT_TYPES_MAX && k == GEN_WEIGHT_TYPES_MAX - 1
-                     ? "other"
-                     : quant_type_name(wt[i].type));
+                 n_wt > GEN_WEIGHT_TYPES_MAX && k == GEN_WEIGHT_TYPES_MAX - 1 ? "other"
+                                                                              : wt[i].name);
         g->n_tensors += wt[i].n_tensors;
         g->n_bytes += wt[i].n_bytes;
         st->n_weight_types = k + 1;
         if (len < sizeof(st->quant_mix)) {
             int w = snprintf(st->quant_mix + len, sizeof(st->quant_mix) - len, "%s%s:%lld",
-                             i ? "," : "", quant_type_name(wt[i].type), (long long)wt[i].n_tensors);
+                             i ? "," : "", wt[i].name, (long long)wt[i].n_tensors);
             len += w > 0 ? (size_t)w : 0;
         }
     }
@@ -576,8 +576,15 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
         return NULL;
     }
     s->p = *params;
+    if (!(s->p.profile_interval_s > 0))
+        s->p.profile_interval_s = SCHED_PROFILE_INTERVAL_S;
     pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cond, NULL);
+    /* monotonic: the idle wait times out for a profile save (wait_work) */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cond, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_mutex_init(&s->stats.mu, NULL);
     atomic_init(&s->n_inflight, 0);
     atomic_init(&s->n_prep, 0);
@@ -586,15 +593,14 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
         snprintf(s->model_id, sizeof(s->model_id), "%s", params->model_id);
     else
         openai_model_id(params->model_path, s->model_id, sizeof(s->model_id));
-    int n_threads = params->n_threads;
-    if (n_threads <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = n > 1 ? (int)n - 1 : 1;
-    }
-    if (n_threads > 32)
-        n_threads = 32;
+    /* the one thread policy (sysinfo.h); `strata serve` resolved it already */
+    struct sysinfo_threads th;
+    if (sysinfo_threads(NULL, params->n_threads,
+                        params->threads_source ? params->threads_source : "cli", NULL, &th,
+                        err) < 0)
+        goto fail;
     struct pool_params pp = pool_params_default();
-    pp.n_threads = n_threads;
+    pp.n_threads = th.n_threads;
     pp.spin = params->pool_spin;
     if (!(s->pool = pool_init(&pp, err)))
         goto fail;
@@ -655,19 +661,13 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
         strata_error_set(err, STRATA_E_NOMEM, "out of memory");
         goto fail;
     }
-    const struct gguf_file *gf = model_gguf(s->model);
-    if (!(s->tok = tokenizer_init_gguf(gf, err)))
+    /* tokenizer and chat template (the GGUF's, ChatML when absent or unparsable) */
+    struct session_base_params bp = session_base_params_default();
+    bp.gguf = model_gguf(s->model);
+    bp.n_vocab = s->n_vocab;
+    bp.n_ctx = s->n_ctx;
+    if (!(s->sb = session_base_init(&bp, err)))
         goto fail;
-    struct gguf_str src = {0};
-    if (gguf_find_kv(gf, "tokenizer.chat_template") >= 0 &&
-        gguf_get_str(gf, "tokenizer.chat_template", &src, NULL) == 0)
-        s->tmpl = template_parse(src.ptr, (size_t)src.len, NULL);
-    if (!s->tmpl) /* absent or unparsable: ChatML, as llama.cpp falls back */
-        s->tmpl = template_parse(template_chatml_source(), strlen(template_chatml_source()), err);
-    if (!s->tmpl)
-        goto fail;
-    token_text(s->tok, tokenizer_bos(s->tok), s->bos_text, sizeof(s->bos_text));
-    token_text(s->tok, tokenizer_eos(s->tok), s->eos_text, sizeof(s->eos_text));
     s->logits = malloc((size_t)s->n_batch * (size_t)s->n_vocab * sizeof(float));
     s->entries = malloc((size_t)s->n_batch * sizeof(*s->entries));
     s->row_job = malloc((size_t)s->n_batch * sizeof(*s->row_job));
@@ -678,12 +678,14 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
         goto fail;
     }
     /* warm-up: one forward step before saying ready (STYLE.md 16) */
-    int32_t warm = tokenizer_bos(s->tok) != TOKENIZER_NULL ? tokenizer_bos(s->tok) : 0;
-    struct model_batch_entry e = {0, 0, warm, true};
+    struct model_batch_entry e = {0, 0, session_base_warmup_token(s->sb), true};
     struct model_batch b = {&e, 1};
     if (model_forward(s->model, s->kv, &b, s->logits, err) < 0)
         goto fail;
     kv_seq_clear(s->kv, 0, NULL);
+    /* after the warm-up: the profile counts served tokens only */
+    if (sched_profile_start(s, err) < 0)
+        goto fail;
 
     struct gen_stats *st = &s->stats.st;
     st->ready = true;
@@ -695,14 +697,13 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     st->weights_copied_bytes = model_copied_bytes(s->model);
     st->weights_packed_bytes = model_packed_bytes(s->model);
     st->n_ctx = s->n_ctx;
-    st->n_threads = n_threads;
-    snprintf(st->threads_source, sizeof(st->threads_source), "%s",
-             params->n_threads > 0 && params->threads_source ? params->threads_source
-                                                             : "available-1");
+    st->n_threads = th.n_threads;
+    snprintf(st->threads_source, sizeof(st->threads_source), "%s", th.source);
     st->kv_total = (int64_t)kp.n_blocks * kp.n_block;
     st->kv_block_size = kp.n_block;
     st->kv_blocks_total = kp.n_blocks;
     st->kv_blocks_free = kv_blocks_free(s->kv);
+    sched_profile_stats(s, st);
     if (pthread_create(&s->thread, NULL, sched_thread, s) != 0) {
         strata_error_set(err, STRATA_E_INTERNAL, "sched: cannot start the scheduler thread");
         goto fail;
@@ -727,16 +728,17 @@ void sched_free(struct sched *s) {
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->thread, NULL);
     }
+    sched_profile_tick(s, strata_now(), true); /* shutdown (SIGTERM drain): the last counts */
     free(s->seq_used);
     free(s->blk_tmp);
     prefix_free(s->pc);
     free(s->row_job);
     free(s->entries);
     free(s->logits);
-    template_free(s->tmpl);
-    tokenizer_free(s->tok);
+    session_base_free(s->sb);
     kv_free(s->kv);
     model_free(s->model);
+    profile_free(s->profile); /* after the model, which counted into it */
     pool_free(s->pool);
     pthread_cond_destroy(&s->cond);
     pthread_mutex_destroy(&s->mu);

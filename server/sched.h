@@ -10,12 +10,13 @@
  *   sched_free(s);   // every live job gets GEN_EV_DONE (after ERROR "cancelled")
  *
  * Each step builds one model_forward batch: one token for every decoding
- * session plus prefill chunks of admitted sessions, at most n_batch entries
- * in all (decoders first, so a long prompt never stalls running streams;
- * while any decode, a step prefills at most as many tokens as it decodes,
- * at least 8, in arrival order; but when at least as many sessions wait to
- * join as decode, up to 64 prompt tokens of each, so a burst of arrivals
- * fills the batch in a step or two). Sessions join
+ * session first, then prefill chunks of admitted sessions in admission
+ * order, at most n_batch entries in all. While nobody decodes, prefill takes
+ * the whole budget (time to first token); while n sessions decode, a step
+ * carries at most n + max(n, 16 - n) tokens (16 until 8 decode, then twice
+ * the decoders), so a step with prompt tokens costs at most about two
+ * decode-only steps whoever joins (the measurement behind the rule is in
+ * sched.c, step()). Sessions join
  * and leave between steps. At most `parallel` sessions hold a KV sequence;
  * up to `queue` more requests wait; beyond that submit answers
  * STRATA_E_QUEUE_FULL (HTTP 429, Retry-After). A cancelled job (client gone,
@@ -42,10 +43,32 @@
  * concurrent requests with the same system prompt share them too.
  * usage.prompt_tokens_details.cached_tokens reports the reused positions.
  *
- * Prompts are rendered, tokenized and checked against the context on two
- * persistent prep threads (sched-prep.c: one for prompts of 64 KiB or more)
- * before they join the queue, so a huge prompt never stalls the running
- * streams nor delays a short request; a job waiting there counts as queued.
+ * Prompts are rendered, tokenized and checked against the context
+ * (engine/session: session_prompt) on two persistent prep threads
+ * (sched-prep.c: one for prompts of 64 KiB or more) before they join the
+ * queue, so a huge prompt never stalls the running streams nor delays a
+ * short request; a job waiting there counts as queued. Each token a step
+ * samples goes through the job's session (session_step: text delta, stop,
+ * logprob entry); the OpenAI JSON is built here (openai-json.c).
+ *
+ * Routing profile (sched-profile.c, engine/experts/profile.h): for a MoE
+ * model with expert_profile set, the scheduler owns a profile that
+ * model_forward counts every routed pick into (served tokens only: it is
+ * attached after the warm-up). At start an existing file is loaded and its
+ * counts merged in, so totals keep growing across restarts; a file that does
+ * not load (corrupt, truncated) or whose shape differs from the model's is
+ * refused with a reason in gen_stats.profile_state, renamed to PATH.refused
+ * (never silently overwritten) and the daemon starts with a fresh profile.
+ * The scheduler thread saves it (temporary file + rename) every
+ * profile_interval_s while the counts change (also when it goes idle: the
+ * wait times out for it) and sched_free saves it once more after the last
+ * step (SIGTERM drain). Default 60 s (--expert-profile-interval): a save
+ * writes n_layer x n_expert x 8 bytes, 48 KiB for qwen3-30b-a3b's 48 x 128,
+ * in 0.2 ms (0.35 ms for 61 x 256; 2-vCPU Xeon VM, ext4, page cache), next
+ * to steps of tens of ms, so even a save a second would cost < 0.1% of the
+ * thread; 60 s bounds what a crash (no SIGTERM) loses to a minute of counts
+ * out of the hours a warm start is learnt from. Checking whether a save is
+ * due sums the counts once a step (0.8 us for 48 x 128).
  *
  * Threading: sched_init/sched_free from one controlling thread; the gen_ops
  * follow gen.h's contract (submit/cancel/release/stats from any thread,
@@ -60,8 +83,10 @@
 struct sched_params {
     const char *model_path;     /* borrowed for sched_init */
     const char *model_id;       /* borrowed; NULL = file name without .gguf */
-    int n_threads;              /* compute threads; 0 = available CPUs - 1 (at least 1), max 32 */
-    const char *threads_source; /* for /status: "cli", "env", ... ("auto" when n_threads 0) */
+    int n_threads;              /* compute threads, capped at 32; 0 = sysinfo_threads' policy
+                                   (available CPUs - 1, at least 1) */
+    const char *threads_source; /* borrowed: for /status when n_threads > 0: "cli", "env",
+                                   "file", "cgroup", "affinity"; NULL = "cli" */
     int pool_spin;              /* worker spin before parking */
     int n_ctx;                  /* per-session context; 0 = the model's trained context */
     int parallel;               /* sessions decoding at once (KV sequences), >= 1 */
@@ -76,7 +101,12 @@ struct sched_params {
     bool prefault;              /* model_params.prefault: map the weight pages at load */
     bool repack;                /* model_params.repack: weights copied (and packed) at load */
     int64_t mem_budget;         /* model_params.mem_budget; 0 = unknown */
+    const char *expert_profile; /* borrowed for sched_init: routing profile file (MoE models);
+                                   NULL or "" = none */
+    double profile_interval_s;  /* seconds between saves while counts change; default
+                                   SCHED_PROFILE_INTERVAL_S */
 };
+#define SCHED_PROFILE_INTERVAL_S 60.0
 struct sched_params sched_params_default(void);
 
 struct sched;

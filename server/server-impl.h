@@ -23,6 +23,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "engine/core/clock.h" /* strata_now: the one monotonic clock */
 #include "server/metrics.h"
 #include "server/server.h"
 
@@ -112,8 +113,6 @@ struct server {
     bool ticker_started;
     bool shut; /* server_shutdown ran */
 };
-
-double server_now(void); /* monotonic seconds */
 
 /* front.c: the listening socket, header deadline and accept policy */
 struct front;

@@ -58,7 +58,7 @@ struct server *server_init(const struct server_params *params, struct strata_err
         strata_error_set(err, STRATA_E_INTERNAL, "server: mutex init failed");
         goto fail;
     }
-    s->t_start = server_now();
+    s->t_start = strata_now();
 
     /* The front binds first (a busy port fails here, with its own message)
      * and hands MHD every connection whose request headers are in. */
@@ -117,7 +117,7 @@ void server_set_ready(struct server *s, bool ready) {
 
 /* Waits on s->cond (s->mu held) until nothing is pending or `until` passes. */
 static void wait_pending(struct server *s, double until) {
-    while (s->n_pending > 0 && server_now() < until) {
+    while (s->n_pending > 0 && strata_now() < until) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 50 * 1000 * 1000;
@@ -140,7 +140,7 @@ int server_shutdown(struct server *s, int deadline_ms) {
     atomic_store(&s->draining, true);
 
     pthread_mutex_lock(&s->mu);
-    wait_pending(s, server_now() + deadline_ms / 1000.0);
+    wait_pending(s, strata_now() + deadline_ms / 1000.0);
     int n_cancelled = s->n_pending;
     for (struct exchange *ex = s->pending; ex; ex = ex->next) {
         pthread_mutex_lock(&ex->mu);
@@ -151,7 +151,7 @@ int server_shutdown(struct server *s, int deadline_ms) {
             s->p.gen.ops->cancel(s->p.gen.self, job);
     }
     /* A cancelled job sends DONE at the scheduler's next step: 2 s is plenty. */
-    wait_pending(s, server_now() + 2.0);
+    wait_pending(s, strata_now() + 2.0);
     for (struct exchange *ex = s->pending; ex; ex = ex->next) {
         pthread_mutex_lock(&ex->mu);
         ex->aborted = true; /* the generation layer did not answer: give up */

@@ -2,14 +2,15 @@
  *
  * /status is one JSON object; a field nobody can fill yet is null and
  * "notes" says why (expert_store, arena; quant_mix and model.path until the
- * generation layer reports them). Handlers run on the MHD thread and never
- * block: gen stats are a snapshot, NUMA topology is loaded once. */
+ * generation layer reports them; expert_profile without --expert-profile). Handlers run on the MHD
+ * thread and never block: gen stats are a snapshot, NUMA topology is loaded once. */
 #include <hwloc.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/cpu/kernels.h"
 #include "server/server-impl.h"
@@ -205,6 +206,35 @@ static json_t *kv_json(const struct gen_stats *st) {
     return o;
 }
 
+/* The routing profile (--expert-profile): {path, active, state, picks,
+ * tokens, loaded_picks, saves, last_save (Unix s or null), last_save_age_s,
+ * save_error}; NULL without the option. */
+static json_t *profile_json(const struct gen_stats *st) {
+    if (!st->profile_path[0])
+        return NULL;
+    json_t *o = json_pack("{s:s, s:b, s:s, s:I, s:I, s:I, s:I}", "path", st->profile_path, "active",
+                          (int)st->profile_active, "state", st->profile_state, "picks",
+                          (json_int_t)st->profile_picks, "tokens", (json_int_t)st->profile_tokens,
+                          "loaded_picks", (json_int_t)st->profile_loaded_picks, "saves",
+                          (json_int_t)st->profile_saves);
+    if (!o)
+        return NULL;
+    if (st->profile_last_save > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double now = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+        json_object_set_new(o, "last_save", json_real(st->profile_last_save));
+        json_object_set_new(o, "last_save_age_s", json_real(now - st->profile_last_save));
+    } else {
+        json_object_set_new(o, "last_save", json_null());
+        json_object_set_new(o, "last_save_age_s", json_null());
+    }
+    json_object_set_new(o, "save_error",
+                        st->profile_save_error[0] ? json_string(st->profile_save_error)
+                                                  : json_null());
+    return o;
+}
+
 enum MHD_Result status_status(struct exchange *ex) {
     struct server *s = ex->srv;
     struct gen_stats st;
@@ -224,7 +254,7 @@ enum MHD_Result status_status(struct exchange *ex) {
         (json_int_t)st.tokens_generated, "recent_tok_s", st.recent_tok_s, "prefix_cache", "hits",
         (json_int_t)st.cache_hits, "misses", (json_int_t)st.cache_misses, "http", "connections",
         connections_of(s), "requests", (json_int_t)metrics_requests_total(s->metrics), "uptime_s",
-        server_now() - s->t_start);
+        strata_now() - s->t_start);
     json_t *notes = json_object();
     if (!o || !notes) {
         json_decref(o);
@@ -278,6 +308,8 @@ enum MHD_Result status_status(struct exchange *ex) {
     set_or_note(o, notes, "expert_store", NULL, NULL,
                 "no expert store module yet (dense mmap only)");
     set_or_note(o, notes, "arena", NULL, NULL, "no arena module yet");
+    set_or_note(o, notes, "expert_profile", NULL, profile_json(&st),
+                "no --expert-profile (the routing profile is not recorded)");
     json_object_set_new(o, "notes", notes);
     char *text = json_dumps(o, JSON_COMPACT);
     json_decref(o);

@@ -13,12 +13,6 @@
 
 #include "server/server-impl.h"
 
-double server_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void exchange_free(struct exchange *ex) {
     struct server *s = ex->srv;
     if (ex->job)
@@ -64,7 +58,7 @@ static void unlink_pending(struct exchange *ex) {
 void stream_on_event(void *ctx, const struct gen_event *ev) {
     struct exchange *ex = ctx;
     struct server *s = ex->srv;
-    double now = server_now();
+    double now = strata_now();
     bool done = ev->type == GEN_EV_DONE;
 
     pthread_mutex_lock(&ex->mu);
@@ -224,7 +218,7 @@ void *stream_ticker_main(void *arg) {
             ts.tv_nsec -= 1000000000;
         }
         pthread_cond_timedwait(&s->cond, &s->mu, &ts);
-        double now = server_now();
+        double now = strata_now();
         for (struct exchange *ex = s->pending; ex; ex = ex->next) {
             pthread_mutex_lock(&ex->mu);
             bool resume = false;

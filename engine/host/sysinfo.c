@@ -396,3 +396,21 @@ int sysinfo_effective_threads(int forced, const char *forced_source,
         *source_out = src;
     return n;
 }
+
+int sysinfo_threads(const struct sysinfo_params *params, int forced, const char *forced_source,
+                    struct sysinfo_limits *lim_out, struct sysinfo_threads *out,
+                    struct strata_error *err) {
+    struct sysinfo_params def = sysinfo_params_default();
+    struct sysinfo_limits lim;
+    int rc = sysinfo_read(params ? params : &def, &lim, err);
+    if (rc < 0)
+        return rc;
+    if (lim_out)
+        *lim_out = lim;
+    if (out) {
+        int want = forced > 0 ? forced : lim.n_cpus - 1;
+        out->n_threads = sysinfo_effective_threads(forced, forced_source, &lim, &out->source);
+        out->capped = want > SYSINFO_MAX_THREADS;
+    }
+    return 0;
+}

@@ -6,8 +6,8 @@
  *   if (sysinfo_read(&sp, &lim, &err) == 0)
  *       printf("%d CPUs (%s), %lld bytes (%s)\n", lim.n_cpus, lim.cpu_source,
  *              (long long)lim.mem_budget, lim.mem_source);
- *   const char *src;
- *   int n = sysinfo_effective_threads(forced, forced_src, &lim, &src);
+ *   struct sysinfo_threads th;               // the one thread policy (run and serve)
+ *   sysinfo_threads(&sp, forced, "cli", &lim, &th, &err);   // th.n_threads, th.source
  *
  * CPUs: the smaller of the affinity mask (sched_getaffinity) and the cgroup
  * CPU quota, ceil(quota / period), from cgroup v2 `cpu.max` or v1
@@ -35,6 +35,7 @@
 #ifndef STRATA_SYSINFO_H
 #define STRATA_SYSINFO_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "engine/core/error.h"
@@ -74,6 +75,27 @@ int sysinfo_read(const struct sysinfo_params *params, struct sysinfo_limits *out
  * (may be NULL) gets a static or borrowed string. */
 int sysinfo_effective_threads(int forced, const char *forced_source,
                               const struct sysinfo_limits *lim, const char **source_out);
+
+/* The thread count of `strata run` and `strata serve` (one policy, so both
+ * size their pool alike on the same machine):
+ *   1. forced > 0: an explicit setting, forced_source its name in the
+ *      option table's precedence ("cli" > "env" > "file"; `strata run -t`
+ *      is "cli");
+ *   2. else the CPUs this process may use (the smaller of the affinity mask
+ *      and the cgroup quota) minus one for the HTTP and prep threads, at
+ *      least 1; source "cgroup" or "affinity", whichever bound it;
+ * capped at SYSINFO_MAX_THREADS either way. */
+struct sysinfo_threads {
+    int n_threads;      /* >= 1, <= SYSINFO_MAX_THREADS */
+    const char *source; /* static, or forced_source (borrowed): for /status, --print-config */
+    bool capped;        /* the setting or the CPUs were above SYSINFO_MAX_THREADS */
+};
+/* Reads the limits (params NULL = sysinfo_params_default()) into *lim_out
+ * (may be NULL) and resolves the count into *out. Fails only where
+ * sysinfo_read does (bad params). */
+int sysinfo_threads(const struct sysinfo_params *params, int forced, const char *forced_source,
+                    struct sysinfo_limits *lim_out, struct sysinfo_threads *out,
+                    struct strata_error *err);
 
 /* Parses a cgroup v2 cpu.max body ("max 100000", "150000 100000").
  * Returns the quota in CPUs, 0 for "max"/unlimited, -1 if malformed. */

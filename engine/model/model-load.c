@@ -595,7 +595,7 @@ int model_weight_types(const struct model *m, struct model_weight_type *out, int
         if (k == n) {
             if (n == (int)(sizeof(seen) / sizeof(seen[0])))
                 continue; /* not reached: QUANT_TYPE_COUNT is 40 */
-            seen[n++] = (struct model_weight_type){t->type, 0, 0};
+            seen[n++] = (struct model_weight_type){t->type, 0, 0, quant_type_name(t->type)};
         }
         seen[k].n_tensors++;
         seen[k].n_bytes += t->n_bytes;
@@ -627,4 +627,14 @@ struct kv_cache *model_kv_init(const struct model *m, int n_seq_max, int n_ctx,
         .n_head_kv = m->hp.n_head_kv,
     };
     return kv_init(&kp, err);
+}
+
+int model_set_profile(struct model *m, struct profile *p, struct strata_error *err) {
+    if (p && (m->hp.n_expert <= 0 || profile_n_layer(p) != m->hp.n_layer ||
+              profile_n_expert(p) != m->hp.n_expert))
+        return strata_error_set(
+            err, STRATA_E_INVALID, "model: profile %d x %d does not match %d layers x %d experts",
+            profile_n_layer(p), profile_n_expert(p), m->hp.n_layer, m->hp.n_expert);
+    m->params.profile = p;
+    return 0;
 }

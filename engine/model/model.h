@@ -158,11 +158,20 @@ struct model_weight_type {
     uint32_t type; /* enum quant_type; quant_type_name() gives "q4_0", ... */
     int64_t n_tensors;
     uint64_t n_bytes; /* tensor data bytes of this type */
+    const char *name; /* static: quant_type_name(type), so /status needs no quant table */
 };
 /* Writes the distinct tensor types of the GGUF tensor table into out[0..cap),
  * most bytes first (ties: lower type first), and returns how many distinct
  * types there are (may exceed cap; only cap are written). Reentrant. */
 int model_weight_types(const struct model *m, struct model_weight_type *out, int cap);
+
+/* Counts routed (layer, expert) picks into p from the next model_forward on
+ * (p NULL: stop counting), like model_params.profile, for an owner that
+ * learns the shape (model_hparams n_layer x n_expert) after load. p is
+ * borrowed and must stay valid while it is set. STRATA_E_INVALID when the
+ * shape differs or the model is dense. Not during a model_forward (same
+ * thread as model_forward, or before it starts). */
+int model_set_profile(struct model *m, struct profile *p, struct strata_error *err);
 
 /* A KV cache shaped for this model (F16, per sequence): n_seq_max sequences
  * of n_ctx positions each (0 = model_n_ctx_max). Memory for a sequence is

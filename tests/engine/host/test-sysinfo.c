@@ -1,5 +1,6 @@
 /* tests/engine/host/test-sysinfo.c: CPU and memory limits from fake cgroup v1/v2
- * and /proc trees built in a temp dir (engine/host/sysinfo.c). */
+ * and /proc trees built in a temp dir, and the thread policy over them
+ * (engine/host/sysinfo.c). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,6 +233,53 @@ START_TEST(effective_threads_precedence) {
 }
 END_TEST
 
+/* sysinfo_threads: the one policy of `strata run` and `strata serve` on a
+ * fake tree: a setting wins (its source kept), capped at 32; auto is the
+ * cgroup quota or the affinity mask (whichever binds) minus one. */
+START_TEST(thread_policy) {
+    put("proc/self/cgroup", "0::/\n");
+    put("proc/self/mountinfo", "31 22 0:28 / /sys/fs/cgroup ro - cgroup2 cgroup2 rw\n");
+    put("sys/fs/cgroup/cpu.max", "600000 100000\n"); /* --cpus 6 */
+    put("proc/meminfo", MEMINFO_4G);
+    struct sysinfo_params p = sysinfo_params_default();
+    p.root = root;
+    p.n_affinity = 64;
+    struct sysinfo_limits lim;
+    struct sysinfo_threads th;
+    struct strata_error err = {0};
+    ck_assert_int_eq(sysinfo_threads(&p, 0, NULL, &lim, &th, &err), 0);
+    ck_assert_int_eq(th.n_threads, 5); /* 6 CPUs of quota - 1 */
+    ck_assert_str_eq(th.source, "cgroup");
+    ck_assert(!th.capped);
+    ck_assert_int_eq(lim.n_cpus, 6);
+    ck_assert_int_eq(lim.mem_budget, 4 * GIB);
+    ck_assert_int_eq(sysinfo_threads(&p, 3, "env", NULL, &th, &err), 0);
+    ck_assert_int_eq(th.n_threads, 3); /* a setting beats the quota, even below it */
+    ck_assert_str_eq(th.source, "env");
+    ck_assert_int_eq(sysinfo_threads(&p, 12, "cli", NULL, &th, &err), 0);
+    ck_assert_int_eq(th.n_threads, 12); /* ... and above it: the user asked */
+    ck_assert_str_eq(th.source, "cli");
+    ck_assert_int_eq(sysinfo_threads(&p, 500, "file", NULL, &th, &err), 0);
+    ck_assert_int_eq(th.n_threads, SYSINFO_MAX_THREADS);
+    ck_assert_str_eq(th.source, "file");
+    ck_assert(th.capped);
+    put("sys/fs/cgroup/cpu.max", "max 100000\n"); /* no quota: the mask binds */
+    ck_assert_int_eq(sysinfo_threads(&p, 0, NULL, NULL, &th, &err), 0);
+    ck_assert_int_eq(th.n_threads, SYSINFO_MAX_THREADS); /* 63, capped */
+    ck_assert_str_eq(th.source, "affinity");
+    ck_assert(th.capped);
+    p.n_affinity = 1;
+    ck_assert_int_eq(sysinfo_threads(&p, 0, NULL, NULL, &th, &err), 0);
+    ck_assert_int_eq(th.n_threads, 1); /* at least one */
+    /* the real system through the defaults (params NULL) */
+    ck_assert_int_eq(sysinfo_threads(NULL, 0, NULL, &lim, &th, &err), 0);
+    ck_assert_int_ge(th.n_threads, 1);
+    ck_assert_int_le(th.n_threads, lim.n_cpus > 1 ? lim.n_cpus - 1 : 1);
+    p.root = "";
+    ck_assert_int_eq(sysinfo_threads(&p, 0, NULL, NULL, &th, &err), STRATA_E_INVALID);
+}
+END_TEST
+
 START_TEST(parse_cpu_max) {
     ck_assert_double_eq_tol(sysinfo_parse_cpu_max("max 100000\n"), 0, 1e-12);
     ck_assert_double_eq_tol(sysinfo_parse_cpu_max("50000 100000\n"), 0.5, 1e-12);
@@ -272,6 +320,7 @@ static Suite *sysinfo_suite(void) {
     tcase_add_test(tc, hybrid_and_quota_above_affinity);
     tcase_add_test(tc, missing_and_garbled_files);
     tcase_add_test(tc, effective_threads_precedence);
+    tcase_add_test(tc, thread_policy);
     tcase_add_test(tc, parse_cpu_max);
     tcase_add_test(tc, real_system_and_bad_params);
     suite_add_tcase(s, tc);
