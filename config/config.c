@@ -36,6 +36,7 @@ struct config {
     char *text[CONFIG_N_OPTIONS];     /* owned: effective value as text */
     long long ival[CONFIG_N_OPTIONS]; /* parsed INT/BOOL/LEVEL value */
     enum config_source src[CONFIG_N_OPTIONS];
+    char *rule[CONFIG_N_OPTIONS]; /* owned or NULL: how a derived value was found */
 };
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
@@ -59,6 +60,8 @@ const char *config_source_name(enum config_source src) {
         return "cgroup";
     case CONFIG_SOURCE_AFFINITY:
         return "affinity";
+    case CONFIG_SOURCE_AUTO:
+        return "auto";
     }
     return "?";
 }
@@ -75,6 +78,8 @@ static const char *where(enum config_source src, const struct config_option *o) 
     case CONFIG_SOURCE_CGROUP:
     case CONFIG_SOURCE_AFFINITY:
         return "the CPU limits";
+    case CONFIG_SOURCE_AUTO:
+        return "the automatic sizing";
     default:
         return "the default";
     }
@@ -327,11 +332,31 @@ int config_derive(struct config *cfg, enum config_id id, const char *value, enum
     return config_set(cfg, id, value, src, err);
 }
 
+int config_derive_rule(struct config *cfg, enum config_id id, const char *value,
+                       enum config_source src, const char *rule, struct strata_error *err) {
+    int rc = config_derive(cfg, id, value, src, err);
+    if (rc || !rule)
+        return rc;
+    char *copy = strdup(rule);
+    if (!copy)
+        return strata_error_set(err, STRATA_E_NOMEM, "out of memory");
+    free(cfg->rule[id]);
+    cfg->rule[id] = copy;
+    return 0;
+}
+
+const char *config_rule_of(const struct config *cfg, enum config_id id) {
+    STRATA_ASSERT(id >= 0 && id < CONFIG_N_OPTIONS);
+    return cfg->rule[id] ? cfg->rule[id] : "";
+}
+
 void config_free(struct config *cfg) {
     if (!cfg)
         return;
-    for (int i = 0; i < CONFIG_N_OPTIONS; i++)
+    for (int i = 0; i < CONFIG_N_OPTIONS; i++) {
         free(cfg->text[i]);
+        free(cfg->rule[i]);
+    }
     free(cfg);
 }
 
@@ -355,11 +380,16 @@ enum config_source config_source_of(const struct config *cfg, enum config_id id)
 }
 
 void config_print(const struct config *cfg, FILE *out) {
+    int w = 0;
+    for (int i = 0; i < CONFIG_N_OPTIONS; i++)
+        w = (int)strlen(options[i].name) > w ? (int)strlen(options[i].name) : w;
     for (int i = 0; i < CONFIG_N_OPTIONS; i++) {
         const char *v = config_str(cfg, i);
         if (i == CONFIG_API_KEY && *v)
             v = "(set, hidden)";
-        fprintf(out, "%-18s = %-24s (%s)\n", options[i].name, v, config_source_name(cfg->src[i]));
+        fprintf(out, "%-*s = %-24s (%s%s%s)\n", w, options[i].name, v,
+                config_source_name(cfg->src[i]), cfg->rule[i] ? ": " : "",
+                cfg->rule[i] ? cfg->rule[i] : "");
     }
 }
 

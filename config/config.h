@@ -133,6 +133,7 @@ enum config_source {
     /* Derived at start-up from the system (config_derive), e.g. threads: */
     CONFIG_SOURCE_CGROUP,   /* the cgroup CPU quota */
     CONFIG_SOURCE_AFFINITY, /* the CPU affinity mask */
+    CONFIG_SOURCE_AUTO,     /* a 0 = automatic resolved from the model and the limits */
 };
 
 struct config_option {
@@ -173,8 +174,13 @@ const char *config_source_name(enum config_source src); /* "default", "file", "e
  * shared with other threads. */
 int config_derive(struct config *cfg, enum config_id id, const char *value, enum config_source src,
                   struct strata_error *err);
+/* config_derive with the rule that produced the value ("2 CPUs - 1",
+ * "the model's trained context"), printed beside the source (copied). */
+int config_derive_rule(struct config *cfg, enum config_id id, const char *value,
+                       enum config_source src, const char *rule, struct strata_error *err);
+const char *config_rule_of(const struct config *cfg, enum config_id id); /* "" when none */
 
-/* `name = value  (source)` for every option; api keys are masked. */
+/* `name = value  (source[: rule])` for every option; api keys are masked. */
 void config_print(const struct config *cfg, FILE *out);
 /* Option list for --help, generated from the table. */
 void config_print_help(FILE *out);

@@ -36,12 +36,43 @@ static int resolve_threads(struct config *cfg, struct sysinfo_limits *lim,
         return err ? err->code : STRATA_E_INVALID;
     if (forced == th.n_threads)
         return 0;
-    char text[16];
+    char text[16], rule[128];
     snprintf(text, sizeof(text), "%d", th.n_threads);
     enum config_source src = forced > 0                     ? fsrc /* capped at 32 */
                              : !strcmp(th.source, "cgroup") ? CONFIG_SOURCE_CGROUP
                                                             : CONFIG_SOURCE_AFFINITY;
-    return config_derive(cfg, CONFIG_THREADS, text, src, err);
+    const char *less = lim->n_cpus > 1 ? "minus 1" : "at least 1";
+    if (forced > 0)
+        snprintf(rule, sizeof rule, "%d asked, capped at %d", forced, SYSINFO_MAX_THREADS);
+    else if (src == CONFIG_SOURCE_CGROUP)
+        snprintf(rule, sizeof rule, "cgroup CPU quota %.2f -> %d CPUs, %s%s", lim->cpu_quota,
+                 lim->n_cpus, less, th.capped ? ", capped at 32" : "");
+    else
+        snprintf(rule, sizeof rule, "%d CPUs in the affinity mask, %s%s", lim->n_cpus, less,
+                 th.capped ? ", capped at 32" : "");
+    return config_derive_rule(cfg, CONFIG_THREADS, text, src, rule, err);
+}
+
+/* What the daemon sizes itself by, after the options (--print-config). */
+static void print_limits(const struct sysinfo_limits *lim, FILE *out) {
+    fprintf(out, "# CPUs %d (%s): affinity mask %d", lim->n_cpus, lim->cpu_source,
+            lim->n_cpus_affinity);
+    if (lim->cpu_quota > 0)
+        fprintf(out, ", cgroup quota %.2f", lim->cpu_quota);
+    if (lim->mem_budget >= 0)
+        fprintf(out, "\n# memory budget %lld MiB (%s): cgroup limit ",
+                (long long)(lim->mem_budget >> 20), lim->mem_source);
+    else
+        fprintf(out, "\n# memory budget unknown: cgroup limit ");
+    if (lim->mem_cgroup >= 0)
+        fprintf(out, "%lld MiB", (long long)(lim->mem_cgroup >> 20));
+    else
+        fprintf(out, "none");
+    fprintf(out, ", MemAvailable ");
+    if (lim->mem_available >= 0)
+        fprintf(out, "%lld MiB\n", (long long)(lim->mem_available >> 20));
+    else
+        fprintf(out, "unknown\n");
 }
 
 int daemon_main(int argc, char **argv, const struct daemon_hooks *hooks) {
@@ -78,6 +109,7 @@ int daemon_main(int argc, char **argv, const struct daemon_hooks *hooks) {
     }
     if (print_config) {
         config_print(cfg, stdout);
+        print_limits(&lim, stdout);
         config_free(cfg);
         return 0;
     }

@@ -172,10 +172,24 @@ static json_t *usage_json(const struct openai_usage *u) {
                      "cached_tokens", (json_int_t)u->cached_tokens);
 }
 
+static json_t *timings_json(const struct openai_timings *t) {
+    const double pr = t->prompt_ms > 0 ? (double)t->prompt_n * 1e3 / t->prompt_ms : 0.0;
+    const double gen = t->predicted_n > 1 && t->predicted_ms > 0
+                           ? (double)(t->predicted_n - 1) * 1e3 / t->predicted_ms
+                           : 0.0;
+    return json_pack(
+        "{s:I, s:I, s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:f}", "cache_n", (json_int_t)t->cache_n,
+        "prompt_n", (json_int_t)t->prompt_n, "prompt_ms", t->prompt_ms, "prompt_per_token_ms",
+        t->prompt_n > 0 ? t->prompt_ms / (double)t->prompt_n : 0.0, "prompt_per_second", pr,
+        "predicted_n", (json_int_t)t->predicted_n, "predicted_ms", t->predicted_ms,
+        "predicted_per_token_ms", gen > 0 ? 1e3 / gen : 0.0, "predicted_per_second", gen,
+        "queued_ms", t->queued_ms);
+}
+
 /* One streamed choice: chat {index, delta, logprobs, finish_reason},
  * completions {index, text, logprobs, finish_reason}. delta steals. */
 static char *chunk(const struct openai_ctx *oc, json_t *delta, const char *text, size_t len,
-                   struct openai_logprobs *lp, const char *finish) {
+                   struct openai_logprobs *lp, const char *finish, const struct openai_timings *t) {
     json_t *j = envelope(oc, true);
     json_t *choice = json_pack("{s:i}", "index", 0);
     if (oc->route == GEN_ROUTE_CHAT)
@@ -188,11 +202,13 @@ static char *chunk(const struct openai_ctx *oc, json_t *delta, const char *text,
     json_object_set_new(j, "choices", json_pack("[o]", choice));
     if (oc->usage_null)
         json_object_set_new(j, "usage", json_null());
+    if (t)
+        json_object_set_new(j, "timings", timings_json(t));
     return dump(j);
 }
 
 char *openai_chunk_role(const struct openai_ctx *oc) {
-    return chunk(oc, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), "", 0, NULL,
+    return chunk(oc, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), "", 0, NULL, NULL,
                  NULL);
 }
 
@@ -201,12 +217,13 @@ char *openai_chunk_delta(const struct openai_ctx *oc, const char *text, size_t l
     json_t *delta = oc->route == GEN_ROUTE_CHAT
                         ? json_pack("{s:s%}", "content", text ? text : "", text ? len : 0)
                         : NULL;
-    return chunk(oc, delta, text, len, lp, NULL);
+    return chunk(oc, delta, text, len, lp, NULL, NULL);
 }
 
-char *openai_chunk_finish(const struct openai_ctx *oc, const char *finish_reason) {
+char *openai_chunk_finish(const struct openai_ctx *oc, const char *finish_reason,
+                          const struct openai_timings *t) {
     json_t *delta = oc->route == GEN_ROUTE_CHAT ? json_object() : NULL;
-    return chunk(oc, delta, "", 0, NULL, finish_reason);
+    return chunk(oc, delta, "", 0, NULL, finish_reason, t);
 }
 
 char *openai_chunk_usage(const struct openai_ctx *oc, const struct openai_usage *u) {
@@ -218,7 +235,7 @@ char *openai_chunk_usage(const struct openai_ctx *oc, const struct openai_usage 
 
 char *openai_response(const struct openai_ctx *oc, const char *text, size_t len,
                       const char *finish_reason, struct openai_logprobs *lp,
-                      const struct openai_usage *u) {
+                      const struct openai_usage *u, const struct openai_timings *t) {
     json_t *j = envelope(oc, false);
     json_t *choice = json_pack("{s:i}", "index", 0);
     json_t *s = json_stringn(text ? text : "", text ? len : 0);
@@ -232,5 +249,7 @@ char *openai_response(const struct openai_ctx *oc, const char *text, size_t len,
     json_object_set_new(choice, "finish_reason", json_string(finish_reason));
     json_object_set_new(j, "choices", json_pack("[o]", choice));
     json_object_set_new(j, "usage", usage_json(u));
+    if (t)
+        json_object_set_new(j, "timings", timings_json(t));
     return dump(j);
 }

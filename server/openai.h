@@ -98,15 +98,29 @@ struct openai_usage {
     int64_t prompt_tokens, completion_tokens, cached_tokens;
 };
 
+/* Where a response's time went, as llama-server's "timings" object (plus
+ * queued_ms): prompt_n prompt tokens computed (cache_n more came from the
+ * prefix cache) in prompt_ms, from admission to the first token;
+ * predicted_n tokens generated, predicted_ms from the first token to the
+ * last, so predicted_per_second is (predicted_n - 1) / predicted_ms: the
+ * first token's time is the prompt's. queued_ms: submit to admission
+ * (tokenizing and waiting for a slot or KV blocks). */
+struct openai_timings {
+    int64_t cache_n, prompt_n, predicted_n;
+    double queued_ms, prompt_ms, predicted_ms;
+};
+
 /* Builders (owned: free with free()); NULL on out of memory. lp may be NULL. */
 char *openai_chunk_role(const struct openai_ctx *oc);
 char *openai_chunk_delta(const struct openai_ctx *oc, const char *text, size_t len,
                          struct openai_logprobs *lp);
-char *openai_chunk_finish(const struct openai_ctx *oc, const char *finish_reason);
+/* t (may be NULL) adds "timings" to the chunk, as llama-server's last chunk has it. */
+char *openai_chunk_finish(const struct openai_ctx *oc, const char *finish_reason,
+                          const struct openai_timings *t);
 char *openai_chunk_usage(const struct openai_ctx *oc, const struct openai_usage *u);
 char *openai_response(const struct openai_ctx *oc, const char *text, size_t len,
                       const char *finish_reason, struct openai_logprobs *lp,
-                      const struct openai_usage *u);
+                      const struct openai_usage *u, const struct openai_timings *t);
 
 /* The served model id for a file path: its basename without ".gguf". */
 void openai_model_id(const char *path, char *buf, size_t cap);

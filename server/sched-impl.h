@@ -48,7 +48,10 @@ struct gen_job {
     struct openai_logprobs *lp; /* owned: the logprobs JSON not yet sent */
     char *text;                 /* non-stream: the completion so far */
     size_t text_len, text_cap;
-    double t_first; /* strata_now() of the first token */
+    double t_submit; /* strata_now() at submit (op_submit) */
+    double t_admit;  /* ... when admitted (a KV sequence, JOB_PREFILL) */
+    double t_first;  /* ... of the first token */
+    double t_last;   /* ... of the latest token */
     /* the step's pick (job_sample, possibly on a pool worker; then read by
      * job_on_logits on the scheduler thread) */
     struct sampler_result pick;

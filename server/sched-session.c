@@ -150,12 +150,25 @@ static void emit_text(struct gen_job *j, const char *text, size_t len, bool forc
     free(js);
 }
 
+static struct openai_timings job_timings(const struct gen_job *j) {
+    const double first = j->n_gen > 0 ? j->t_first : j->t_admit;
+    return (struct openai_timings){
+        .cache_n = j->n_cached,
+        .prompt_n = j->n_prompt - j->n_cached,
+        .predicted_n = j->n_gen,
+        .queued_ms = (j->t_admit - j->t_submit) * 1e3,
+        .prompt_ms = (first - j->t_admit) * 1e3,
+        .predicted_ms = j->n_gen > 1 ? (j->t_last - j->t_first) * 1e3 : 0.0,
+    };
+}
+
 /* The last text (d: the session's final delta), then FINISH and USAGE. */
 static void finish(struct gen_job *j, const struct session_delta *d, const char *reason) {
     emit_text(j, d->text, d->len, true);
     j->finish_reason = reason;
     struct openai_usage u = {j->n_prompt, j->n_gen, j->n_cached};
-    char *js = j->rq.stream ? openai_chunk_finish(&j->oc, reason) : NULL;
+    const struct openai_timings t = job_timings(j);
+    char *js = j->rq.stream ? openai_chunk_finish(&j->oc, reason, &t) : NULL;
     struct gen_event ev = {.type = GEN_EV_FINISH,
                            .json = js,
                            .json_len = js ? strlen(js) : 0,
@@ -176,7 +189,8 @@ static void finish(struct gen_job *j, const struct session_delta *d, const char 
 /* Body of a non-stream response, built at the end (DONE carries it). */
 char *job_response(struct gen_job *j, const char *reason) {
     struct openai_usage u = {j->n_prompt, j->n_gen, j->n_cached};
-    return openai_response(&j->oc, j->text ? j->text : "", j->text_len, reason, j->lp, &u);
+    const struct openai_timings t = job_timings(j);
+    return openai_response(&j->oc, j->text ? j->text : "", j->text_len, reason, j->lp, &u, &t);
 }
 
 void job_sample(struct gen_job *j, const float *logits) {
@@ -195,8 +209,9 @@ bool job_on_logits(struct sched *s, struct gen_job *j) {
     j->n_unsent++;
     j->last = j->pick.token;
     s->tokens_generated++;
+    j->t_last = strata_now();
     if (j->n_gen == 1)
-        j->t_first = strata_now();
+        j->t_first = j->t_last;
     if (d.logprob)
         openai_logprobs_add(j->lp, d.logprob, j->rq.top_logprobs);
     if (d.stop) { /* an EOG token or a stop sequence: finish_reason "stop" */

@@ -215,6 +215,7 @@ static void admit(struct sched *s) {
             s->cached_tokens += (uint64_t)hit;
         }
         j->state = JOB_PREFILL;
+        j->t_admit = strata_now();
         /* append to the active list (admission order = prefill order) */
         struct gen_job **pp = &s->active;
         while (*pp)
@@ -464,6 +465,7 @@ static int op_submit(void *self, const struct gen_submit *req, struct gen_sink s
     struct gen_job *j = calloc(1, sizeof(*j));
     if (!j)
         return strata_error_set(err, STRATA_E_NOMEM, "out of memory");
+    j->t_submit = strata_now();
     int rc = openai_parse(req, s->model_id, s->n_vocab, &j->rq, out->error_param,
                           sizeof(out->error_param), err);
     if (rc < 0) {

@@ -165,7 +165,7 @@ async function send(text) {
   $("send").disabled = true;
   $("stop").disabled = false;
   const t0 = performance.now();
-  let tFirst = 0, n = 0, usage = null;
+  let tFirst = 0, n = 0, usage = null, timings = null;
   try {
     const body = JSON.stringify({
       model: modelId || "default", messages: history, stream: true,
@@ -195,6 +195,7 @@ async function send(text) {
         const j = JSON.parse(data);
         if (j.error) throw new Error(j.error.message);
         if (j.usage) usage = j.usage;
+        if (j.timings) timings = j.timings; // the daemon's own (llama-server's fields)
         const d = j.choices?.[0]?.delta;
         if (!d) continue;
         if (d.reasoning_content) view.addReasoning(d.reasoning_content);
@@ -207,9 +208,13 @@ async function send(text) {
     }
     history.push({ role: "assistant", content: view.answerText() });
     const secs = (performance.now() - (tFirst || t0)) / 1000;
-    const toks = usage?.completion_tokens ?? n;
-    view.setMeta(`${toks} tokens · first after ${fmt((tFirst - t0) / 1000, 2)} s · ` +
-                 `${fmt(toks > 1 && secs > 0 ? (toks - 1) / secs : NaN)} tok/s`);
+    const toks = usage?.completion_tokens ?? timings?.predicted_n ?? n;
+    // tok/s as the daemon measured it when it says, else as this page saw it
+    const rate = timings && timings.predicted_n > 1 ? timings.predicted_per_second
+                 : toks > 1 && secs > 0 ? (toks - 1) / secs : NaN;
+    let text = `${toks} tokens · first after ${fmt((tFirst - t0) / 1000, 2)} s · ${fmt(rate)} tok/s`;
+    if (timings) text += ` · prompt ${timings.prompt_n} tokens (${timings.cache_n} cached)`;
+    view.setMeta(text);
   } catch (e) {
     if (e.name === "AbortError") {
       view.setMeta("stopped");

@@ -122,7 +122,7 @@ def print_config(root, extra_env, args=()):
     env.update(extra_env)
     r = subprocess.run([STRATA, "serve", "--print-config", "--sys-root", root, *args], env=env,
                        capture_output=True, text=True, timeout=60)
-    m = re.search(r"^threads\s*=\s*(\d+)\s*\((\w+)\)", r.stdout, re.M)
+    m = re.search(r"^threads\s*=\s*(\d+)\s*\((\w+)(?:: [^)]*)?\)", r.stdout, re.M)
     return (int(m.group(1)), m.group(2)) if m else (r.returncode, r.stdout + r.stderr)
 
 
@@ -151,6 +151,23 @@ def threads_source_checks(tmp):
     n_aff = len(os.sched_getaffinity(0))
     check("threads from affinity", print_config(root, {}) ==
           (min(32, max(1, n_aff - 1)), "affinity"), repr(print_config(root, {})))
+    # the rule that produced the number, beside its source
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")}
+    out = subprocess.run([STRATA, "serve", "--print-config", "--sys-root", root], env=env,
+                         capture_output=True, text=True, timeout=60).stdout
+    want = f"(affinity: {n_aff} CPUs in the affinity mask, {'minus 1' if n_aff > 1 else 'at least 1'})"
+    check("threads rule: affinity", any(l.startswith("threads ") and l.endswith(want)
+                                        for l in out.splitlines()), out[:600])
+    with open(os.path.join(root, "sys/fs/cgroup/cpu.max"), "w") as f:
+        f.write("100000 100000\n")  # 1 CPU of quota
+    out = subprocess.run([STRATA, "serve", "--print-config", "--sys-root", root], env=env,
+                         capture_output=True, text=True, timeout=60).stdout
+    if n_aff >= 2:
+        check("threads rule: cgroup", "(cgroup: cgroup CPU quota 1.00 -> 1 CPUs, at least 1)" in out and
+              f"# CPUs 1 (cgroup): affinity mask {n_aff}, cgroup quota 1.00" in out, out[-600:])
+    # no memory.max and no meminfo in this tree: the budget is unknown
+    check("limits printed", "# memory budget unknown: cgroup limit none, MemAvailable unknown" in out,
+          out[-300:])
 
 
 def main():

@@ -296,6 +296,34 @@ def test_small_protocol(port):
                     st, d, 400, "invalid_value", param="stop")
 
 
+def test_timings(port):
+    """llama-server's "timings" in the response and in a stream's last chunk:
+    prompt_n + cache_n is usage.prompt_tokens, predicted_n completion_tokens,
+    the rates follow from the spans."""
+    body = {"model": MODEL_ID, "messages": [{"role": "user", "content": "Once upon a time"}],
+            "max_tokens": 16, "temperature": 0}
+    st, _, d = request(port, "POST", "/v1/chat/completions", body=body)
+    r = json.loads(d)
+    t, u = r.get("timings") or {}, r.get("usage") or {}
+    keys = {"cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second",
+            "predicted_n", "predicted_ms", "predicted_per_token_ms", "predicted_per_second", "queued_ms"}
+    check("timings: llama-server's fields", st == 200 and keys <= set(t), t)
+    check("timings: token counts match usage", t.get("prompt_n", -1) + t.get("cache_n", -1) ==
+          u.get("prompt_tokens") and t.get("predicted_n") == u.get("completion_tokens") == 16, (t, u))
+    check("timings: spans and rates consistent", t.get("predicted_ms", 0) > 0 and
+          abs(t["predicted_per_second"] - 15e3 / t["predicted_ms"]) < 1e-6 * t["predicted_per_second"] and
+          t.get("prompt_ms", 0) > 0 and t.get("queued_ms", -1) >= 0, t)
+    # the same prompt again: the prefix cache serves all but the last token
+    st, _, d = request(port, "POST", "/v1/chat/completions", body={**body, "stream": True})
+    events = [json.loads(e[6:]) for e in d.decode().split("\n\n") if e.startswith("data: {")]
+    last = [e for e in events if e.get("choices") and e["choices"][0].get("finish_reason")]
+    t2 = last[0].get("timings", {}) if last else {}
+    check("stream: the finish chunk carries timings", keys <= set(t2) and t2.get("predicted_n") == 16, t2)
+    check("stream: a repeated prompt is mostly cached", t2.get("cache_n", 0) > 0 and
+          t2.get("prompt_n", 0) + t2.get("cache_n", 0) == t.get("prompt_n", 0) + t.get("cache_n", 0), t2)
+    check("only the finish chunk has timings", sum("timings" in e for e in events) == 1, len(events))
+
+
 def test_too_large(port):
     # A 10 MB body (over the default --max-body), sent whole: 413, server alive.
     body = b'{"model":"stories260K","messages":[{"role":"user","content":"' + b"a" * (10 << 20) + b'"}]}'
@@ -667,7 +695,7 @@ def main():
         t_start = time.time()
         proc, port, log, reader = start(MODEL, "--timeout", str(TIMEOUT_S), "--shutdown-timeout", "5")
         try:
-            for fn in (test_answers, test_errors, test_errors_utf8, test_small_protocol, test_too_large, test_malformed_http, test_slowloris, test_disconnect, test_mixed):
+            for fn in (test_answers, test_errors, test_errors_utf8, test_small_protocol, test_timings, test_too_large, test_malformed_http, test_slowloris, test_disconnect, test_mixed):
                 t0 = time.time()
                 try:
                     fn(port)

@@ -129,7 +129,8 @@ async function withKey(port) {
   const meta = await page.textContent(".msg.assistant .meta");
   const answer = await page.textContent(".msg.assistant .answer");
   const changes = await page.evaluate(() => window.__answerChanges);
-  check("assistant turn finished", /^\d+ tokens · first after [\d.]+ s · [\d.]+ tok\/s$/.test(meta), meta);
+  check("assistant turn finished, with the daemon's timings",
+        /^48 tokens · first after [\d.]+ s · [\d.]+ tok\/s · prompt \d+ tokens \(0 cached\)$/.test(meta), meta);
   check("tokens streamed in (>= 5 text changes before the end)", changes >= 5, String(changes));
   check("user bubble shows the message", (await page.textContent(".msg.user")) === prompt);
 
@@ -159,7 +160,9 @@ async function withKey(port) {
   await page.waitForFunction(() => document.querySelectorAll(".msg.assistant .meta").length === 2 &&
     /tok\/s/.test(document.querySelectorAll(".msg.assistant .meta")[1].textContent), null,
     { timeout: 60000 });
-  check("second turn finished", true);
+  const meta2 = await page.evaluate(() => document.querySelectorAll(".msg.assistant .meta")[1].textContent);
+  const cached = Number((meta2.match(/\((\d+) cached\)/) || [])[1]);
+  check("second turn reuses the conversation's KV (prefix cache)", cached > 0, meta2);
   await page.waitForTimeout(1200); // one more refresh of the figures
   check("key asked once", (await page.evaluate(() => window.__dialogs)) === 1,
         String(await page.evaluate(() => window.__dialogs)));

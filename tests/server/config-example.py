@@ -46,7 +46,7 @@ r = subprocess.run([strata, "serve", "--config", example, "--print-config"], cap
                    text=True, env=env)
 check("example loads", r.returncode == 0, r.stderr)
 for name in re.findall(r"^([a-z-]+) = ", text, re.M):
-    line = re.search(r"^%s\s+=.*\((\w+)\)$" % re.escape(name), r.stdout, re.M)
+    line = re.search(r"^%s\s+=.*\((\w+)(?:: [^)]*)?\)$" % re.escape(name), r.stdout, re.M)
     check("example value of %s used" % name, line is not None and line.group(1) in ("file", "affinity", "cgroup"),
           line.group(0) if line else r.stdout[:200])
 

@@ -253,7 +253,43 @@ START_TEST(chunk_json) {
     json_decref(j);
     free(s);
     openai_ctx_init(&oc, CMPL, "m", false, 1);
-    s = openai_response(&oc, "hi", 2, "stop", NULL, &u);
+    s = openai_response(&oc, "hi", 2, "stop", NULL, &u, NULL);
+    ck_assert_ptr_null(strstr(s, "timings"));
+    free(s);
+    /* timings: llama-server's fields; the per-second figures from the spans */
+    struct openai_timings t = {.cache_n = 3,
+                               .prompt_n = 4,
+                               .predicted_n = 11,
+                               .queued_ms = 1.5,
+                               .prompt_ms = 8.0,
+                               .predicted_ms = 50.0};
+    s = openai_response(&oc, "hi", 2, "stop", NULL, &u, &t);
+    json_t *tj = json_object_get(j = json_loads(s, 0, NULL), "timings");
+    ck_assert_int_eq(json_integer_value(json_object_get(tj, "cache_n")), 3);
+    ck_assert_int_eq(json_integer_value(json_object_get(tj, "prompt_n")), 4);
+    ck_assert_int_eq(json_integer_value(json_object_get(tj, "predicted_n")), 11);
+    ck_assert_double_eq_tol(json_real_value(json_object_get(tj, "prompt_per_second")), 500.0, 1e-9);
+    ck_assert_double_eq_tol(json_real_value(json_object_get(tj, "prompt_per_token_ms")), 2.0, 1e-9);
+    /* 10 intervals after the first token in 50 ms */
+    ck_assert_double_eq_tol(json_real_value(json_object_get(tj, "predicted_per_second")), 200.0,
+                            1e-9);
+    ck_assert_double_eq_tol(json_real_value(json_object_get(tj, "predicted_per_token_ms")), 5.0,
+                            1e-9);
+    ck_assert_double_eq_tol(json_real_value(json_object_get(tj, "queued_ms")), 1.5, 1e-9);
+    json_decref(j);
+    free(s);
+    openai_ctx_init(&oc, CHAT, "m", false, 1);
+    s = openai_chunk_finish(&oc, "length", &t);
+    j = json_loads(s, 0, NULL);
+    ck_assert_int_eq(
+        json_integer_value(json_object_get(json_object_get(j, "timings"), "predicted_n")), 11);
+    json_decref(j);
+    free(s);
+    s = openai_chunk_finish(&oc, "length", NULL);
+    ck_assert_ptr_null(strstr(s, "timings"));
+    free(s);
+    openai_ctx_init(&oc, CMPL, "m", false, 1);
+    s = openai_response(&oc, "hi", 2, "stop", NULL, &u, NULL);
     j = json_loads(s, 0, NULL);
     ck_assert_str_eq(json_string_value(json_object_get(j, "object")), "text_completion");
     ch = json_array_get(json_object_get(j, "choices"), 0);
