@@ -36,6 +36,7 @@
 #include "cli/cli.h"
 #include "config/config.h"
 #include "engine/gguf/gguf.h"
+#include "engine/cpu/backend-cpu.h"
 #include "engine/cpu/kernels.h"
 #include "engine/kv/kv.h"
 #include "engine/model/model.h"
@@ -367,6 +368,7 @@ int cli_run_main(int argc, char **argv) {
     int rc = 1;
     struct strata_error err = {0};
     struct pool *pool = NULL;
+    struct backend *be = NULL;
     struct model *m = NULL;
     struct tokenizer *tok = NULL;
     struct kv_cache *kv = NULL;
@@ -425,7 +427,12 @@ int cli_run_main(int argc, char **argv) {
     if (!(pool = pool_init(&pp, &err)))
         goto done;
     double t0 = now_ms();
+    struct backend_cpu_params cp = backend_cpu_params_default();
+    cp.pool = pool;
+    if (!(be = backend_cpu_init(&cp, &err)))
+        goto done;
     struct model_params mp = model_params_default();
+    mp.backend = be;
     mp.pool = pool;
     mp.prefault = !o.no_prefault;
     mp.repack = !o.no_repack;
@@ -543,6 +550,7 @@ done:
     kv_free(kv);
     tokenizer_free(tok);
     model_free(m);
+    backend_free(be);
     pool_free(pool);
     return rc;
 }

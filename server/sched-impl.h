@@ -78,6 +78,7 @@ struct sched {
     struct sched_params p;
     char model_id[128];
     struct pool *pool;
+    struct backend *be; /* owned: backend_free after the model */
     struct model *model;
     struct kv_cache *kv;
     struct tokenizer *tok;

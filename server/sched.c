@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "engine/gguf/gguf.h"
+#include "engine/cpu/backend-cpu.h"
 #include "engine/cpu/kernels.h"
 #include "engine/kv/kv.h"
 #include "engine/quant/quant.h"
@@ -594,7 +595,12 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     pp.spin = params->pool_spin;
     if (!(s->pool = pool_init(&pp, err)))
         goto fail;
+    struct backend_cpu_params cp = backend_cpu_params_default();
+    cp.pool = s->pool;
+    if (!(s->be = backend_cpu_init(&cp, err)))
+        goto fail;
     struct model_params mp = model_params_default();
+    mp.backend = s->be;
     mp.pool = s->pool;
     mp.n_ctx_max = params->n_ctx;
     mp.prefault = params->prefault;
@@ -637,7 +643,7 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
         }
         kp.n_blocks = nb > (1 << 30) ? (1 << 30) : (int)nb;
     }
-    if (!(s->kv = kv_init(&kp, err)))
+    if (!(s->kv = model_kv_init_params(s->model, &kp, err)))
         goto fail;
     kp = *kv_get_params(s->kv);
     s->n_block = kp.n_block;
@@ -733,6 +739,7 @@ void sched_free(struct sched *s) {
     tokenizer_free(s->tok);
     kv_free(s->kv);
     model_free(s->model);
+    backend_free(s->be);
     pool_free(s->pool);
     pthread_cond_destroy(&s->cond);
     pthread_mutex_destroy(&s->mu);

@@ -9,6 +9,7 @@
 
 #include "engine/kv/kv.h"
 #include "engine/model/model.h"
+#include "tests/engine/model/model-helper.h"
 #include "engine/kv/prefix.h"
 #include "tests/harness.h"
 
@@ -431,7 +432,7 @@ START_TEST(test_model_prefix_reuse_bit_identical) {
     struct model_params mp = model_params_default();
     struct strata_error err = {0};
     struct model *m =
-        model_load(test_shared_path(path, sizeof(path), "models/stories260K.gguf"), &mp, &err);
+        test_model_load(test_shared_path(path, sizeof(path), "models/stories260K.gguf"), &mp, &err);
     ck_assert_msg(m != NULL, "%s", err.message);
     const struct model_hparams *hp = model_hparams(m);
     struct kv_params kp = {.n_layer = hp->n_layer,
@@ -473,7 +474,7 @@ START_TEST(test_model_prefix_reuse_bit_identical) {
     free(warm);
     prefix_free(pc);
     kv_free(kv);
-    model_free(m);
+    test_model_free(m);
 }
 END_TEST
 

@@ -15,6 +15,7 @@
 #include "engine/cpu/kernels.h"
 #include "engine/kv/kv.h"
 #include "engine/model/model.h"
+#include "tests/engine/model/model-helper.h"
 #include "engine/host/pool.h"
 #include "engine/experts/profile.h"
 #include "engine/quant/quant.h"
@@ -269,7 +270,7 @@ static struct model *load_path(const char *path, struct pool *pool, struct profi
     mp.n_ctx_max = 64;
     mp.n_batch_max = 32;
     mp.profile = prof;
-    struct model *m = model_load(path, &mp, &err);
+    struct model *m = test_model_load(path, &mp, &err);
     ck_assert_msg(m != NULL, "%s: %s", path, err.message);
     return m;
 }
@@ -350,12 +351,12 @@ START_TEST(test_arch_consistency) {
     ck_assert_msg(memcmp(b, b1, (size_t)n * V * sizeof(float)) == 0,
                   "%s: 1 thread differs from 2 threads", kind);
     free(b1);
-    model_free(m1);
+    test_model_free(m1);
     if (prof) /* each run routes every token of every sequence through every layer */
         ck_assert_int_eq(profile_total(prof),
                          (uint64_t)(12 + 12 + 36) * s.n_layer * s.n_expert_used);
     free(a), free(b), free(c);
-    model_free(m);
+    test_model_free(m);
     profile_free(prof);
     pool_free(pool);
     unlink(path);
@@ -381,8 +382,8 @@ START_TEST(test_moe_identical_experts_equal_dense) {
     float d = rel_diff(a, b, (size_t)12 * V);
     ck_assert_msg(d < 1e-4f, "identical experts vs dense: %g", d);
     free(a), free(b);
-    model_free(mm);
-    model_free(md);
+    test_model_free(mm);
+    test_model_free(md);
     unlink(pm);
     unlink(pd);
 }
@@ -409,7 +410,7 @@ START_TEST(test_wide_moe_threads_bit_identical) {
         struct strata_error err = {0};
         struct model_params mp = model_params_default();
         mp.pool = pool, mp.n_ctx_max = 64, mp.n_batch_max = 32, mp.prefault = nt != 2;
-        struct model *m = model_load(path, &mp, &err);
+        struct model *m = test_model_load(path, &mp, &err);
         ck_assert_msg(m != NULL, "%s", err.message);
         const int V = model_n_vocab(m);
         for (int mode = 0; mode < 2; mode++) {
@@ -424,7 +425,7 @@ START_TEST(test_wide_moe_threads_bit_identical) {
         }
         float d = rel_diff(ref[1], ref[0], (size_t)12 * V);
         ck_assert_msg(d < 1e-4f, "chunk vs token by token %g", d);
-        model_free(m);
+        test_model_free(m);
         pool_free(pool);
     }
     free(ref[0]), free(ref[1]);
@@ -469,7 +470,7 @@ START_TEST(test_packed_layouts) {
             struct strata_error err = {0};
             struct model_params mp = model_params_default();
             mp.pool = pool, mp.n_ctx_max = 64, mp.n_batch_max = 32, mp.repack = variant > 0;
-            struct model *m = model_load(path, &mp, &err);
+            struct model *m = test_model_load(path, &mp, &err);
             ck_assert_msg(m != NULL, "%s", err.message);
             const int V = model_n_vocab(m);
             if (variant == 0) {
@@ -531,20 +532,20 @@ START_TEST(test_packed_layouts) {
                               quant_type_name(s.mat_type));
                 ck_assert(rel_diff(ref[1], ref[0], (size_t)12 * V) < 1e-4f);
             }
-            model_free(m);
+            test_model_free(m);
             pool_free(pool);
         }
         { /* weights over half the memory budget: no copy, the file layout's bits */
             struct strata_error err = {0};
             struct model_params mp = model_params_default();
             mp.n_ctx_max = 64, mp.n_batch_max = 32, mp.mem_budget = 4096;
-            struct model *m = model_load(path, &mp, &err);
+            struct model *m = test_model_load(path, &mp, &err);
             ck_assert_msg(m != NULL, "%s", err.message);
             ck_assert_uint_eq(model_packed_bytes(m), 0);
             float *l = run(m, 0);
             ck_assert(memcmp(l, file, (size_t)12 * model_n_vocab(m) * sizeof(float)) == 0);
             free(l);
-            model_free(m);
+            test_model_free(m);
         }
         for (int i = 0; i < 3; i++)
             free(ref[i]);
@@ -567,20 +568,20 @@ START_TEST(test_refuses_inconsistent_shapes) {
     struct strata_error err = {0};
     struct model_params mp = model_params_default();
     mp.profile = prof;
-    ck_assert(model_load(path, &mp, &err) == NULL);
+    ck_assert(test_model_load(path, &mp, &err) == NULL);
     ck_assert_int_eq(err.code, STRATA_E_INVALID);
     profile_free(prof);
     /* a qwen3 file without q/k norms is refused */
     s = spec_of("qwen3");
     s.qk_norm = false;
     write_model(path, &s);
-    ck_assert(model_load(path, NULL, &err) == NULL);
+    ck_assert(test_model_load(path, NULL, &err) == NULL);
     ck_assert_int_eq(err.code, STRATA_E_FORMAT);
     /* weights of a type the kernels cannot multiply are refused by name */
     s = spec_of("llama-q8");
     s.n_embd = s.n_ff = 256, s.head_dim = 64, s.mat_type = QUANT_IQ2_XXS;
     write_model(path, &s);
-    ck_assert(model_load(path, NULL, &err) == NULL);
+    ck_assert(test_model_load(path, NULL, &err) == NULL);
     ck_assert_int_eq(err.code, STRATA_E_UNSUPPORTED);
     ck_assert_msg(strstr(err.message, "iq2_xxs") != NULL, "%s", err.message);
     unlink(path);
