@@ -16,7 +16,7 @@
  * step, n_threads threads stream probe_bytes with bench/probe.h's loop
  * (bench/roofline.c's), at an offset that moves on each time, twice: from
  * the model file's own mapped pages and from an anonymous huge-page copy of
- * the file (the kind of memory engine/model/model-pack.c copies the weights into;
+ * the file (the kind of memory engine/cpu/cpu-weights.c copies the weights into;
  * here it streams 3-8% faster than the page cache). The probes and the step
  * then see the same machine within milliseconds of each other, which
  * before/after probes seconds away do not on a VM whose bandwidth moves with
@@ -203,7 +203,7 @@ int main(int argc, char **argv) {
             pthread_create(&pr.th[t], NULL, probe_worker, &pa[t]);
         }
         /* the same bytes in anonymous memory with huge pages: the kind the
-         * packed weights live in (engine/model/model-pack.c), which streams faster
+         * packed weights live in (engine/cpu/cpu-weights.c), which streams faster
          * than page-cache pages here; the roofline takes the faster probe */
         const size_t huge = (size_t)2 << 20;
         pr.anon_raw =

@@ -298,9 +298,9 @@ static float *forward_run(const char *path, struct backend *be, struct rec *rec,
             n = 2;
         }
         const int sub0 = rec ? rec->n_submit : 0;
-        ck_assert_msg(model_forward(m, kv, &(struct model_batch){e, n}, out + (size_t)2 * s * V,
-                                    &err) == 0,
-                      "%s", err.message);
+        ck_assert_msg(
+            model_forward(m, kv, &(struct model_batch){e, n}, out + (size_t)2 * s * V, &err) == 0,
+            "%s", err.message);
         if (rec) {
             ck_assert_int_eq(rec->n_submit - sub0, 1 + n_moe); /* one piece a MoE layer more */
             ck_assert_int_eq(rec->n_wait, rec->n_submit);
@@ -399,8 +399,8 @@ static struct cpu_fix cpu_fix(void) {
     return (struct cpu_fix){be, be->ops, be->ctx};
 }
 
-static struct backend_tensor *tensor(struct cpu_fix *f, enum backend_dtype dt, int64_t r,
-                                     int64_t c, const void *init) {
+static struct backend_tensor *tensor(struct cpu_fix *f, enum backend_dtype dt, int64_t r, int64_t c,
+                                     const void *init) {
     struct strata_error err = {0};
     struct backend_tensor *t = f->o->tensor_alloc(f->c, dt, r, c, &err);
     ck_assert_msg(t != NULL, "%s", err.message);
@@ -461,8 +461,8 @@ START_TEST(test_elementwise_ops) {
     const float g0[2] = {0.3f, -2.0f};
     const float b0[4] = {0.1f, 0.2f, 0.3f, 0.4f};
     struct backend_weight *bw;
-    const struct backend_weight_desc d = {"bias", {b0, QUANT_F32, 1, 4, 16, BACKEND_LAYOUT_ROWS},
-                                          1, BACKEND_USE_VEC};
+    const struct backend_weight_desc d = {
+        "bias", {b0, QUANT_F32, 1, 4, 16, BACKEND_LAYOUT_ROWS}, 1, BACKEND_USE_VEC};
     struct backend_weights *set = f.o->weights_bind(f.c, &d, 1, NULL, &bw, NULL, &err);
     ck_assert_msg(set != NULL, "%s", err.message);
     struct backend_tensor *x = tensor(&f, BACKEND_F32, 2, 4, x0);
@@ -549,8 +549,8 @@ START_TEST(test_matmul_bound_and_host) {
     struct strata_error err = {0};
     enum { R = 32, C = 64, N = 3 };
     float *w = rand_mat(R, C, 7), *x0 = rand_mat(N, C, 9);
-    const struct backend_weight_desc d = {"w", {w, QUANT_F32, R, C, C * 4, BACKEND_LAYOUT_ROWS},
-                                          1, BACKEND_USE_MATMUL};
+    const struct backend_weight_desc d = {
+        "w", {w, QUANT_F32, R, C, C * 4, BACKEND_LAYOUT_ROWS}, 1, BACKEND_USE_MATMUL};
     struct backend_weight *h[2];
     struct backend_bind_params copy = {.copy = true, .drop_source = false};
     struct backend_bind_info info;
@@ -594,7 +594,8 @@ START_TEST(test_matmul_bound_and_host) {
     const struct backend_weight_desc bad = {
         "blk.0.odd",
         {w, QUANT_IQ2_XXS, 1, 256, quant_row_size(QUANT_IQ2_XXS, 256), BACKEND_LAYOUT_ROWS},
-        1, BACKEND_USE_MATMUL};
+        1,
+        BACKEND_USE_MATMUL};
     ck_assert(f.o->weights_bind(f.c, &bad, 1, NULL, h, NULL, &err) == NULL);
     ck_assert_int_eq(err.code, STRATA_E_UNSUPPORTED);
     ck_assert_msg(strstr(err.message, "blk.0.odd") && strstr(err.message, "iq2_xxs"), "%s",

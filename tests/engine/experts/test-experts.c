@@ -58,10 +58,10 @@ static struct experts_source *file_tier(const struct gguf_file *f, int queue) {
 /* ---- a device tier: an arena over weights bound to a backend -------------------- */
 
 struct arena {
-    struct backend *be;           /* borrowed */
-    struct backend_weights *set;  /* owned */
+    struct backend *be;             /* borrowed */
+    struct backend_weights *set;    /* owned */
     struct backend_weight *w[2][3]; /* (layer, which) stacks bound to be */
-    int fail_after;               /* > 0: the fail_after-th get fails with STRATA_E_IO */
+    int fail_after;                 /* > 0: the fail_after-th get fails with STRATA_E_IO */
     int n_gets;
     uint64_t held_step[8]; /* steps with holds; 0 = free */
     int held_n[8];
@@ -137,12 +137,12 @@ static struct arena *arena_new(struct backend *be, const struct gguf_file *f) {
         for (int w = 0; w < 3; w++) {
             const struct gguf_tensor_info *t = exps(f, l, w);
             const enum quant_type ty = (enum quant_type)t->type;
-            d[l * 3 + w] = (struct backend_weight_desc){
-                exps_name[w],
-                {t->data, ty, t->ne[1] * t->ne[2], t->ne[0], quant_row_size(ty, t->ne[0]),
-                 BACKEND_LAYOUT_ROWS},
-                t->ne[2],
-                BACKEND_USE_MATMUL};
+            d[l * 3 + w] =
+                (struct backend_weight_desc){exps_name[w],
+                                             {t->data, ty, t->ne[1] * t->ne[2], t->ne[0],
+                                              quant_row_size(ty, t->ne[0]), BACKEND_LAYOUT_ROWS},
+                                             t->ne[2],
+                                             BACKEND_USE_MATMUL};
         }
     struct strata_error err = {0};
     a->set = be->ops->weights_bind(be->ctx, d, 6, NULL, &a->w[0][0], NULL, &err);
@@ -210,8 +210,8 @@ START_TEST(test_ram_tier_chain) {
     const struct gguf_tensor_info *t = exps(f, 0, EXPERTS_GATE);
     const enum quant_type ty = (enum quant_type)t->type;
     const size_t rb = quant_row_size(ty, t->ne[0]);
-    const struct backend_host_mat file_stack = {t->data, ty, t->ne[1] * t->ne[2], t->ne[0], rb,
-                                                BACKEND_LAYOUT_ROWS};
+    const struct backend_host_mat file_stack = {t->data,  ty, t->ne[1] * t->ne[2],
+                                                t->ne[0], rb, BACKEND_LAYOUT_ROWS};
     ck_assert_int_eq(experts_ram_place(file, 0, EXPERTS_GATE, &file_stack), STRATA_E_INVALID);
     struct experts_source *src = experts_ram_init(file, &err); /* steals file */
     ck_assert_msg(src != NULL, "%s", err.message);
@@ -338,8 +338,9 @@ START_TEST(test_prefetch_other_thread) {
         copies[w] = malloc(t->n_bytes);
         memcpy(copies[w], t->data, t->n_bytes);
         const enum quant_type ty = (enum quant_type)t->type;
-        const struct backend_host_mat m = {copies[w], ty, t->ne[1] * t->ne[2], t->ne[0],
-                                           quant_row_size(ty, t->ne[0]), BACKEND_LAYOUT_ROWS};
+        const struct backend_host_mat m = {
+            copies[w],          ty, t->ne[1] * t->ne[2], t->ne[0], quant_row_size(ty, t->ne[0]),
+            BACKEND_LAYOUT_ROWS};
         ck_assert_int_eq(experts_ram_place(src, 0, (enum experts_which)w, &m), 0);
     }
     struct pf_arg arg = {src, 4000};
@@ -448,8 +449,8 @@ static float *model_run(const char *path, struct backend *be, bool repack, struc
                   err.message);
     for (int s = 0; s < 2; s++) {
         struct model_batch_entry d = {0, N_TOK + s, (s * 5 + 1) % V, true};
-        ck_assert(model_forward(m, kv, &(struct model_batch){&d, 1},
-                                out + (size_t)(N_TOK + s) * V, &err) == 0);
+        ck_assert(model_forward(m, kv, &(struct model_batch){&d, 1}, out + (size_t)(N_TOK + s) * V,
+                                &err) == 0);
         struct experts_stats st;
         experts_stats(model_experts(m), &st);
         ck_assert_uint_eq(st.held, 0); /* every get released with its step */
