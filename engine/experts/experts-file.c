@@ -141,11 +141,18 @@ static void file_free(void *ctx) {
     free(f);
 }
 
+/* The file's pages are always there (the page cache may have to read them
+ * again, but a ref never moves). */
+static int file_resident(void *ctx, int layer) {
+    return 1;
+}
+
 static const struct experts_ops file_ops = {
     .name = "file",
     .get = file_get,
     .release = NULL,
     .prefetch = file_prefetch,
+    .resident = file_resident,
     .stats = file_stats,
     .free = file_free,
 };

@@ -3,7 +3,8 @@
  * backend's weight arena (the model places each (layer, which) stack from
  * backend weight_host views; Q4_K / Q6_K / Q4_0 packed where the ISA has
  * packed kernels), holding every expert, so nothing is ever evicted and
- * release has nothing to do; tensors not placed pass to the next tier. An
+ * release has nothing to do (and resident says so); tensors not placed pass
+ * to the next tier. An
  * LRU tier over a byte budget (the io_uring store) implements the same ops
  * and pins what a step holds until its release. */
 #include "engine/experts/experts.h"
@@ -49,6 +50,15 @@ static int ram_prefetch(void *ctx, int layer, const int32_t *ids, int n, int32_t
     return 0;
 }
 
+/* Placed copies stay until free: resident for what is placed. */
+static int ram_resident(void *ctx, int layer) {
+    const struct experts_ram *r = ctx;
+    for (int w = 0; w < EXPERTS_WHICH_COUNT; w++)
+        if (!stack_of(r, layer, w))
+            return EXPERTS_ASK_NEXT;
+    return 1;
+}
+
 static void ram_free(void *ctx) {
     struct experts_ram *r = ctx;
     if (!r)
@@ -62,6 +72,7 @@ static const struct experts_ops ram_ops = {
     .get = ram_get,
     .release = NULL,
     .prefetch = ram_prefetch,
+    .resident = ram_resident,
     .stats = NULL,
     .free = ram_free,
 };

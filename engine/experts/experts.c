@@ -79,6 +79,15 @@ void experts_release(struct experts_source *src, uint64_t step) {
             t->ops->release(t->ctx, step);
 }
 
+int experts_resident(struct experts_source *src, int layer) {
+    for (struct experts_source *t = src; t; t = t->next) {
+        const int r = t->ops->resident ? t->ops->resident(t->ctx, layer) : 0;
+        if (r != EXPERTS_ASK_NEXT)
+            return r == 1;
+    }
+    return 0; /* every tier passed: nobody holds the rest */
+}
+
 void experts_prefetch(struct experts_source *src, int layer, const int32_t *ids, int n) {
     if (!src || !ids || n <= 0 || layer < 0 || layer >= src->n_layer)
         return;

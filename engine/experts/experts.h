@@ -77,6 +77,7 @@ struct experts_stats {
 };
 
 #define EXPERTS_MISS 1           /* get: this tier does not hold the matrix (ask the next) */
+#define EXPERTS_ASK_NEXT 2       /* resident: yes for what this tier holds; ask the next */
 #define EXPERTS_STEPS_MAX 16     /* steps with matrices handed out and not released, at once */
 #define EXPERTS_PREFETCH_MAX 256 /* ids one experts_prefetch call takes (more are cut) */
 
@@ -94,6 +95,12 @@ struct experts_ops {
      * others to miss (capacity n) and returns how many (the chain passes
      * them on). Any thread; never blocks. Optional (NULL: all pass on). */
     int (*prefetch)(void *ctx, int layer, const int32_t *ids, int n, int32_t *miss);
+    /* Whether the matrices of `layer` this tier serves stay where they are
+     * until free (get hands out the same refs every step, release frees
+     * nothing): 1 yes for every matrix of the layer; 0 no (it may evict, or
+     * it cannot tell); EXPERTS_ASK_NEXT: yes for those it holds, ask the
+     * next tier about the rest. Forward thread. Optional (NULL: 0). */
+    int (*resident)(void *ctx, int layer);
     /* Adds this tier's prefetch counters to *acc. Any thread. Optional. */
     void (*stats)(void *ctx, struct experts_stats *acc);
     /* Frees ctx (not next). Optional (NULL: nothing to free). */
@@ -125,6 +132,11 @@ int experts_get(struct experts_source *src, int layer, int expert, enum experts_
                 uint64_t step, struct experts_ref *out, struct strata_error *err);
 /* Ends every get of `step` in every tier. A step without gets is a no-op. */
 void experts_release(struct experts_source *src, uint64_t step);
+/* 1 if every matrix of `layer` is resident along the chain (ops.resident):
+ * the caller may then take the layer's refs once and use them every step
+ * without a get per pick (the forward pass then needs no read-back of the
+ * picks inside a step). Forward thread. */
+int experts_resident(struct experts_source *src, int layer);
 /* Prefetch of n expert ids of one layer (see above). Any thread, never blocks. */
 void experts_prefetch(struct experts_source *src, int layer, const int32_t *ids, int n);
 /* The chain's counters. Any thread. */

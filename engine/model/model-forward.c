@@ -6,10 +6,14 @@
  * weights are read once per call. Routed experts come only through the
  * expert seam (experts.h), keyed to the step.
  *
- * The step is recorded and submitted once, except that a MoE layer reads
- * its picks back (submit + wait + tensor_read of the router's top-k): the
- * expert seam must know which experts to hand out, and the routing profile
- * counts them. */
+ * The step is recorded and submitted once. A MoE layer whose experts are
+ * resident along the expert chain (experts_resident: the RAM tier over the
+ * CPU's arena, the file's pages, a VRAM arena holding them all) has its
+ * experts' refs taken once at load, and the backend picks from them by the
+ * router's ids; only the routing profile reads the picks back, after the
+ * step. A layer served by a tier that may evict reads its picks back inside
+ * the step (submit + wait + tensor_read of the router's top-k) to get the
+ * picked experts for this step. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +49,10 @@ struct model_fwd {
                                             the previous layer's stays valid until its submit */
     int32_t *table_ids[2];               /* (n_expert): the ids each table names */
     int table_n[2];
-    uint8_t *picked; /* (n_expert) */
+    uint8_t *picked;                  /* (n_expert) */
+    struct backend_expert **resident; /* (n_layer): a resident layer's (n_expert) experts, taken
+                                         once at load; NULL: got per pick every step */
+    int32_t *h_sel_all; /* (n_layer, B, n_expert_used) resident layers' picks, for the profile */
 };
 
 static void tfree(const struct model *m, struct backend_tensor *t) {
@@ -66,6 +73,10 @@ void model_fwd_free(const struct model *m, struct model_fwd *f) {
     for (int i = 0; i < 2; i++)
         free(f->table[i]), free(f->table_ids[i]);
     free(f->picked);
+    for (int il = 0; f->resident && il < m->hp.n_layer; il++)
+        free(f->resident[il]);
+    free(f->resident);
+    free(f->h_sel_all);
     free(f);
 }
 
@@ -85,6 +96,38 @@ static void *halloc(size_t n, size_t sz, bool *ok) {
     if (!p)
         *ok = false;
     return p;
+}
+
+/* The refs of every resident MoE layer's experts, taken once (step 0,
+ * released at once: a resident tier keeps them until it is freed). */
+static int take_resident(const struct model *m, struct model_fwd *f, struct strata_error *err) {
+    const struct model_hparams *hp = &m->hp;
+    const int NE = hp->n_expert;
+    bool ok = true;
+    f->resident = halloc((size_t)hp->n_layer, sizeof *f->resident, &ok);
+    if (ok && m->params.profile)
+        f->h_sel_all = halloc((size_t)hp->n_layer * (size_t)f->B * (size_t)hp->n_expert_used,
+                              sizeof *f->h_sel_all, &ok);
+    if (!ok)
+        return strata_error_set(err, STRATA_E_NOMEM, "model: out of memory for expert tables");
+    int rc = 0;
+    for (int il = 0; il < hp->n_layer && rc == 0; il++) {
+        if (!m->layers[il].has_moe || !experts_resident(m->experts, il))
+            continue;
+        struct backend_expert *tab = halloc((size_t)NE, sizeof *tab, &ok);
+        if (!(f->resident[il] = tab))
+            return strata_error_set(err, STRATA_E_NOMEM, "model: out of memory for expert tables");
+        for (int e = 0; e < NE && rc == 0; e++) {
+            struct experts_ref r[EXPERTS_WHICH_COUNT];
+            for (int w = 0; w < EXPERTS_WHICH_COUNT && rc == 0; w++)
+                rc = experts_get(m->experts, il, e, (enum experts_which)w, 0, &r[w], err);
+            if (rc == 0)
+                tab[e] = (struct backend_expert){r[EXPERTS_GATE].mat, r[EXPERTS_UP].mat,
+                                                 r[EXPERTS_DOWN].mat};
+        }
+        experts_release(m->experts, 0);
+    }
+    return rc;
 }
 
 struct model_fwd *model_fwd_init(const struct model *m, struct strata_error *err) {
@@ -133,7 +176,7 @@ struct model_fwd *model_fwd_init(const struct model *m, struct strata_error *err
     }
     if (!hok && ok)
         strata_error_set(err, STRATA_E_NOMEM, "model: out of memory for forward buffers");
-    if (!ok || !hok) {
+    if (!ok || !hok || (NE > 0 && take_resident(m, f, err))) {
         model_fwd_free(m, f);
         return NULL;
     }
@@ -212,6 +255,46 @@ static void ffn_dense(struct model *m, const struct backend_weight *gate,
     be->matmul(m->be->ctx, f->g, n, &d, 1);
 }
 
+/* Non-resident layer il: reads the picks back (a submit inside the step),
+ * counts them in the profile, and gets each picked expert's matrices for
+ * this step into f->table[il & 1]. */
+static int pick_experts(struct model *m, int il, int n, struct strata_error *err) {
+    struct model_fwd *f = m->fwd;
+    const struct backend_ops *be = m->be->ops;
+    const int NE = m->hp.n_expert, K = m->hp.n_expert_used;
+    int rc;
+    be->tensor_read(m->be->ctx, f->sel, 0, f->h_sel, n);
+    if ((rc = be->submit(m->be->ctx, err)) || (rc = be->wait(m->be->ctx, err)))
+        return rc;
+
+    /* the picks: profile counts, then each picked expert's matrices */
+    struct backend_expert *tab = f->table[il & 1];
+    int32_t *tab_ids = f->table_ids[il & 1];
+    for (int i = 0; i < f->table_n[il & 1]; i++) /* forget the layer before last's */
+        memset(&tab[tab_ids[i]], 0, sizeof *tab);
+    f->table_n[il & 1] = 0;
+    memset(f->picked, 0, (size_t)NE);
+    for (int i = 0; i < n * K; i++) {
+        const int e = f->h_sel[i];
+        STRATA_ASSERT(e >= 0 && e < NE);
+        f->picked[e] = 1;
+        if (m->params.profile)
+            profile_add(m->params.profile, il, e);
+    }
+    for (int e = 0; e < NE; e++) {
+        if (!f->picked[e])
+            continue;
+        struct experts_ref ref[EXPERTS_WHICH_COUNT];
+        for (int w = 0; w < EXPERTS_WHICH_COUNT; w++)
+            if ((rc = experts_get(m->experts, il, e, (enum experts_which)w, m->step, &ref[w], err)))
+                return rc;
+        tab[e] = (struct backend_expert){ref[EXPERTS_GATE].mat, ref[EXPERTS_UP].mat,
+                                         ref[EXPERTS_DOWN].mat};
+        tab_ids[f->table_n[il & 1]++] = e;
+    }
+    return 0;
+}
+
 /* The routed experts of layer il into f->tmp (plus the shared expert): the
  * router's picks come back to the host (one submit), the expert seam hands
  * out each picked expert's matrices for this step, and the backend computes
@@ -245,34 +328,14 @@ static int ffn_moe(struct model *m, int il, int n, struct strata_error *err) {
                                         .norm_topk = hp->norm_topk_prob,
                                         .scale = hp->expert_weights_scale};
     be->moe_route(bc, &route);
-    be->tensor_read(bc, f->sel, 0, f->h_sel, n);
-    if ((rc = be->submit(bc, err)) || (rc = be->wait(bc, err)))
-        return rc;
-
-    /* the picks: profile counts, then each picked expert's matrices */
-    struct backend_expert *tab = f->table[il & 1];
-    int32_t *tab_ids = f->table_ids[il & 1];
-    for (int i = 0; i < f->table_n[il & 1]; i++) /* forget the layer before last's */
-        memset(&tab[tab_ids[i]], 0, sizeof *tab);
-    f->table_n[il & 1] = 0;
-    memset(f->picked, 0, (size_t)NE);
-    for (int i = 0; i < n * K; i++) {
-        const int e = f->h_sel[i];
-        STRATA_ASSERT(e >= 0 && e < NE);
-        f->picked[e] = 1;
+    struct backend_expert *tab = f->resident[il];
+    if (tab) { /* resident: no read-back inside the step; the profile's comes after it */
         if (m->params.profile)
-            profile_add(m->params.profile, il, e);
-    }
-    for (int e = 0; e < NE; e++) {
-        if (!f->picked[e])
-            continue;
-        struct experts_ref ref[EXPERTS_WHICH_COUNT];
-        for (int w = 0; w < EXPERTS_WHICH_COUNT; w++)
-            if ((rc = experts_get(m->experts, il, e, (enum experts_which)w, m->step, &ref[w], err)))
-                return rc;
-        tab[e] = (struct backend_expert){ref[EXPERTS_GATE].mat, ref[EXPERTS_UP].mat,
-                                         ref[EXPERTS_DOWN].mat};
-        tab_ids[f->table_n[il & 1]++] = e;
+            be->tensor_read(bc, f->sel, 0, f->h_sel_all + (size_t)il * f->B * K, n);
+    } else {
+        if ((rc = pick_experts(m, il, n, err)))
+            return rc;
+        tab = f->table[il & 1];
     }
     const struct backend_moe moe = {.x = f->xn,
                                     .sel = f->sel,
@@ -388,9 +451,14 @@ static int run_step(struct model *m, struct kv_cache *kv, const struct model_bat
         be->matmul(bc, f->xn, n_out, &o, 1);
         be->tensor_read(bc, f->logits, 0, logits, n_out);
     }
-    if ((rc = be->submit(bc, err)))
+    if ((rc = be->submit(bc, err)) || (rc = be->wait(bc, err)))
         return rc;
-    return be->wait(bc, err);
+    for (int il = 0; m->params.profile && f->h_sel_all && il < hp->n_layer; il++)
+        if (f->resident[il]) /* the resident layers' picks, read back with the logits */
+            for (int i = 0; i < n * hp->n_expert_used; i++)
+                profile_add(m->params.profile, il,
+                            f->h_sel_all[(size_t)il * f->B * hp->n_expert_used + i]);
+    return 0;
 }
 
 int model_forward(struct model *m, struct kv_cache *kv, const struct model_batch *batch,

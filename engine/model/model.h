@@ -31,10 +31,12 @@
  * sequence may share a call. Each weight matrix is read once per call for all
  * entries (one matmul with n_entries rows); MoE entries are grouped by
  * expert so each routed expert's weights are read once per call. A call is
- * one backend step: recorded and submitted once for a dense model; a MoE
- * layer reads its expert picks back (one submit a MoE layer) to get the
- * picked experts from the expert seam (engine/experts) and count them in
- * the routing profile.
+ * one backend step, recorded and submitted once: routed experts come from
+ * the expert seam (engine/experts); where a layer's are resident (the RAM
+ * tier over the CPU's arena, the file's pages) their refs are taken once at
+ * load, and only a layer behind a tier that may evict reads its picks back
+ * inside the step (one more submit) to get the picked experts for the step.
+ * The routing profile counts every pick either way.
  *
  * Positions: within one batch, entries of one sequence must have strictly
  * increasing pos, and an entry's pos must be <= the sequence's current length

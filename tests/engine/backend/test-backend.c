@@ -4,8 +4,10 @@
  *     the seam's contract, then forwards to a CPU backend) runs the forward
  *     pass of real and synthesized models: the logits are the plain CPU
  *     backend's bit for bit; every op falls inside a step (begin .. wait);
- *     a dense model submits once a step, a MoE model once plus once a MoE
- *     layer (its picks read back); host bytes a tensor_write hands over are
+ *     a step is one submit, dense or MoE, while the experts are resident
+ *     (the RAM tier over the CPU's arena), and one more a MoE layer behind a
+ *     tier that may evict (its picks read back); the routing profile counts
+ *     every pick either way; host bytes a tensor_write hands over are
  *     unchanged until the submit that runs it; the op counts are the
  *     architecture's (so every op of the step goes through the seam).
  *  2. The CPU backend's ops against direct formulas: router top-k with the
@@ -23,6 +25,8 @@
 #include "engine/backend/backend.h"
 #include "engine/cpu/backend-cpu.h"
 #include "engine/cpu/ops.h"
+#include "engine/experts/experts.h"
+#include "engine/experts/profile.h"
 #include "engine/kv/kv.h"
 #include "engine/model/model.h"
 #include "tests/engine/model/model-spec.h"
@@ -272,13 +276,36 @@ static struct backend *rec_init(void) {
 
 #define N_STEPS 4
 
+struct fcase {
+    const char *spec; /* a model-spec.h kind, or NULL: stories260K */
+    int n_moe;        /* MoE layers */
+    bool front;       /* a tier in front of the chain that may evict: picks read back */
+    bool profile;     /* count the routing profile */
+};
+
+/* A tier that holds nothing and says it may evict (resident NULL): the
+ * model must then read each MoE layer's picks back inside the step. */
+static int miss_get(void *ctx, int layer, int expert, enum experts_which which, uint64_t step,
+                    struct experts_ref *out, struct strata_error *err) {
+    return EXPERTS_MISS;
+}
+static const struct experts_ops miss_ops = {.name = "miss", .get = miss_get};
+static struct experts_source *miss_front(void *arg, struct experts_source *chain,
+                                         struct strata_error *err) {
+    return experts_source_init(&miss_ops, NULL, chain, 0, 0, err);
+}
+
 /* Logits of N_STEPS forward calls on `be`: a 5-token prefill of seq 0 with
  * 2 outputs, then 3 steps decoding seqs 0 and 1 together. rec: the recorder
- * (NULL for a plain backend); per_step: checks after each call. */
-static float *forward_run(const char *path, struct backend *be, struct rec *rec, int n_moe) {
+ * (NULL for a plain backend), checked after each call. */
+static float *forward_run(const char *path, struct backend *be, struct rec *rec,
+                          const struct fcase *c, struct profile *prof) {
     struct strata_error err = {0};
     struct model_params mp = model_params_default();
     mp.backend = be;
+    mp.profile = prof;
+    if (c->front)
+        mp.experts_front = miss_front;
     mp.n_ctx_max = 32;
     mp.n_batch_max = 8;
     struct model *m = model_load(path, &mp, &err);
@@ -302,7 +329,8 @@ static float *forward_run(const char *path, struct backend *be, struct rec *rec,
             model_forward(m, kv, &(struct model_batch){e, n}, out + (size_t)2 * s * V, &err) == 0,
             "%s", err.message);
         if (rec) {
-            ck_assert_int_eq(rec->n_submit - sub0, 1 + n_moe); /* one piece a MoE layer more */
+            /* one submit a step; one more a MoE layer whose picks come back */
+            ck_assert_int_eq(rec->n_submit - sub0, 1 + (c->front ? c->n_moe : 0));
             ck_assert_int_eq(rec->n_wait, rec->n_submit);
             rec->open = false; /* the step is over: ops now would be outside one */
         }
@@ -312,13 +340,10 @@ static float *forward_run(const char *path, struct backend *be, struct rec *rec,
     return out;
 }
 
-struct fcase {
-    const char *spec; /* a model-spec.h kind, or NULL: stories260K */
-    int n_moe;        /* MoE layers */
-};
-
 static const struct fcase fcases[] = {
-    {NULL, 0}, {"llama-yarn", 0}, {"qwen2", 0}, {"qwen3", 0}, {"qwen2moe", 2}, {"qwen3moe", 2},
+    {NULL, 0, false, false},     {"llama-yarn", 0, false, false}, {"qwen2", 0, false, false},
+    {"qwen3", 0, false, false},  {"qwen2moe", 2, false, true},    {"qwen3moe", 2, false, false},
+    {"qwen3moe", 2, true, true}, {"qwen2moe", 2, true, false},
 };
 
 START_TEST(test_recording_backend_matches_cpu) {
@@ -335,11 +360,13 @@ START_TEST(test_recording_backend_matches_cpu) {
     struct strata_error err = {0};
     struct backend_cpu_params cp = backend_cpu_params_default();
     struct backend *cpu = backend_cpu_init(&cp, &err);
-    float *want = forward_run(path, cpu, NULL, c->n_moe);
+    const struct fcase plain = {c->spec, c->n_moe, false, false};
+    float *want = forward_run(path, cpu, NULL, &plain, NULL);
     backend_free(cpu);
     struct backend *be = rec_init();
     struct rec *r = be->ctx;
-    float *got = forward_run(path, be, r, c->n_moe);
+    struct profile *prof = c->profile ? profile_init(c->n_moe, s.n_expert, &err) : NULL;
+    float *got = forward_run(path, be, r, c, prof);
     struct gguf_file *f = gguf_open(path, &err);
     ck_assert(f != NULL);
     const int V = (int)gguf_find_tensor(f, "token_embd.weight")->ne[1];
@@ -370,11 +397,17 @@ START_TEST(test_recording_backend_matches_cpu) {
     ck_assert_int_eq(r->ops[R_MOE], c->n_moe * N_STEPS);
     ck_assert_int_eq(r->ops[R_ADD_GATED], s.n_ff_shexp ? c->n_moe * N_STEPS : 0);
     ck_assert_int_eq(r->ops[R_SWIGLU], c->n_moe ? (s.n_ff_shexp ? L : 0) : L);
-    /* reads: the picks of each MoE layer and the logits; writes: ids, pos, seq, out rows */
-    ck_assert_int_eq(r->ops[R_READ], (c->n_moe + 1) * N_STEPS);
+    /* reads: the logits, and each MoE layer's picks where they come back (for
+     * the tier in front, or for the profile after the step); writes: ids,
+     * pos, seq, out rows */
+    ck_assert_int_eq(r->ops[R_READ], (1 + (c->front || c->profile ? c->n_moe : 0)) * N_STEPS);
+    if (prof) /* every pick: 5 + 2 + 2 + 2 tokens, top k, every layer */
+        ck_assert_uint_eq(profile_total(prof), (uint64_t)11 * s.n_expert_used * c->n_moe);
+    profile_free(prof);
     ck_assert_int_eq(r->ops[R_WRITE], 4 * N_STEPS);
-    printf("%-12s %d steps: %d submits, %d matmuls, bit-identical to the CPU backend\n",
-           c->spec ? c->spec : "stories260K", N_STEPS, r->n_submit, r->ops[R_MATMUL]);
+    printf("%-12s%s%s %d steps: %d submits, %d matmuls, bit-identical to the CPU backend\n",
+           c->spec ? c->spec : "stories260K", c->front ? " +front" : "",
+           c->profile ? " +profile" : "", N_STEPS, r->n_submit, r->ops[R_MATMUL]);
     backend_free(be);
     free(want);
     free(got);
