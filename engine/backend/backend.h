@@ -228,9 +228,11 @@ struct backend_ops {
     /* 1 if the backend computes a weight of this type and row width for
      * `use` (the model refuses the file otherwise). */
     int (*supports)(void *ctx, enum quant_type type, int64_t n_cols, enum backend_use use);
-    /* Binds n weights in one set (one arena): out[i] is desc[i]'s handle.
-     * Matrices bound twice (the same host bytes: a tied output) are copied
-     * once. Returns the set, or NULL with err (nothing bound). */
+    /* Binds n weights in one set (one arena): out[i] is desc[i]'s handle
+     * (borrowed: valid until the set is freed). Matrices bound twice (the
+     * same host bytes: a tied output) are copied once. params NULL: no copy;
+     * info may be NULL. Returns the set (owned: free with weights_free), or
+     * NULL with err (nothing bound). */
     struct backend_weights *(*weights_bind)(void *ctx, const struct backend_weight_desc *desc,
                                             int n, const struct backend_bind_params *params,
                                             struct backend_weight **out,
@@ -245,12 +247,14 @@ struct backend_ops {
      * lives in device memory. Optional (NULL: never host memory). */
     int (*weight_host)(void *ctx, const struct backend_weight *w, int64_t index,
                        struct backend_host_mat *out);
-    /* A zeroed tensor, or NULL with err. */
+    /* A zeroed tensor (owned: free with tensor_free, outside a step), or
+     * NULL with err. */
     struct backend_tensor *(*tensor_alloc)(void *ctx, enum backend_dtype dtype, int64_t n_rows,
                                            int64_t n_cols, struct strata_error *err);
     void (*tensor_free)(void *ctx, struct backend_tensor *t); /* NULL is a no-op */
     /* Block memory for a KV cache this backend computes attention over
-     * (kv_init_store steals it). NULL with err on failure. */
+     * (owned: kv_init_store steals it; kv_store_free otherwise). NULL with
+     * err on failure. */
     struct kv_store *(*kv_store_init)(void *ctx, struct strata_error *err);
 
     /* ---- a step ---- */
