@@ -46,13 +46,16 @@
  * with .w, bound to the backend that computes it) or host memory (.host: a
  * RAM-tier copy or the file's pages). A backend without BACKEND_CAP_HOST_MATS
  * (a GPU) cannot take the host ones, so the model gives those experts to a
- * CPU backend instance: the same moe_ffn op on both, each with a table that
- * names only the experts it computes (unnamed entries contribute nothing);
- * the CPU one reads the input tensor back (tensor_read) and its partial sum
- * goes into the GPU step through tensor_write + add (accumulate = false on
- * the CPU, the GPU adds it). Results of such a split differ from one backend
- * in the last bits (another summation order); a single backend's never
- * depend on which tier an expert came from.
+ * CPU backend instance (model_params.backend_cold): the same moe_ffn op on
+ * both, each with a table that names only the experts it computes (unnamed
+ * entries contribute nothing). The model reads the layer's input, picks and
+ * weights back from the GPU step (tensor_read, at the submit that brings
+ * the picks to the host anyway), runs a step of its own on the CPU backend
+ * over them, and writes that partial sum into the GPU step (tensor_write,
+ * then add after the GPU's own moe_ffn). Results of such a split may differ
+ * from one backend's in the last bits (another summation order; tested in
+ * tests/engine/experts); a single backend's never depend on which tier an
+ * expert came from.
  *
  * Threading: a backend and everything it hands out belong to the thread that
  * runs the forward pass (the scheduler's); the backend parallelises inside

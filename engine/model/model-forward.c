@@ -53,6 +53,16 @@ struct model_fwd {
     struct backend_expert **resident; /* (n_layer): a resident layer's (n_expert) experts, taken
                                          once at load; NULL: got per pick every step */
     int32_t *h_sel_all; /* (n_layer, B, n_expert_used) resident layers' picks, for the profile */
+    /* Cold experts on params.backend_cold, where the backend takes no host
+     * matrices (split): its input, picks and weights go over, the sum back. */
+    bool split;
+    struct backend_tensor *cx, *csel, *csw, *cout; /* on backend_cold: (B, n_embd), (B, K) I32,
+                                                      (B, K), (B, n_embd) */
+    struct backend_tensor *part;   /* (B, n_embd): the cold experts' sum, on the backend */
+    float *h_x, *h_sw, *h_part;    /* (B, n_embd), (B, K), (B, n_embd): host copies in between */
+    struct backend_expert *ctable; /* (n_expert): the current layer's cold experts */
+    int32_t *ctable_ids;           /* (n_expert) */
+    int ctable_n;
 };
 
 static void tfree(const struct model *m, struct backend_tensor *t) {
@@ -69,6 +79,13 @@ void model_fwd_free(const struct model *m, struct model_fwd *f) {
                                    f->sel,  f->sel_w, f->sh,      f->sh_gate};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         tfree(m, ts[i]);
+    tfree(m, f->part);
+    struct backend *cb = m->params.backend_cold;
+    struct backend_tensor *cs[] = {f->cx, f->csel, f->csw, f->cout};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+        if (cs[i])
+            cb->ops->tensor_free(cb->ctx, cs[i]);
+    free(f->h_x), free(f->h_sw), free(f->h_part), free(f->ctable), free(f->ctable_ids);
     free(f->h_ids), free(f->h_pos), free(f->h_seq), free(f->h_out), free(f->h_sel);
     for (int i = 0; i < 2; i++)
         free(f->table[i]), free(f->table_ids[i]);
@@ -80,15 +97,20 @@ void model_fwd_free(const struct model *m, struct model_fwd *f) {
     free(f);
 }
 
-static struct backend_tensor *talloc(const struct model *m, enum backend_dtype dt, int64_t rows,
-                                     int64_t cols, bool *ok, struct strata_error *err) {
+static struct backend_tensor *talloc_on(const struct backend *be, enum backend_dtype dt,
+                                        int64_t rows, int64_t cols, bool *ok,
+                                        struct strata_error *err) {
     if (!*ok)
         return NULL;
-    struct backend_tensor *t =
-        m->be->ops->tensor_alloc(m->be->ctx, dt, rows, cols > 0 ? cols : 1, err);
+    struct backend_tensor *t = be->ops->tensor_alloc(be->ctx, dt, rows, cols > 0 ? cols : 1, err);
     if (!t)
         *ok = false;
     return t;
+}
+
+static struct backend_tensor *talloc(const struct model *m, enum backend_dtype dt, int64_t rows,
+                                     int64_t cols, bool *ok, struct strata_error *err) {
+    return talloc_on(m->be, dt, rows, cols, ok, err);
 }
 
 static void *halloc(size_t n, size_t sz, bool *ok) {
@@ -96,6 +118,11 @@ static void *halloc(size_t n, size_t sz, bool *ok) {
     if (!p)
         *ok = false;
     return p;
+}
+
+/* Whether the backend computes this matrix (a host one needs BACKEND_CAP_HOST_MATS). */
+static bool usable(const struct model *m, const struct backend_mat *mat) {
+    return mat->w || (m->be->ops->caps & BACKEND_CAP_HOST_MATS);
 }
 
 /* The refs of every resident MoE layer's experts, taken once (step 0,
@@ -117,15 +144,23 @@ static int take_resident(const struct model *m, struct model_fwd *f, struct stra
         struct backend_expert *tab = halloc((size_t)NE, sizeof *tab, &ok);
         if (!(f->resident[il] = tab))
             return strata_error_set(err, STRATA_E_NOMEM, "model: out of memory for expert tables");
+        bool all_usable = true; /* else per pick: host bytes go to backend_cold */
         for (int e = 0; e < NE && rc == 0; e++) {
             struct experts_ref r[EXPERTS_WHICH_COUNT];
             for (int w = 0; w < EXPERTS_WHICH_COUNT && rc == 0; w++)
                 rc = experts_get(m->experts, il, e, (enum experts_which)w, 0, &r[w], err);
-            if (rc == 0)
-                tab[e] = (struct backend_expert){r[EXPERTS_GATE].mat, r[EXPERTS_UP].mat,
-                                                 r[EXPERTS_DOWN].mat};
+            if (rc)
+                break;
+            tab[e] = (struct backend_expert){r[EXPERTS_GATE].mat, r[EXPERTS_UP].mat,
+                                             r[EXPERTS_DOWN].mat};
+            for (int w = 0; w < EXPERTS_WHICH_COUNT; w++)
+                all_usable &= usable(m, &r[w].mat);
         }
         experts_release(m->experts, 0);
+        if (!all_usable) {
+            free(tab);
+            f->resident[il] = NULL;
+        }
     }
     return rc;
 }
@@ -173,6 +208,20 @@ struct model_fwd *model_fwd_init(const struct model *m, struct strata_error *err
             f->table_ids[i] = halloc((size_t)NE, sizeof *f->table_ids[i], &hok);
         }
         f->picked = halloc((size_t)NE, 1, &hok);
+        f->split = m->params.backend_cold && !(m->be->ops->caps & BACKEND_CAP_HOST_MATS);
+    }
+    if (f->split) {
+        const struct backend *cb = m->params.backend_cold;
+        f->cx = talloc_on(cb, BACKEND_F32, B, E, &ok, err);
+        f->csel = talloc_on(cb, BACKEND_I32, B, K, &ok, err);
+        f->csw = talloc_on(cb, BACKEND_F32, B, K, &ok, err);
+        f->cout = talloc_on(cb, BACKEND_F32, B, E, &ok, err);
+        f->part = talloc(m, BACKEND_F32, B, E, &ok, err);
+        f->h_x = halloc((size_t)(B * E), sizeof(float), &hok);
+        f->h_sw = halloc((size_t)(B * K), sizeof(float), &hok);
+        f->h_part = halloc((size_t)(B * E), sizeof(float), &hok);
+        f->ctable = halloc((size_t)NE, sizeof *f->ctable, &hok);
+        f->ctable_ids = halloc((size_t)NE, sizeof *f->ctable_ids, &hok);
     }
     if (!hok && ok)
         strata_error_set(err, STRATA_E_NOMEM, "model: out of memory for forward buffers");
@@ -264,6 +313,13 @@ static int pick_experts(struct model *m, int il, int n, struct strata_error *err
     const int NE = m->hp.n_expert, K = m->hp.n_expert_used;
     int rc;
     be->tensor_read(m->be->ctx, f->sel, 0, f->h_sel, n);
+    if (f->split) { /* for the cold experts, if any: their input and weights */
+        be->tensor_read(m->be->ctx, f->xn, 0, f->h_x, n);
+        be->tensor_read(m->be->ctx, f->sel_w, 0, f->h_sw, n);
+        for (int i = 0; i < f->ctable_n; i++)
+            memset(&f->ctable[f->ctable_ids[i]], 0, sizeof *f->ctable);
+        f->ctable_n = 0;
+    }
     if ((rc = be->submit(m->be->ctx, err)) || (rc = be->wait(m->be->ctx, err)))
         return rc;
 
@@ -288,17 +344,66 @@ static int pick_experts(struct model *m, int il, int n, struct strata_error *err
         for (int w = 0; w < EXPERTS_WHICH_COUNT; w++)
             if ((rc = experts_get(m->experts, il, e, (enum experts_which)w, m->step, &ref[w], err)))
                 return rc;
-        tab[e] = (struct backend_expert){ref[EXPERTS_GATE].mat, ref[EXPERTS_UP].mat,
+        const struct backend_expert x = {ref[EXPERTS_GATE].mat, ref[EXPERTS_UP].mat,
                                          ref[EXPERTS_DOWN].mat};
-        tab_ids[f->table_n[il & 1]++] = e;
+        const int n_dev = (x.gate.w != NULL) + (x.up.w != NULL) + (x.down.w != NULL);
+        if (usable(m, &x.gate) && usable(m, &x.up) && usable(m, &x.down)) {
+            tab[e] = x;
+            tab_ids[f->table_n[il & 1]++] = e;
+        } else if (f->split && n_dev == 0) { /* all three in host memory: the cold backend's */
+            f->ctable[e] = x;
+            f->ctable_ids[f->ctable_n++] = e;
+        } else {
+            return strata_error_set(err, STRATA_E_UNSUPPORTED,
+                                    "model: expert (%d, %d) is in host memory and backend %s "
+                                    "takes none%s",
+                                    il, e, be->name,
+                                    f->split ? " (its matrices are in two tiers)"
+                                             : " (no backend_cold)");
+        }
     }
     return 0;
 }
 
-/* The routed experts of layer il into f->tmp (plus the shared expert): the
- * router's picks come back to the host (one submit), the expert seam hands
- * out each picked expert's matrices for this step, and the backend computes
- * them. */
+/* The cold experts of the layer on params.backend_cold (a step of its own
+ * over the host copies pick_experts read back); their sum goes into
+ * f->part, recorded on the backend. */
+static int moe_cold(struct model *m, int n, struct strata_error *err) {
+    struct model_fwd *f = m->fwd;
+    const struct backend *cb = m->params.backend_cold;
+    const struct backend_ops *co = cb->ops;
+    const struct backend_step st = {n, 1, NULL, f->h_seq, f->h_pos};
+    int rc = co->begin(cb->ctx, &st, err);
+    if (rc)
+        return rc;
+    co->tensor_write(cb->ctx, f->cx, 0, f->h_x, n);
+    co->tensor_write(cb->ctx, f->csel, 0, f->h_sel, n);
+    co->tensor_write(cb->ctx, f->csw, 0, f->h_sw, n);
+    const struct backend_moe moe = {.x = f->cx,
+                                    .sel = f->csel,
+                                    .sel_w = f->csw,
+                                    .experts = f->ctable,
+                                    .out = f->cout,
+                                    .n_tok = n,
+                                    .k = m->hp.n_expert_used,
+                                    .n_expert = m->hp.n_expert,
+                                    .n_embd = m->hp.n_embd,
+                                    .n_ff = m->hp.n_ff_exp,
+                                    .accumulate = false};
+    co->moe_ffn(cb->ctx, &moe);
+    co->tensor_read(cb->ctx, f->cout, 0, f->h_part, n);
+    if ((rc = co->submit(cb->ctx, err)) || (rc = co->wait(cb->ctx, err)))
+        return rc;
+    /* h_part is next written by the next layer's cold step, after the
+     * backend's next submit has run this write */
+    m->be->ops->tensor_write(m->be->ctx, f->part, 0, f->h_part, n);
+    return 0;
+}
+
+/* The routed experts of layer il into f->tmp (plus the shared expert):
+ * from the layer's resident table, or (pick_experts) from the refs the
+ * expert seam hands out for this step's picks, the cold ones computed on
+ * params.backend_cold (moe_cold). */
 static int ffn_moe(struct model *m, int il, int n, struct strata_error *err) {
     struct model_fwd *f = m->fwd;
     const struct model_hparams *hp = &m->hp;
@@ -333,7 +438,7 @@ static int ffn_moe(struct model *m, int il, int n, struct strata_error *err) {
         if (m->params.profile)
             be->tensor_read(bc, f->sel, 0, f->h_sel_all + (size_t)il * f->B * K, n);
     } else {
-        if ((rc = pick_experts(m, il, n, err)))
+        if ((rc = pick_experts(m, il, n, err)) || (f->ctable_n > 0 && (rc = moe_cold(m, n, err))))
             return rc;
         tab = f->table[il & 1];
     }
@@ -349,6 +454,8 @@ static int ffn_moe(struct model *m, int il, int n, struct strata_error *err) {
                                     .n_ff = hp->n_ff_exp,
                                     .accumulate = false};
     be->moe_ffn(bc, &moe);
+    if (f->split && f->ctable_n > 0 && !f->resident[il]) /* the cold experts' sum */
+        be->add(bc, f->tmp, f->part, n, E);
     if (L->has_shexp)
         be->add_gated(bc, f->tmp, f->sh, f->sh_gate, n, E);
     return 0;

@@ -37,6 +37,7 @@ static const struct arch_info archs[] = {
 
 struct model_params model_params_default(void) {
     return (struct model_params){.backend = NULL,
+                                 .backend_cold = NULL,
                                  .pool = NULL,
                                  .n_ctx_max = 0,
                                  .n_batch_max = 512,

@@ -115,6 +115,13 @@ struct model_params {
      * model). Created by the caller (backend_cpu_init for the CPU) rather than
      * named here, so engine/model knows no backend implementation. */
     struct backend *backend;
+    /* borrowed, optional: a second backend (a CPU one beside a GPU) that
+     * computes the routed experts the expert seam hands out in host memory
+     * (RAM or file tier) when `backend` takes no host matrices (no
+     * BACKEND_CAP_HOST_MATS): such a MoE layer reads its input back, runs
+     * those experts here, and adds their sum into the step. NULL: a host
+     * expert on such a backend fails the step (STRATA_E_UNSUPPORTED). */
+    struct backend *backend_cold;
     struct pool *pool; /* borrowed; threads for the load (prefault); NULL = caller only */
     int n_ctx_max;     /* per-sequence context; 0 = n_ctx_train (capped at 1<<20) */
     int n_batch_max;   /* most entries per model_forward call (default 512) */

@@ -10,8 +10,12 @@
  * waited for) and carried out. Then the model over such a chain
  * (model_params.experts_front): logits bit-identical to the plain chain's,
  * every get released with its step, the routing profile still counted, and
- * a failing tier failing the step cleanly.
+ * a failing tier failing the step cleanly. Last, a backend without host
+ * matrices (the CPU's ops dressed as a device's) with a second, CPU backend
+ * beside it: the device tier's experts run on the first, the host tiers'
+ * on the second, and the logits agree with one backend's to the last bits.
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -516,6 +520,114 @@ START_TEST(test_model_over_chain) {
 }
 END_TEST
 
+/* ---- a backend without host matrices, a CPU beside it -------------------------------- */
+
+/* The CPU backend dressed as a device one: no BACKEND_CAP_HOST_MATS, and its
+ * moe_ffn checks that it is never handed host bytes. */
+static struct backend_ops nohost_ops;
+static const struct backend_ops *nohost_inner;
+static int nohost_moe_calls, cold_matmuls;
+
+static void nohost_moe(void *ctx, const struct backend_moe *m) {
+    for (int e = 0; e < m->n_expert; e++) {
+        const struct backend_expert *x = &m->experts[e];
+        ck_assert_msg(!x->gate.host.data && !x->up.host.data && !x->down.host.data,
+                      "expert %d handed to a backend without host matrices as host bytes", e);
+    }
+    nohost_moe_calls++;
+    nohost_inner->moe_ffn(ctx, m);
+}
+
+static void count_matmul(void *arg, const struct kern_mat *w, const void *xq, size_t xq_stride,
+                         int64_t n_tok, const float *y, int64_t ldy) {
+    cold_matmuls++;
+}
+
+START_TEST(test_cold_experts_on_second_backend) {
+    char path[256];
+    struct gguf_file *f = moe_file(path, sizeof path, "cold");
+    struct strata_error err = {0};
+    struct backend_cpu_params cp = backend_cpu_params_default();
+    struct backend *cpu = backend_cpu_init(&cp, &err);
+    cp.on_matmul = count_matmul;
+    struct backend *cold = backend_cpu_init(&cp, &err);
+    ck_assert(cpu && cold);
+    nohost_inner = cpu->ops;
+    nohost_ops = *cpu->ops;
+    nohost_ops.name = "device";
+    nohost_ops.caps = 0;
+    nohost_ops.moe_ffn = nohost_moe;
+    struct backend dev = {&nohost_ops, cpu->ctx}; /* borrows the CPU backend's state */
+    const int V = 96;
+    for (int repack = 0; repack < 2; repack++) {
+        float *want = model_run(path, cpu, repack, NULL, NULL, 0, NULL);
+        /* even experts in the device tier (bound to dev), odd ones in host
+         * memory (the RAM tier or the file) computed by the cold CPU backend */
+        struct front_arg fa = {&dev, f, NULL};
+        struct model_params mp = model_params_default();
+        mp.backend = &dev;
+        mp.backend_cold = cold;
+        mp.repack = repack;
+        mp.n_ctx_max = 32;
+        mp.n_batch_max = 8;
+        mp.experts_front = front;
+        mp.experts_front_arg = &fa;
+        struct model *m = model_load(path, &mp, &err);
+        ck_assert_msg(m != NULL, "%s", err.message);
+        struct kv_cache *kv = model_kv_init(m, 1, 0, &err);
+        float *got = malloc((size_t)(N_TOK + 2) * V * sizeof(float));
+        struct model_batch_entry e[N_TOK];
+        for (int i = 0; i < N_TOK; i++)
+            e[i] = (struct model_batch_entry){0, i, (i * 17 + 3) % V, true};
+        nohost_moe_calls = cold_matmuls = 0;
+        ck_assert_msg(model_forward(m, kv, &(struct model_batch){e, N_TOK}, got, &err) == 0, "%s",
+                      err.message);
+        for (int s = 0; s < 2; s++) {
+            struct model_batch_entry d = {0, N_TOK + s, (s * 5 + 1) % V, true};
+            ck_assert(model_forward(m, kv, &(struct model_batch){&d, 1},
+                                    got + (size_t)(N_TOK + s) * V, &err) == 0);
+        }
+        ck_assert_int_eq(nohost_moe_calls, 3 * 2); /* every MoE layer of 3 steps */
+        ck_assert_int_gt(cold_matmuls, 0);         /* the odd experts ran on the CPU */
+        /* the two partial sums add in another order than one backend's slot
+         * order: the last bits move, nothing more */
+        double emax = 0, amax = 0;
+        for (int i = 0; i < (N_TOK + 2) * V; i++) {
+            emax = fmax(emax, fabs((double)got[i] - want[i]));
+            amax = fmax(amax, fabs((double)want[i]));
+        }
+        printf("cold experts on a second backend (repack %d): logits within %.2e of one "
+               "backend's (max |logit| %.3f)\n",
+               repack, emax / amax, amax);
+        ck_assert_msg(emax <= 1e-4 * amax, "split vs one backend: %g of %g", emax, amax);
+        struct experts_stats st;
+        experts_stats(model_experts(m), &st);
+        ck_assert_uint_gt(st.gets[EXPERTS_TIER_DEVICE], 0);
+        ck_assert_uint_gt(st.gets[repack ? EXPERTS_TIER_RAM : EXPERTS_TIER_FILE], 0);
+        ck_assert_uint_eq(st.held, 0);
+        kv_free(kv);
+        model_free(m);
+        /* without the cold backend a host expert fails the step */
+        mp.backend_cold = NULL;
+        m = model_load(path, &mp, &err);
+        ck_assert_msg(m != NULL, "%s", err.message);
+        kv = model_kv_init(m, 1, 0, &err);
+        ck_assert_int_eq(model_forward(m, kv, &(struct model_batch){e, N_TOK}, got, &err),
+                         STRATA_E_UNSUPPORTED);
+        ck_assert_msg(strstr(err.message, "no backend_cold") != NULL, "%s", err.message);
+        ck_assert_int_eq(kv_seq_len(kv, 0), 0);
+        kv_free(kv);
+        model_free(m);
+        free(want);
+        free(got);
+    }
+    backend_free(cold);
+    backend_free(cpu);
+    gguf_close(f);
+    unlink(path);
+}
+END_TEST
+
 static Suite *experts_suite(void) {
     Suite *s = suite_create("experts");
     TCase *tc = tcase_create("experts");
@@ -525,6 +637,7 @@ static Suite *experts_suite(void) {
     tcase_add_test(tc, test_device_tier_steps);
     tcase_add_test(tc, test_prefetch_other_thread);
     tcase_add_test(tc, test_model_over_chain);
+    tcase_add_test(tc, test_cold_experts_on_second_backend);
     suite_add_tcase(s, tc);
     return s;
 }
