@@ -34,7 +34,9 @@ struct experts_file {
     pthread_cond_t cv;
     pthread_t thread;
     bool has_thread;
-    _Atomic uint64_t queued, dropped, done;
+    _Atomic uint64_t queued, dropped; /* written by producers (predictor threads) */
+    char pad[64];                     /* keeps done off their cache line */
+    _Atomic uint64_t done;            /* written by the worker */
 };
 
 static const char *const which_name[EXPERTS_WHICH_COUNT] = {"ffn_gate_exps", "ffn_up_exps",

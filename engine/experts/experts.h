@@ -114,9 +114,11 @@ struct experts_source {
     int n_layer;
     int n_expert; /* experts per MoE layer */
     /* Holds per step in flight (the chain's head counts them; experts.c). */
-    uint64_t hold_step[EXPERTS_STEPS_MAX];      /* written by the forward thread only */
-    _Atomic uint32_t hold_n[EXPERTS_STEPS_MAX]; /* 0: slot free; read by experts_stats */
-    _Atomic uint64_t n_gets[EXPERTS_TIER_COUNT], n_asked;
+    uint64_t hold_step[EXPERTS_STEPS_MAX];       /* written by the forward thread only */
+    _Atomic uint32_t hold_n[EXPERTS_STEPS_MAX];  /* 0: slot free; read by experts_stats */
+    _Atomic uint64_t n_gets[EXPERTS_TIER_COUNT]; /* written by the forward thread */
+    char pad[64];             /* keeps n_asked off the forward thread's cache lines */
+    _Atomic uint64_t n_asked; /* written by predictor threads */
 };
 
 /* Wraps a tier (ctx owned by it from now on, freed by ops->free even on

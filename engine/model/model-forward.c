@@ -22,7 +22,10 @@
 #include "engine/model/model-impl.h"
 #include "engine/experts/profile.h"
 
-#define FWD_LOGITS_ROWS 16 /* logits rows allocated at first; grown to a call's outputs */
+/* Logits rows allocated at load, grown to a call's outputs when more come:
+ * the whole batch's would be 512 x 128k x 4 bytes = 256 MB for llama-3's
+ * vocabulary, 16 rows are 8 MB and cover a decode step of 16 sequences. */
+#define FWD_LOGITS_ROWS 16
 
 struct model_fwd {
     int B;                                  /* n_batch_max */
