@@ -16,6 +16,7 @@
 #include "engine/model/model-impl.h"
 #include "engine/host/pool.h"
 #include "engine/experts/profile.h"
+#include "engine/quant/quant.h"
 
 struct arch_info {
     const char *name;
