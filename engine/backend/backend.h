@@ -158,7 +158,8 @@ struct backend_mm {
 struct backend_step {
     int n_tok;           /* entries of the batch */
     int n_kv_max;        /* the largest pos + 1: attention spans at most this */
-    struct kv_cache *kv; /* borrowed: made over this backend's kv_store_init */
+    struct kv_cache *kv; /* borrowed: made over this backend's kv_store_init; NULL for a
+                            step without attention (the cold experts' step) */
     const int32_t *seq;  /* (n_tok) host copy of the sequence ids, valid until the wait: */
     const int32_t *pos;  /* (n_tok) for backends that upload block tables at begin */
 };
