@@ -27,7 +27,7 @@
 // build's bench/bench-model) decodes 128 steps and, before every step,
 // streams the step's weight bytes with the same probe loop twice, from the
 // model file's mapped pages and from an anonymous huge-page copy (the memory
-// the engine copies its weights into, engine/model/model-pack.c); decode/roofline
+// the engine copies its weights into, engine/cpu/cpu-weights.c); decode/roofline
 // = the faster kind's mean probe time / mean step time, and the same with
 // the fastest probe and the fastest step of the run.
 // The two columns are both printed; neither is dropped for the other.

@@ -16,7 +16,7 @@
  * step, n_threads threads stream probe_bytes with bench/probe.h's loop
  * (bench/roofline.c's), at an offset that moves on each time, twice: from
  * the model file's own mapped pages and from an anonymous huge-page copy of
- * the file (the kind of memory engine/model/model-pack.c copies the weights into;
+ * the file (the kind of memory engine/cpu/cpu-weights.c copies the weights into;
  * here it streams 3-8% faster than the page cache). The probes and the step
  * then see the same machine within milliseconds of each other, which
  * before/after probes seconds away do not on a VM whose bandwidth moves with
@@ -37,6 +37,7 @@
 
 #include "bench/probe.h"
 
+#include "engine/cpu/backend-cpu.h"
 #include "engine/cpu/kernels-impl.h"
 #include "engine/cpu/kernels.h"
 #include "engine/kv/kv.h"
@@ -142,17 +143,22 @@ int main(int argc, char **argv) {
     struct pool_params pp = pool_params_default();
     pp.n_threads = n_threads;
     struct pool *pool = pool_init(&pp, &err);
+    struct backend_cpu_params cp = backend_cpu_params_default();
+    cp.pool = pool;
+    struct backend *be = pool ? backend_cpu_init(&cp, &err) : NULL;
     struct model_params mp = model_params_default();
+    mp.backend = be;
     mp.pool = pool;
     const char *rp = getenv("STRATA_REPACK"); /* A/B of the packed layout: STRATA_REPACK=0 */
     mp.repack = !(rp && rp[0] == '0');
     mp.n_ctx_max = n_prefill + n_decode + 8;
     mp.n_batch_max = n_prefill > n_seq ? n_prefill : n_seq;
-    struct model *m = pool ? model_load(argv[1], &mp, &err) : NULL;
+    struct model *m = be ? model_load(argv[1], &mp, &err) : NULL;
     struct kv_cache *kv = m ? model_kv_init(m, n_seq, 0, &err) : NULL;
     if (!kv) {
         fprintf(stderr, "bench-model: %s\n", err.message);
         model_free(m);
+        backend_free(be);
         pool_free(pool);
         return 1;
     }
@@ -197,7 +203,7 @@ int main(int argc, char **argv) {
             pthread_create(&pr.th[t], NULL, probe_worker, &pa[t]);
         }
         /* the same bytes in anonymous memory with huge pages: the kind the
-         * packed weights live in (engine/model/model-pack.c), which streams faster
+         * packed weights live in (engine/cpu/cpu-weights.c), which streams faster
          * than page-cache pages here; the roofline takes the faster probe */
         const size_t huge = (size_t)2 << 20;
         pr.anon_raw =
@@ -269,6 +275,7 @@ int main(int argc, char **argv) {
     free(logits);
     kv_free(kv);
     model_free(m);
+    backend_free(be);
     pool_free(pool);
     return rc ? 1 : 0;
 }

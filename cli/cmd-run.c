@@ -39,6 +39,7 @@
 #include "config/config.h"
 #include "engine/core/buf.h"
 #include "engine/core/clock.h"
+#include "engine/cpu/backend-cpu.h"
 #include "engine/cpu/kernels.h"
 #include "engine/host/pool.h"
 #include "engine/host/sysinfo.h"
@@ -317,6 +318,7 @@ int cli_run_main(int argc, char **argv) {
     int rc = 1;
     struct strata_error err = {0};
     struct pool *pool = NULL;
+    struct backend *be = NULL;
     struct model *m = NULL;
     struct session_base *sb = NULL;
     struct kv_cache *kv = NULL;
@@ -376,7 +378,12 @@ int cli_run_main(int argc, char **argv) {
     if (!(pool = pool_init(&pp, &err)))
         goto done;
     double t0 = now_ms();
+    struct backend_cpu_params cp = backend_cpu_params_default();
+    cp.pool = pool;
+    if (!(be = backend_cpu_init(&cp, &err)))
+        goto done;
     struct model_params mp = model_params_default();
+    mp.backend = be;
     mp.pool = pool;
     mp.prefault = !o.no_prefault;
     mp.repack = !o.no_repack;
@@ -488,6 +495,7 @@ done:
     kv_free(kv);
     session_base_free(sb);
     model_free(m);
+    backend_free(be);
     pool_free(pool);
     return rc;
 }

@@ -91,6 +91,7 @@ struct sched {
     struct sched_params p;
     char model_id[128];
     struct pool *pool;
+    struct backend *be; /* owned: backend_free after the model */
     struct model *model;
     struct kv_cache *kv;
     struct session_base *sb; /* tokenizer and chat template (engine/session) */

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "engine/core/clock.h"
+#include "engine/cpu/backend-cpu.h"
 #include "engine/cpu/kernels.h"
 #include "engine/experts/profile.h"
 #include "engine/host/pool.h"
@@ -606,7 +607,12 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     pp.spin = params->pool_spin;
     if (!(s->pool = pool_init(&pp, err)))
         goto fail;
+    struct backend_cpu_params cp = backend_cpu_params_default();
+    cp.pool = s->pool;
+    if (!(s->be = backend_cpu_init(&cp, err)))
+        goto fail;
     struct model_params mp = model_params_default();
+    mp.backend = s->be;
     mp.pool = s->pool;
     mp.n_ctx_max = params->n_ctx;
     mp.prefault = params->prefault;
@@ -649,7 +655,7 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
         }
         kp.n_blocks = nb > (1 << 30) ? (1 << 30) : (int)nb;
     }
-    if (!(s->kv = kv_init(&kp, err)))
+    if (!(s->kv = model_kv_init_params(s->model, &kp, err)))
         goto fail;
     kp = *kv_get_params(s->kv);
     s->n_block = kp.n_block;
@@ -741,6 +747,7 @@ void sched_free(struct sched *s) {
     kv_free(s->kv);
     model_free(s->model);
     profile_free(s->profile); /* after the model, which counted into it */
+    backend_free(s->be);
     pool_free(s->pool);
     pthread_cond_destroy(&s->cond);
     pthread_mutex_destroy(&s->mu);

@@ -1,41 +1,26 @@
-/* engine/cpu/backend-cpu.c: the CPU implementation of backend.h: matmuls through
- * kernels_matmul on row ranges from the pool (several matrices share one
- * dispatch), ops.h for the rest, parallel over rows / (token, head) pairs.
- * Small elementwise jobs run on the calling thread: a dispatch costs more
- * than normalising one 64-wide row. */
-#include "engine/backend/backend.h"
+/* engine/cpu/backend-cpu.c: the CPU backend's vtable (backend-cpu.h):
+ * tensors in host memory, the recording and its executor (cpu-impl.h), and
+ * the elementwise ops, parallel over rows on the pool. Small elementwise
+ * jobs run on the calling thread: a dispatch costs more than normalising one
+ * 64-wide row. Matmuls are in cpu-matmul.c, attention in cpu-attn.c, the
+ * MoE in cpu-moe.c, weights in cpu-weights.c. */
+#include "engine/cpu/cpu-impl.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/kv/kv.h"
+#include "engine/core/buf.h"
 #include "engine/host/pool.h"
+#include "engine/kv/kv.h"
 #include "engine/quant/quant.h"
-
-/* Per-worker attention scratch. */
-struct cpu_scratch {
-    const uint16_t **k_rows; /* (cap) */
-    const uint16_t **v_rows; /* (cap) */
-    float *scores;           /* (OPS_ATTN_GROUP_MAX, cap) */
-    int cap;
-};
-
-struct cpu_ctx {
-    struct pool *pool; /* borrowed, may be NULL */
-    int n_workers;
-    struct cpu_scratch *scratch; /* (n_workers) */
-};
 
 /* Elements below which an elementwise op runs inline (one dispatch costs
  * about as much as ~16k multiply-adds on the 2-core dev box). */
 #define CPU_INLINE_ELEMS 16384
-/* Weight bytes x tokens below which a matmul dispatch runs inline: waking a
- * worker costs ~0.1-0.5 ms on the shared 2-core dev box, more than streaming
- * 256 KiB. Measured: stories260K decode, 2 threads, every 64x64 matmul
- * dispatched: 61-70 tok/s vs 1154 tok/s on 1 thread (bench-model, load ~9). */
-#define CPU_INLINE_MATMUL_BYTES (256u * 1024u)
 
-static void run_tasks(struct cpu_ctx *c, struct pool_task *t, int n) {
+void cpu_run_tasks(struct cpu_ctx *c, struct pool_task *t, int n) {
     if (c->pool) {
         pool_run(c->pool, t, n);
         return;
@@ -45,180 +30,133 @@ static void run_tasks(struct cpu_ctx *c, struct pool_task *t, int n) {
             t[i].fn(t[i].ctx, 0, t[i].n_rows, 0);
 }
 
-/* ---- matmul ----------------------------------------------------------------- */
-
-/* Rows per pool row: a packed matrix (kernels_pack) is split in whole
- * 16-row groups, so no group is computed by two threads. */
-static int64_t matmul_unit(const struct kern_mat *w) {
-    return w->packed ? KERNELS_PACK_ROWS : 1;
+static void record_error(struct cpu_ctx *c, const char *what) {
+    if (c->err_code)
+        return;
+    c->err_code = STRATA_E_NOMEM;
+    snprintf(c->err_msg, sizeof c->err_msg, "backend cpu: out of memory for %s", what);
 }
 
-static void matmul_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
-    const struct backend_matmul *j = ctx;
-    const int64_t u = matmul_unit(j->w);
-    kernels_matmul(j->w, j->xq, j->xq_stride, j->n_tok, j->y, j->ldy, r0 * u, r1 * u);
-}
-
-/* Decode matmuls (n_tok < CPU_GEMM_TOK) cap a chunk at CPU_CHUNK_BYTES of
- * weights, so that when one thread has finished the other is at most that
- * far from the end: 4 chunks a thread made 27 MB chunks of llama-3.2-1b's
- * 128k-row Q6_K output matrix (~1 ms of streaming each). Measured (dev box,
- * `strata run --ids 1 -n 65 -t 2`, alternated pairs under the bench lock with
- * no compiler running, gen_tok_s uncapped/capped): llama-3.2-1b Q4_K_M 61.1/61.7
- * 60.8/62.1; Q4_0 52.0/50.1 52.5/54.4 54.2/54.3; olmoe (-n 129) 49.6/47.4
- * 50.4/49.9 49.7/50.2: within noise, kept because it bounds the tail. A 256 KiB
- * cap was slower (pool.c). */
-#define CPU_CHUNK_BYTES ((size_t)4 << 20)
-#define CPU_GEMM_TOK 8
-
-static int64_t decode_max_grain(const struct backend_matmul *j) {
-    if (j->n_tok >= CPU_GEMM_TOK || j->w->row_bytes == 0)
+int cpu_buf_reserve(struct cpu_ctx *c, struct cpu_buf *b, size_t n) {
+    if (b->cap >= n)
         return 0;
-    int64_t g = (int64_t)(CPU_CHUNK_BYTES / (j->w->row_bytes * (size_t)j->n_tok));
-    return g < 32 ? 32 : g;
+    void *p = realloc(b->p, n);
+    if (!p) {
+        record_error(c, "scratch");
+        return -1;
+    }
+    b->p = p;
+    b->cap = n;
+    return 0;
 }
 
-static void cpu_matmul(void *ctx, const struct backend_matmul *jobs, int n_jobs) {
-    struct pool_task stack[16];
-    struct pool_task *t = n_jobs <= 16 ? stack : malloc((size_t)n_jobs * sizeof *t);
-    if (!t) { /* out of memory for the task list: run serially, same results */
-        for (int i = 0; i < n_jobs; i++)
-            matmul_rows((void *)&jobs[i], 0, jobs[i].w->n_rows / matmul_unit(jobs[i].w), 0);
-        return;
+struct cpu_cmd *cpu_record(struct cpu_ctx *c, enum cpu_op op) {
+    if (strata_grow((void **)&c->cmds, &c->cap_cmds, c->n_cmds + 1, sizeof *c->cmds) < 0) {
+        record_error(c, "the recording");
+        return NULL;
     }
-    uint64_t work = 0;
-    for (int i = 0; i < n_jobs; i++) {
-        const int64_t u = matmul_unit(jobs[i].w), mg = decode_max_grain(&jobs[i]);
-        t[i] = (struct pool_task){.fn = matmul_rows,
-                                  .ctx = (void *)&jobs[i],
-                                  .n_rows = jobs[i].w->n_rows / u,
-                                  .min_grain = u > 1 ? 2 : 0, /* 32 rows, the pool's floor */
-                                  .max_grain = mg > 0 && mg / u < 1 ? 1 : mg / u};
-        work += (uint64_t)jobs[i].w->n_rows * jobs[i].w->row_bytes * (uint64_t)jobs[i].n_tok;
+    struct cpu_cmd *cmd = &c->cmds[c->n_cmds++];
+    cmd->op = op;
+    return cmd;
+}
+
+struct kern_mat cpu_mat(const struct backend_mat *m) {
+    if (!m->w) {
+        const struct backend_host_mat *h = &m->host;
+        return (struct kern_mat){h->data,   h->type,      h->n_rows,
+                                 h->n_cols, h->row_bytes, h->layout == BACKEND_LAYOUT_PACK16};
     }
-    if (work < CPU_INLINE_MATMUL_BYTES) {
-        struct cpu_ctx serial = *(struct cpu_ctx *)ctx;
-        serial.pool = NULL;
-        run_tasks(&serial, t, n_jobs);
-    } else {
-        run_tasks(ctx, t, n_jobs);
-    }
-    if (t != stack)
+    const struct cpu_weight *w = cpu_w(m->w);
+    STRATA_ASSERT(m->index >= 0 && m->index < w->n_expert);
+    struct kern_mat k = w->m;
+    k.n_rows = w->rows_per;
+    k.data = (const uint8_t *)k.data + (size_t)m->index * (size_t)w->rows_per * k.row_bytes;
+    return k;
+}
+
+/* ---- tensors ------------------------------------------------------------------ */
+
+static struct backend_tensor *cpu_tensor_alloc(void *ctx, enum backend_dtype dtype, int64_t n_rows,
+                                               int64_t n_cols, struct strata_error *err) {
+    struct cpu_tensor *t = calloc(1, sizeof *t);
+    const size_t n = (size_t)(n_rows > 0 ? n_rows : 1) * (size_t)(n_cols > 0 ? n_cols : 1);
+    if (t)
+        t->data = calloc(n, 4); /* F32 and I32: 4 bytes an element */
+    if (!t || !t->data || n_rows < 0 || n_cols < 0) {
+        if (t)
+            free(t->data);
         free(t);
-}
-
-/* ---- quantize_act ----------------------------------------------------------- */
-
-/* Activation quantization cuts each row into `per_row` pieces of whole
- * blocks (blocks are quantized independently, so the bytes are the same as
- * one call per row) and hands the pieces to the pool. Decode quantizes one
- * 2048-wide row per matrix, and the Q8_K quantizer costs ~2.2 ns a value
- * (a tight loop over one 8192-value row, 1 thread, release, this box): one
- * row stays on the forward thread for ~4.5 us while the workers wait.
- * Pieces are at least QUANT_PIECE values; jobs under QUANT_INLINE values run
- * inline. Measured with the MoE change that quantizes a token's input once
- * (model-forward.c), `perf record` of olmoe-1b-7b Q4_K_M `strata run --ids 1
- * -n 257 -t 2`: quant_quantize_q8_K 2.4% of cycles, all on the forward
- * thread -> 1.5% shared by both threads; the worker's idle spin 4.1% -> 2.9%. */
-#define QUANT_PIECE 1024
-#define QUANT_INLINE 2048
-
-struct quant_job {
-    enum quant_type wtype;
-    const float *x;
-    int64_t n_cols;
-    void *xq;
-    size_t stride;
-    int64_t per_row;    /* pieces per row */
-    int64_t piece_cols; /* values per piece (whole blocks; the last piece may be shorter) */
-    size_t piece_bytes; /* quantized bytes of a full piece */
-};
-
-static void quant_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
-    const struct quant_job *j = ctx;
-    for (int64_t r = r0; r < r1; r++) {
-        const int64_t row = r / j->per_row, piece = r % j->per_row;
-        const int64_t c0 = piece * j->piece_cols;
-        const int64_t nc = j->n_cols - c0 < j->piece_cols ? j->n_cols - c0 : j->piece_cols;
-        kernels_quantize_act(j->wtype, j->x + row * j->n_cols + c0,
-                             (uint8_t *)j->xq + row * j->stride + (size_t)piece * j->piece_bytes,
-                             nc);
+        strata_error_set(err, STRATA_E_NOMEM, "backend cpu: no memory for a %lld x %lld tensor",
+                         (long long)n_rows, (long long)n_cols);
+        return NULL;
     }
+    t->t = (struct backend_tensor){dtype, n_rows, n_cols};
+    return &t->t;
 }
 
-static void cpu_quantize_act(void *ctx, enum quant_type wtype, const float *x, int64_t n_rows,
-                             int64_t n_cols, void *xq, size_t xq_stride) {
-    struct cpu_ctx *c = ctx;
-    struct quant_job j = {wtype, x, n_cols, xq, xq_stride, 1, n_cols, 0};
-    const enum quant_type at = kernels_act_type(wtype);
-    const struct quant_traits *tr = quant_type_traits(at);
-    if (!c->pool || at == QUANT_F32 || !tr || n_rows * n_cols < QUANT_INLINE) {
-        quant_rows(&j, 0, n_rows, 0);
+static void cpu_tensor_free(void *ctx, struct backend_tensor *bt) {
+    struct cpu_tensor *t = cpu_t(bt);
+    if (!t)
         return;
-    }
-    /* Rows of whole blocks are cut into pieces of bp blocks (enough for
-     * QUANT_PIECE values, at most the row); other rows stay one piece (j's
-     * initial values). */
-    const int64_t nb = n_cols / tr->block_size;
-    if (nb > 0 && n_cols % tr->block_size == 0) {
-        int64_t bp = (QUANT_PIECE + tr->block_size - 1) / tr->block_size;
-        if (bp > nb)
-            bp = nb;
-        j.piece_cols = bp * tr->block_size;
-        j.piece_bytes = (size_t)bp * tr->type_size;
-        j.per_row = (nb + bp - 1) / bp;
-    }
-    struct pool_task t = {
-        .fn = quant_rows, .ctx = &j, .n_rows = n_rows * j.per_row, .min_grain = 1};
-    pool_run(c->pool, &t, 1);
+    free(t->data);
+    free(t);
 }
 
-/* ---- rmsnorm / swiglu / rope ------------------------------------------------ */
+static struct kv_store *cpu_kv_store_init(void *ctx, struct strata_error *err) {
+    return kv_store_host_init(err);
+}
 
-struct row_job {
-    const float *x, *w, *u;
-    float *y;
-    int64_t n_cols;
-    float eps;
-    /* rope */
-    int n_head, head_dim;
-    const int32_t *pos;
-    const struct ops_rope_cfg *cfg;
-};
+/* Asserts that a (rows, cols) view fits the tensor: a caller bug otherwise. */
+static void fits(const struct backend_tensor *t, int64_t n_rows, int64_t n_cols) {
+    STRATA_ASSERT(t && n_rows >= 0 && n_cols >= 0 && n_rows * n_cols <= t->n_rows * t->n_cols);
+}
+
+static float *fdata(const struct cpu_tensor *t) {
+    return t->data;
+}
+static int32_t *idata(const struct cpu_tensor *t) {
+    return t->data;
+}
+
+/* ---- the step ---------------------------------------------------------------- */
+
+static int cpu_begin(void *ctx, const struct backend_step *s, struct strata_error *err) {
+    struct cpu_ctx *c = ctx;
+    c->n_cmds = 0;
+    c->err_code = 0;
+    if (s->kv && !kv_get_store(s->kv)->ops->block_host)
+        return strata_error_set(err, STRATA_E_INVALID,
+                                "backend cpu: the KV cache's store (%s) is not in host memory",
+                                kv_get_store(s->kv)->ops->name);
+    if (cpu_attn_reserve(c, s->n_kv_max))
+        return strata_error_set(err, STRATA_E_NOMEM, "backend cpu: no memory for attention over %d",
+                                s->n_kv_max);
+    return 0;
+}
 
 static void rmsnorm_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
-    const struct row_job *j = ctx;
+    const struct cpu_cmd *j = ctx;
+    const int64_t n = j->a.ew.n_cols;
     for (int64_t r = r0; r < r1; r++)
-        ops_rmsnorm(j->x + r * j->n_cols, j->w, j->y + r * j->n_cols, j->n_cols, j->eps);
-}
-
-static void swiglu_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
-    const struct row_job *j = ctx;
-    for (int64_t r = r0; r < r1; r++)
-        ops_swiglu(j->x + r * j->n_cols, j->u + r * j->n_cols, j->y + r * j->n_cols, j->n_cols);
+        ops_rmsnorm(fdata(j->a.ew.a) + r * n, j->a.ew.w, fdata(j->a.ew.y) + r * n, n, j->a.ew.eps);
 }
 
 static void rope_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
-    const struct row_job *j = ctx;
+    const struct cpu_cmd *j = ctx;
+    const int64_t w = (int64_t)j->a.rope.n_head * j->a.rope.head_dim;
     for (int64_t r = r0; r < r1; r++)
-        ops_rope(j->y + r * (int64_t)j->n_head * j->head_dim, j->n_head, j->head_dim, j->pos[r],
-                 j->cfg);
+        ops_rope(fdata(j->a.rope.x) + r * w, j->a.rope.n_head, j->a.rope.head_dim,
+                 idata(j->a.rope.pos)[r], &j->a.rope.cfg);
 }
 
-static void run_rows(struct cpu_ctx *c, pool_rows_fn fn, struct row_job *j, int64_t n_rows,
+static void run_rows(struct cpu_ctx *c, pool_rows_fn fn, const struct cpu_cmd *j, int64_t n_rows,
                      int64_t elems) {
     if (elems < CPU_INLINE_ELEMS || !c->pool) {
-        fn(j, 0, n_rows, 0);
+        fn((void *)j, 0, n_rows, 0);
         return;
     }
-    struct pool_task t = {.fn = fn, .ctx = j, .n_rows = n_rows, .min_grain = 1};
+    struct pool_task t = {.fn = fn, .ctx = (void *)j, .n_rows = n_rows, .min_grain = 1};
     pool_run(c->pool, &t, 1);
-}
-
-static void cpu_rmsnorm(void *ctx, const float *x, const float *w, float *y, int64_t n_rows,
-                        int64_t n_cols, float eps) {
-    struct row_job j = {.x = x, .w = w, .y = y, .n_cols = n_cols, .eps = eps};
-    run_rows(ctx, rmsnorm_rows, &j, n_rows, n_rows * n_cols);
 }
 
 /* SwiGLU pieces: SWIGLU_PIECE columns of one row (a multiple of 8, so each
@@ -229,23 +167,29 @@ static void cpu_rmsnorm(void *ctx, const float *x, const float *w, float *y, int
 #define SWIGLU_PIECE 2048
 #define SWIGLU_INLINE 4096
 
+struct swiglu_job {
+    const float *g, *u;
+    float *y;
+    int64_t n_cols;
+};
+
 static void swiglu_pieces(void *ctx, int64_t r0, int64_t r1, int worker) {
-    const struct row_job *j = ctx;
+    const struct swiglu_job *j = ctx;
     const int64_t per_row = (j->n_cols + SWIGLU_PIECE - 1) / SWIGLU_PIECE;
     for (int64_t r = r0; r < r1; r++) {
         const int64_t c0 = (r % per_row) * SWIGLU_PIECE;
         const int64_t nc = j->n_cols - c0 < SWIGLU_PIECE ? j->n_cols - c0 : SWIGLU_PIECE;
         const int64_t o = (r / per_row) * j->n_cols + c0;
-        ops_swiglu(j->x + o, j->u + o, j->y + o, nc);
+        ops_swiglu(j->g + o, j->u + o, j->y + o, nc);
     }
 }
 
-static void cpu_swiglu(void *ctx, const float *g, const float *u, float *y, int64_t n_rows,
-                       int64_t n_cols) {
-    struct cpu_ctx *c = ctx;
-    struct row_job j = {.x = g, .u = u, .y = y, .n_cols = n_cols};
+void cpu_swiglu(struct cpu_ctx *c, const float *g, const float *u, float *y, int64_t n_rows,
+                int64_t n_cols) {
+    struct swiglu_job j = {g, u, y, n_cols};
     if (!c->pool || n_rows * n_cols < SWIGLU_INLINE || n_cols < 1) {
-        swiglu_rows(&j, 0, n_rows, 0);
+        for (int64_t r = 0; r < n_rows; r++)
+            ops_swiglu(g + r * n_cols, u + r * n_cols, y + r * n_cols, n_cols);
         return;
     }
     const int64_t per_row = (n_cols + SWIGLU_PIECE - 1) / SWIGLU_PIECE;
@@ -254,114 +198,253 @@ static void cpu_swiglu(void *ctx, const float *g, const float *u, float *y, int6
     pool_run(c->pool, &t, 1);
 }
 
-static void cpu_rope(void *ctx, float *x, int64_t n_tok, int n_head, int head_dim,
-                     const int32_t *pos, const struct ops_rope_cfg *cfg) {
-    struct row_job j = {.y = x, .n_head = n_head, .head_dim = head_dim, .pos = pos, .cfg = cfg};
-    run_rows(ctx, rope_rows, &j, n_tok, n_tok * n_head * head_dim * 8);
-}
-
-/* ---- attention -------------------------------------------------------------- */
-
-struct attn_job {
-    const struct backend_attn *a;
-    struct cpu_ctx *c;
-};
-
-/* Row r is (kv head hk = r / n_tok, token t = r % n_tok): the query heads of
- * one KV head go through ops_attn_group together, so each K/V row is read
- * and converted once per group instead of once per query head (4x fewer for
- * llama-3.2-1b's 32/8 heads), and a worker's consecutive rows share one KV
- * head's rows of a sequence, which stay in L2 across the tokens of a
- * prefill chunk (a cheap form of query x key tiling).
- * Measured on the 2-core dev box (AVX-512), release, 2 threads, llama-3.2-1b,
- * the same matmul kernels in both binaries (the old ops.c/backend-cpu.c of
- * commit 9a48289 vs this), alternated, best of 3 (other jobs kept the load at
- * ~3, single runs swing 2x):
- *   bench-model q4_0 MODEL 2 16 512 8: decode 8 seq at ~512 pos 213 -> 84.7 ms/step
- *     (37.5 -> 94.5 tok/s); 1 seq 40.2 -> 22.6 ms/step; prefill 512: 83.7 -> 240 tok/s
- *   strata run -m MODEL --ids <512 ids> -n 1 --temp 0 -t 2 --json, prompt_tok_s:
- *     q4_0 67.4 -> 234; q4_k_m 59.3 -> 74.4 (best of 2)
- * perf after (bench-model q4_0 2 48 512 8): attention 5.3% of cycles, matmuls 90%. */
-static void attn_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
-    const struct attn_job *j = ctx;
-    const struct backend_attn *a = j->a;
-    struct cpu_scratch *s = &j->c->scratch[worker];
-    const int group = a->n_head / a->n_head_kv;
-    /* the paged KV cache keeps a block's rows contiguous (kv.h): one lookup a block */
-    const struct kv_params *kp = kv_get_params(a->kv);
-    const int nb = kp->n_block;
-    const size_t sk = kv_k_stride(a->kv), sv = kv_v_stride(a->kv);
-    for (int64_t r = r0; r < r1; r++) {
-        const int hk = (int)(r / a->n_tok), t = (int)(r % a->n_tok);
-        const int n_kv = a->pos[t] + 1;
-        for (int p = 0; p < n_kv;) {
-            const uint16_t *k0 = kv_k_head(a->kv, a->layer, a->seq_id[t], p, hk, a->head_dim_k);
-            const uint16_t *v0 = kv_v_head(a->kv, a->layer, a->seq_id[t], p, hk, a->head_dim_v);
-            int run = nb - p % nb;
-            if (run > n_kv - p)
-                run = n_kv - p;
-            for (int i = 0; i < run; i++) {
-                s->k_rows[p + i] = k0 + (size_t)i * sk;
-                s->v_rows[p + i] = v0 + (size_t)i * sv;
-            }
-            p += run;
-        }
-        for (int g0 = 0; g0 < group; g0 += OPS_ATTN_GROUP_MAX) {
-            const int h = hk * group + g0;
-            const int ng = group - g0 < OPS_ATTN_GROUP_MAX ? group - g0 : OPS_ATTN_GROUP_MAX;
-            ops_attn_group(a->q + ((size_t)t * a->n_head + h) * a->head_dim_k, ng, s->k_rows,
-                           s->v_rows, n_kv, a->head_dim_k, a->head_dim_v, a->scale, s->scores,
-                           a->out + ((size_t)t * a->n_head + h) * a->head_dim_v);
-        }
+static void run_embed(const struct cpu_cmd *cmd) {
+    const struct cpu_weight *w = cmd->a.embed.w;
+    const int64_t E = w->m.n_cols;
+    for (int i = 0; i < cmd->a.embed.n; i++) {
+        const uint8_t *row =
+            (const uint8_t *)w->m.data + (size_t)idata(cmd->a.embed.ids)[i] * w->m.row_bytes;
+        float *dst = fdata(cmd->a.embed.out) + i * E;
+        if (w->m.type == QUANT_F32)
+            memcpy(dst, row, (size_t)E * sizeof(float));
+        else
+            quant_dequantize_row(w->m.type, row, dst, E);
     }
 }
 
-static int scratch_reserve(struct cpu_ctx *c, int n) {
-    for (int w = 0; w < c->n_workers; w++) {
-        struct cpu_scratch *s = &c->scratch[w];
-        if (s->cap >= n)
-            continue;
-        int cap = n < 256 ? 256 : n;
-        const uint16_t **k = realloc(s->k_rows, (size_t)cap * sizeof *k);
-        if (k)
-            s->k_rows = k;
-        const uint16_t **v = realloc(s->v_rows, (size_t)cap * sizeof *v);
-        if (v)
-            s->v_rows = v;
-        float *sc = realloc(s->scores, (size_t)cap * OPS_ATTN_GROUP_MAX * sizeof *sc);
-        if (sc)
-            s->scores = sc;
-        if (!k || !v || !sc)
-            return STRATA_E_NOMEM;
-        s->cap = cap;
+static void run_cmd(struct cpu_ctx *c, const struct cpu_cmd *cmd) {
+    switch (cmd->op) {
+    case CPU_WRITE:
+        memcpy((uint8_t *)cmd->a.io.t->data + cmd->a.io.row0 * cmd->a.io.t->t.n_cols * 4,
+               cmd->a.io.src, (size_t)(cmd->a.io.n_rows * cmd->a.io.t->t.n_cols * 4));
+        break;
+    case CPU_READ:
+        memcpy(cmd->a.io.dst,
+               (const uint8_t *)cmd->a.io.t->data + cmd->a.io.row0 * cmd->a.io.t->t.n_cols * 4,
+               (size_t)(cmd->a.io.n_rows * cmd->a.io.t->t.n_cols * 4));
+        break;
+    case CPU_EMBED:
+        run_embed(cmd);
+        break;
+    case CPU_COPY_ROWS:
+        for (int i = 0; i < cmd->a.rows.n; i++)
+            memcpy(fdata(cmd->a.rows.dst) + (size_t)i * cmd->a.rows.n_cols,
+                   fdata(cmd->a.rows.src) + (size_t)idata(cmd->a.rows.ids)[i] * cmd->a.rows.n_cols,
+                   (size_t)cmd->a.rows.n_cols * sizeof(float));
+        break;
+    case CPU_RMSNORM:
+        run_rows(c, rmsnorm_rows, cmd, cmd->a.ew.n_rows, cmd->a.ew.n_rows * cmd->a.ew.n_cols);
+        break;
+    case CPU_MATMUL:
+        cpu_matmul_run(c, cmd);
+        break;
+    case CPU_ADD_BIAS: {
+        float *y = fdata(cmd->a.ew.y);
+        const float *b = cmd->a.ew.w;
+        const int64_t n = cmd->a.ew.n_rows, width = cmd->a.ew.n_cols;
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t i = 0; i < width; i++)
+                y[t * width + i] += b[i];
+        break;
     }
+    case CPU_ADD: {
+        float *x = fdata(cmd->a.ew.y);
+        const float *y = fdata(cmd->a.ew.a);
+        const int64_t n = cmd->a.ew.n_rows * cmd->a.ew.n_cols;
+        for (int64_t i = 0; i < n; i++)
+            x[i] += y[i];
+        break;
+    }
+    case CPU_ROPE:
+        run_rows(c, rope_rows, cmd, cmd->a.rope.n_tok, /* ~8 flops a value */
+                 (int64_t)cmd->a.rope.n_tok * cmd->a.rope.n_head * cmd->a.rope.head_dim * 8);
+        break;
+    case CPU_KV_WRITE:
+        cpu_kv_write_run(c, cmd);
+        break;
+    case CPU_ATTN:
+        cpu_attn_run(c, &cmd->a.attn);
+        break;
+    case CPU_SWIGLU:
+        cpu_swiglu(c, fdata(cmd->a.ew.a), fdata(cmd->a.ew.b), fdata(cmd->a.ew.y), cmd->a.ew.n_rows,
+                   cmd->a.ew.n_cols);
+        break;
+    case CPU_ROUTE:
+        cpu_route_run(c, &cmd->a.route);
+        break;
+    case CPU_MOE:
+        cpu_moe_run(c, &cmd->a.moe);
+        break;
+    case CPU_ADD_GATED: {
+        float *o = fdata(cmd->a.ew.y);
+        const float *s = fdata(cmd->a.ew.a), *g = fdata(cmd->a.ew.b);
+        const int64_t E = cmd->a.ew.n_cols;
+        for (int64_t t = 0; t < cmd->a.ew.n_rows; t++) {
+            const float gs = 1.0f / (1.0f + expf(-g[t]));
+            for (int64_t i = 0; i < E; i++)
+                o[t * E + i] += gs * s[t * E + i];
+        }
+        break;
+    }
+    }
+}
+
+static int cpu_submit(void *ctx, struct strata_error *err) {
+    struct cpu_ctx *c = ctx;
+    if (c->err_code) {
+        const int rc = c->err_code;
+        c->n_cmds = 0;
+        c->err_code = 0;
+        return strata_error_set(err, rc, "%s", c->err_msg);
+    }
+    for (size_t i = 0; i < c->n_cmds; i++)
+        run_cmd(c, &c->cmds[i]);
+    c->n_cmds = 0;
     return 0;
 }
 
-static int cpu_reserve(void *ctx, int n_kv, struct strata_error *err) {
-    if (scratch_reserve(ctx, n_kv))
-        return strata_error_set(err, STRATA_E_NOMEM, "backend cpu: no memory for attention over %d",
-                                n_kv);
-    return 0;
+static int cpu_wait(void *ctx, struct strata_error *err) {
+    return 0; /* submit ran everything */
+}
+
+/* ---- recording the ops ---------------------------------------------------------- */
+
+static void cpu_tensor_write(void *ctx, struct backend_tensor *t, int64_t row0, const void *src,
+                             int64_t n_rows) {
+    fits(t, row0 + n_rows, t->n_cols);
+    struct cpu_cmd *cmd = cpu_record(ctx, CPU_WRITE);
+    if (cmd)
+        cmd->a.io = (struct cpu_io){cpu_t(t), row0, n_rows, src, NULL};
+}
+
+static void cpu_tensor_read(void *ctx, const struct backend_tensor *t, int64_t row0, void *dst,
+                            int64_t n_rows) {
+    fits(t, row0 + n_rows, t->n_cols);
+    struct cpu_cmd *cmd = cpu_record(ctx, CPU_READ);
+    if (cmd)
+        cmd->a.io = (struct cpu_io){cpu_t(t), row0, n_rows, NULL, dst};
+}
+
+static void cpu_embed(void *ctx, const struct backend_weight *w, const struct backend_tensor *ids,
+                      int n, struct backend_tensor *out) {
+    STRATA_ASSERT(cpu_w(w)->use == BACKEND_USE_ROWS);
+    fits(ids, n, 1);
+    fits(out, n, cpu_w(w)->m.n_cols);
+    struct cpu_cmd *cmd = cpu_record(ctx, CPU_EMBED);
+    if (cmd)
+        cmd->a.embed = (struct cpu_embed){cpu_w(w), cpu_t(ids), n, cpu_t(out)};
+}
+
+static void cpu_copy_rows(void *ctx, const struct backend_tensor *src,
+                          const struct backend_tensor *ids, int n, int64_t n_cols,
+                          struct backend_tensor *dst) {
+    fits(ids, n, 1);
+    fits(dst, n, n_cols);
+    struct cpu_cmd *cmd = cpu_record(ctx, CPU_COPY_ROWS);
+    if (cmd)
+        cmd->a.rows = (struct cpu_rows){cpu_t(src), cpu_t(ids), n, n_cols, cpu_t(dst)};
+}
+
+static const float *vec_of(const struct backend_weight *w) {
+    if (!w)
+        return NULL;
+    STRATA_ASSERT(cpu_w(w)->use == BACKEND_USE_VEC);
+    return cpu_w(w)->m.data;
+}
+
+static void record_ew(struct cpu_ctx *c, enum cpu_op op, const struct backend_tensor *a,
+                      const struct backend_tensor *b, const float *w, struct backend_tensor *y,
+                      int64_t n_rows, int64_t n_cols, float eps) {
+    fits(y, n_rows, n_cols);
+    if (a)
+        fits(a, n_rows, op == CPU_ADD_GATED ? n_cols : n_cols);
+    struct cpu_cmd *cmd = cpu_record(c, op);
+    if (cmd)
+        cmd->a.ew = (struct cpu_ew){
+            a ? cpu_t(a) : NULL, b ? cpu_t(b) : NULL, w, cpu_t(y), n_rows, n_cols, eps};
+}
+
+static void cpu_rmsnorm(void *ctx, const struct backend_tensor *x, const struct backend_weight *w,
+                        struct backend_tensor *y, int64_t n_rows, int64_t n_cols, float eps) {
+    record_ew(ctx, CPU_RMSNORM, x, NULL, vec_of(w), y, n_rows, n_cols, eps);
+}
+
+static void cpu_add_bias(void *ctx, struct backend_tensor *y, const struct backend_weight *b,
+                         int64_t n_rows, int64_t n_cols) {
+    record_ew(ctx, CPU_ADD_BIAS, NULL, NULL, vec_of(b), y, n_rows, n_cols, 0);
+}
+
+static void cpu_add(void *ctx, struct backend_tensor *x, const struct backend_tensor *y,
+                    int64_t n_rows, int64_t n_cols) {
+    record_ew(ctx, CPU_ADD, y, NULL, NULL, x, n_rows, n_cols, 0);
+}
+
+static void cpu_swiglu_op(void *ctx, const struct backend_tensor *g, const struct backend_tensor *u,
+                          struct backend_tensor *y, int64_t n_rows, int64_t n_cols) {
+    fits(u, n_rows, n_cols);
+    record_ew(ctx, CPU_SWIGLU, g, u, NULL, y, n_rows, n_cols, 0);
+}
+
+static void cpu_add_gated(void *ctx, struct backend_tensor *out, const struct backend_tensor *s,
+                          const struct backend_tensor *gate, int64_t n_rows, int64_t n_cols) {
+    fits(gate, n_rows, 1);
+    record_ew(ctx, CPU_ADD_GATED, s, gate, NULL, out, n_rows, n_cols, 0);
+}
+
+static void cpu_matmul_op(void *ctx, const struct backend_tensor *x, int64_t n_rows,
+                          const struct backend_mm *jobs, int n_jobs) {
+    cpu_matmul_record(ctx, x, n_rows, jobs, n_jobs);
+}
+
+static void cpu_rope(void *ctx, struct backend_tensor *x, int n_tok, int n_head, int head_dim,
+                     const struct backend_tensor *pos, const struct backend_rope *cfg) {
+    fits(x, n_tok, (int64_t)n_head * head_dim);
+    fits(pos, n_tok, 1);
+    struct cpu_cmd *cmd = cpu_record(ctx, CPU_ROPE);
+    if (!cmd)
+        return;
+    cmd->a.rope = (struct cpu_rope){cpu_t(x), cpu_t(pos), n_tok, n_head, head_dim, {0}};
+    cmd->a.rope.cfg = (struct ops_rope_cfg){.n_rot = cfg->n_rot,
+                                            .mode = cfg->mode,
+                                            .freq_base = cfg->freq_base,
+                                            .freq_scale = cfg->freq_scale,
+                                            .ext_factor = cfg->ext_factor,
+                                            .attn_factor = cfg->attn_factor,
+                                            .freq_factors = vec_of(cfg->freq_factors)};
+    ops_rope_yarn_corr_dims(cfg->n_rot, cfg->n_ctx_orig, cfg->freq_base, cmd->a.rope.cfg.corr_dims);
+}
+
+static void cpu_kv_write(void *ctx, struct kv_cache *kv, int layer, const struct backend_tensor *k,
+                         const struct backend_tensor *v, const struct backend_tensor *seq,
+                         const struct backend_tensor *pos, int n_tok, int n_head_kv, int head_dim_k,
+                         int head_dim_v) {
+    fits(k, n_tok, (int64_t)n_head_kv * head_dim_k);
+    fits(v, n_tok, (int64_t)n_head_kv * head_dim_v);
+    struct cpu_cmd *cmd = cpu_record(ctx, CPU_KV_WRITE);
+    if (cmd)
+        cmd->a.kvw = (struct cpu_kvw){kv,    cpu_t(k), cpu_t(v),  cpu_t(seq), cpu_t(pos),
+                                      layer, n_tok,    n_head_kv, head_dim_k, head_dim_v};
 }
 
 static void cpu_attention(void *ctx, const struct backend_attn *a) {
-    struct cpu_ctx *c = ctx;
-    int max_kv = 0;
-    for (int t = 0; t < a->n_tok; t++)
-        max_kv = a->pos[t] + 1 > max_kv ? a->pos[t] + 1 : max_kv;
-    for (int w = 0; w < c->n_workers; w++) /* a caller bug: reserve first */
-        STRATA_ASSERT(c->scratch[w].cap >= max_kv);
-    struct attn_job j = {a, c};
-    const int64_t rows = (int64_t)a->n_tok * a->n_head_kv;
-    if (rows * (a->n_head / a->n_head_kv) * max_kv * (a->head_dim_k + a->head_dim_v) <
-            CPU_INLINE_ELEMS * 4 ||
-        !c->pool) {
-        attn_rows(&j, 0, rows, 0);
-        return;
-    }
-    struct pool_task t = {.fn = attn_rows, .ctx = &j, .n_rows = rows, .min_grain = 1};
-    pool_run(c->pool, &t, 1);
+    fits(a->q, a->n_tok, (int64_t)a->n_head * a->head_dim_k);
+    fits(a->out, a->n_tok, (int64_t)a->n_head * a->head_dim_v);
+    struct cpu_cmd *cmd = cpu_record(ctx, CPU_ATTN);
+    if (cmd)
+        cmd->a.attn = *a;
+}
+
+static void cpu_moe_route(void *ctx, const struct backend_route *r) {
+    fits(r->logits, r->n_tok, r->n_expert);
+    fits(r->sel, r->n_tok, r->k);
+    fits(r->sel_w, r->n_tok, r->k);
+    struct cpu_cmd *cmd = cpu_record(ctx, CPU_ROUTE);
+    if (cmd)
+        cmd->a.route = *r;
+}
+
+static void cpu_moe_ffn(void *ctx, const struct backend_moe *m) {
+    cpu_moe_record(ctx, m);
 }
 
 /* ---- lifetime --------------------------------------------------------------- */
@@ -370,38 +453,62 @@ static void cpu_free(void *ctx) {
     struct cpu_ctx *c = ctx;
     if (!c)
         return;
-    if (c->scratch)
-        for (int w = 0; w < c->n_workers; w++) {
-            free(c->scratch[w].k_rows);
-            free(c->scratch[w].v_rows);
-            free(c->scratch[w].scores);
-        }
-    free(c->scratch);
+    cpu_attn_free(c);
+    free(c->cmds);
+    for (int i = 0; i < CPU_XQ_SLOTS; i++)
+        free(c->xq[i].p);
+    free(c->moe_xq[0].p), free(c->moe_xq[1].p), free(c->moe_stage.p);
+    free(c->moe_g.p), free(c->moe_u.p), free(c->moe_dn.p), free(c->moe_idx.p), free(c->moe_jobs.p);
     free(c);
 }
 
 static const struct backend_ops cpu_ops = {
     .name = "cpu",
-    .matmul = cpu_matmul,
-    .quantize_act = cpu_quantize_act,
+    .caps = BACKEND_CAP_HOST_MATS,
+    .supports = cpu_supports,
+    .weights_bind = cpu_weights_bind,
+    .weights_free = cpu_weights_free,
+    .weight_host = cpu_weight_host,
+    .tensor_alloc = cpu_tensor_alloc,
+    .tensor_free = cpu_tensor_free,
+    .kv_store_init = cpu_kv_store_init,
+    .begin = cpu_begin,
+    .submit = cpu_submit,
+    .wait = cpu_wait,
+    .tensor_write = cpu_tensor_write,
+    .tensor_read = cpu_tensor_read,
+    .embed = cpu_embed,
+    .copy_rows = cpu_copy_rows,
     .rmsnorm = cpu_rmsnorm,
+    .matmul = cpu_matmul_op,
+    .add_bias = cpu_add_bias,
+    .add = cpu_add,
     .rope = cpu_rope,
-    .reserve = cpu_reserve,
+    .kv_write = cpu_kv_write,
     .attention = cpu_attention,
-    .swiglu = cpu_swiglu,
+    .swiglu = cpu_swiglu_op,
+    .moe_route = cpu_moe_route,
+    .moe_ffn = cpu_moe_ffn,
+    .add_gated = cpu_add_gated,
     .free = cpu_free,
 };
 
-struct backend *backend_cpu_init(struct pool *pool, struct strata_error *err) {
+struct backend_cpu_params backend_cpu_params_default(void) {
+    return (struct backend_cpu_params){.pool = NULL, .on_matmul = NULL, .on_matmul_arg = NULL};
+}
+
+struct backend *backend_cpu_init(const struct backend_cpu_params *params,
+                                 struct strata_error *err) {
     kernels_init();
     struct backend *be = calloc(1, sizeof *be);
     struct cpu_ctx *c = calloc(1, sizeof *c);
     if (!be || !c)
         goto fail;
-    c->pool = pool;
-    c->n_workers = pool ? pool_n_threads(pool) : 1;
+    c->params = params ? *params : backend_cpu_params_default();
+    c->pool = c->params.pool;
+    c->n_workers = c->pool ? pool_n_threads(c->pool) : 1;
     c->scratch = calloc((size_t)c->n_workers, sizeof *c->scratch);
-    if (!c->scratch || scratch_reserve(c, 256))
+    if (!c->scratch || cpu_attn_reserve(c, 256))
         goto fail;
     be->ops = &cpu_ops;
     be->ctx = c;
@@ -411,12 +518,4 @@ fail:
     free(be);
     strata_error_set(err, STRATA_E_NOMEM, "backend_cpu_init: out of memory");
     return NULL;
-}
-
-void backend_free(struct backend *be) {
-    if (!be)
-        return;
-    if (be->ops && be->ops->free)
-        be->ops->free(be->ctx);
-    free(be);
 }

@@ -5,6 +5,8 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "engine/core/buf.h"
+
 struct kv_seq {
     int32_t *table; /* (max_blocks_per_seq) block ids; [0, n_tab) valid */
     int n_tab;      /* blocks in the table */
@@ -14,12 +16,14 @@ struct kv_seq {
 
 struct kv_cache {
     struct kv_params p;
-    int shift;           /* log2(n_block) */
-    int max_tab;         /* ceil(n_ctx / n_block): table entries per sequence */
-    size_t k_elems;      /* f16 elements of K in one block: n_layer * n_block * n_embd_k */
-    size_t blk_elems;    /* f16 elements of one block (K then V) */
-    uint16_t **mem;      /* (n_blocks) block memory, NULL until first use */
-    int32_t *refs;       /* (n_blocks) reference counts */
+    int shift;              /* log2(n_block) */
+    int max_tab;            /* ceil(n_ctx / n_block): table entries per sequence */
+    size_t k_elems;         /* f16 elements of K in one block: n_layer * n_block * n_embd_k */
+    size_t blk_elems;       /* f16 elements of one block (K then V) */
+    struct kv_store *store; /* owned: the blocks' memory */
+    uint8_t *present;       /* (n_blocks) 1 once the store gave the block memory */
+    uint16_t **mem; /* (n_blocks) host address of each block (kv_store_ops.block_host), or NULL */
+    int32_t *refs;  /* (n_blocks) reference counts */
     int32_t *free_stack; /* (n_blocks) ids of unreferenced blocks; [0, n_free) valid */
     int n_free;
     struct kv_seq *seqs; /* (n_seq_max) */
@@ -37,10 +41,94 @@ size_t kv_block_bytes(const struct kv_params *p) {
     return (size_t)p->n_layer * (size_t)nb * ((size_t)p->n_embd_k + (size_t)p->n_embd_v) * 2u;
 }
 
+/* ---- the host store ------------------------------------------------------------ */
+
+struct host_store {
+    uint16_t **blocks; /* (cap) malloc'd block memory, NULL until allocated */
+    size_t cap;
+};
+
+static int host_block_alloc(void *ctx, int block, size_t bytes) {
+    struct host_store *h = ctx;
+    size_t cap = h->cap;
+    if ((size_t)block >= h->cap) {
+        if (strata_grow((void **)&h->blocks, &cap, (size_t)block + 1, sizeof *h->blocks) < 0)
+            return STRATA_E_NOMEM;
+        memset(h->blocks + h->cap, 0, (cap - h->cap) * sizeof *h->blocks);
+        h->cap = cap;
+    }
+    if (!h->blocks[block] && !(h->blocks[block] = malloc(bytes)))
+        return STRATA_E_NOMEM;
+    return 0;
+}
+
+static uint16_t *host_block_host(void *ctx, int block) {
+    struct host_store *h = ctx;
+    return (size_t)block < h->cap ? h->blocks[block] : NULL;
+}
+
+static void host_free(void *ctx) {
+    struct host_store *h = ctx;
+    if (!h)
+        return;
+    for (size_t b = 0; b < h->cap; b++)
+        free(h->blocks[b]);
+    free(h->blocks);
+    free(h);
+}
+
+static const struct kv_store_ops host_ops = {
+    .name = "host",
+    .block_alloc = host_block_alloc,
+    .block_host = host_block_host,
+    .block_copy = NULL,
+    .free = host_free,
+};
+
+struct kv_store *kv_store_host_init(struct strata_error *err) {
+    struct kv_store *s = calloc(1, sizeof *s);
+    struct host_store *h = calloc(1, sizeof *h);
+    if (!s || !h) {
+        free(s);
+        free(h);
+        strata_error_set(err, STRATA_E_NOMEM, "kv: out of memory");
+        return NULL;
+    }
+    *s = (struct kv_store){&host_ops, h};
+    return s;
+}
+
+void kv_store_free(struct kv_store *store) {
+    if (!store)
+        return;
+    if (store->ops && store->ops->free)
+        store->ops->free(store->ctx);
+    free(store);
+}
+
+/* ---- the cache ------------------------------------------------------------------- */
+
 struct kv_cache *kv_init(const struct kv_params *params, struct strata_error *err) {
+    struct kv_store *store = kv_store_host_init(err);
+    return store ? kv_init_store(params, store, err) : NULL;
+}
+
+const struct kv_store *kv_get_store(const struct kv_cache *kv) {
+    return kv->store;
+}
+
+struct kv_cache *kv_init_store(const struct kv_params *params, struct kv_store *store,
+                               struct strata_error *err) {
+    if (!store || !store->ops || !store->ops->block_alloc ||
+        (!store->ops->block_host && !store->ops->block_copy)) {
+        kv_store_free(store);
+        strata_error_set(err, STRATA_E_INVALID, "kv_init: a store without block memory");
+        return NULL;
+    }
     if (!params || params->n_layer < 1 || params->n_seq_max < 1 || params->n_ctx < 1 ||
         params->n_embd_k < 1 || params->n_embd_v < 1 || params->n_block < 0 ||
         params->n_blocks < 0 || params->n_head_kv < 0) {
+        kv_store_free(store);
         strata_error_set(err, STRATA_E_INVALID, "kv_init: every count must be >= 1");
         return NULL;
     }
@@ -50,17 +138,20 @@ struct kv_cache *kv_init(const struct kv_params *params, struct strata_error *er
     if (p.n_head_kv == 0)
         p.n_head_kv = 1;
     if (p.n_embd_k % p.n_head_kv || p.n_embd_v % p.n_head_kv) {
+        kv_store_free(store);
         strata_error_set(err, STRATA_E_INVALID, "kv_init: rows of %d / %d do not split in %d parts",
                          p.n_embd_k, p.n_embd_v, p.n_head_kv);
         return NULL;
     }
     if (p.n_block > 1024 || (p.n_block & (p.n_block - 1))) {
+        kv_store_free(store);
         strata_error_set(err, STRATA_E_INVALID,
                          "kv_init: block size %d is not a power of two in [1, 1024]", p.n_block);
         return NULL;
     }
     if (p.n_seq_max > (1 << 20) || p.n_layer > (1 << 16) || p.n_embd_k > (1 << 24) ||
         p.n_embd_v > (1 << 24)) {
+        kv_store_free(store);
         strata_error_set(err, STRATA_E_LIMIT, "kv_init: shape too large");
         return NULL;
     }
@@ -72,13 +163,17 @@ struct kv_cache *kv_init(const struct kv_params *params, struct strata_error *er
     uint64_t blk = kv_block_bytes(&p);
     if (blk >= ((uint64_t)1 << 32) || blk * (uint64_t)p.n_blocks >= KV_MAX_POOL_BYTES ||
         max_tab * (uint64_t)p.n_seq_max > ((uint64_t)1 << 30)) {
+        kv_store_free(store);
         strata_error_set(err, STRATA_E_LIMIT, "kv_init: %llu blocks of %llu bytes is too large",
                          (unsigned long long)p.n_blocks, (unsigned long long)blk);
         return NULL;
     }
     struct kv_cache *kv = calloc(1, sizeof *kv);
-    if (!kv)
+    if (!kv) {
+        kv_store_free(store);
         goto fail;
+    }
+    kv->store = store;
     kv->p = p;
     while ((1 << kv->shift) < p.n_block)
         kv->shift++;
@@ -86,11 +181,12 @@ struct kv_cache *kv_init(const struct kv_params *params, struct strata_error *er
     kv->k_elems = (size_t)p.n_layer * (size_t)p.n_block * (size_t)p.n_embd_k;
     kv->blk_elems = kv->k_elems + (size_t)p.n_layer * (size_t)p.n_block * (size_t)p.n_embd_v;
     kv->mem = calloc((size_t)p.n_blocks, sizeof *kv->mem);
+    kv->present = calloc((size_t)p.n_blocks, 1);
     kv->refs = calloc((size_t)p.n_blocks, sizeof *kv->refs);
     kv->free_stack = malloc((size_t)p.n_blocks * sizeof *kv->free_stack);
     kv->seqs = calloc((size_t)p.n_seq_max, sizeof *kv->seqs);
     kv->tables = malloc((size_t)max_tab * (size_t)p.n_seq_max * sizeof *kv->tables);
-    if (!kv->mem || !kv->refs || !kv->free_stack || !kv->seqs || !kv->tables)
+    if (!kv->mem || !kv->present || !kv->refs || !kv->free_stack || !kv->seqs || !kv->tables)
         goto fail;
     /* low ids on top: blocks are reused most-recently-freed first (warm memory) */
     for (int i = 0; i < p.n_blocks; i++)
@@ -108,14 +204,13 @@ fail:
 void kv_free(struct kv_cache *kv) {
     if (!kv)
         return;
-    if (kv->mem)
-        for (int b = 0; b < kv->p.n_blocks; b++)
-            free(kv->mem[b]);
+    kv_store_free(kv->store);
     free(kv->tables);
     free(kv->seqs);
     free(kv->free_stack);
     free(kv->refs);
     free(kv->mem);
+    free(kv->present);
     free(kv);
 }
 
@@ -137,12 +232,14 @@ static int block_take(struct kv_cache *kv) {
     if (kv->n_free == 0)
         return -1;
     int b = kv->free_stack[kv->n_free - 1];
-    if (!kv->mem[b]) {
+    if (!kv->present[b]) {
         /* Uninitialised memory is fine: attention reads only positions < len
          * or rows written earlier in the same step. */
-        kv->mem[b] = malloc(kv->blk_elems * 2);
-        if (!kv->mem[b])
+        if (kv->store->ops->block_alloc(kv->store->ctx, b, kv->blk_elems * 2))
             return -1;
+        kv->present[b] = 1;
+        kv->mem[b] =
+            kv->store->ops->block_host ? kv->store->ops->block_host(kv->store->ctx, b) : NULL;
         kv->bytes += kv->blk_elems * 2;
     }
     kv->n_free--;
@@ -285,6 +382,17 @@ int kv_seq_reserve(struct kv_cache *kv, int seq_id, struct strata_error *err) {
     return check_seq(kv, seq_id, err);
 }
 
+/* n bytes at byte offset off of block src to block dst: through the host
+ * addresses where both have one, else the store's copy. */
+static void block_copy(struct kv_cache *kv, int dst, int src, size_t off, size_t n) {
+    if (kv->store->ops->block_copy) {
+        kv->store->ops->block_copy(kv->store->ctx, dst, src, off, n);
+        return;
+    }
+    STRATA_ASSERT(kv->mem[dst] && kv->mem[src]); /* no copy member: host-visible blocks */
+    memcpy((uint8_t *)kv->mem[dst] + off, (const uint8_t *)kv->mem[src] + off, n);
+}
+
 int kv_seq_reserve_pos(struct kv_cache *kv, int seq_id, int pos, struct strata_error *err) {
     int rc = check_seq(kv, seq_id, err);
     if (rc)
@@ -309,15 +417,13 @@ int kv_seq_reserve_pos(struct kv_cache *kv, int seq_id, int pos, struct strata_e
     /* copy-on-write: the rows before pos in this block are valid and shared */
     const int old = s->table[i], n_rows = pos & (kv->p.n_block - 1);
     if (n_rows > 0) {
-        const uint16_t *src = kv->mem[old];
-        uint16_t *dst = kv->mem[b];
         const size_t pk = (size_t)kv->p.n_embd_k / (size_t)kv->p.n_head_kv;
         const size_t pv = (size_t)kv->p.n_embd_v / (size_t)kv->p.n_head_kv;
         const size_t vk = (size_t)kv->p.n_block * pk, vv = (size_t)kv->p.n_block * pv;
         const size_t n_parts = (size_t)kv->p.n_layer * (size_t)kv->p.n_head_kv;
         for (size_t l = 0; l < n_parts; l++) { /* every (layer, part): its first n_rows */
-            memcpy(dst + l * vk, src + l * vk, (size_t)n_rows * pk * 2);
-            memcpy(dst + kv->k_elems + l * vv, src + kv->k_elems + l * vv, (size_t)n_rows * pv * 2);
+            block_copy(kv, b, old, l * vk * 2, (size_t)n_rows * pk * 2);
+            block_copy(kv, b, old, (kv->k_elems + l * vv) * 2, (size_t)n_rows * pv * 2);
         }
     }
     s->table[i] = b;
@@ -336,6 +442,7 @@ static uint16_t *kv_part(struct kv_cache *kv, int layer, int seq_id, int pos, in
     STRATA_ASSERT(layer >= 0 && layer < kv->p.n_layer && pos >= 0 && i < s->n_tab && part >= 0 &&
                   part < kv->p.n_head_kv);
     const size_t w = (size_t)(v ? kv->p.n_embd_v : kv->p.n_embd_k) / (size_t)kv->p.n_head_kv;
+    STRATA_ASSERT(kv->mem[s->table[i]] != NULL); /* a host-visible store */
     return kv->mem[s->table[i]] + (v ? kv->k_elems : 0) +
            (((size_t)layer * (size_t)kv->p.n_head_kv + (size_t)part) * (size_t)kv->p.n_block +
             (size_t)(pos & (kv->p.n_block - 1))) *

@@ -33,6 +33,14 @@
  * written (kv_seq_reserve_pos) a block with more than one reference is copied
  * into a fresh block (copy-on-write: the rows [0, pos % n_block) are copied).
  *
+ * Storage: the block tables, references and the prefix cache live here; the
+ * blocks' memory comes from a struct kv_store (below): host memory by
+ * default (kv_init), or the backend's (kv_init_store with the store of
+ * backend.h's kv_store_init, which model_kv_init uses), so a GPU backend keeps
+ * the rows in device memory while this module still decides which block
+ * holds which positions. The accessors that return row addresses
+ * (kv_k_head, ...) need a host-visible store (asserted).
+ *
  * Pool exhaustion: kv_seq_reserve_pos returns STRATA_E_LIMIT when no block is
  * free; nothing is evicted here. The scheduler (server/sched.c) admits a
  * request only when the pool can hold its whole worst case, evicting idle
@@ -63,11 +71,45 @@ struct kv_params {
 
 struct kv_cache;
 
+/* Where a cache's block memory lives. Threading: called from the thread that
+ * owns the cache (the scheduler's), never concurrently. */
+struct kv_store_ops {
+    const char *name; /* "host", "vulkan" */
+    /* Memory for block `block` (`bytes` = kv_block_bytes, the layout above),
+     * on the block's first use; the block keeps it until the store is freed.
+     * Uninitialised contents are fine. Returns 0 or STRATA_E_NOMEM. */
+    int (*block_alloc)(void *ctx, int block, size_t bytes);
+    /* The block's memory as a host address, or NULL where it is not host
+     * visible (device memory). Optional: NULL = never host-visible. */
+    uint16_t *(*block_host)(void *ctx, int block);
+    /* Copies n_bytes at byte offset off of block src to the same offset of
+     * block dst (copy-on-write). Optional where block_host gives every block
+     * (kv then copies through the host addresses). */
+    void (*block_copy)(void *ctx, int dst, int src, size_t off, size_t n_bytes);
+    /* Frees ctx and every block's memory. */
+    void (*free)(void *ctx);
+};
+
+struct kv_store {
+    const struct kv_store_ops *ops; /* borrowed: static table */
+    void *ctx;                      /* owned: freed by ops->free */
+};
+
+/* Host memory (one malloc per block): the default store, and the CPU
+ * backend's. */
+struct kv_store *kv_store_host_init(struct strata_error *err); /* owned: kv_store_free() */
+void kv_store_free(struct kv_store *store);                    /* NULL is a no-op */
+
 /* Checks the shape (every count >= 1, block bytes < 2^32, pool < 2^40 bytes).
  * No block memory is allocated yet. */
 struct kv_cache *kv_init(const struct kv_params *params,
                          struct strata_error *err); /* owned: free with kv_free() */
 void kv_free(struct kv_cache *kv);                  /* NULL is a no-op */
+/* Same over `store` (steals: freed by kv_free, or here on failure). */
+struct kv_cache *kv_init_store(const struct kv_params *params, struct kv_store *store,
+                               struct strata_error *err); /* owned: free with kv_free() */
+/* The cache's store, for the backend that computes over it. Borrowed. */
+const struct kv_store *kv_get_store(const struct kv_cache *kv);
 
 /* The effective parameters (n_block and n_blocks resolved). Borrowed. */
 const struct kv_params *kv_get_params(const struct kv_cache *kv);

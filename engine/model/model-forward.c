@@ -1,179 +1,244 @@
-/* engine/model/model-forward.c: the batched forward pass (see model.h). One call
- * runs every entry of the batch through every layer together: each matmul
- * gets all entries as a matrix (kernels_matmul with n_tok = n_entries, each
- * weight row read once per call), and MoE entries are grouped by expert so a
- * routed expert's weights are read once per call. All compute goes through
- * the backend vtable (backend.h); routed expert weights only through
- * experts.h. */
+/* engine/model/model-forward.c: the batched forward pass (see model.h),
+ * written once over the backend seam (backend.h). One call is one backend
+ * step over every entry of the batch through every layer: each matmul gets
+ * all entries as one input (each weight row read once per call), and MoE
+ * picks are grouped by expert inside the backend so a routed expert's
+ * weights are read once per call. Routed experts come only through the
+ * expert seam (experts.h), keyed to the step.
+ *
+ * The step is recorded and submitted once. A MoE layer whose experts are
+ * resident along the expert chain (experts_resident: the RAM tier over the
+ * CPU's arena, the file's pages, a VRAM arena holding them all) has its
+ * experts' refs taken once at load, and the backend picks from them by the
+ * router's ids; only the routing profile reads the picks back, after the
+ * step. A layer served by a tier that may evict reads its picks back inside
+ * the step (submit + wait + tensor_read of the router's top-k) to get the
+ * picked experts for this step. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/gguf/gguf.h"
 #include "engine/kv/kv.h"
 #include "engine/model/model-impl.h"
 #include "engine/experts/profile.h"
 
-#define FWD_XQ_SLOTS 3
+/* Logits rows allocated at load, grown to a call's outputs when more come:
+ * the whole batch's would be 512 x 128k x 4 bytes = 256 MB for llama-3's
+ * vocabulary, 16 rows are 8 MB and cover a decode step of 16 sequences. */
+#define FWD_LOGITS_ROWS 16
 
 struct model_fwd {
-    int B;                     /* n_batch_max */
-    int BK;                    /* routed rows: B * n_expert_used (B for dense models) */
-    int F;                     /* widest dense FFN: max(n_ff, n_ff_shexp) */
-    float *x;                  /* (B, n_embd) residual stream */
-    float *xn;                 /* (B, n_embd) normalised input of a block */
-    float *q;                  /* (B, n_head * head_dim_k) */
-    float *k;                  /* (B, n_head_kv * head_dim_k) */
-    float *v;                  /* (B, n_head_kv * head_dim_v) */
-    float *attn;               /* (B, n_head * head_dim_v) */
-    float *tmp;                /* (B, n_embd) block output before the residual add */
-    float *g, *u;              /* gate / up: (B, F) or (BK, n_ff_exp), the larger */
-    uint8_t *xq[FWD_XQ_SLOTS]; /* (B, max_act_row) or (BK, max_act_row_exp) bytes */
-    int32_t *seq;              /* (B) */
-    int32_t *pos;              /* (B) */
+    int B;                                  /* n_batch_max */
+    int F;                                  /* widest dense FFN: max(n_ff, n_ff_shexp) */
+    struct backend_tensor *x;               /* (B, n_embd) residual stream */
+    struct backend_tensor *xn;              /* (B, n_embd) normalised input of a block */
+    struct backend_tensor *q;               /* (B, n_head * head_dim_k) */
+    struct backend_tensor *k;               /* (B, n_head_kv * head_dim_k) */
+    struct backend_tensor *v;               /* (B, n_head_kv * head_dim_v) */
+    struct backend_tensor *attn;            /* (B, n_head * head_dim_v) */
+    struct backend_tensor *tmp;             /* (B, n_embd) block output before the residual add */
+    struct backend_tensor *g, *u;           /* (B, F) gate / up of a dense FFN or shared expert */
+    struct backend_tensor *ids, *pos, *seq; /* (B, 1) I32 token ids, positions, sequences */
+    struct backend_tensor *out_ids;         /* (B, 1) I32 rows that want logits */
+    struct backend_tensor *logits;          /* (logits_rows, n_vocab) */
+    int logits_rows;
+    int32_t *h_ids, *h_pos, *h_seq, *h_out; /* (B) host copies written into the tensors */
     /* MoE */
-    float *router;               /* (B, n_expert) router logits, then probabilities */
-    int *sel;                    /* (B, n_expert_used) picked expert ids */
-    float *sel_w;                /* (B, n_expert_used) their weights */
-    int *row_of;                 /* (B * n_expert_used) compact row of (token, slot) */
-    int *cnt, *off, *fill;       /* (n_expert) rows per expert, first row, fill cursor */
-    float *dn;                   /* (BK, n_embd) expert outputs */
-    float *sh;                   /* (B, n_embd) shared-expert output */
-    float *sh_gate;              /* (B) shared-expert gate logit */
-    struct kern_mat *mats;       /* (2 * n_expert) expert matrices of one dispatch */
-    int *mat_expert;             /* (2 * n_expert) which expert each mat came from */
-    struct backend_matmul *jobs; /* (2 * n_expert + 4) */
+    struct backend_tensor *router;       /* (B, n_expert) logits, then probabilities */
+    struct backend_tensor *sel, *sel_w;  /* (B, n_expert_used) I32 picks, F32 weights */
+    struct backend_tensor *sh, *sh_gate; /* (B, n_embd) shared expert, (B, 1) its gate logit */
+    int32_t *h_sel;                      /* (B, n_expert_used) picks read back */
+    struct backend_expert *table[2];     /* (n_expert) each: a layer's experts, alternating so
+                                            the previous layer's stays valid until its submit */
+    int32_t *table_ids[2];               /* (n_expert): the ids each table names */
+    int table_n[2];
+    uint8_t *picked;                  /* (n_expert) */
+    struct backend_expert **resident; /* (n_layer): a resident layer's (n_expert) experts, taken
+                                         once at load; NULL: got per pick every step */
+    int32_t *h_sel_all; /* (n_layer, B, n_expert_used) resident layers' picks, for the profile */
+    /* Cold experts on params.backend_cold, where the backend takes no host
+     * matrices (split): its input, picks and weights go over, the sum back. */
+    bool split;
+    struct backend_tensor *cx, *csel, *csw, *cout; /* on backend_cold: (B, n_embd), (B, K) I32,
+                                                      (B, K), (B, n_embd) */
+    struct backend_tensor *part;   /* (B, n_embd): the cold experts' sum, on the backend */
+    float *h_x, *h_sw, *h_part;    /* (B, n_embd), (B, K), (B, n_embd): host copies in between */
+    struct backend_expert *ctable; /* (n_expert): the current layer's cold experts */
+    int32_t *ctable_ids;           /* (n_expert) */
+    int ctable_n;
 };
 
-void model_fwd_free(struct model_fwd *f) {
+static void tfree(const struct model *m, struct backend_tensor *t) {
+    if (t)
+        m->be->ops->tensor_free(m->be->ctx, t);
+}
+
+void model_fwd_free(const struct model *m, struct model_fwd *f) {
     if (!f)
         return;
-    free(f->x), free(f->xn), free(f->q), free(f->k), free(f->v), free(f->attn), free(f->tmp);
-    free(f->g), free(f->u);
-    for (int i = 0; i < FWD_XQ_SLOTS; i++)
-        free(f->xq[i]);
-    free(f->seq), free(f->pos);
-    free(f->router), free(f->sel), free(f->sel_w), free(f->row_of);
-    free(f->cnt), free(f->off), free(f->fill), free(f->dn), free(f->sh), free(f->sh_gate);
-    free(f->mats), free(f->mat_expert), free(f->jobs);
+    struct backend_tensor *ts[] = {f->x,    f->xn,    f->q,       f->k,      f->v,
+                                   f->attn, f->tmp,   f->g,       f->u,      f->ids,
+                                   f->pos,  f->seq,   f->out_ids, f->logits, f->router,
+                                   f->sel,  f->sel_w, f->sh,      f->sh_gate};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        tfree(m, ts[i]);
+    tfree(m, f->part);
+    struct backend *cb = m->params.backend_cold;
+    struct backend_tensor *cs[] = {f->cx, f->csel, f->csw, f->cout};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+        if (cs[i])
+            cb->ops->tensor_free(cb->ctx, cs[i]);
+    free(f->h_x), free(f->h_sw), free(f->h_part), free(f->ctable), free(f->ctable_ids);
+    free(f->h_ids), free(f->h_pos), free(f->h_seq), free(f->h_out), free(f->h_sel);
+    for (int i = 0; i < 2; i++)
+        free(f->table[i]), free(f->table_ids[i]);
+    free(f->picked);
+    for (int il = 0; f->resident && il < m->hp.n_layer; il++)
+        free(f->resident[il]);
+    free(f->resident);
+    free(f->h_sel_all);
     free(f);
 }
 
-static void *alloc_f(size_t n, size_t sz, bool *ok) {
+static struct backend_tensor *talloc_on(const struct backend *be, enum backend_dtype dt,
+                                        int64_t rows, int64_t cols, bool *ok,
+                                        struct strata_error *err) {
+    if (!*ok)
+        return NULL;
+    struct backend_tensor *t = be->ops->tensor_alloc(be->ctx, dt, rows, cols > 0 ? cols : 1, err);
+    if (!t)
+        *ok = false;
+    return t;
+}
+
+static struct backend_tensor *talloc(const struct model *m, enum backend_dtype dt, int64_t rows,
+                                     int64_t cols, bool *ok, struct strata_error *err) {
+    return talloc_on(m->be, dt, rows, cols, ok, err);
+}
+
+static void *halloc(size_t n, size_t sz, bool *ok) {
     void *p = calloc(n ? n : 1, sz);
     if (!p)
         *ok = false;
     return p;
 }
 
+/* Whether the backend computes this matrix (a host one needs BACKEND_CAP_HOST_MATS). */
+static bool usable(const struct model *m, const struct backend_mat *mat) {
+    return mat->w || (m->be->ops->caps & BACKEND_CAP_HOST_MATS);
+}
+
+/* The refs of every resident MoE layer's experts, taken once (step 0,
+ * released at once: a resident tier keeps them until it is freed). */
+static int take_resident(const struct model *m, struct model_fwd *f, struct strata_error *err) {
+    const struct model_hparams *hp = &m->hp;
+    const int NE = hp->n_expert;
+    bool ok = true;
+    f->resident = halloc((size_t)hp->n_layer, sizeof *f->resident, &ok);
+    if (ok && m->params.profile)
+        f->h_sel_all = halloc((size_t)hp->n_layer * (size_t)f->B * (size_t)hp->n_expert_used,
+                              sizeof *f->h_sel_all, &ok);
+    if (!ok)
+        return strata_error_set(err, STRATA_E_NOMEM, "model: out of memory for expert tables");
+    int rc = 0;
+    for (int il = 0; il < hp->n_layer && rc == 0; il++) {
+        if (!m->layers[il].has_moe || !experts_resident(m->experts, il))
+            continue;
+        struct backend_expert *tab = halloc((size_t)NE, sizeof *tab, &ok);
+        if (!(f->resident[il] = tab))
+            return strata_error_set(err, STRATA_E_NOMEM, "model: out of memory for expert tables");
+        bool all_usable = true; /* else per pick: host bytes go to backend_cold */
+        for (int e = 0; e < NE && rc == 0; e++) {
+            struct experts_ref r[EXPERTS_WHICH_COUNT];
+            for (int w = 0; w < EXPERTS_WHICH_COUNT && rc == 0; w++)
+                rc = experts_get(m->experts, il, e, (enum experts_which)w, 0, &r[w], err);
+            if (rc)
+                break;
+            tab[e] = (struct backend_expert){r[EXPERTS_GATE].mat, r[EXPERTS_UP].mat,
+                                             r[EXPERTS_DOWN].mat};
+            for (int w = 0; w < EXPERTS_WHICH_COUNT; w++)
+                all_usable &= usable(m, &r[w].mat);
+        }
+        experts_release(m->experts, 0);
+        if (!all_usable) {
+            free(tab);
+            f->resident[il] = NULL;
+        }
+    }
+    return rc;
+}
+
 struct model_fwd *model_fwd_init(const struct model *m, struct strata_error *err) {
     const struct model_hparams *hp = &m->hp;
     struct model_fwd *f = calloc(1, sizeof *f);
-    if (!f)
-        goto nomem;
-    bool ok = true;
-    const size_t B = (size_t)m->params.n_batch_max, E = (size_t)hp->n_embd;
-    const size_t K = hp->n_expert > 0 ? (size_t)hp->n_expert_used : 1;
-    const size_t NE = (size_t)hp->n_expert;
-    f->B = (int)B;
-    f->BK = (int)(B * K);
-    f->F = hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp;
-    const size_t BK = (size_t)f->BK, F = (size_t)f->F;
-    /* Routed rows (BK of them) are n_ff_exp wide; dense and shared-expert
-     * rows (B) are F wide: size for whichever is larger, not BK x max. */
-    size_t gu = B * F, xq = B * m->max_act_row;
-    if (BK * (size_t)hp->n_ff_exp > gu)
-        gu = BK * (size_t)hp->n_ff_exp;
-    if (BK * m->max_act_row_exp > xq)
-        xq = BK * m->max_act_row_exp;
-    f->x = alloc_f(B * E, sizeof(float), &ok);
-    f->xn = alloc_f(B * E, sizeof(float), &ok);
-    f->q = alloc_f(B * hp->n_head * hp->head_dim_k, sizeof(float), &ok);
-    f->k = alloc_f(B * hp->n_head_kv * hp->head_dim_k, sizeof(float), &ok);
-    f->v = alloc_f(B * hp->n_head_kv * hp->head_dim_v, sizeof(float), &ok);
-    f->attn = alloc_f(B * hp->n_head * hp->head_dim_v, sizeof(float), &ok);
-    f->tmp = alloc_f(B * E, sizeof(float), &ok);
-    f->g = alloc_f(gu, sizeof(float), &ok);
-    f->u = alloc_f(gu, sizeof(float), &ok);
-    for (int i = 0; i < FWD_XQ_SLOTS; i++)
-        f->xq[i] = alloc_f(xq, 1, &ok);
-    f->seq = alloc_f(B, sizeof(int32_t), &ok);
-    f->pos = alloc_f(B, sizeof(int32_t), &ok);
-    f->jobs = alloc_f(2 * NE + 4, sizeof *f->jobs, &ok);
-    if (NE > 0) {
-        f->router = alloc_f(B * NE, sizeof(float), &ok);
-        f->sel = alloc_f(B * K, sizeof(int), &ok);
-        f->sel_w = alloc_f(B * K, sizeof(float), &ok);
-        f->row_of = alloc_f(B * K, sizeof(int), &ok);
-        f->cnt = alloc_f(NE, sizeof(int), &ok);
-        f->off = alloc_f(NE, sizeof(int), &ok);
-        f->fill = alloc_f(NE, sizeof(int), &ok);
-        f->dn = alloc_f(BK * E, sizeof(float), &ok);
-        f->sh = alloc_f(B * E, sizeof(float), &ok);
-        f->sh_gate = alloc_f(B, sizeof(float), &ok);
-        f->mats = alloc_f(2 * NE, sizeof *f->mats, &ok);
-        f->mat_expert = alloc_f(2 * NE, sizeof(int), &ok);
+    if (!f) {
+        strata_error_set(err, STRATA_E_NOMEM, "model: out of memory for forward buffers");
+        return NULL;
     }
-    if (!ok)
-        goto nomem;
+    bool ok = true, hok = true;
+    const int64_t B = m->params.n_batch_max, E = hp->n_embd;
+    const int64_t K = hp->n_expert > 0 ? hp->n_expert_used : 1, NE = hp->n_expert;
+    f->B = (int)B;
+    f->F = hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp;
+    f->x = talloc(m, BACKEND_F32, B, E, &ok, err);
+    f->xn = talloc(m, BACKEND_F32, B, E, &ok, err);
+    f->q = talloc(m, BACKEND_F32, B, (int64_t)hp->n_head * hp->head_dim_k, &ok, err);
+    f->k = talloc(m, BACKEND_F32, B, (int64_t)hp->n_head_kv * hp->head_dim_k, &ok, err);
+    f->v = talloc(m, BACKEND_F32, B, (int64_t)hp->n_head_kv * hp->head_dim_v, &ok, err);
+    f->attn = talloc(m, BACKEND_F32, B, (int64_t)hp->n_head * hp->head_dim_v, &ok, err);
+    f->tmp = talloc(m, BACKEND_F32, B, E, &ok, err);
+    f->g = talloc(m, BACKEND_F32, B, f->F, &ok, err);
+    f->u = talloc(m, BACKEND_F32, B, f->F, &ok, err);
+    f->ids = talloc(m, BACKEND_I32, B, 1, &ok, err);
+    f->pos = talloc(m, BACKEND_I32, B, 1, &ok, err);
+    f->seq = talloc(m, BACKEND_I32, B, 1, &ok, err);
+    f->out_ids = talloc(m, BACKEND_I32, B, 1, &ok, err);
+    f->logits_rows = B < FWD_LOGITS_ROWS ? (int)B : FWD_LOGITS_ROWS;
+    f->logits = talloc(m, BACKEND_F32, f->logits_rows, hp->n_vocab, &ok, err);
+    f->h_ids = halloc((size_t)B, sizeof(int32_t), &hok);
+    f->h_pos = halloc((size_t)B, sizeof(int32_t), &hok);
+    f->h_seq = halloc((size_t)B, sizeof(int32_t), &hok);
+    f->h_out = halloc((size_t)B, sizeof(int32_t), &hok);
+    if (NE > 0) {
+        f->router = talloc(m, BACKEND_F32, B, NE, &ok, err);
+        f->sel = talloc(m, BACKEND_I32, B, K, &ok, err);
+        f->sel_w = talloc(m, BACKEND_F32, B, K, &ok, err);
+        f->sh = talloc(m, BACKEND_F32, B, E, &ok, err);
+        f->sh_gate = talloc(m, BACKEND_F32, B, 1, &ok, err);
+        f->h_sel = halloc((size_t)(B * K), sizeof(int32_t), &hok);
+        for (int i = 0; i < 2; i++) {
+            f->table[i] = halloc((size_t)NE, sizeof *f->table[i], &hok);
+            f->table_ids[i] = halloc((size_t)NE, sizeof *f->table_ids[i], &hok);
+        }
+        f->picked = halloc((size_t)NE, 1, &hok);
+        f->split = m->params.backend_cold && !(m->be->ops->caps & BACKEND_CAP_HOST_MATS);
+    }
+    if (f->split) {
+        const struct backend *cb = m->params.backend_cold;
+        f->cx = talloc_on(cb, BACKEND_F32, B, E, &ok, err);
+        f->csel = talloc_on(cb, BACKEND_I32, B, K, &ok, err);
+        f->csw = talloc_on(cb, BACKEND_F32, B, K, &ok, err);
+        f->cout = talloc_on(cb, BACKEND_F32, B, E, &ok, err);
+        f->part = talloc(m, BACKEND_F32, B, E, &ok, err);
+        f->h_x = halloc((size_t)(B * E), sizeof(float), &hok);
+        f->h_sw = halloc((size_t)(B * K), sizeof(float), &hok);
+        f->h_part = halloc((size_t)(B * E), sizeof(float), &hok);
+        f->ctable = halloc((size_t)NE, sizeof *f->ctable, &hok);
+        f->ctable_ids = halloc((size_t)NE, sizeof *f->ctable_ids, &hok);
+    }
+    if (!hok && ok)
+        strata_error_set(err, STRATA_E_NOMEM, "model: out of memory for forward buffers");
+    if (!ok || !hok || (NE > 0 && take_resident(m, f, err))) {
+        model_fwd_free(m, f);
+        return NULL;
+    }
     return f;
-nomem:
-    model_fwd_free(f);
-    strata_error_set(err, STRATA_E_NOMEM, "model: out of memory for forward buffers");
-    return NULL;
 }
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-static size_t act_stride(const struct kern_mat *w) {
-    return kernels_act_row_size(w->type, w->n_cols);
-}
-
-/* y_i = w_i . in for nm matrices sharing the input in: (n, n_cols), in one
- * dispatch. The input is quantized once per distinct activation format. */
-static void mm_multi(struct model *m, const float *in, int64_t n, const struct kern_mat *const *w,
-                     float *const *y, int nm) {
-    struct model_fwd *f = m->fwd;
-    const struct backend_ops *be = m->be->ops;
-    int slot_of[FWD_XQ_SLOTS];
-    STRATA_ASSERT(nm <= FWD_XQ_SLOTS);
-    for (int i = 0; i < nm; i++) {
-        slot_of[i] = i;
-        for (int j = 0; j < i; j++)
-            if (kernels_act_type(w[j]->type) == kernels_act_type(w[i]->type) &&
-                w[j]->n_cols == w[i]->n_cols) {
-                slot_of[i] = slot_of[j];
-                break;
-            }
-        if (slot_of[i] == i)
-            be->quantize_act(m->be->ctx, w[i]->type, in, n, w[i]->n_cols, f->xq[i],
-                             act_stride(w[i]));
-        f->jobs[i] = (struct backend_matmul){.w = w[i],
-                                             .xq = f->xq[slot_of[i]],
-                                             .xq_stride = act_stride(w[i]),
-                                             .n_tok = n,
-                                             .y = y[i],
-                                             .ldy = w[i]->n_rows};
-    }
-    be->matmul(m->be->ctx, f->jobs, nm);
-}
-
-static void mm_one(struct model *m, const float *in, int64_t n, const struct kern_mat *w,
-                   float *y) {
-    mm_multi(m, in, n, &w, &y, 1);
-}
-
-static void add_bias(float *y, const float *b, int64_t n, int64_t width) {
-    if (!b)
-        return;
-    for (int64_t t = 0; t < n; t++)
-        for (int64_t i = 0; i < width; i++)
-            y[t * width + i] += b[i];
-}
-
-static void add_into(float *x, const float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++)
-        x[i] += y[i];
+static struct backend_mat bm(const struct backend_weight *w) {
+    return (struct backend_mat){.w = w};
 }
 
 /* ---- blocks ------------------------------------------------------------------- */
@@ -189,13 +254,15 @@ static void attn_block(struct model *m, struct kv_cache *kv, int il, int n) {
     const int64_t nv = (int64_t)hp->n_head_kv * hp->head_dim_v;
 
     be->rmsnorm(bc, f->x, L->attn_norm, f->xn, n, E, hp->norm_eps);
-    const struct kern_mat *w[3] = {&L->wq, &L->wk, &L->wv};
-    float *y[3] = {f->q, f->k, f->v};
-    mm_multi(m, f->xn, n, w, y, 3);
-    add_bias(f->q, L->bq, n, nq);
-    add_bias(f->k, L->bk, n, nk);
-    add_bias(f->v, L->bv, n, nv);
-    if (L->q_norm)
+    const struct backend_mm qkv[3] = {{bm(L->wq), f->q}, {bm(L->wk), f->k}, {bm(L->wv), f->v}};
+    be->matmul(bc, f->xn, n, qkv, 3);
+    if (L->bq)
+        be->add_bias(bc, f->q, L->bq, n, nq);
+    if (L->bk)
+        be->add_bias(bc, f->k, L->bk, n, nk);
+    if (L->bv)
+        be->add_bias(bc, f->v, L->bv, n, nv);
+    if (L->q_norm) /* per head: rows of head_dim */
         be->rmsnorm(bc, f->q, L->q_norm, f->q, (int64_t)n * hp->n_head, hp->head_dim_k,
                     hp->norm_eps);
     if (L->k_norm)
@@ -203,19 +270,12 @@ static void attn_block(struct model *m, struct kv_cache *kv, int il, int n) {
                     hp->norm_eps);
     be->rope(bc, f->q, n, hp->n_head, hp->head_dim_k, f->pos, &m->rope);
     be->rope(bc, f->k, n, hp->n_head_kv, hp->head_dim_k, f->pos, &m->rope);
-    for (int t = 0; t < n; t++)
-        for (int h = 0; h < hp->n_head_kv; h++) { /* each head into its part of the block */
-            ops_f32_to_f16_row(f->k + t * nk + h * hp->head_dim_k,
-                               kv_k_head(kv, il, f->seq[t], f->pos[t], h, hp->head_dim_k),
-                               hp->head_dim_k);
-            ops_f32_to_f16_row(f->v + t * nv + h * hp->head_dim_v,
-                               kv_v_head(kv, il, f->seq[t], f->pos[t], h, hp->head_dim_v),
-                               hp->head_dim_v);
-        }
-    struct backend_attn a = {
+    be->kv_write(bc, kv, il, f->k, f->v, f->seq, f->pos, n, hp->n_head_kv, hp->head_dim_k,
+                 hp->head_dim_v);
+    const struct backend_attn a = {
         .q = f->q,
         .out = f->attn,
-        .seq_id = f->seq,
+        .seq = f->seq,
         .pos = f->pos,
         .kv = kv,
         .layer = il,
@@ -227,216 +287,180 @@ static void attn_block(struct model *m, struct kv_cache *kv, int il, int n) {
         .scale = 1.0f / sqrtf((float)hp->head_dim_k),
     };
     be->attention(bc, &a);
-    mm_one(m, f->attn, n, &L->wo, f->tmp);
-    add_bias(f->tmp, L->bo, n, E);
-    add_into(f->x, f->tmp, (int64_t)n * E);
+    const struct backend_mm o = {bm(L->wo), f->tmp};
+    be->matmul(bc, f->attn, n, &o, 1);
+    if (L->bo)
+        be->add_bias(bc, f->tmp, L->bo, n, E);
+    be->add(bc, f->x, f->tmp, n, E);
 }
 
-/* tmp = down(silu(gate . xn) * (up . xn)) for a dense FFN. */
-static void ffn_dense(struct model *m, const struct kern_mat *gate, const struct kern_mat *up,
-                      const struct kern_mat *down, int n, float *out) {
+/* out = down(silu(gate . xn) * (up . xn)) for a dense FFN of width ff. */
+static void ffn_dense(struct model *m, const struct backend_weight *gate,
+                      const struct backend_weight *up, const struct backend_weight *down, int ff,
+                      int n, struct backend_tensor *out) {
     struct model_fwd *f = m->fwd;
-    const struct kern_mat *w[2] = {gate, up};
-    float *y[2] = {f->g, f->u};
-    mm_multi(m, f->xn, n, w, y, 2);
-    m->be->ops->swiglu(m->be->ctx, f->g, f->u, f->g, n, gate->n_rows);
-    mm_one(m, f->g, n, down, out);
+    const struct backend_ops *be = m->be->ops;
+    const struct backend_mm gu[2] = {{bm(gate), f->g}, {bm(up), f->u}};
+    be->matmul(m->be->ctx, f->xn, n, gu, 2);
+    be->swiglu(m->be->ctx, f->g, f->u, f->g, n, ff);
+    const struct backend_mm d = {bm(down), out};
+    be->matmul(m->be->ctx, f->g, n, &d, 1);
 }
 
-/* Router: probabilities, top-k picks and their weights per token. */
-static void moe_route(struct model *m, int il, int n) {
+/* Non-resident layer il: reads the picks back (a submit inside the step),
+ * counts them in the profile, and gets each picked expert's matrices for
+ * this step into f->table[il & 1]. */
+static int pick_experts(struct model *m, int il, int n, struct strata_error *err) {
     struct model_fwd *f = m->fwd;
-    const struct model_hparams *hp = &m->hp;
-    const int NE = hp->n_expert, K = hp->n_expert_used;
-    mm_one(m, f->xn, n, &m->layers[il].gate_inp, f->router);
-    for (int t = 0; t < n; t++) {
-        float *p = f->router + (size_t)t * NE;
-        ops_softmax(p, NE);
-        int *sel = f->sel + (size_t)t * K;
-        float *w = f->sel_w + (size_t)t * K;
-        float sum = 0.0f;
-        for (int j = 0; j < K; j++) { /* k passes of selection: ties go to the lower id */
-            int best = -1;
-            for (int e = 0; e < NE; e++) {
-                bool taken = false;
-                for (int i = 0; i < j; i++)
-                    taken |= sel[i] == e;
-                if (!taken && (best < 0 || p[e] > p[best]))
-                    best = e;
-            }
-            sel[j] = best;
-            w[j] = p[best];
-            sum += w[j];
-            if (m->params.profile)
-                profile_add(m->params.profile, il, best);
-        }
-        if (hp->norm_topk_prob)
-            for (int j = 0; j < K; j++)
-                w[j] /= sum;
-        const float ws = hp->expert_weights_scale;
-        if (ws != 0.0f && ws != 1.0f)
-            for (int j = 0; j < K; j++)
-                w[j] *= ws;
+    const struct backend_ops *be = m->be->ops;
+    const int NE = m->hp.n_expert, K = m->hp.n_expert_used;
+    int rc;
+    be->tensor_read(m->be->ctx, f->sel, 0, f->h_sel, n);
+    if (f->split) { /* for the cold experts, if any: their input and weights */
+        be->tensor_read(m->be->ctx, f->xn, 0, f->h_x, n);
+        be->tensor_read(m->be->ctx, f->sel_w, 0, f->h_sw, n);
+        for (int i = 0; i < f->ctable_n; i++)
+            memset(&f->ctable[f->ctable_ids[i]], 0, sizeof *f->ctable);
+        f->ctable_n = 0;
     }
+    if ((rc = be->submit(m->be->ctx, err)) || (rc = be->wait(m->be->ctx, err)))
+        return rc;
+
+    /* the picks: profile counts, then each picked expert's matrices */
+    struct backend_expert *tab = f->table[il & 1];
+    int32_t *tab_ids = f->table_ids[il & 1];
+    for (int i = 0; i < f->table_n[il & 1]; i++) /* forget the layer before last's */
+        memset(&tab[tab_ids[i]], 0, sizeof *tab);
+    f->table_n[il & 1] = 0;
+    memset(f->picked, 0, (size_t)NE);
+    for (int i = 0; i < n * K; i++) {
+        const int e = f->h_sel[i];
+        STRATA_ASSERT(e >= 0 && e < NE);
+        f->picked[e] = 1;
+        if (m->params.profile)
+            profile_add(m->params.profile, il, e);
+    }
+    for (int e = 0; e < NE; e++) {
+        if (!f->picked[e])
+            continue;
+        struct experts_ref ref[EXPERTS_WHICH_COUNT];
+        for (int w = 0; w < EXPERTS_WHICH_COUNT; w++)
+            if ((rc = experts_get(m->experts, il, e, (enum experts_which)w, m->step, &ref[w], err)))
+                return rc;
+        const struct backend_expert x = {ref[EXPERTS_GATE].mat, ref[EXPERTS_UP].mat,
+                                         ref[EXPERTS_DOWN].mat};
+        const int n_dev = (x.gate.w != NULL) + (x.up.w != NULL) + (x.down.w != NULL);
+        if (usable(m, &x.gate) && usable(m, &x.up) && usable(m, &x.down)) {
+            tab[e] = x;
+            tab_ids[f->table_n[il & 1]++] = e;
+        } else if (f->split && n_dev == 0) { /* all three in host memory: the cold backend's */
+            f->ctable[e] = x;
+            f->ctable_ids[f->ctable_n++] = e;
+        } else {
+            return strata_error_set(err, STRATA_E_UNSUPPORTED,
+                                    "model: expert (%d, %d) is in host memory and backend %s "
+                                    "takes none%s",
+                                    il, e, be->name,
+                                    f->split ? " (its matrices are in two tiers)"
+                                             : " (no backend_cold)");
+        }
+    }
+    return 0;
 }
 
-/* dst row row_of[t * K + j] = xn row t in wtype's activation format (stride
- * bytes a row), for every (token, slot): xn is quantized once into xq[2]. */
-static void gather_act(struct model *m, enum quant_type wtype, int n, size_t stride, uint8_t *dst) {
+/* The cold experts of the layer on params.backend_cold (a step of its own
+ * over the host copies pick_experts read back); their sum goes into
+ * f->part, recorded on the backend. */
+static int moe_cold(struct model *m, int n, struct strata_error *err) {
     struct model_fwd *f = m->fwd;
-    const int K = m->hp.n_expert_used;
-    m->be->ops->quantize_act(m->be->ctx, wtype, f->xn, n, m->hp.n_embd, f->xq[2], stride);
-    for (int i = 0; i < n * K; i++)
-        memcpy(dst + (size_t)f->row_of[i] * stride, f->xq[2] + (size_t)(i / K) * stride, stride);
+    const struct backend *cb = m->params.backend_cold;
+    const struct backend_ops *co = cb->ops;
+    const struct backend_step st = {n, 1, NULL, f->h_seq, f->h_pos};
+    int rc = co->begin(cb->ctx, &st, err);
+    if (rc)
+        return rc;
+    co->tensor_write(cb->ctx, f->cx, 0, f->h_x, n);
+    co->tensor_write(cb->ctx, f->csel, 0, f->h_sel, n);
+    co->tensor_write(cb->ctx, f->csw, 0, f->h_sw, n);
+    const struct backend_moe moe = {.x = f->cx,
+                                    .sel = f->csel,
+                                    .sel_w = f->csw,
+                                    .experts = f->ctable,
+                                    .out = f->cout,
+                                    .n_tok = n,
+                                    .k = m->hp.n_expert_used,
+                                    .n_expert = m->hp.n_expert,
+                                    .n_embd = m->hp.n_embd,
+                                    .n_ff = m->hp.n_ff_exp,
+                                    .accumulate = false};
+    co->moe_ffn(cb->ctx, &moe);
+    co->tensor_read(cb->ctx, f->cout, 0, f->h_part, n);
+    if ((rc = co->submit(cb->ctx, err)) || (rc = co->wait(cb->ctx, err)))
+        return rc;
+    /* h_part is next written by the next layer's cold step, after the
+     * backend's next submit has run this write */
+    m->be->ops->tensor_write(m->be->ctx, f->part, 0, f->h_part, n);
+    return 0;
 }
 
-/* Where olmoe decode time goes (the 2-vCPU EPYC dev box, release, 2 threads,
- * `strata run -m MODEL --ids 100 -n 129 --temp 0 --ignore-eos -t 2`, 02:20-02:25
- * 2026-12-01, under the bench lock with bench/roofline at 42-56 GB/s; timers
- * around be->matmul, ffn_moe and model_forward in a scratch copy, not kept):
- * matmuls are 96% of a decode step (15.1 of 15.8 ms) and stream at the same
- * rate as the dense models' (olmoe 48.9, llama-3.2-1b Q4_K_M 48.8, qwen3-0.6b
- * Q8_0 50.9 GB/s of weights, one run each in a row); the expert gate+up and
- * down dispatches alone 45-48 GB/s, about kernels-bench's q4_K / q6_K decode
- * on 1024- and 2048-wide rows (47-50 GB/s, same box, same minute). Routing,
- * gather, swiglu, quantization and the weighted sum are ~0.3 ms a token, the
- * pool's end-of-dispatch wait 0.2 ms (27 ms over the run, ~200 dispatches
- * a token). Same run, models in turn, 2 rounds: olmoe 55.5 / 55.5 tok/s
- * (41 GB/s of its 740 MB a token), llama Q4_K_M 56.7 / 54.5 (44-45 GB/s of
- * 800 MB), qwen3 67.7 / 69.0 (43-44 GB/s of 633 MB): olmoe within ~8% of
- * the dense models per byte, not the 66% vs 87% of roofline of bench/cpu's
- * 02:16 run (each model against its own probe reads, which swing 42-77
- * GB/s). Tried and not kept (A/B interleaved in one locked run, old/new
- * pairs): prefetching the next job's first 8 KB while a decode chunk
- * computes its matrix's last 8 KB of rows (an expert matrix's head starts
- * cold; in backend-cpu.c): 59.1/61.0 59.0/60.0 64.9/65.3 65.1/63.0 tok/s,
- * and in a second run gate+up 45.1/46.1 46.6/44.3 45.0/46.3 44.8/44.2
- * GB/s: noise. KX_DECODE_PF_BYTES 8/16/32 KB on olmoe, 3 rounds:
- * 61.7/59.9/60.5 61.6/61.7/61.2 62.0/60.0/61.7 tok/s: noise. */
+/* The routed experts of layer il into f->tmp (plus the shared expert):
+ * from the layer's resident table, or (pick_experts) from the refs the
+ * expert seam hands out for this step's picks, the cold ones computed on
+ * params.backend_cold (moe_cold). */
 static int ffn_moe(struct model *m, int il, int n, struct strata_error *err) {
     struct model_fwd *f = m->fwd;
     const struct model_hparams *hp = &m->hp;
     const struct model_layer *L = &m->layers[il];
     const struct backend_ops *be = m->be->ops;
     void *bc = m->be->ctx;
-    const int NE = hp->n_expert, K = hp->n_expert_used, FE = hp->n_ff_exp;
+    const int NE = hp->n_expert, K = hp->n_expert_used;
     const int64_t E = hp->n_embd;
-    int rc = 0;
+    int rc;
 
     if (L->has_shexp) { /* shared expert and its sigmoid gate, from the same input */
-        const struct kern_mat *w[3] = {&L->gate_sh, &L->up_sh, &L->gate_inp_sh};
-        float *y[3] = {f->g, f->u, f->sh_gate};
-        mm_multi(m, f->xn, n, w, y, 3);
+        const struct backend_mm sh[3] = {
+            {bm(L->gate_sh), f->g}, {bm(L->up_sh), f->u}, {bm(L->gate_inp_sh), f->sh_gate}};
+        be->matmul(bc, f->xn, n, sh, 3);
         be->swiglu(bc, f->g, f->u, f->g, n, hp->n_ff_shexp);
-        mm_one(m, f->g, n, &L->down_sh, f->sh);
+        const struct backend_mm d = {bm(L->down_sh), f->sh};
+        be->matmul(bc, f->g, n, &d, 1);
     }
-
-    moe_route(m, il, n);
-    /* Group (token, slot) pairs by expert: rows [off[e], off[e] + cnt[e]) in token order. */
-    memset(f->cnt, 0, (size_t)NE * sizeof *f->cnt);
-    for (int i = 0; i < n * K; i++)
-        f->cnt[f->sel[i]]++;
-    for (int e = 0, o = 0; e < NE; e++) {
-        f->off[e] = o;
-        f->fill[e] = 0;
-        o += f->cnt[e];
+    const struct backend_mm r = {bm(L->gate_inp), f->router};
+    be->matmul(bc, f->xn, n, &r, 1);
+    const struct backend_route route = {.logits = f->router,
+                                        .sel = f->sel,
+                                        .sel_w = f->sel_w,
+                                        .n_tok = n,
+                                        .n_expert = NE,
+                                        .k = K,
+                                        .norm_topk = hp->norm_topk_prob,
+                                        .scale = hp->expert_weights_scale};
+    be->moe_route(bc, &route);
+    struct backend_expert *tab = f->resident[il];
+    if (tab) { /* resident: no read-back inside the step; the profile's comes after it */
+        if (m->params.profile)
+            be->tensor_read(bc, f->sel, 0, f->h_sel_all + (size_t)il * f->B * K, n);
+    } else {
+        if ((rc = pick_experts(m, il, n, err)) || (f->ctable_n > 0 && (rc = moe_cold(m, n, err))))
+            return rc;
+        tab = f->table[il & 1];
     }
-    for (int i = 0; i < n * K; i++) {
-        int e = f->sel[i];
-        f->row_of[i] = f->off[e] + f->fill[e]++;
-    }
-    const int rows = n * K;
-
-    /* gate + up of every picked expert in one dispatch. */
-    int nm = 0;
-    for (int e = 0; e < NE && rc == 0; e++) {
-        if (!f->cnt[e])
-            continue;
-        for (int w = 0; w < 2 && rc == 0; w++) {
-            rc = experts_get(m->experts, il, e, w == 0 ? EXPERTS_GATE : EXPERTS_UP, &f->mats[nm],
-                             err);
-            if (rc == 0)
-                f->mat_expert[nm++] = e;
-        }
-    }
-    if (rc == 0 && nm > 0) {
-        /* All experts of a layer share the tensor types: quantize each token's
-         * input once per format, then gather the quantized rows by expert
-         * (a token's K picks share one input; quantizing the K gathered f32
-         * copies cost 2.4% of olmoe decode cycles, perf). */
-        const struct kern_mat *wg = &f->mats[0], *wu = &f->mats[1];
-        const size_t sg = act_stride(wg), su = act_stride(wu);
-        gather_act(m, wg->type, n, sg, f->xq[0]);
-        uint8_t *xu = f->xq[0];
-        if (kernels_act_type(wu->type) != kernels_act_type(wg->type)) {
-            gather_act(m, wu->type, n, su, f->xq[1]);
-            xu = f->xq[1];
-        }
-        for (int i = 0; i < nm; i++) {
-            const int e = f->mat_expert[i];
-            const bool up = i % 2 == 1;
-            const size_t s = up ? su : sg;
-            f->jobs[i] = (struct backend_matmul){.w = &f->mats[i],
-                                                 .xq = (up ? xu : f->xq[0]) + (size_t)f->off[e] * s,
-                                                 .xq_stride = s,
-                                                 .n_tok = f->cnt[e],
-                                                 .y = (up ? f->u : f->g) + (size_t)f->off[e] * FE,
-                                                 .ldy = FE};
-        }
-        be->matmul(bc, f->jobs, nm);
-    }
-    for (int i = 0; i < nm; i++)
-        experts_release(m->experts, il, f->mat_expert[i], i % 2 ? EXPERTS_UP : EXPERTS_GATE);
-    if (rc)
-        return rc;
-    be->swiglu(bc, f->g, f->u, f->g, rows, FE);
-
-    /* down of every picked expert in one dispatch. */
-    nm = 0;
-    for (int e = 0; e < NE && rc == 0; e++) {
-        if (!f->cnt[e])
-            continue;
-        rc = experts_get(m->experts, il, e, EXPERTS_DOWN, &f->mats[nm], err);
-        if (rc == 0)
-            f->mat_expert[nm++] = e;
-    }
-    if (rc == 0 && nm > 0) {
-        const size_t sd = act_stride(&f->mats[0]);
-        be->quantize_act(bc, f->mats[0].type, f->g, rows, FE, f->xq[0], sd);
-        for (int i = 0; i < nm; i++) {
-            const int e = f->mat_expert[i];
-            f->jobs[i] = (struct backend_matmul){.w = &f->mats[i],
-                                                 .xq = f->xq[0] + (size_t)f->off[e] * sd,
-                                                 .xq_stride = sd,
-                                                 .n_tok = f->cnt[e],
-                                                 .y = f->dn + (size_t)f->off[e] * E,
-                                                 .ldy = E};
-        }
-        be->matmul(bc, f->jobs, nm);
-    }
-    for (int i = 0; i < nm; i++)
-        experts_release(m->experts, il, f->mat_expert[i], EXPERTS_DOWN);
-    if (rc)
-        return rc;
-
-    /* Weighted sum per token in slot order (independent of batch grouping). */
-    for (int t = 0; t < n; t++) {
-        float *o = f->tmp + (size_t)t * E;
-        for (int64_t i = 0; i < E; i++)
-            o[i] = 0.0f;
-        for (int j = 0; j < K; j++) {
-            const float w = f->sel_w[t * K + j];
-            const float *d = f->dn + (size_t)f->row_of[t * K + j] * E;
-            for (int64_t i = 0; i < E; i++)
-                o[i] += w * d[i];
-        }
-        if (L->has_shexp) {
-            const float gs = 1.0f / (1.0f + expf(-f->sh_gate[t]));
-            const float *s = f->sh + (size_t)t * E;
-            for (int64_t i = 0; i < E; i++)
-                o[i] += gs * s[i];
-        }
-    }
+    const struct backend_moe moe = {.x = f->xn,
+                                    .sel = f->sel,
+                                    .sel_w = f->sel_w,
+                                    .experts = tab,
+                                    .out = f->tmp,
+                                    .n_tok = n,
+                                    .k = K,
+                                    .n_expert = NE,
+                                    .n_embd = E,
+                                    .n_ff = hp->n_ff_exp,
+                                    .accumulate = false};
+    be->moe_ffn(bc, &moe);
+    if (f->split && f->ctable_n > 0 && !f->resident[il]) /* the cold experts' sum */
+        be->add(bc, f->tmp, f->part, n, E);
+    if (L->has_shexp)
+        be->add_gated(bc, f->tmp, f->sh, f->sh_gate, n, E);
     return 0;
 }
 
@@ -485,6 +509,68 @@ static int validate(const struct model *m, struct kv_cache *kv, const struct mod
     return 0;
 }
 
+/* Makes the logits tensor hold n_out rows. */
+static int logits_reserve(struct model *m, int n_out, struct strata_error *err) {
+    struct model_fwd *f = m->fwd;
+    if (n_out <= f->logits_rows)
+        return 0;
+    struct backend_tensor *t =
+        m->be->ops->tensor_alloc(m->be->ctx, BACKEND_F32, n_out, m->hp.n_vocab, err);
+    if (!t)
+        return err ? err->code : STRATA_E_NOMEM;
+    tfree(m, f->logits);
+    f->logits = t;
+    f->logits_rows = n_out;
+    return 0;
+}
+
+/* Records and runs the step (the caller has reserved the KV rows). */
+static int run_step(struct model *m, struct kv_cache *kv, const struct model_batch *batch,
+                    float *logits, int n_out, int max_kv, struct strata_error *err) {
+    struct model_fwd *f = m->fwd;
+    const struct model_hparams *hp = &m->hp;
+    const struct backend_ops *be = m->be->ops;
+    void *bc = m->be->ctx;
+    const int n = batch->n_entries;
+    const int64_t E = hp->n_embd;
+    const struct backend_step step = {n, max_kv, kv, f->h_seq, f->h_pos};
+    int rc = be->begin(bc, &step, err);
+    if (rc)
+        return rc;
+    be->tensor_write(bc, f->ids, 0, f->h_ids, n);
+    be->tensor_write(bc, f->pos, 0, f->h_pos, n);
+    be->tensor_write(bc, f->seq, 0, f->h_seq, n);
+    be->embed(bc, m->tok_embd, f->ids, n, f->x);
+    for (int il = 0; il < hp->n_layer; il++) {
+        attn_block(m, kv, il, n);
+        const struct model_layer *L = &m->layers[il];
+        be->rmsnorm(bc, f->x, L->ffn_norm, f->xn, n, E, hp->norm_eps);
+        if (L->has_moe) {
+            if ((rc = ffn_moe(m, il, n, err)))
+                return rc;
+        } else {
+            ffn_dense(m, L->ffn_gate, L->ffn_up, L->ffn_down, hp->n_ff, n, f->tmp);
+        }
+        be->add(bc, f->x, f->tmp, n, E);
+    }
+    if (n_out > 0) {
+        be->tensor_write(bc, f->out_ids, 0, f->h_out, n_out);
+        be->copy_rows(bc, f->x, f->out_ids, n_out, E, f->xn);
+        be->rmsnorm(bc, f->xn, m->output_norm, f->xn, n_out, E, hp->norm_eps);
+        const struct backend_mm o = {bm(m->output), f->logits};
+        be->matmul(bc, f->xn, n_out, &o, 1);
+        be->tensor_read(bc, f->logits, 0, logits, n_out);
+    }
+    if ((rc = be->submit(bc, err)) || (rc = be->wait(bc, err)))
+        return rc;
+    for (int il = 0; m->params.profile && f->h_sel_all && il < hp->n_layer; il++)
+        if (f->resident[il]) /* the resident layers' picks, read back with the logits */
+            for (int i = 0; i < n * hp->n_expert_used; i++)
+                profile_add(m->params.profile, il,
+                            f->h_sel_all[(size_t)il * f->B * hp->n_expert_used + i]);
+    return 0;
+}
+
 int model_forward(struct model *m, struct kv_cache *kv, const struct model_batch *batch,
                   float *logits, struct strata_error *err) {
     if (!m || !kv)
@@ -493,61 +579,37 @@ int model_forward(struct model *m, struct kv_cache *kv, const struct model_batch
     if (rc)
         return rc;
     struct model_fwd *f = m->fwd;
-    const struct model_hparams *hp = &m->hp;
     const int n = batch->n_entries;
-    const int64_t E = hp->n_embd;
     const int n_out = model_batch_n_outputs(batch);
     if (n_out > 0 && !logits)
         return strata_error_set(err, STRATA_E_INVALID, "model_forward: logits is NULL");
-    int max_kv = 0;
+    if ((rc = logits_reserve(m, n_out, err)))
+        return rc;
+    int max_kv = 0, o = 0;
     for (int i = 0; i < n; i++) {
         const struct model_batch_entry *e = &batch->entries[i];
         if ((rc = kv_seq_reserve_pos(kv, e->seq_id, e->pos, err)))
             return rc;
-        f->seq[i] = e->seq_id;
-        f->pos[i] = e->pos;
+        f->h_ids[i] = e->token;
+        f->h_seq[i] = e->seq_id;
+        f->h_pos[i] = e->pos;
+        if (e->want_logits)
+            f->h_out[o++] = i;
         max_kv = e->pos + 1 > max_kv ? e->pos + 1 : max_kv;
     }
-    if ((rc = m->be->ops->reserve(m->be->ctx, max_kv, err)))
-        return rc;
     /* Rewinds take effect now: rows at >= the first new pos are overwritten. */
     for (int i = 0; i < n; i++)
-        if (kv_seq_len(kv, f->seq[i]) > f->pos[i])
-            kv_seq_set_len(kv, f->seq[i], f->pos[i]);
-
-    /* token embeddings */
-    const size_t erb = quant_row_size((enum quant_type)m->tok_embd->type, E);
-    for (int i = 0; i < n; i++) {
-        const uint8_t *row =
-            (const uint8_t *)m->tok_embd->data + (size_t)batch->entries[i].token * erb;
-        if (m->tok_embd->type == QUANT_F32)
-            memcpy(f->x + i * E, row, (size_t)E * sizeof(float));
-        else
-            quant_dequantize_row((enum quant_type)m->tok_embd->type, row, f->x + i * E, E);
-    }
-
-    for (int il = 0; il < hp->n_layer; il++) {
-        attn_block(m, kv, il, n);
-        const struct model_layer *L = &m->layers[il];
-        m->be->ops->rmsnorm(m->be->ctx, f->x, L->ffn_norm, f->xn, n, E, hp->norm_eps);
-        if (L->has_moe) {
-            if ((rc = ffn_moe(m, il, n, err)))
-                return rc;
-        } else {
-            ffn_dense(m, &L->ffn_gate, &L->ffn_up, &L->ffn_down, n, f->tmp);
-        }
-        add_into(f->x, f->tmp, (int64_t)n * E);
-    }
+        if (kv_seq_len(kv, f->h_seq[i]) > f->h_pos[i])
+            kv_seq_set_len(kv, f->h_seq[i], f->h_pos[i]);
+    m->step++;
+    rc = run_step(m, kv, batch, logits, n_out, max_kv, err);
+    if (rc) /* submitted work has finished (the step waits before every get) */
+        (void)m->be->ops->wait(m->be->ctx, NULL);
+    if (m->experts)
+        experts_release(m->experts, m->step);
+    if (rc)
+        return rc;
     for (int i = 0; i < n; i++)
-        kv_seq_set_len(kv, f->seq[i], f->pos[i] + 1);
-
-    if (n_out == 0)
-        return 0;
-    int o = 0;
-    for (int i = 0; i < n; i++)
-        if (batch->entries[i].want_logits)
-            memcpy(f->xn + (size_t)o++ * E, f->x + (size_t)i * E, (size_t)E * sizeof(float));
-    m->be->ops->rmsnorm(m->be->ctx, f->xn, m->output_norm, f->xn, n_out, E, hp->norm_eps);
-    mm_one(m, f->xn, n_out, &m->output, logits);
+        kv_seq_set_len(kv, f->h_seq[i], f->h_pos[i] + 1);
     return 0;
 }

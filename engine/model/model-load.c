@@ -10,11 +10,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "engine/core/buf.h"
 #include "engine/gguf/gguf.h"
 #include "engine/kv/kv.h"
 #include "engine/model/model-impl.h"
 #include "engine/host/pool.h"
 #include "engine/experts/profile.h"
+#include "engine/quant/quant.h"
 
 struct arch_info {
     const char *name;
@@ -35,7 +37,9 @@ static const struct arch_info archs[] = {
 };
 
 struct model_params model_params_default(void) {
-    return (struct model_params){.pool = NULL,
+    return (struct model_params){.backend = NULL,
+                                 .backend_cold = NULL,
+                                 .pool = NULL,
                                  .n_ctx_max = 0,
                                  .n_batch_max = 512,
                                  .profile = NULL,
@@ -170,12 +174,33 @@ static const struct gguf_tensor_info *find(const struct model *m, int layer, con
     return gguf_find_tensor(m->gguf, full);
 }
 
-/* Binds a 2-D weight (n_rows, n_cols) usable by kernels_matmul. A 1-D tensor
+/* Queues a weight for the one weights_bind call of the load; *dst gets its
+ * handle then. */
+static int add_bind(struct model *m, const struct backend_weight_desc *d,
+                    struct backend_weight **dst, struct strata_error *err) {
+    struct model_binds *b = &m->binds;
+    if (strata_grow((void **)&b->desc, &b->cap, b->n + 1, sizeof *b->desc) < 0 ||
+        strata_grow((void **)&b->dst, &b->cap_dst, b->n + 1, sizeof *b->dst) < 0)
+        return strata_error_set(err, STRATA_E_NOMEM, "model: out of memory");
+    b->desc[b->n] = *d;
+    b->dst[b->n++] = dst;
+    return 0;
+}
+
+/* The tensor's bytes as a host matrix of n_rows rows of n_cols. */
+static struct backend_host_mat host_mat(const struct gguf_tensor_info *t, int64_t n_rows,
+                                        int64_t n_cols) {
+    const enum quant_type type = (enum quant_type)t->type;
+    return (struct backend_host_mat){
+        t->data, type, n_rows, n_cols, quant_row_size(type, n_cols), BACKEND_LAYOUT_ROWS};
+}
+
+/* Binds a 2-D weight (n_rows, n_cols) the backend multiplies. A 1-D tensor
  * binds as one row when n_rows == 1. required = false: absent leaves *out
- * zeroed and returns 0 (present but wrong is still an error). */
+ * NULL and returns 0 (present but wrong is still an error). */
 static int bind_mat(struct model *m, int layer, const char *name, int64_t n_cols, int64_t n_rows,
-                    bool required, struct kern_mat *out, struct strata_error *err) {
-    memset(out, 0, sizeof *out);
+                    bool required, struct backend_weight **out, struct strata_error *err) {
+    *out = NULL;
     const struct gguf_tensor_info *t = find(m, layer, name);
     if (!t) {
         if (!required)
@@ -191,24 +216,21 @@ static int bind_mat(struct model *m, int layer, const char *name, int64_t n_cols
             (long long)n_cols, (long long)n_rows);
     const struct quant_traits *tr = quant_type_traits(t->type);
     size_t rb = tr ? quant_row_size((enum quant_type)t->type, n_cols) : 0;
-    size_t ab = rb ? kernels_act_row_size((enum quant_type)t->type, n_cols) : 0;
-    if (!rb || !ab || !kernels_supports((enum quant_type)t->type))
+    if (!rb ||
+        !m->be->ops->supports(m->be->ctx, (enum quant_type)t->type, n_cols, BACKEND_USE_MATMUL))
         return strata_error_set(err, STRATA_E_UNSUPPORTED,
                                 "model: tensor %.*s has unsupported type %s for matmul",
                                 (int)t->name.len, t->name.ptr, quant_type_name(t->type));
-    *out = (struct kern_mat){.data = t->data,
-                             .type = (enum quant_type)t->type,
-                             .n_rows = n_rows,
-                             .n_cols = n_cols,
-                             .row_bytes = rb};
-    if (ab > m->max_act_row)
-        m->max_act_row = ab;
-    return 0;
+    const struct backend_weight_desc d = {.name = name,
+                                          .host = host_mat(t, n_rows, n_cols),
+                                          .n_expert = 1,
+                                          .use = BACKEND_USE_MATMUL};
+    return add_bind(m, &d, out, err);
 }
 
 /* Binds a 1-D vector of n floats, converting to an owned f32 copy. */
 static int bind_vec(struct model *m, int layer, const char *name, int64_t n, bool required,
-                    const float **out, struct strata_error *err) {
+                    struct backend_weight **out, struct strata_error *err) {
     *out = NULL;
     const struct gguf_tensor_info *t = find(m, layer, name);
     if (!t) {
@@ -239,8 +261,12 @@ static int bind_vec(struct model *m, int layer, const char *name, int64_t n, boo
              quant_dequantize_row((enum quant_type)t->type, t->data, v, n) != 0)
         return strata_error_set(err, STRATA_E_UNSUPPORTED, "model: tensor %.*s: type %s",
                                 (int)t->name.len, t->name.ptr, quant_type_name(t->type));
-    *out = v;
-    return 0;
+    const struct backend_weight_desc d = {
+        .name = name,
+        .host = {v, QUANT_F32, 1, n, (size_t)n * sizeof(float), BACKEND_LAYOUT_ROWS},
+        .n_expert = 1,
+        .use = BACKEND_USE_VEC};
+    return add_bind(m, &d, out, err);
 }
 
 static int bind_layer(struct model *m, int il, const struct arch_info *ai,
@@ -266,7 +292,7 @@ static int bind_layer(struct model *m, int il, const struct arch_info *ai,
         (rc = bind_vec(m, il, "ffn_norm.weight", E, true, &L->ffn_norm, err)))
         return rc;
     if (!strcmp(hp->arch, "qwen3") || !strcmp(hp->arch, "qwen3moe"))
-        if (!L->q_norm || !L->k_norm)
+        if (!find(m, il, "attn_q_norm.weight") || !find(m, il, "attn_k_norm.weight"))
             return strata_error_set(err, STRATA_E_FORMAT, "model: %s layer %d lacks attn_q_norm",
                                     hp->arch, il);
     if (hp->n_expert > 0) {
@@ -284,13 +310,10 @@ static int bind_layer(struct model *m, int il, const struct arch_info *ai,
                 return strata_error_set(err, STRATA_E_FORMAT,
                                         "model: blk.%d.%s missing or not [%lld, %lld, %d]", il,
                                         exps[w], (long long)c, (long long)r, hp->n_expert);
-            size_t ab = kernels_act_row_size((enum quant_type)t->type, c);
             if (!quant_type_traits(t->type) || !quant_row_size((enum quant_type)t->type, c) ||
-                !ab || !kernels_supports((enum quant_type)t->type))
+                !m->be->ops->supports(m->be->ctx, (enum quant_type)t->type, c, BACKEND_USE_MATMUL))
                 return strata_error_set(err, STRATA_E_UNSUPPORTED, "model: blk.%d.%s: type %s", il,
                                         exps[w], quant_type_name(t->type));
-            if (ab > m->max_act_row_exp)
-                m->max_act_row_exp = ab;
         }
         if (ai->shexp) {
             L->has_shexp = true;
@@ -300,6 +323,16 @@ static int bind_layer(struct model *m, int il, const struct arch_info *ai,
                 (rc = bind_mat(m, il, "ffn_down_shexp.weight", S, E, true, &L->down_sh, err)) ||
                 (rc = bind_mat(m, il, "ffn_gate_inp_shexp.weight", E, 1, true, &L->gate_inp_sh,
                                err)))
+                return rc;
+        }
+        for (int w = 0; w < 3; w++) { /* the stacks, for the backend's copy (the RAM tier) */
+            const struct gguf_tensor_info *t = find(m, il, exps[w]);
+            const struct backend_weight_desc d = {.name = exps[w],
+                                                  .host =
+                                                      host_mat(t, t->ne[1] * t->ne[2], t->ne[0]),
+                                                  .n_expert = t->ne[2],
+                                                  .use = BACKEND_USE_MATMUL};
+            if ((rc = add_bind(m, &d, &L->exps[w], err)))
                 return rc;
         }
     } else {
@@ -419,6 +452,55 @@ static int read_hparams(struct model *m, const struct arch_info *ai, struct stra
     return 0;
 }
 
+/* ---- binding ------------------------------------------------------------------ */
+
+/* Hands every queued weight to the backend in one call (one arena: the
+ * backend copies when `copy`), then puts a RAM tier over the backend's copy
+ * of the routed experts in front of the file tier, and the caller's front
+ * tier (params.experts_front) before both. */
+static int model_bind_weights(struct model *m, bool copy, struct strata_error *err) {
+    struct model_binds *b = &m->binds;
+    const struct backend_ops *be = m->be->ops;
+    struct backend_weight **h = calloc(b->n ? b->n : 1, sizeof *h);
+    if (!h)
+        return strata_error_set(err, STRATA_E_NOMEM, "model: out of memory");
+    const struct backend_bind_params bp = {.copy = copy, .drop_source = true};
+    m->wset = be->weights_bind(m->be->ctx, b->desc, (int)b->n, &bp, h, &m->bound, err);
+    if (!m->wset) {
+        free(h);
+        return err ? err->code : STRATA_E_INVALID;
+    }
+    for (size_t i = 0; i < b->n; i++)
+        *b->dst[i] = h[i];
+    free(h);
+    free(b->desc), free(b->dst);
+    *b = (struct model_binds){0};
+    for (int il = 0; m->experts && be->weight_host && il < m->hp.n_layer; il++) {
+        static const char *const exps[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight",
+                                            "ffn_down_exps.weight"};
+        for (int w = 0; w < EXPERTS_WHICH_COUNT; w++) {
+            struct backend_host_mat v;
+            const struct model_layer *L = &m->layers[il];
+            if (!L->exps[w] || be->weight_host(m->be->ctx, L->exps[w], -1, &v) ||
+                v.data == find(m, il, exps[w])->data)
+                continue; /* not copied: the file tier serves it */
+            if (experts_ram_place(m->experts, il, w, &v) == 0)
+                continue; /* the head is the RAM tier already */
+            if (!(m->experts = experts_ram_init(m->experts, err))) /* the first copy */
+                return err ? err->code : STRATA_E_NOMEM;
+            if (experts_ram_place(m->experts, il, w, &v))
+                return strata_error_set(err, STRATA_E_INTERNAL, "model: blk.%d.%s: no RAM tier", il,
+                                        exps[w]);
+        }
+    }
+    if (m->experts && m->params.experts_front) {
+        m->experts = m->params.experts_front(m->params.experts_front_arg, m->experts, err);
+        if (!m->experts)
+            return err && err->code ? err->code : STRATA_E_INVALID;
+    }
+    return 0;
+}
+
 /* ---- load ------------------------------------------------------------------- */
 
 struct model *model_load(const char *path, const struct model_params *params,
@@ -433,6 +515,12 @@ struct model *model_load(const char *path, const struct model_params *params,
         m->params.n_batch_max = 512;
     if (m->params.n_batch_max > 65536 || m->params.n_ctx_max < 0) {
         strata_error_set(err, STRATA_E_RANGE, "model: n_batch_max or n_ctx_max out of range");
+        goto fail;
+    }
+    m->be = m->params.backend;
+    if (!m->be || !m->be->ops) {
+        strata_error_set(err, STRATA_E_INVALID,
+                         "model: model_params.backend is NULL (make one, e.g. backend_cpu_init)");
         goto fail;
     }
     m->gguf = gguf_open(path, err);
@@ -462,16 +550,23 @@ struct model *model_load(const char *path, const struct model_params *params,
     for (int il = 0; il < hp->n_layer; il++)
         if (bind_layer(m, il, ai, err))
             goto fail;
-    m->tok_embd = gguf_find_tensor(m->gguf, "token_embd.weight");
-    if (m->tok_embd->ne[0] != hp->n_embd || !quant_type_traits(m->tok_embd->type)->can_dequantize) {
+    const struct gguf_tensor_info *te = gguf_find_tensor(m->gguf, "token_embd.weight");
+    if (te->ne[0] != hp->n_embd || !quant_type_traits(te->type)->can_dequantize ||
+        !m->be->ops->supports(m->be->ctx, (enum quant_type)te->type, hp->n_embd,
+                              BACKEND_USE_ROWS)) {
         strata_error_set(err, STRATA_E_UNSUPPORTED, "model: token_embd.weight shape or type %s",
-                         quant_type_name(m->tok_embd->type));
+                         quant_type_name(te->type));
         goto fail;
     }
-    if (bind_vec(m, -1, "output_norm.weight", hp->n_embd, true, &m->output_norm, err) ||
+    const struct backend_weight_desc ed = {.name = "token_embd.weight",
+                                           .host = host_mat(te, hp->n_vocab, hp->n_embd),
+                                           .n_expert = 1,
+                                           .use = BACKEND_USE_ROWS};
+    if (add_bind(m, &ed, &m->tok_embd, err) ||
+        bind_vec(m, -1, "output_norm.weight", hp->n_embd, true, &m->output_norm, err) ||
         bind_mat(m, -1, "output.weight", hp->n_embd, hp->n_vocab, false, &m->output, err))
         goto fail;
-    if (!m->output.data) {
+    if (!gguf_find_tensor(m->gguf, "output.weight")) {
         hp->tied_output = true;
         if (bind_mat(m, -1, "token_embd.weight", hp->n_embd, hp->n_vocab, true, &m->output, err))
             goto fail;
@@ -481,18 +576,8 @@ struct model *model_load(const char *path, const struct model_params *params,
             goto fail;
         hp->has_rope_freqs = true;
     }
-    m->rope = (struct ops_rope_cfg){
-        .n_rot = hp->n_rot,
-        .mode = hp->rope_type,
-        .freq_base = hp->rope_freq_base,
-        .freq_scale = hp->rope_freq_scale,
-        .ext_factor = hp->rope_scaling == MODEL_ROPE_SCALING_YARN ? 1.0f : 0.0f,
-        .attn_factor = 1.0f,
-        .freq_factors = m->rope_freqs,
-    };
-    ops_rope_yarn_corr_dims(hp->n_rot, hp->rope_n_ctx_orig, hp->rope_freq_base, m->rope.corr_dims);
     if (hp->n_expert > 0) {
-        m->experts = experts_mmap_init(m->gguf, hp->n_layer, err);
+        m->experts = experts_file_init(m->gguf, hp->n_layer, NULL, err);
         if (!m->experts)
             goto fail;
     }
@@ -507,16 +592,27 @@ struct model *model_load(const char *path, const struct model_params *params,
         m->weight_bytes += gguf_tensor_at(m->gguf, i)->n_bytes;
     if (m->params.prefault)
         prefault_weights(m);
-    if (m->params.repack && weights_fit_ram(m->weight_bytes) &&
-        (m->params.mem_budget <= 0 || m->weight_bytes <= (uint64_t)m->params.mem_budget / 2)) {
-        struct strata_error perr = {0};
-        (void)model_copy_weights(m, &perr); /* out of memory: the file layout still works */
-    }
+    /* The backend may copy the weights (the CPU's arena) when they fit: at
+     * most 3/4 of RAM and half the memory budget (the KV pool may take the
+     * other half, server/sched.c); otherwise the file's pages stay the only
+     * copy (the expert store's case). */
+    const bool copy =
+        m->params.repack && weights_fit_ram(m->weight_bytes) &&
+        (m->params.mem_budget <= 0 || m->weight_bytes <= (uint64_t)m->params.mem_budget / 2);
+    if (model_bind_weights(m, copy, err))
+        goto fail;
     if (m->params.n_ctx_max == 0)
         m->params.n_ctx_max = hp->n_ctx_train < (1 << 20) ? hp->n_ctx_train : (1 << 20);
-    m->be = backend_cpu_init(m->params.pool, err);
-    if (!m->be)
-        goto fail;
+    m->rope = (struct backend_rope){
+        .n_rot = hp->n_rot,
+        .mode = hp->rope_type,
+        .freq_base = hp->rope_freq_base,
+        .freq_scale = hp->rope_freq_scale,
+        .ext_factor = hp->rope_scaling == MODEL_ROPE_SCALING_YARN ? 1.0f : 0.0f,
+        .attn_factor = 1.0f,
+        .n_ctx_orig = hp->rope_n_ctx_orig,
+        .freq_factors = m->rope_freqs,
+    };
     m->fwd = model_fwd_init(m, err);
     if (!m->fwd)
         goto fail;
@@ -529,11 +625,12 @@ fail:
 void model_free(struct model *m) {
     if (!m)
         return;
-    model_fwd_free(m->fwd);
-    if (m->pack_raw)
-        munmap(m->pack_raw, m->pack_raw_bytes);
-    backend_free(m->be);
-    experts_free(m->experts);
+    model_fwd_free(m, m->fwd);
+    experts_free(m->experts); /* its RAM tier points into the backend's copy */
+    if (m->wset)
+        m->be->ops->weights_free(m->be->ctx, m->wset);
+    free(m->binds.desc);
+    free(m->binds.dst);
     for (int i = 0; i < m->n_owned_vecs; i++)
         free(m->owned_vecs[i]);
     free(m->owned_vecs);
@@ -547,13 +644,16 @@ const struct model_hparams *model_hparams(const struct model *m) {
 }
 
 uint64_t model_packed_bytes(const struct model *m) {
-    return m->pack_bytes;
+    return m->bound.packed_bytes;
 }
 uint64_t model_copied_bytes(const struct model *m) {
-    return m->copy_bytes;
+    return m->bound.copied_bytes;
 }
 const char *model_weights_layout(const struct model *m) {
-    return m->pack_bytes ? "arena+packed" : m->copy_bytes ? "arena" : "file";
+    return m->bound.packed_bytes ? "arena+packed" : m->bound.copied_bytes ? "arena" : "file";
+}
+struct experts_source *model_experts(const struct model *m) {
+    return m->experts;
 }
 const char *model_arch_name(const struct model *m) {
     return m->hp.arch;
@@ -626,7 +726,13 @@ struct kv_cache *model_kv_init(const struct model *m, int n_seq_max, int n_ctx,
         .n_embd_v = m->hp.n_head_kv * m->hp.head_dim_v,
         .n_head_kv = m->hp.n_head_kv,
     };
-    return kv_init(&kp, err);
+    return model_kv_init_params(m, &kp, err);
+}
+
+struct kv_cache *model_kv_init_params(const struct model *m, const struct kv_params *params,
+                                      struct strata_error *err) {
+    struct kv_store *store = m->be->ops->kv_store_init(m->be->ctx, err);
+    return store ? kv_init_store(params, store, err) : NULL;
 }
 
 int model_set_profile(struct model *m, struct profile *p, struct strata_error *err) {

@@ -1,8 +1,13 @@
 /* engine/model/model.h: a GGUF decoder model (llama, qwen2, qwen3, qwen2moe,
- * qwen3moe, mixtral-style llama) and its batched CPU forward pass.
+ * qwen3moe, mixtral-style llama) and its batched forward pass, written once
+ * over the backend seam (engine/backend/backend.h).
  *
+ *   struct backend_cpu_params cp = backend_cpu_params_default();
+ *   cp.pool = pool;                                  // borrowed; NULL = one thread
+ *   struct backend *be = backend_cpu_init(&cp, &err); // engine/cpu/backend-cpu.h
  *   struct model_params mp = model_params_default();
- *   mp.pool = pool;                                  // borrowed; NULL = one thread
+ *   mp.pool = pool;                                  // for the load's own parallel parts
+ *   mp.backend = be;                                 // borrowed: computes every step
  *   struct model *m = model_load("stories260K.gguf", &mp, &err);
  *   struct kv_cache *kv = model_kv_init(m, 4, 0, &err); // 4 sequences, n_ctx_max each
  *   struct model_batch_entry e[2] = {
@@ -12,13 +17,26 @@
  *   struct model_batch b = {.entries = e, .n_entries = 2};
  *   float *logits = malloc(2 * model_n_vocab(m) * sizeof(float)); // (n_outputs, n_vocab)
  *   model_forward(m, kv, &b, logits, &err);
- *   kv_free(kv); model_free(m);
+ *   kv_free(kv); model_free(m); backend_free(be);
+ *
+ * The backend: the caller creates it and passes it in model_params.backend
+ * (borrowed; it must outlive the model), so the same seam takes the CPU
+ * backend, a GPU one, or a test's wrapper, and a caller can keep a second
+ * (CPU) instance for cold experts beside a GPU one. The model binds its
+ * weights to it at load (the backend decides their layout: the CPU's arena)
+ * and makes the KV cache's storage through it (model_kv_init).
  *
  * A batch is a list of (seq_id, pos, token, want_logits): many sequences
  * decoding one token each and prefill chunks of several tokens of one
  * sequence may share a call. Each weight matrix is read once per call for all
- * entries (kernels_matmul with n_tok = n_entries); MoE entries are grouped by
- * expert so each routed expert's weights are read once per call.
+ * entries (one matmul with n_entries rows); MoE entries are grouped by
+ * expert so each routed expert's weights are read once per call. A call is
+ * one backend step, recorded and submitted once: routed experts come from
+ * the expert seam (engine/experts); where a layer's are resident (the RAM
+ * tier over the CPU's arena, the file's pages) their refs are taken once at
+ * load, and only a layer behind a tier that may evict reads its picks back
+ * inside the step (one more submit) to get the picked experts for the step.
+ * The routing profile counts every pick either way.
  *
  * Positions: within one batch, entries of one sequence must have strictly
  * increasing pos, and an entry's pos must be <= the sequence's current length
@@ -31,9 +49,9 @@
  *
  * Ownership: the model owns the mapped GGUF file; model_gguf() is borrowed.
  * Threading: model_load/model_free from any one thread. model_forward may be
- * called by one thread at a time per model (the scheduler thread); it uses
- * the borrowed pool for its parallel parts. Accessors are read-only and safe
- * from any thread.
+ * called by one thread at a time per model (the scheduler thread), the
+ * backend's thread. Accessors are read-only and safe from any thread;
+ * model_experts' experts_prefetch from any thread.
  */
 #ifndef STRATA_MODEL_H
 #define STRATA_MODEL_H
@@ -48,6 +66,8 @@ struct gguf_file;
 struct kv_cache;
 struct profile;
 struct experts_source;
+struct backend;
+struct kv_params;
 
 enum model_rope_type {
     MODEL_ROPE_NORMAL = 0, /* rotate adjacent pairs (x[2i], x[2i+1]): llama */
@@ -91,7 +111,18 @@ struct model_hparams {
 };
 
 struct model_params {
-    struct pool *pool; /* borrowed; threads for matmuls/attention; NULL = caller only */
+    /* borrowed, required: the backend every step runs on (it must outlive the
+     * model). Created by the caller (backend_cpu_init for the CPU) rather than
+     * named here, so engine/model knows no backend implementation. */
+    struct backend *backend;
+    /* borrowed, optional: a second backend (a CPU one beside a GPU) that
+     * computes the routed experts the expert seam hands out in host memory
+     * (RAM or file tier) when `backend` takes no host matrices (no
+     * BACKEND_CAP_HOST_MATS): such a MoE layer reads its input back, runs
+     * those experts here, and adds their sum into the step. NULL: a host
+     * expert on such a backend fails the step (STRATA_E_UNSUPPORTED). */
+    struct backend *backend_cold;
+    struct pool *pool; /* borrowed; threads for the load (prefault); NULL = caller only */
     int n_ctx_max;     /* per-sequence context; 0 = n_ctx_train (capped at 1<<20) */
     int n_batch_max;   /* most entries per model_forward call (default 512) */
     struct profile
@@ -105,16 +136,16 @@ struct model_params {
      * decode 48.4/48.9 -> 51.7/51.9 tok/s (page faults were ~6% of decode
      * cycles). */
     bool prefault;
-    /* Copy every matrix the forward pass multiplies (attention, FFN, router,
-     * shared and routed experts, output) into one anonymous arena at load
-     * (huge pages), with Q4_K / Q6_K in the kernels' 16-row packed layout
-     * where the ISA active at load has packed kernels (AVX-512: never a
-     * layout the ISA would compute through the reference), and drop the file's
-     * pages from RSS (model-pack.c). Default true. Skipped, like prefault,
-     * when the weights exceed 3/4 of physical RAM: the file pages then stay
-     * the only copy (the expert store's case). Packed results differ from the
-     * file layout's in the last bits (another summation order), never
-     * between batch sizes or thread counts. */
+    /* Let the backend copy every matrix the forward pass multiplies
+     * (attention, FFN, router, shared and routed experts, output) at load:
+     * the CPU's one anonymous arena (huge pages), with Q4_K / Q6_K in the
+     * kernels' 16-row packed layout where the ISA active at load has packed
+     * kernels (AVX-512: never a layout the ISA would compute through the
+     * reference), dropping the file's pages from RSS (engine/cpu/cpu-weights.c);
+     * routed experts are then served from it by the expert seam's RAM tier. Default true. Skipped,
+     * like prefault, when the weights exceed 3/4 of physical RAM: the file pages then stay the only
+     * copy (the expert store's case). Packed results differ from the file layout's in the last bits
+     * (another summation order), never between batch sizes or thread counts. */
     bool repack;
     /* Bytes this process may use (sysinfo: the cgroup limit or MemAvailable,
      * the smaller); 0 = unknown. The copy above is anonymous memory, which a
@@ -122,6 +153,13 @@ struct model_params {
      * weights exceed half of this budget (the KV pool may take the other
      * half, server/sched.c). */
     int64_t mem_budget;
+    /* Optional: a tier to put in front of the expert chain (RAM tier -> file),
+     * e.g. a VRAM arena: called once at load with the chain (stolen); returns
+     * the new head, which owns the chain as its next (experts.h), or NULL
+     * with err (the load fails). NULL = none. */
+    struct experts_source *(*experts_front)(void *arg, struct experts_source *chain,
+                                            struct strata_error *err);
+    void *experts_front_arg; /* borrowed */
 };
 struct model_params model_params_default(void);
 
@@ -178,6 +216,13 @@ int model_set_profile(struct model *m, struct profile *p, struct strata_error *e
  * allocated on its first use. */
 struct kv_cache *model_kv_init(const struct model *m, int n_seq_max, int n_ctx,
                                struct strata_error *err); /* owned: free with kv_free() */
+/* A KV cache of any shape kv_init takes (the scheduler's pool of blocks)
+ * over the model's backend's storage (backend kv_store_init). */
+struct kv_cache *model_kv_init_params(const struct model *m, const struct kv_params *params,
+                                      struct strata_error *err); /* owned: free with kv_free() */
+/* The expert chain (NULL for a dense model): for experts_stats, and for a
+ * predictor thread's experts_prefetch. Borrowed: valid until model_free. */
+struct experts_source *model_experts(const struct model *m);
 
 struct model_batch_entry {
     int32_t seq_id;   /* 0 .. kv n_seq_max-1 */

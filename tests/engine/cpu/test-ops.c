@@ -1,6 +1,6 @@
 /* tests/engine/cpu/test-ops.c: the scalar ops of the forward pass against
  * straightforward formulas, the KV cache, the routing profile file and the
- * mmap expert source. */
+ * file tier of the expert seam (engine/experts, more in test-experts.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -407,19 +407,19 @@ START_TEST(test_profile_roundtrip) {
 }
 END_TEST
 
-START_TEST(test_experts_mmap_dense_file) {
+START_TEST(test_experts_file_dense_file) {
     /* A dense model has no expert tensors: every get says NOT_FOUND. */
     char path[1024];
     struct strata_error err = {0};
     struct gguf_file *f =
         gguf_open(test_shared_path(path, sizeof path, "models/stories260K.gguf"), &err);
     ck_assert_msg(f != NULL, "%s", err.message);
-    struct experts_source *src = experts_mmap_init(f, 5, &err);
+    struct experts_source *src = experts_file_init(f, 5, NULL, &err);
     ck_assert(src != NULL);
-    ck_assert_str_eq(src->ops->name, "mmap");
-    struct kern_mat w;
-    ck_assert_int_eq(experts_get(src, 0, 0, EXPERTS_GATE, &w, &err), STRATA_E_INVALID);
-    ck_assert_int_eq(experts_get(src, 9, 0, EXPERTS_GATE, &w, &err), STRATA_E_INVALID);
+    ck_assert_str_eq(src->ops->name, "file");
+    struct experts_ref r;
+    ck_assert_int_eq(experts_get(src, 0, 0, EXPERTS_GATE, 1, &r, &err), STRATA_E_INVALID);
+    ck_assert_int_eq(experts_get(src, 9, 0, EXPERTS_GATE, 1, &r, &err), STRATA_E_INVALID);
     experts_free(src);
     experts_free(NULL);
     gguf_close(f);
@@ -439,7 +439,7 @@ static Suite *ops_suite(void) {
     tcase_add_test(tc, test_f32_to_f16_row);
     tcase_add_test(tc, test_kv);
     tcase_add_test(tc, test_profile_roundtrip);
-    tcase_add_test(tc, test_experts_mmap_dense_file);
+    tcase_add_test(tc, test_experts_file_dense_file);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -9,6 +9,7 @@
 
 #include "engine/kv/kv.h"
 #include "engine/model/model.h"
+#include "tests/engine/model/model-helper.h"
 #include "engine/kv/prefix.h"
 #include "tests/harness.h"
 
@@ -426,12 +427,127 @@ static void prefill(struct model *m, struct kv_cache *kv, int seq, const int32_t
     ck_assert_msg(model_forward(m, kv, &b, logits, &err) == 0, "%s", err.message);
 }
 
+/* A store over its own memory that counts what kv asks of it; fail_alloc
+ * makes every allocation after the first n fail. */
+struct count_store {
+    uint16_t *blocks[64];
+    int n_alloc, n_copy, fail_after;
+    size_t copied;
+    int *freed; /* set to 1 by free */
+};
+
+static int cs_alloc(void *ctx, int block, size_t bytes) {
+    struct count_store *c = ctx;
+    if (block >= 64 || (c->fail_after >= 0 && c->n_alloc >= c->fail_after))
+        return STRATA_E_NOMEM;
+    c->blocks[block] = malloc(bytes);
+    c->n_alloc++;
+    return c->blocks[block] ? 0 : STRATA_E_NOMEM;
+}
+static uint16_t *cs_host(void *ctx, int block) {
+    return ((struct count_store *)ctx)->blocks[block];
+}
+static void cs_copy(void *ctx, int dst, int src, size_t off, size_t n) {
+    struct count_store *c = ctx;
+    memcpy((uint8_t *)c->blocks[dst] + off, (const uint8_t *)c->blocks[src] + off, n);
+    c->n_copy++;
+    c->copied += n;
+}
+static void cs_free(void *ctx) {
+    struct count_store *c = ctx;
+    for (int i = 0; i < 64; i++)
+        free(c->blocks[i]);
+    *c->freed = 1;
+    free(c);
+}
+static const struct kv_store_ops cs_ops = {"count", cs_alloc, cs_host, cs_copy, cs_free};
+
+static struct kv_store *count_store(int fail_after, int *freed, struct count_store **out) {
+    struct count_store *c = calloc(1, sizeof *c);
+    struct kv_store *st = calloc(1, sizeof *st);
+    ck_assert(c && st);
+    c->fail_after = fail_after;
+    c->freed = freed;
+    *st = (struct kv_store){&cs_ops, c};
+    *out = c;
+    return st;
+}
+
+START_TEST(test_store_interface) {
+    struct strata_error err = {0};
+    /* 2 layers, 2 heads of 2 dims, blocks of 4 positions */
+    struct kv_params kp = {.n_layer = 2,
+                           .n_seq_max = 2,
+                           .n_ctx = 16,
+                           .n_embd_k = 4,
+                           .n_embd_v = 4,
+                           .n_block = 4,
+                           .n_blocks = 8,
+                           .n_head_kv = 2};
+    int freed = 0;
+    struct count_store *c;
+    struct kv_cache *kv = kv_init_store(&kp, count_store(-1, &freed, &c), &err);
+    ck_assert_msg(kv != NULL, "%s", err.message);
+    ck_assert_str_eq(kv_get_store(kv)->ops->name, "count");
+    for (int p = 0; p < 6; p++) { /* seq 0: 6 positions, 2 blocks */
+        ck_assert_int_eq(kv_seq_reserve_pos(kv, 0, p, &err), 0);
+        for (int l = 0; l < 2; l++)
+            for (int h = 0; h < 2; h++) {
+                kv_k_head(kv, l, 0, p, h, 2)[1] = (uint16_t)(100 * l + 10 * h + p);
+                kv_v_head(kv, l, 0, p, h, 2)[0] = (uint16_t)(1000 + p);
+            }
+        kv_seq_set_len(kv, 0, p + 1);
+    }
+    ck_assert_int_eq(c->n_alloc, 2); /* a block's memory on its first use */
+    ck_assert_uint_eq(kv_bytes_allocated(kv), 2 * kv_block_bytes(&kp));
+    /* seq 1 shares the 6 positions; writing pos 6 copies the shared block's
+     * first 2 rows of every (layer, head) part, K and V: 8 copies */
+    ck_assert_int_eq(kv_seq_copy(kv, 1, 0, 6, &err), 0);
+    ck_assert_int_eq(kv_seq_reserve_pos(kv, 1, 6, &err), 0);
+    ck_assert_int_eq(c->n_alloc, 3);
+    ck_assert_int_eq(c->n_copy, 2 * 2 * 2);
+    ck_assert_uint_eq(c->copied, (size_t)8 * 2 * 2 * sizeof(uint16_t));
+    for (int p = 4; p < 6; p++)
+        for (int l = 0; l < 2; l++)
+            for (int h = 0; h < 2; h++) {
+                ck_assert(kv_k_head(kv, l, 1, p, h, 2) != kv_k_head(kv, l, 0, p, h, 2));
+                ck_assert_int_eq(kv_k_head(kv, l, 1, p, h, 2)[1], 100 * l + 10 * h + p);
+                ck_assert_int_eq(kv_v_head(kv, l, 1, p, h, 2)[0], 1000 + p);
+            }
+    kv_free(kv);
+    ck_assert_int_eq(freed, 1);
+    /* a store that runs out: the reserve fails, nothing half-done */
+    freed = 0;
+    kv = kv_init_store(&kp, count_store(1, &freed, &c), &err);
+    ck_assert_int_eq(kv_seq_reserve_pos(kv, 0, 0, &err), 0);
+    ck_assert_int_eq(kv_seq_reserve_pos(kv, 1, 0, &err), STRATA_E_LIMIT);
+    ck_assert_int_eq(kv_seq_n_blocks(kv, 1), 0);
+    ck_assert_int_eq(kv_blocks_free(kv), 7);
+    kv_free(kv);
+    ck_assert_int_eq(freed, 1);
+    /* refused stores and shapes are freed all the same */
+    static const struct kv_store_ops no_alloc = {"none", NULL, cs_host, cs_copy, cs_free};
+    freed = 0;
+    struct kv_store *st = count_store(-1, &freed, &c);
+    st->ops = &no_alloc;
+    ck_assert(kv_init_store(&kp, st, &err) == NULL);
+    ck_assert_int_eq(err.code, STRATA_E_INVALID);
+    ck_assert_int_eq(freed, 1);
+    freed = 0;
+    kp.n_block = 3; /* not a power of two */
+    ck_assert(kv_init_store(&kp, count_store(-1, &freed, &c), &err) == NULL);
+    ck_assert_int_eq(freed, 1);
+    ck_assert(kv_init_store(&kp, NULL, &err) == NULL);
+    kv_store_free(NULL);
+}
+END_TEST
+
 START_TEST(test_model_prefix_reuse_bit_identical) {
     char path[1024];
     struct model_params mp = model_params_default();
     struct strata_error err = {0};
     struct model *m =
-        model_load(test_shared_path(path, sizeof(path), "models/stories260K.gguf"), &mp, &err);
+        test_model_load(test_shared_path(path, sizeof(path), "models/stories260K.gguf"), &mp, &err);
     ck_assert_msg(m != NULL, "%s", err.message);
     const struct model_hparams *hp = model_hparams(m);
     struct kv_params kp = {.n_layer = hp->n_layer,
@@ -473,7 +589,7 @@ START_TEST(test_model_prefix_reuse_bit_identical) {
     free(warm);
     prefix_free(pc);
     kv_free(kv);
-    model_free(m);
+    test_model_free(m);
 }
 END_TEST
 
@@ -485,6 +601,7 @@ static Suite *kv_suite(void) {
     tcase_add_test(tc, test_share_and_copy_on_write);
     tcase_add_test(tc, test_head_parts);
     tcase_add_test(tc, test_bad_input);
+    tcase_add_test(tc, test_store_interface);
     tcase_add_test(tc, test_prefix_trie);
     tcase_add_test(tc, test_prefix_partitions);
     tcase_add_test(tc, test_prefix_random_invariants);

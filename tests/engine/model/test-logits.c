@@ -46,8 +46,8 @@
 
 #include "engine/cpu/kernels.h"
 #include "engine/kv/kv.h"
-#include "engine/model/model-impl.h"
 #include "engine/model/model.h"
+#include "tests/engine/model/model-helper.h"
 #include "tools/synth/synth.h"
 #include "tests/harness.h"
 
@@ -114,13 +114,12 @@ static void synth(const struct mcase *c, const char *path) {
     ck_assert_msg(synth_write(&p, path, NULL, &err) == 0, "synth %s: %s", c->recipe, err.message);
 }
 
-/* ---- per-matmul check: a backend wrapper ------------------------------------
- * Runs every matmul through the real backend, then recomputes each job from
- * the same activation bytes with the scalar reference (and with AVX2 when
- * the CPU has more) on this thread and records the largest relative error.
- * Only this test's thread touches these (Check forks per test). */
-static const struct backend_ops *chk_orig;
-static struct backend_ops chk_ops;
+/* ---- per-matmul check: the CPU backend's matmul hook ------------------------
+ * After every matmul job of the real forward pass (backend_cpu_params.on_matmul,
+ * dense and expert matrices alike), recomputes the job from the same
+ * activation bytes with the scalar reference (and with AVX2 when the CPU has
+ * more) on this thread and records the largest relative error. Only this
+ * test's thread touches these (Check forks per test). */
 static double chk_err_ref, chk_err_avx2;
 static int chk_jobs;
 
@@ -134,26 +133,23 @@ static double rel_err(const float *a, const float *b, int64_t n_tok, int64_t n_r
     return bmax > 0 ? emax / bmax : emax;
 }
 
-static void chk_matmul(void *ctx, const struct backend_matmul *jobs, int n_jobs) {
-    chk_orig->matmul(ctx, jobs, n_jobs);
+static void chk_matmul(void *arg, const struct kern_mat *w, const void *xq, size_t xq_stride,
+                       int64_t n_tok, const float *yk, int64_t ldy) {
     const enum kernels_isa isa = kernels_isa_active();
-    for (int i = 0; i < n_jobs; i++) {
-        const struct backend_matmul *j = &jobs[i];
-        const size_t n = (size_t)j->n_tok * (size_t)j->ldy;
-        float *y = malloc(n * sizeof(float));
-        ck_assert_ptr_nonnull(y);
-        memcpy(y, j->y, n * sizeof(float));
-        kernels_matmul_ref(j->w, j->xq, j->xq_stride, j->n_tok, y, j->ldy, 0, j->w->n_rows);
-        chk_err_ref = fmax(chk_err_ref, rel_err(j->y, y, j->n_tok, j->w->n_rows, j->ldy));
-        if (isa > KERNELS_ISA_AVX2) {
-            kernels_isa_force(KERNELS_ISA_AVX2);
-            kernels_matmul(j->w, j->xq, j->xq_stride, j->n_tok, y, j->ldy, 0, j->w->n_rows);
-            kernels_isa_force(isa);
-            chk_err_avx2 = fmax(chk_err_avx2, rel_err(j->y, y, j->n_tok, j->w->n_rows, j->ldy));
-        }
-        chk_jobs++;
-        free(y);
+    const size_t n = (size_t)n_tok * (size_t)ldy;
+    float *y = malloc(n * sizeof(float));
+    ck_assert_ptr_nonnull(y);
+    memcpy(y, yk, n * sizeof(float));
+    kernels_matmul_ref(w, xq, xq_stride, n_tok, y, ldy, 0, w->n_rows);
+    chk_err_ref = fmax(chk_err_ref, rel_err(yk, y, n_tok, w->n_rows, ldy));
+    if (isa > KERNELS_ISA_AVX2) {
+        kernels_isa_force(KERNELS_ISA_AVX2);
+        kernels_matmul(w, xq, xq_stride, n_tok, y, ldy, 0, w->n_rows);
+        kernels_isa_force(isa);
+        chk_err_avx2 = fmax(chk_err_avx2, rel_err(yk, y, n_tok, w->n_rows, ldy));
     }
+    chk_jobs++;
+    free(y);
 }
 
 /* Logits (n_vocab) after N_PROMPT tokens in one batch plus one decode step;
@@ -165,16 +161,14 @@ static float *logits_run(const char *path, enum kernels_isa isa, bool check_kern
     kernels_init();
     kernels_isa_force(isa);
     struct model_params mp = model_params_default();
-    struct model *m = model_load(path, &mp, &err);
-    ck_assert_msg(m != NULL, "%s: %s", path, err.message);
+    struct backend_cpu_params cp = backend_cpu_params_default();
     if (check_kernels) {
-        chk_orig = m->be->ops;
-        chk_ops = *chk_orig;
-        chk_ops.matmul = chk_matmul;
-        m->be->ops = &chk_ops;
+        cp.on_matmul = chk_matmul;
         chk_err_ref = chk_err_avx2 = 0;
         chk_jobs = 0;
     }
+    struct model *m = test_model_load_cpu(path, &mp, &cp, &err);
+    ck_assert_msg(m != NULL, "%s: %s", path, err.message);
     struct kv_cache *kv = model_kv_init(m, 1, 64, &err);
     ck_assert_msg(kv != NULL, "%s", err.message);
     int nv = model_n_vocab(m);
@@ -188,9 +182,7 @@ static float *logits_run(const char *path, enum kernels_isa isa, bool check_kern
     b = (struct model_batch){&d, 1};
     ck_assert_msg(model_forward(m, kv, &b, logits, &err) == 0, "%s", err.message);
     kv_free(kv);
-    if (check_kernels)
-        m->be->ops = chk_orig;
-    model_free(m);
+    test_model_free(m);
     kernels_isa_force(kernels_isa_detected());
     *n_vocab = nv;
     return logits;

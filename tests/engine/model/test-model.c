@@ -9,6 +9,7 @@
 
 #include "engine/kv/kv.h"
 #include "engine/model/model.h"
+#include "tests/engine/model/model-helper.h"
 #include "engine/host/pool.h"
 #include "tests/harness.h"
 
@@ -55,7 +56,7 @@ static struct model *load(const char *rel, struct pool *pool) {
     mp.pool = pool;
     mp.n_ctx_max = 256;
     mp.n_batch_max = 64;
-    struct model *m = model_load(test_shared_path(path, sizeof path, rel), &mp, &err);
+    struct model *m = test_model_load(test_shared_path(path, sizeof path, rel), &mp, &err);
     ck_assert_msg(m != NULL, "model_load %s: %s", path, err.message);
     return m;
 }
@@ -90,7 +91,7 @@ static void check_greedy(const char *model_rel, const char *golden_rel) {
     ck_assert_int_eq(kv_seq_len(kv, 0), N_GOLDEN);
     free(logits);
     kv_free(kv);
-    model_free(m);
+    test_model_free(m);
     pool_free(pool);
 }
 
@@ -118,7 +119,7 @@ START_TEST(test_hparams_stories) {
     ck_assert(!model_is_moe(m));
     ck_assert(model_gguf(m) != NULL);
     ck_assert_int_eq(model_n_ctx_max(m), 256);
-    model_free(m);
+    test_model_free(m);
 }
 END_TEST
 
@@ -171,7 +172,7 @@ START_TEST(test_batch_of_sequences_matches_alone) {
     free(got);
     free(alone);
     kv_free(kv);
-    model_free(m);
+    test_model_free(m);
     pool_free(pool);
 }
 END_TEST
@@ -223,7 +224,7 @@ START_TEST(test_chunked_prefill_matches_token_by_token) {
         free(got);
         free(alone);
         kv_free(kv);
-        model_free(m);
+        test_model_free(m);
     }
     pool_free(pool);
 }
@@ -252,8 +253,8 @@ START_TEST(test_threads_bit_identical) {
     ck_assert(memcmp(l[0], l[1], (size_t)n * V * sizeof(float)) == 0);
     free(l[0]);
     free(l[1]);
-    model_free(m1);
-    model_free(m2);
+    test_model_free(m1);
+    test_model_free(m2);
     pool_free(p1);
     pool_free(p2);
 }
@@ -302,7 +303,7 @@ START_TEST(test_bad_batches) {
     kv_free(kv2);
     free(logits);
     kv_free(kv);
-    model_free(m);
+    test_model_free(m);
 }
 END_TEST
 
@@ -330,16 +331,16 @@ START_TEST(test_refuses_bad_files) {
     ck_assert_int_ge(fd, 0);
     close(fd);
     write_arch_only(path, "gpt2");
-    ck_assert(model_load(path, NULL, &err) == NULL);
+    ck_assert(test_model_load(path, NULL, &err) == NULL);
     ck_assert_int_eq(err.code, STRATA_E_UNSUPPORTED);
     ck_assert_msg(strstr(err.message, "gpt2") != NULL, "%s", err.message);
     write_arch_only(path, "llama"); /* no tensors, no hparams */
-    ck_assert(model_load(path, NULL, &err) == NULL);
+    ck_assert(test_model_load(path, NULL, &err) == NULL);
     ck_assert_int_eq(err.code, STRATA_E_FORMAT);
     unlink(path);
-    ck_assert(model_load("/nonexistent/model.gguf", NULL, &err) == NULL);
+    ck_assert(test_model_load("/nonexistent/model.gguf", NULL, &err) == NULL);
     ck_assert_int_ne(err.code, 0);
-    model_free(NULL);
+    test_model_free(NULL);
 }
 END_TEST
 
