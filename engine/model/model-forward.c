@@ -135,7 +135,8 @@ static int take_resident(const struct model *m, struct model_fwd *f, struct stra
     const int NE = hp->n_expert;
     bool ok = true;
     f->resident = halloc((size_t)hp->n_layer, sizeof *f->resident, &ok);
-    if (ok && m->params.profile)
+    /* always: a profile may be attached after load (model_set_profile) */
+    if (ok)
         f->h_sel_all = halloc((size_t)hp->n_layer * (size_t)f->B * (size_t)hp->n_expert_used,
                               sizeof *f->h_sel_all, &ok);
     if (!ok)
@@ -438,7 +439,7 @@ static int ffn_moe(struct model *m, int il, int n, struct strata_error *err) {
     be->moe_route(bc, &route);
     struct backend_expert *tab = f->resident[il];
     if (tab) { /* resident: no read-back inside the step; the profile's comes after it */
-        if (m->params.profile)
+        if (m->params.profile && f->h_sel_all)
             be->tensor_read(bc, f->sel, 0, f->h_sel_all + (size_t)il * f->B * K, n);
     } else {
         if ((rc = pick_experts(m, il, n, err)) || (f->ctable_n > 0 && (rc = moe_cold(m, n, err))))
