@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "engine/core/clock.h"
 #include "engine/host/sysinfo.h"
 #include "server/auth.h"
 #include "server/notify.h"
@@ -75,6 +76,58 @@ static void print_limits(const struct sysinfo_limits *lim, FILE *out) {
         fprintf(out, "unknown\n");
 }
 
+/* The load's progress on stderr and to systemd (STATUS=): at info a line
+ * every LOAD_LOG_EVERY_S seconds while a phase runs and one when a phase
+ * that took longer ends; at debug also every phase's start and end. */
+#define LOAD_LOG_EVERY_S 2.0
+struct load_log {
+    const char *prog;
+    struct notify *nt;
+    int level;
+    const char *phase; /* the phase of the last call (static strings) */
+    double t_phase, t_last;
+    bool printed; /* a progress line of this phase went out */
+};
+
+/* "812.4 MB" below a GB, "4.21 GB" above. */
+static const char *bytes_text(uint64_t n, char *buf, size_t cap) {
+    if (n < 1000000000ull)
+        snprintf(buf, cap, "%.1f MB", (double)n / 1e6);
+    else
+        snprintf(buf, cap, "%.2f GB", (double)n / 1e9);
+    return buf;
+}
+
+static void load_log_fn(void *arg, const char *phase, uint64_t done, uint64_t total) {
+    struct load_log *l = arg;
+    const double now = strata_now();
+    char a[32], b[32];
+    if (!l->phase || strcmp(l->phase, phase) || done == 0) {
+        l->phase = phase;
+        l->t_phase = l->t_last = now;
+        l->printed = false;
+        if (l->level >= 3)
+            fprintf(stderr, "%s: loading: %s, %s\n", l->prog, phase,
+                    bytes_text(total, a, sizeof a));
+        return;
+    }
+    const bool end = done >= total;
+    const double pct = total ? 100.0 * (double)done / (double)total : 100.0;
+    if (end && (l->printed || l->level >= 3 || now - l->t_phase >= LOAD_LOG_EVERY_S)) {
+        if (l->level >= 2)
+            fprintf(stderr, "%s: loading: %s done, %s in %.1f s\n", l->prog, phase,
+                    bytes_text(total, a, sizeof a), now - l->t_phase);
+    } else if (!end && now - l->t_last >= LOAD_LOG_EVERY_S) {
+        const double rate = (double)done / 1e9 / (now - l->t_phase);
+        if (l->level >= 2)
+            fprintf(stderr, "%s: loading: %s %s of %s (%.0f%%), %.2f GB/s\n", l->prog, phase,
+                    bytes_text(done, a, sizeof a), bytes_text(total, b, sizeof b), pct, rate);
+        notify_sendf(l->nt, NULL, "STATUS=loading: %s %.0f%%", phase, pct);
+        l->t_last = now;
+        l->printed = true;
+    }
+}
+
 int daemon_main(int argc, char **argv, const struct daemon_hooks *hooks) {
     const char *prog = hooks && hooks->prog ? hooks->prog : "strata serve";
     bool print_config = false;
@@ -108,6 +161,8 @@ int daemon_main(int argc, char **argv, const struct daemon_hooks *hooks) {
         return 2;
     }
     if (print_config) {
+        if (hooks && hooks->plan)
+            hooks->plan(cfg, stdout);
         config_print(cfg, stdout);
         print_limits(&lim, stdout);
         config_free(cfg);
@@ -180,7 +235,10 @@ int daemon_main(int argc, char **argv, const struct daemon_hooks *hooks) {
         /* the open hook loads the weights and runs one warm-up forward step */
         notify_sendf(nt, NULL, "STATUS=loading model %s, then warming up",
                      config_str(cfg, CONFIG_MODEL));
-        if (hooks->open(cfg, &be, &err)) {
+        struct load_log ll = {
+            .prog = prog, .nt = nt, .level = (int)config_int(cfg, CONFIG_LOG_LEVEL)};
+        const struct strata_progress progress = {load_log_fn, &ll};
+        if (hooks->open(cfg, &progress, &be, &err)) {
             fprintf(stderr, "%s: %s\n", prog, err.message);
             rc = err.code == STRATA_E_CONFIG ? 2 : 1;
             goto out;

@@ -18,16 +18,27 @@
 #ifndef STRATA_SERVER_DAEMON_H
 #define STRATA_SERVER_DAEMON_H
 
+#include <stdio.h>
+
 #include "config/config.h"
+#include "engine/core/progress.h"
 #include "server/gen.h"
 
 struct daemon_hooks {
     const char *prog; /* "strata serve": for messages and --help */
     /* Builds the generation layer from the effective config (model load,
-     * warm-up). Optional: NULL serves HTTP only (completions answer 503). */
-    int (*open)(const struct config *cfg, struct gen_backend *out, struct strata_error *err);
+     * warm-up), reporting the load's phases to progress (the daemon logs
+     * them and tells systemd). Optional: NULL serves HTTP only (completions
+     * answer 503). */
+    int (*open)(const struct config *cfg, const struct strata_progress *progress,
+                struct gen_backend *out, struct strata_error *err);
     /* Stops it: every live job gets GEN_EV_DONE before this returns. */
     void (*close)(struct gen_backend *be);
+    /* --print-config: resolves the automatic values the generation layer
+     * decides (context, batch, KV pool) into cfg with their rules
+     * (config_derive_rule), from the model's header; prints a "# " line
+     * instead when it cannot. Optional. */
+    void (*plan)(struct config *cfg, FILE *out);
 };
 
 /* argv[0] is the subcommand name. Handles --help and --print-config.

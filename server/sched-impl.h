@@ -143,6 +143,7 @@ struct sched {
     char profile_error[512];   /* the last save's failure, "" after a success */
 
     struct sched_stats_rec stats;
+    struct sched_plan plan; /* the sizing applied at init */
 };
 
 /* sched-prep.c: the prep lanes */

@@ -568,6 +568,96 @@ static void stats_model_facts(struct gen_stats *st, const struct model *m, const
     st->kv_block_bytes = kv_block_bytes(kp);
 }
 
+int sched_plan(const struct sched_params *p, const struct model_hparams *hp, int n_batch_max,
+               struct sched_plan *out, struct strata_error *err) {
+    struct sched_plan pl = {0};
+    /* context: as model_load resolves model_params.n_ctx_max */
+    if (p->n_ctx > 0) {
+        pl.n_ctx = p->n_ctx;
+    } else {
+        pl.n_ctx = hp->n_ctx_train < (1 << 20) ? hp->n_ctx_train : (1 << 20);
+        snprintf(pl.ctx_rule, sizeof pl.ctx_rule, "the model's trained context%s",
+                 hp->n_ctx_train > pl.n_ctx ? ", capped at 1048576" : "");
+    }
+    /* the step */
+    pl.n_batch = p->n_batch > 0 ? p->n_batch : 512;
+    if (pl.n_batch > n_batch_max) {
+        snprintf(pl.batch_rule, sizeof pl.batch_rule,
+                 "%d asked, capped at %d entries a forward pass", pl.n_batch, n_batch_max);
+        pl.n_batch = n_batch_max;
+    } else if (p->n_batch <= 0) {
+        snprintf(pl.batch_rule, sizeof pl.batch_rule, "default 512 tokens a step");
+    }
+    pl.parallel = p->parallel > 0 ? p->parallel : 1;
+    if (pl.n_batch < pl.parallel + 1) {
+        const int lowered = pl.n_batch - 1 > 0 ? pl.n_batch - 1 : 1;
+        snprintf(pl.parallel_rule, sizeof pl.parallel_rule,
+                 "%d asked, lowered to batch - 1 so a step holds every stream", pl.parallel);
+        pl.parallel = lowered;
+    }
+    /* the paged pool: --kv-mem bytes, or parallel full contexts */
+    struct kv_params kp = {.n_layer = hp->n_layer,
+                           .n_seq_max = pl.parallel,
+                           .n_ctx = pl.n_ctx,
+                           .n_embd_k = hp->n_head_kv * hp->head_dim_k,
+                           .n_embd_v = hp->n_head_kv * hp->head_dim_v,
+                           .n_block = p->kv_block > 0 ? p->kv_block : 16,
+                           .n_head_kv = hp->n_head_kv};
+    pl.n_block = kp.n_block;
+    pl.block_bytes = kv_block_bytes(&kp);
+    const int64_t per_seq = (pl.n_ctx + pl.n_block - 1) / pl.n_block;
+    const int64_t full = per_seq * pl.parallel;
+    if (p->kv_mem > 0) {
+        pl.n_blocks = p->kv_mem / (int64_t)pl.block_bytes;
+        if (pl.n_blocks < 1)
+            return strata_error_set(err, STRATA_E_CONFIG,
+                                    "kv-mem %lld bytes is less than one KV block (%llu bytes)",
+                                    (long long)p->kv_mem, (unsigned long long)pl.block_bytes);
+        snprintf(pl.kv_rule, sizeof pl.kv_rule, "%lld blocks of %llu bytes within %lld asked",
+                 (long long)pl.n_blocks, (unsigned long long)pl.block_bytes, (long long)p->kv_mem);
+    } else if (p->kv_mem_max > 0 && (uint64_t)full * pl.block_bytes > (uint64_t)p->kv_mem_max) {
+        /* the default pool fills up over time with cached prefixes: keep it
+         * within the memory budget's share */
+        pl.n_blocks = p->kv_mem_max / (int64_t)pl.block_bytes;
+        if (pl.n_blocks < 1)
+            pl.n_blocks = 1;
+        snprintf(pl.kv_rule, sizeof pl.kv_rule,
+                 "%d full contexts would take %llu MiB: capped at half the memory budget, "
+                 "%lld blocks of %llu bytes",
+                 pl.parallel, (unsigned long long)((uint64_t)full * pl.block_bytes >> 20),
+                 (long long)pl.n_blocks, (unsigned long long)pl.block_bytes);
+    } else {
+        pl.n_blocks = full;
+        snprintf(pl.kv_rule, sizeof pl.kv_rule,
+                 "parallel %d x context %d positions: %lld blocks of %llu bytes", pl.parallel,
+                 pl.n_ctx, (long long)pl.n_blocks, (unsigned long long)pl.block_bytes);
+    }
+    if (pl.n_blocks > (1 << 30))
+        pl.n_blocks = 1 << 30;
+    pl.kv_bytes = (uint64_t)pl.n_blocks * pl.block_bytes;
+    /* one session may never need more than the whole pool: admission relies on it */
+    if (pl.n_blocks * pl.n_block < pl.n_ctx) {
+        size_t n = strlen(pl.ctx_rule);
+        snprintf(pl.ctx_rule + n, sizeof pl.ctx_rule - n, "%scut to the KV pool's %lld positions",
+                 n ? ", " : "", (long long)(pl.n_blocks * pl.n_block));
+        pl.n_ctx = (int)(pl.n_blocks * pl.n_block);
+    }
+    *out = pl;
+    return 0;
+}
+
+const struct sched_plan *sched_get_plan(const struct sched *s) {
+    return &s->plan;
+}
+
+void sched_template(const struct sched *s, const char **origin, const char **note) {
+    const enum session_template_origin o = session_base_template_origin(s->sb);
+    if (origin)
+        *origin = o == SESSION_TEMPLATE_GGUF ? "gguf" : "chatml";
+    if (note)
+        *note = session_base_template_note(s->sb);
+}
+
 struct sched *sched_init(const struct sched_params *params, struct strata_error *err) {
     if (!params || !params->model_path || params->parallel < 1 || params->queue < 0) {
         strata_error_set(err, STRATA_E_INVALID, "sched: model path and parallel >= 1 required");
@@ -618,50 +708,28 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     mp.prefault = params->prefault;
     mp.repack = params->repack;
     mp.mem_budget = params->mem_budget;
+    mp.progress = params->progress;
     if (!(s->model = model_load(params->model_path, &mp, err)))
         goto fail;
     s->n_vocab = model_n_vocab(s->model);
-    s->n_ctx = model_n_ctx_max(s->model);
-    s->n_batch = params->n_batch > 0 ? params->n_batch : 512;
-    if (s->n_batch > model_n_batch_max(s->model))
-        s->n_batch = model_n_batch_max(s->model);
-    if (s->n_batch < s->p.parallel + 1)
-        s->p.parallel = s->n_batch - 1 > 0 ? s->n_batch - 1 : 1;
-    /* the paged pool: --kv-mem bytes, or parallel full contexts */
     const struct model_hparams *hp = model_hparams(s->model);
+    if (sched_plan(params, hp, model_n_batch_max(s->model), &s->plan, err) < 0)
+        goto fail;
+    s->n_batch = s->plan.n_batch;
+    s->p.parallel = s->plan.parallel;
     struct kv_params kp = {.n_layer = hp->n_layer,
-                           .n_seq_max = s->p.parallel,
-                           .n_ctx = s->n_ctx,
+                           .n_seq_max = s->plan.parallel,
+                           .n_ctx = model_n_ctx_max(s->model),
                            .n_embd_k = hp->n_head_kv * hp->head_dim_k,
                            .n_embd_v = hp->n_head_kv * hp->head_dim_v,
-                           .n_block = params->kv_block,
-                           .n_head_kv = hp->n_head_kv};
-    int64_t kv_mem = params->kv_mem;
-    if (kv_mem == 0 && params->kv_mem_max > 0) {
-        /* the default pool (parallel full contexts) fills up over time with
-         * cached prefixes: keep it within the memory budget's share */
-        int64_t full =
-            (int64_t)kv_block_bytes(&kp) * s->p.parallel *
-            ((s->n_ctx + (kp.n_block ? kp.n_block : 16) - 1) / (kp.n_block ? kp.n_block : 16));
-        if (full > params->kv_mem_max)
-            kv_mem = params->kv_mem_max;
-    }
-    if (kv_mem > 0) {
-        int64_t nb = kv_mem / (int64_t)kv_block_bytes(&kp);
-        if (nb < 1) {
-            strata_error_set(err, STRATA_E_CONFIG, "kv-mem %lld bytes is less than one KV block",
-                             (long long)kv_mem);
-            goto fail;
-        }
-        kp.n_blocks = nb > (1 << 30) ? (1 << 30) : (int)nb;
-    }
+                           .n_block = s->plan.n_block,
+                           .n_head_kv = hp->n_head_kv,
+                           .n_blocks = (int)s->plan.n_blocks};
     if (!(s->kv = model_kv_init_params(s->model, &kp, err)))
         goto fail;
     kp = *kv_get_params(s->kv);
     s->n_block = kp.n_block;
-    /* one session may never need more than the whole pool: admission relies on it */
-    if ((int64_t)kp.n_blocks * kp.n_block < s->n_ctx)
-        s->n_ctx = kp.n_blocks * kp.n_block;
+    s->n_ctx = s->plan.n_ctx;
     if (params->prefix_cache && !(s->pc = prefix_init(s->kv, err)))
         goto fail;
     s->blk_tmp = malloc(((size_t)s->n_ctx / (size_t)kp.n_block + 1) * sizeof(*s->blk_tmp));

@@ -78,6 +78,7 @@
 #define STRATA_SERVER_SCHED_H
 
 #include "engine/core/error.h"
+#include "engine/core/progress.h"
 #include "server/gen.h"
 
 struct sched_params {
@@ -105,14 +106,42 @@ struct sched_params {
                                    NULL or "" = none */
     double profile_interval_s;  /* seconds between saves while counts change; default
                                    SCHED_PROFILE_INTERVAL_S */
+    const struct strata_progress *progress; /* borrowed: the load's (model_params.progress) */
 };
 #define SCHED_PROFILE_INTERVAL_S 60.0
 struct sched_params sched_params_default(void);
+
+/* How sched_init sizes a model's sessions: the one rule for the daemon's
+ * start and for --print-config, which has only the file's header
+ * (model_probe). Each *_rule says how an automatic or adjusted value came
+ * about ("" where the value is the one asked for). */
+struct sched_plan {
+    int n_ctx;            /* per-session context, tokens */
+    int n_batch;          /* tokens a step */
+    int parallel;         /* sessions decoding at once */
+    int n_block;          /* KV positions a block */
+    int64_t n_blocks;     /* blocks in the KV pool */
+    uint64_t block_bytes; /* bytes of one block (every layer, K and V) */
+    uint64_t kv_bytes;    /* n_blocks * block_bytes */
+    char ctx_rule[160], batch_rule[128], parallel_rule[96], kv_rule[224];
+};
+struct model_hparams;
+/* p: the options (n_ctx, n_batch, parallel, kv_block, kv_mem, kv_mem_max);
+ * hp: the model's; n_batch_max: most entries a forward pass takes. 0, or
+ * STRATA_E_CONFIG when --kv-mem is less than one block. Pure. */
+int sched_plan(const struct sched_params *p, const struct model_hparams *hp, int n_batch_max,
+               struct sched_plan *out, struct strata_error *err);
 
 struct sched;
 /* owned: free with sched_free() */
 struct sched *sched_init(const struct sched_params *params, struct strata_error *err);
 void sched_free(struct sched *s); /* NULL is a no-op */
+
+/* The sizing sched_init applied (borrowed, valid until sched_free). */
+const struct sched_plan *sched_get_plan(const struct sched *s);
+/* Where the chat template came from: "gguf" or "chatml" (the fallback), and
+ * why the fallback was taken ("" for the GGUF's). Borrowed. */
+void sched_template(const struct sched *s, const char **origin, const char **note);
 
 /* {submit, cancel, release, stats} for gen_backend.ops (static). */
 const struct gen_ops *sched_gen_ops(void);

@@ -69,6 +69,7 @@
 #include <stdint.h>
 
 #include "engine/core/error.h"
+#include "engine/core/progress.h"
 #include "engine/kv/kv.h"
 #include "engine/quant/quant.h"
 
@@ -130,6 +131,9 @@ struct backend_bind_params {
      * source pages may be dropped from the mapping (MADV_DONTNEED; the page
      * cache keeps them, RSS stops counting them). Never for heap memory. */
     bool drop_source;
+    /* Bytes copied or uploaded so far, phase "copying weights" (borrowed;
+     * NULL = nobody asks). */
+    const struct strata_progress *progress;
 };
 
 /* What weights_bind did, for logs and /status. */

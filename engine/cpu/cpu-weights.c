@@ -73,7 +73,14 @@ struct copy_item {
 
 /* Copies (packing if it->pack) it->src to it->dst in slices; with drop,
  * drops each slice's whole source pages from the mapping once copied. */
-static void copy_item(struct cpu_ctx *c, const struct copy_item *it, uintptr_t page, bool drop) {
+/* Bytes copied so far of the arena's total, for the bind's progress. */
+struct copy_progress {
+    const struct strata_progress *p;
+    uint64_t done, total;
+};
+
+static void copy_item(struct cpu_ctx *c, const struct copy_item *it, uintptr_t page, bool drop,
+                      struct copy_progress *pr) {
     const struct kern_mat *w = &it->src;
     struct pack_job j = {w, it->dst, 0};
     const int64_t unit = it->pack ? KERNELS_PACK_ROWS : 1;
@@ -99,6 +106,8 @@ static void copy_item(struct cpu_ctx *c, const struct copy_item *it, uintptr_t p
             (void)madvise((void *)dropped, end - dropped, MADV_DONTNEED);
             dropped = end;
         }
+        pr->done += (uint64_t)(g1 - g0) * unit_bytes;
+        strata_progress_report(pr->p, "copying weights", pr->done, pr->total);
     }
 }
 
@@ -115,7 +124,7 @@ static bool want_pack(const struct cpu_weight *w) {
  * weights; 0, or -1 when the arena cannot be mapped (nothing copied then:
  * the host bytes still work). */
 static int copy_all(struct cpu_ctx *c, struct cpu_weights *s, bool drop,
-                    struct backend_bind_info *info) {
+                    const struct strata_progress *progress, struct backend_bind_info *info) {
     struct copy_item *it = calloc((size_t)s->n, sizeof *it);
     int *item_of = malloc((size_t)s->n * sizeof *item_of); /* weight -> its copy, -1 none */
     int n = 0;
@@ -164,12 +173,16 @@ static int copy_all(struct cpu_ctx *c, struct cpu_weights *s, bool drop,
     s->raw = raw;
     s->raw_bytes = total + PACK_ALIGN;
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    struct copy_progress pr = {progress, 0, 0};
+    for (int k = 0; k < n; k++)
+        pr.total += (uint64_t)it[k].src.n_rows * it[k].src.row_bytes;
+    strata_progress_report(progress, "copying weights", 0, pr.total);
     size_t off = 0;
     for (int k = 0; k < n; k++) {
         const size_t bytes = (size_t)it[k].src.n_rows * it[k].src.row_bytes;
         it[k].dst = arena + off;
         off += (bytes + 63) & ~(size_t)63;
-        copy_item(c, &it[k], page, drop);
+        copy_item(c, &it[k], page, drop, &pr);
         info->copied_bytes += bytes;
         if (it[k].pack)
             info->packed_bytes += bytes;
@@ -233,7 +246,8 @@ struct backend_weights *cpu_weights_bind(void *ctx, const struct backend_weight_
         };
     }
     if (params && params->copy)
-        (void)copy_all(c, s, params->drop_source, info); /* no arena: the host bytes work */
+        (void)copy_all(c, s, params->drop_source, params->progress,
+                       info); /* no arena: the host bytes work */
     for (int i = 0; i < n; i++)
         out[i] = (struct backend_weight *)&s->w[i];
     return (struct backend_weights *)s;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "engine/core/buf.h"
+#include "engine/core/progress.h"
 #include "engine/gguf/gguf.h"
 #include "engine/kv/kv.h"
 #include "engine/model/model-impl.h"
@@ -52,12 +53,26 @@ struct model_params model_params_default(void) {
  * here: olmoe-1b-7b Q4_K_M, 4.2 GB in the page cache, `strata run ... -t 2
  * --json` load_ms: 318 ms on one thread, 193-198 ms on the pool of 2). */
 #define PREFAULT_CHUNK ((uintptr_t)32 << 20)
+/* chunks a round (512 MB) between progress reports */
+#define PREFAULT_ROUND 16
 
 struct prefault_job {
     uintptr_t lo, hi; /* page-aligned start, end of the span */
     uintptr_t first;  /* first byte of tensor data (>= lo) */
     long page;
 };
+
+static void prefault_rows(void *ctx, int64_t r0, int64_t r1, int worker);
+
+/* One round of the prefault: rows [base + r0, base + r1) of the job. */
+struct prefault_round {
+    const struct prefault_job *j;
+    int64_t base;
+};
+static void prefault_round_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
+    const struct prefault_round *r = ctx;
+    prefault_rows((void *)r->j, r->base + r0, r->base + r1, worker);
+}
 
 static void prefault_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
     const struct prefault_job *j = ctx;
@@ -103,14 +118,25 @@ static void prefault_weights(struct model *m) {
         return; /* more than 3/4 of RAM: most pages would be evicted again */
     struct prefault_job j = {
         .lo = lo & ~(uintptr_t)(page - 1), .hi = hi, .first = lo, .page = page};
-    struct pool_task t = {.fn = prefault_rows,
-                          .ctx = &j,
-                          .n_rows = (int64_t)((j.hi - j.lo + PREFAULT_CHUNK - 1) / PREFAULT_CHUNK),
-                          .min_grain = 1};
-    if (m->params.pool)
-        pool_run(m->params.pool, &t, 1);
-    else
-        prefault_rows(&j, 0, t.n_rows, 0);
+    const int64_t n_rows = (int64_t)((j.hi - j.lo + PREFAULT_CHUNK - 1) / PREFAULT_CHUNK);
+    /* in rounds of PREFAULT_ROUND chunks, so a load from a slow disk says
+     * how far it is between them */
+    const uint64_t total = (uint64_t)(j.hi - j.lo);
+    strata_progress_report(m->params.progress, "mapping weights", 0, total);
+    for (int64_t r0 = 0; r0 < n_rows; r0 += PREFAULT_ROUND) {
+        const int64_t r1 = r0 + PREFAULT_ROUND < n_rows ? r0 + PREFAULT_ROUND : n_rows;
+        if (m->params.pool) {
+            struct prefault_round round = {&j, r0};
+            struct pool_task t = {
+                .fn = prefault_round_rows, .ctx = &round, .n_rows = r1 - r0, .min_grain = 1};
+            pool_run(m->params.pool, &t, 1);
+        } else {
+            prefault_rows(&j, r0, r1, 0);
+        }
+        const uint64_t done = (uint64_t)r1 * PREFAULT_CHUNK;
+        strata_progress_report(m->params.progress, "mapping weights", done < total ? done : total,
+                               total);
+    }
 }
 
 /* ---- metadata helpers ------------------------------------------------------- */
@@ -464,7 +490,8 @@ static int model_bind_weights(struct model *m, bool copy, struct strata_error *e
     struct backend_weight **h = calloc(b->n ? b->n : 1, sizeof *h);
     if (!h)
         return strata_error_set(err, STRATA_E_NOMEM, "model: out of memory");
-    const struct backend_bind_params bp = {.copy = copy, .drop_source = true};
+    const struct backend_bind_params bp = {
+        .copy = copy, .drop_source = true, .progress = m->params.progress};
     m->wset = be->weights_bind(m->be->ctx, b->desc, (int)b->n, &bp, h, &m->bound, err);
     if (!m->wset) {
         free(h);
@@ -503,6 +530,51 @@ static int model_bind_weights(struct model *m, bool copy, struct strata_error *e
 
 /* ---- load ------------------------------------------------------------------- */
 
+/* Opens the file into m->gguf and reads m->hp: the architecture's entry,
+ * or NULL with err. */
+static const struct arch_info *open_header(struct model *m, const char *path,
+                                           struct strata_error *err) {
+    m->gguf = gguf_open(path, err);
+    if (!m->gguf)
+        return NULL;
+    if (gguf_get_str_buf(m->gguf, "general.architecture", m->hp.arch, sizeof m->hp.arch, err)) {
+        strata_error_prefix(err, "model");
+        return NULL;
+    }
+    const struct arch_info *ai = NULL;
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+        if (!strcmp(archs[i].name, m->hp.arch))
+            ai = &archs[i];
+    if (!ai) {
+        strata_error_set(err, STRATA_E_UNSUPPORTED, "model: unsupported architecture '%s'",
+                         m->hp.arch);
+        return NULL;
+    }
+    return read_hparams(m, ai, err) ? NULL : ai;
+}
+
+int model_probe(const char *path, struct model_probe *out, struct strata_error *err) {
+    if (!path || !out)
+        return strata_error_set(err, STRATA_E_INVALID, "model_probe: bad arguments");
+    struct model m = {0};
+    const struct arch_info *ai = open_header(&m, path, err);
+    if (ai) {
+        *out = (struct model_probe){.hp = m.hp};
+        for (int64_t i = 0; i < gguf_n_tensors(m.gguf); i++) {
+            const struct gguf_tensor_info *t = gguf_tensor_at(m.gguf, i);
+            if (!t)
+                continue;
+            int64_t n = 1;
+            for (uint32_t d = 0; d < t->n_dims; d++)
+                n *= (int64_t)t->ne[d];
+            out->n_params += n;
+            out->n_bytes += t->n_bytes;
+        }
+    }
+    gguf_close(m.gguf);
+    return ai ? 0 : (err && err->code ? err->code : STRATA_E_FORMAT);
+}
+
 struct model *model_load(const char *path, const struct model_params *params,
                          struct strata_error *err) {
     struct model *m = calloc(1, sizeof *m);
@@ -523,23 +595,8 @@ struct model *model_load(const char *path, const struct model_params *params,
                          "model: model_params.backend is NULL (make one, e.g. backend_cpu_init)");
         goto fail;
     }
-    m->gguf = gguf_open(path, err);
-    if (!m->gguf)
-        goto fail;
-    if (gguf_get_str_buf(m->gguf, "general.architecture", m->hp.arch, sizeof m->hp.arch, err)) {
-        strata_error_prefix(err, "model");
-        goto fail;
-    }
-    const struct arch_info *ai = NULL;
-    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
-        if (!strcmp(archs[i].name, m->hp.arch))
-            ai = &archs[i];
-    if (!ai) {
-        strata_error_set(err, STRATA_E_UNSUPPORTED, "model: unsupported architecture '%s'",
-                         m->hp.arch);
-        goto fail;
-    }
-    if (read_hparams(m, ai, err))
+    const struct arch_info *ai = open_header(m, path, err);
+    if (!ai)
         goto fail;
     struct model_hparams *hp = &m->hp;
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);

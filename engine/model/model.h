@@ -68,6 +68,7 @@ struct profile;
 struct experts_source;
 struct backend;
 struct kv_params;
+struct strata_progress;
 
 enum model_rope_type {
     MODEL_ROPE_NORMAL = 0, /* rotate adjacent pairs (x[2i], x[2i+1]): llama */
@@ -160,10 +161,26 @@ struct model_params {
     struct experts_source *(*experts_front)(void *arg, struct experts_source *chain,
                                             struct strata_error *err);
     void *experts_front_arg; /* borrowed */
+    /* Optional: how far the load is, on the loading thread (borrowed): phase
+     * "mapping weights" (prefault, bytes of the file's tensor span) and the
+     * backend's "copying weights" (bytes copied). NULL = nobody asks. */
+    const struct strata_progress *progress;
 };
 struct model_params model_params_default(void);
 
 struct model;
+
+/* What a file holds, read from its header alone (no weight is mapped in or
+ * bound): what `strata serve --print-config` sizes the context and the KV
+ * pool from before anything loads. */
+struct model_probe {
+    struct model_hparams hp; /* as model_load reads them */
+    int64_t n_params;        /* elements of every tensor */
+    uint64_t n_bytes;        /* tensor data bytes */
+};
+/* 0, or the error model_load would give for the header (a bad file, an
+ * unsupported architecture, missing or out-of-range keys). */
+int model_probe(const char *path, struct model_probe *out, struct strata_error *err);
 
 /* Maps and validates the file, binds every tensor of the architecture (shape
  * and type checked). Unsupported architectures or tensor types give

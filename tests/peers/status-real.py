@@ -60,6 +60,56 @@ def stop(proc, name):
         err, rc = "", -9
     check(f"{name}: SIGTERM exit 0", rc == 0, rc)
     check(f"{name}: no sanitizer report", not SANITIZER_RE.search(err), err[-2000:])
+    return err
+
+
+def print_config(*args):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")}
+    r = subprocess.run([STRATA, "serve", MODEL, "--print-config", *args], env=env,
+                       capture_output=True, text=True, timeout=60)
+    check(f"--print-config {' '.join(args)}: exit 0", r.returncode == 0, r.stderr)
+    return {m.group(1): (m.group(2), m.group(3)) for m in
+            re.finditer(r"^([a-z-]+)\s+= (\S*)\s+\((.*)\)$", r.stdout, re.M)}, r.stdout
+
+
+def test_startup():
+    """What a start says (--log-level debug): the load's phases, then the
+    model, the sizing and the template; --print-config resolves the same
+    automatic values from the header alone, and /status agrees with both."""
+    cfg, out = print_config()
+    check("print-config: ctx-size from the model", cfg.get("ctx-size") == ("2048", "auto: the model's trained context"), cfg.get("ctx-size"))
+    check("print-config: batch 512 by default", cfg.get("batch") == ("512", "auto: default 512 tokens a step"), cfg.get("batch"))
+    check("print-config: kv-mem = parallel full contexts", cfg.get("kv-mem") ==
+          ("5242880", "auto: parallel 4 x context 2048 positions: 512 blocks of 10240 bytes"), cfg.get("kv-mem"))
+    check("print-config: the model's header line", re.search(
+        r"^# model .*stories260K.gguf: llama, 293K parameters, 0\.001 GB of tensors, trained context 2048$", out, re.M), out[-800:])
+    cfg, _ = print_config("--ctx-size", "100000", "--kv-mem", "100000", "--batch", "4096", "--parallel", "3")
+    check("print-config: context cut to the pool", cfg.get("ctx-size") == ("144", "cli: cut to the KV pool's 144 positions"), cfg.get("ctx-size"))
+    check("print-config: kv-mem in whole blocks", cfg.get("kv-mem") == ("92160", "cli: 9 blocks of 10240 bytes within 100000 asked"), cfg.get("kv-mem"))
+    check("print-config: batch capped", cfg.get("batch") == ("512", "cli: 4096 asked, capped at 512 entries a forward pass"), cfg.get("batch"))
+    _, out = print_config("--model", "/nonexistent/x.gguf")
+    check("print-config: an unreadable model is a note, not a failure",
+          re.search(r"^# model /nonexistent/x.gguf: .*shown as set\)$", out, re.M), out[-400:])
+    # the daemon with the same options sizes itself the same way
+    proc, port = start("--threads", "1", "--log-level", "debug", "--ctx-size", "100000", "--kv-mem", "100000",
+                       "--parallel", "3")
+    st = status(port)
+    check("/status n_ctx = print-config's ctx-size", st.get("n_ctx") == 144, st.get("n_ctx"))
+    check("/status KV blocks = print-config's", (st.get("kv_blocks") or {}).get("total") == 9, st.get("kv_blocks"))
+    err = stop(proc, "sized daemon")
+    check("start-up: the sizing line", "context 144 tokens (cut to the KV pool's 144 positions), 3 sessions, 512 tokens a step; "
+          "KV pool 0.1 MiB (9 blocks of 10240 bytes within 100000 asked), 16 positions a block" in err, err[-1500:])
+    proc, port = start("--threads", "1", "--log-level", "debug")
+    err = stop(proc, "debug daemon")
+    for phase in ("mapping weights", "copying weights"):
+        check(f"start-up: load phase {phase} begins and ends",
+              re.search(rf"loading: {phase}, [\d.]+ MB\n", err) and re.search(rf"loading: {phase} done, [\d.]+ MB in [\d.]+ s\n", err),
+              err[:1500])
+    check("start-up: the model line", re.search(
+        r"model .*stories260K.gguf loaded in [\d.]+ s: llama, 293K parameters \(f32 100%\), 5 layers, dense\n", err), err[:2000])
+    check("start-up: the template line", "chat template: ChatML fallback (no tokenizer.chat_template)" in err, err[:2000])
+    check("start-up: kernels and weights", re.search(r"kernels \S+ \(CPU: \S+\), weights \w+", err), err[:2000])
+    check("start-up: phases before the model line", err.find("copying weights done") < err.find("loaded in"), err[:2000])
 
 
 def request(port, method, path, body=None):
@@ -333,6 +383,10 @@ def main():
     else:
         print("note: one CPU allowed (or no taskset): pinned-daemon check skipped", flush=True)
 
+    try:
+        test_startup()
+    except Exception as e:  # noqa: BLE001
+        check("test_startup", False, repr(e))
     return results.report("status-real")
 
 

@@ -7,7 +7,9 @@
 #include "server/daemon.h"
 #include "tests/server/fake-gen.h"
 
-static int fake_open(const struct config *cfg, struct gen_backend *out, struct strata_error *err) {
+static int fake_open(const struct config *cfg, const struct strata_progress *progress,
+                     struct gen_backend *out, struct strata_error *err) {
+    (void)progress;
     /* STRATA_FAKE_LOAD_MS (tests only): pretend loading takes this long, so
      * the test sees /health answer 503 first. */
     const char *load_ms = getenv("STRATA_FAKE_LOAD_MS");
@@ -29,6 +31,6 @@ static void fake_close(struct gen_backend *be) {
 }
 
 int main(int argc, char **argv) {
-    static const struct daemon_hooks hooks = {"strata-fake-serve", fake_open, fake_close};
+    static const struct daemon_hooks hooks = {"strata-fake-serve", fake_open, fake_close, NULL};
     return daemon_main(argc, argv, &hooks);
 }

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/model/model.h"
 #include "server/sched.h"
 #include "tests/harness.h"
 
@@ -803,6 +804,67 @@ START_TEST(test_shutdown_with_live_jobs) {
 }
 END_TEST
 
+/* sched_plan: the one sizing rule of the daemon and --print-config. A
+ * llama-like shape: 5 layers, 4 KV heads of 8 dims, F16 KV: a block of 16
+ * positions is 5 * 16 * (32 + 32) * 2 = 10240 bytes. */
+START_TEST(test_plan_rules) {
+    struct model_hparams hp = {.n_ctx_train = 2048,
+                               .n_layer = 5,
+                               .n_head = 8,
+                               .n_head_kv = 4,
+                               .head_dim_k = 8,
+                               .head_dim_v = 8};
+    struct sched_params p = sched_params_default();
+    p.parallel = 4;
+    p.kv_block = 16;
+    struct sched_plan pl;
+    struct strata_error err = {0};
+    ck_assert_int_eq(sched_plan(&p, &hp, 512, &pl, &err), 0);
+    ck_assert_int_eq(pl.n_ctx, 2048);
+    ck_assert_str_eq(pl.ctx_rule, "the model's trained context");
+    ck_assert_int_eq(pl.n_batch, 512);
+    ck_assert_str_eq(pl.batch_rule, "default 512 tokens a step");
+    ck_assert_uint_eq(pl.block_bytes, 10240);
+    ck_assert_int_eq(pl.n_blocks, 4 * 2048 / 16); /* parallel full contexts */
+    ck_assert_uint_eq(pl.kv_bytes, 512u * 10240u);
+    ck_assert_ptr_nonnull(strstr(pl.kv_rule, "parallel 4 x context 2048"));
+    ck_assert_str_eq(pl.parallel_rule, "");
+    /* the default pool above half the memory budget is capped there */
+    p.kv_mem_max = 100 * 10240 + 5;
+    ck_assert_int_eq(sched_plan(&p, &hp, 512, &pl, &err), 0);
+    ck_assert_int_eq(pl.n_blocks, 100);
+    ck_assert_ptr_nonnull(strstr(pl.kv_rule, "capped at half the memory budget"));
+    ck_assert_int_eq(pl.n_ctx, 1600); /* one session never needs more than the pool */
+    ck_assert_ptr_nonnull(strstr(pl.ctx_rule, "cut to the KV pool's 1600 positions"));
+    /* set values: kv-mem in whole blocks, batch capped, parallel lowered */
+    p.kv_mem_max = 0;
+    p.kv_mem = 64 * 10240 + 100;
+    p.n_ctx = 300;
+    p.n_batch = 2048;
+    ck_assert_int_eq(sched_plan(&p, &hp, 512, &pl, &err), 0);
+    ck_assert_int_eq(pl.n_blocks, 64);
+    ck_assert_int_eq(pl.n_ctx, 300);
+    ck_assert_str_eq(pl.ctx_rule, "");
+    ck_assert_int_eq(pl.n_batch, 512);
+    ck_assert_str_eq(pl.batch_rule, "2048 asked, capped at 512 entries a forward pass");
+    p.n_batch = 3;
+    ck_assert_int_eq(sched_plan(&p, &hp, 512, &pl, &err), 0);
+    ck_assert_int_eq(pl.parallel, 2);
+    ck_assert_ptr_nonnull(strstr(pl.parallel_rule, "4 asked, lowered"));
+    p.kv_mem = 100; /* less than a block */
+    ck_assert_int_eq(sched_plan(&p, &hp, 512, &pl, &err), STRATA_E_CONFIG);
+    ck_assert_ptr_nonnull(strstr(err.message, "less than one KV block"));
+    /* a trained context over 1M is capped */
+    p.kv_mem = 0;
+    p.n_ctx = 0;
+    p.n_batch = 0;
+    hp.n_ctx_train = 1 << 22;
+    ck_assert_int_eq(sched_plan(&p, &hp, 512, &pl, &err), 0);
+    ck_assert_int_eq(pl.n_ctx, 1 << 20);
+    ck_assert_ptr_nonnull(strstr(pl.ctx_rule, "capped at 1048576"));
+}
+END_TEST
+
 static Suite *sched_suite(void) {
     Suite *su = suite_create("sched");
     TCase *tc = tcase_create("sched");
@@ -821,6 +883,7 @@ static Suite *sched_suite(void) {
     tcase_add_test(tc, test_cancel_mid_decode_and_prefill);
     tcase_add_test(tc, test_deadline);
     tcase_add_test(tc, test_shutdown_with_live_jobs);
+    tcase_add_test(tc, test_plan_rules);
     suite_add_tcase(su, tc);
     return su;
 }

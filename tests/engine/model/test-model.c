@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/core/progress.h"
 #include "engine/kv/kv.h"
 #include "engine/model/model.h"
 #include "tests/engine/model/model-helper.h"
@@ -324,6 +325,111 @@ static void write_arch_only(const char *path, const char *arch) {
     fclose(fp);
 }
 
+/* model_probe: the header's hparams as model_load reads them, the tensor
+ * table's element and byte counts; the same errors for bad files. */
+START_TEST(test_probe) {
+    struct strata_error err = {0};
+    char path[1024];
+    test_shared_path(path, sizeof path, "models/stories260K.gguf");
+    struct model_probe pr;
+    ck_assert_msg(model_probe(path, &pr, &err) == 0, "%s", err.message);
+    struct model_params mp = model_params_default();
+    struct model *m = test_model_load(path, &mp, &err);
+    ck_assert_ptr_nonnull(m);
+    const struct model_hparams *hp = model_hparams(m);
+    ck_assert_str_eq(pr.hp.arch, hp->arch);
+    ck_assert_int_eq(pr.hp.n_ctx_train, hp->n_ctx_train);
+    ck_assert_int_eq(pr.hp.n_layer, hp->n_layer);
+    ck_assert_int_eq(pr.hp.n_head_kv, hp->n_head_kv);
+    ck_assert_int_eq(pr.hp.head_dim_k, hp->head_dim_k);
+    ck_assert_int_eq(pr.hp.head_dim_v, hp->head_dim_v);
+    ck_assert_int_eq(pr.hp.n_vocab, hp->n_vocab);
+    ck_assert_int_eq(model_n_ctx_max(m), pr.hp.n_ctx_train); /* n_ctx_max 0: the trained one */
+    /* stories260K by its shapes: embeddings and output (untied), the final
+     * norm, per layer two norms, q and o (E x E), k and v (E x kv), three
+     * FFN matrices (E x n_ff = 172): 292,800; all F32 */
+    const int64_t E = hp->n_embd, KV = (int64_t)hp->n_head_kv * hp->head_dim_k;
+    ck_assert(!hp->tied_output);
+    ck_assert_int_eq(hp->n_ff, 172);
+    ck_assert_int_eq(pr.n_params,
+                     2 * hp->n_vocab * E + E +
+                         hp->n_layer * (2 * E + 2 * E * E + 2 * E * KV + 3 * E * hp->n_ff));
+    ck_assert_int_eq(pr.n_params, 292800);
+    ck_assert_uint_eq(pr.n_bytes, (uint64_t)pr.n_params * 4);
+    test_model_free(m);
+    char tmp[] = "/tmp/strata-test-probe-XXXXXX";
+    int fd = mkstemp(tmp);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    write_arch_only(tmp, "gpt2");
+    ck_assert_int_eq(model_probe(tmp, &pr, &err), STRATA_E_UNSUPPORTED);
+    write_arch_only(tmp, "llama");
+    ck_assert_int_eq(model_probe(tmp, &pr, &err), STRATA_E_FORMAT);
+    unlink(tmp);
+    ck_assert_int_ne(model_probe("/nonexistent/model.gguf", &pr, &err), 0);
+}
+END_TEST
+
+/* The load's progress: "mapping weights" (prefault) then "copying weights"
+ * (the arena), each from 0 up to its total, never back, ending at it. */
+struct progress_log {
+    char phase[4][32];
+    uint64_t first[4], last[4], total[4];
+    int n_phases, n_calls;
+    bool backwards;
+};
+static void on_progress(void *arg, const char *phase, uint64_t done, uint64_t total) {
+    struct progress_log *l = arg;
+    l->n_calls++;
+    int k = l->n_phases - 1;
+    if (k < 0 || strcmp(l->phase[k], phase)) {
+        ck_assert_int_lt(l->n_phases, 4);
+        k = l->n_phases++;
+        snprintf(l->phase[k], sizeof l->phase[k], "%s", phase);
+        l->first[k] = done;
+        l->total[k] = total;
+    } else if (done < l->last[k] || total != l->total[k]) {
+        l->backwards = true;
+    }
+    l->last[k] = done;
+}
+
+START_TEST(test_load_progress) {
+    struct strata_error err = {0};
+    char path[1024];
+    test_shared_path(path, sizeof path, "models/llama-2-tiny-random.gguf");
+    struct progress_log log = {0};
+    const struct strata_progress pr = {on_progress, &log};
+    struct model_params mp = model_params_default();
+    mp.prefault = true;
+    mp.repack = true;
+    mp.progress = &pr;
+    struct model *m = test_model_load(path, &mp, &err);
+    ck_assert_msg(m != NULL, "%s", err.message);
+    ck_assert_int_eq(log.n_phases, 2);
+    ck_assert_str_eq(log.phase[0], "mapping weights");
+    ck_assert_str_eq(log.phase[1], "copying weights");
+    ck_assert(!log.backwards);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_uint_eq(log.first[k], 0);
+        ck_assert_uint_gt(log.total[k], 0);
+        ck_assert_uint_eq(log.last[k], log.total[k]);
+    }
+    /* what was copied is what the load reports */
+    ck_assert_uint_eq(log.total[1], model_copied_bytes(m));
+    test_model_free(m);
+    /* no prefault, no copy: nothing to report */
+    struct progress_log none = {0};
+    const struct strata_progress pr2 = {on_progress, &none};
+    mp.prefault = mp.repack = false;
+    mp.progress = &pr2;
+    m = test_model_load(path, &mp, &err);
+    ck_assert_ptr_nonnull(m);
+    ck_assert_int_eq(none.n_calls, 0);
+    test_model_free(m);
+}
+END_TEST
+
 START_TEST(test_refuses_bad_files) {
     struct strata_error err = {0};
     char path[] = "/tmp/strata-test-model-XXXXXX";
@@ -356,6 +462,8 @@ static Suite *model_suite(void) {
     tcase_add_test(tc, test_threads_bit_identical);
     tcase_add_test(tc, test_bad_batches);
     tcase_add_test(tc, test_refuses_bad_files);
+    tcase_add_test(tc, test_probe);
+    tcase_add_test(tc, test_load_progress);
     suite_add_tcase(s, tc);
     return s;
 }
