@@ -10,7 +10,7 @@
 #include "engine/host/sysinfo.h"
 #include "engine/model/model.h"
 #include "server/daemon.h"
-#include "server/sched.h"
+#include "server/scheduler.h"
 
 /* The scheduler's options from the config (the parts sched_plan reads
  * included), and the memory budget from the limits. */

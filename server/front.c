@@ -49,6 +49,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "server/errors.h"
 #include "server/server-impl.h"
 
 /* MHD's default connection memory is 32 KiB: a header block larger than
@@ -247,7 +248,7 @@ static void free_grave(struct front *f) {
  * `Connection: close`, then drains it (CONN_LINGER). mu held. */
 static void conn_answer(struct front *f, struct front_conn *c, int code, const char *oa_code,
                         const char *msg) {
-    int status = strata_error_http_status(code);
+    int status = http_error_status(code);
     char *body = http_error_json_as(code, oa_code, msg, NULL);
     char head[256];
     int n = snprintf(head, sizeof(head),

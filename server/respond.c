@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/errors.h"
 #include "server/server-impl.h"
 #include "engine/core/buf.h"
 
@@ -22,7 +23,7 @@ void sbuf_free(struct sbuf *b) {
 static const char *error_code_string(int code, const char *param) {
     if (code == STRATA_E_NOT_FOUND && param && !strcmp(param, "model"))
         return "model_not_found";
-    return strata_error_openai_code(code);
+    return http_error_code(code);
 }
 
 /* error.type: the table's, except that OpenAI calls an unknown model an
@@ -31,7 +32,7 @@ static const char *error_code_string(int code, const char *param) {
 static const char *error_type_string(int code, const char *param) {
     if (code == STRATA_E_NOT_FOUND && param && !strcmp(param, "model"))
         return "invalid_request_error";
-    return strata_error_openai_type(code);
+    return http_error_type(code);
 }
 
 /* s with every byte that does not belong to a valid UTF-8 character
@@ -200,7 +201,7 @@ enum MHD_Result http_respond_error_as(struct exchange *ex, int code, const char 
         return MHD_NO;
     if (!ex->log_error)
         ex->log_error = code; /* for the request's log line */
-    int status = strata_error_http_status(code);
+    int status = http_error_status(code);
     struct MHD_Response *r = json_response(body);
     if (!r)
         return MHD_NO;

@@ -12,7 +12,7 @@
 #include "engine/model/model.h"
 #include "engine/session/session.h"
 #include "server/openai.h"
-#include "server/sched.h"
+#include "server/scheduler.h"
 
 enum job_state { JOB_WAITING, JOB_PREFILL, JOB_DECODE };
 

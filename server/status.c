@@ -4,7 +4,6 @@
  * "notes" says why (expert_store, arena; quant_mix and model.path until the
  * generation layer reports them; expert_profile without --expert-profile). Handlers run on the MHD
  * thread and never block: gen stats are a snapshot, NUMA topology is loaded once. */
-#include <hwloc.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -13,6 +12,7 @@
 #include <time.h>
 
 #include "engine/cpu/kernels.h"
+#include "engine/host/numa.h"
 #include "server/server-impl.h"
 
 static void gen_stats_of(struct server *s, struct gen_stats *st) {
@@ -36,125 +36,35 @@ enum MHD_Result status_health(struct exchange *ex) {
     return http_respond_json(ex, 200, strdup("{\"status\":\"ok\"}"));
 }
 
-/* ---- NUMA (hwloc) ---------------------------------------------------------
- * The topology is detected once, on the first /status (STYLE.md 6: "topology
- * detected once"): loading it reads sysfs and takes milliseconds, too slow
- * for every scrape. Owner: this file; written under pthread_once, then only
- * read (hwloc's read-only queries are thread-safe). Never freed: it lives as
- * long as the process, like the MHD thread that reads it. NULL when hwloc
- * could not load it (then /status says numa null with the reason). */
-static hwloc_topology_t numa_topo;
-static char numa_error[96];
-static pthread_once_t numa_once = PTHREAD_ONCE_INIT;
+/* ---- NUMA (engine/host/numa.h) --------------------------------------------- */
 
-static void numa_load(void) {
-    hwloc_topology_t t;
-    if (hwloc_topology_init(&t) != 0) {
-        snprintf(numa_error, sizeof(numa_error), "hwloc_topology_init failed");
-        return;
-    }
-    if (hwloc_topology_load(t) != 0) {
-        snprintf(numa_error, sizeof(numa_error), "hwloc_topology_load failed");
-        hwloc_topology_destroy(t);
-        return;
-    }
-    numa_topo = t;
-}
-
-/* JSON array of the node indexes set in ns (clipped to the machine's nodes,
- * so an "every node" infinite set lists them all). */
-static json_t *node_list(hwloc_topology_t t, hwloc_const_nodeset_t ns) {
+static json_t *nodes_json(const struct host_numa_nodes *n) {
+    if (n->n < 0)
+        return json_null();
     json_t *a = json_array();
-    hwloc_bitmap_t clip = hwloc_bitmap_alloc();
-    if (a && clip) {
-        hwloc_bitmap_and(clip, ns, hwloc_topology_get_topology_nodeset(t));
-        unsigned i;
-        hwloc_bitmap_foreach_begin(i, clip) json_array_append_new(a, json_integer((json_int_t)i));
-        hwloc_bitmap_foreach_end();
-    }
-    hwloc_bitmap_free(clip);
+    for (int i = 0; a && i < n->n; i++)
+        json_array_append_new(a, json_integer(n->ids[i]));
     return a;
 }
 
-static const char *membind_policy_name(hwloc_membind_policy_t p) {
-    switch (p) {
-    case HWLOC_MEMBIND_DEFAULT:
-        return "default";
-    case HWLOC_MEMBIND_FIRSTTOUCH:
-        return "firsttouch";
-    case HWLOC_MEMBIND_BIND:
-        return "bind";
-    case HWLOC_MEMBIND_INTERLEAVE:
-        return "interleave";
-    case HWLOC_MEMBIND_NEXTTOUCH:
-        return "nexttouch";
-    default:
-        return "mixed";
-    }
-}
-
 /* {"nodes", "bound", "binding", "cpubind_nodes", "threads_on_nodes",
- * "membind":{"policy","nodes"}} or NULL (note filled). The process's CPU
- * binding and last CPU location are the union over all its threads
- * (HWLOC_CPUBIND_PROCESS reads every /proc/self/task entry on Linux), so the
- * pool workers are included. Memory policy is per thread on Linux; this
- * reads the calling (HTTP) thread's, which threads inherit from the main
- * thread unless something changed it. strata itself binds nothing today
- * (the pool's NUMA seam is not implemented): a binding shown here was set
- * by whoever started the process (numactl, taskset, a cgroup cpuset). */
+ * "membind":{"policy","nodes"}} or NULL (note filled). */
 static json_t *numa_json(char *note, size_t cap) {
-    pthread_once(&numa_once, numa_load);
-    if (!numa_topo) {
-        snprintf(note, cap, "hwloc: %s", numa_error);
+    struct host_numa n;
+    if (host_numa_query(&n, note, cap) < 0)
         return NULL;
-    }
-    hwloc_topology_t t = numa_topo;
-    hwloc_bitmap_t cpus = hwloc_bitmap_alloc(), last = hwloc_bitmap_alloc();
-    hwloc_bitmap_t ns = hwloc_bitmap_alloc(), mem = hwloc_bitmap_alloc();
-    json_t *o = NULL;
-    if (!cpus || !last || !ns || !mem) {
-        snprintf(note, cap, "out of memory");
-        goto done;
-    }
-    int n_nodes = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_NUMANODE);
-    o = json_object();
-    json_object_set_new(o, "nodes", json_integer(n_nodes));
-    bool cpu_bound = false, mem_bound = false;
-    if (hwloc_get_cpubind(t, cpus, HWLOC_CPUBIND_PROCESS) == 0) {
-        /* bound: the threads may not use every CPU the OS allows this process */
-        cpu_bound = !hwloc_bitmap_isincluded(hwloc_topology_get_allowed_cpuset(t), cpus);
-        hwloc_cpuset_to_nodeset(t, cpus, ns);
-        json_object_set_new(o, "cpubind_nodes", node_list(t, ns));
-    } else {
-        json_object_set_new(o, "cpubind_nodes", json_null());
-    }
-    if (hwloc_get_last_cpu_location(t, last, HWLOC_CPUBIND_PROCESS) == 0) {
-        hwloc_cpuset_to_nodeset(t, last, ns);
-        json_object_set_new(o, "threads_on_nodes", node_list(t, ns));
-    } else {
-        json_object_set_new(o, "threads_on_nodes", json_null());
-    }
-    hwloc_membind_policy_t pol;
-    if (hwloc_get_membind(t, mem, &pol, HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET) == 0) {
-        mem_bound = pol != HWLOC_MEMBIND_DEFAULT && pol != HWLOC_MEMBIND_FIRSTTOUCH &&
-                    !hwloc_bitmap_isincluded(hwloc_topology_get_allowed_nodeset(t), mem);
-        json_object_set_new(o, "membind",
-                            json_pack("{s:s, s:o}", "policy", membind_policy_name(pol), "nodes",
-                                      node_list(t, mem)));
-    } else {
-        json_object_set_new(o, "membind", json_null());
-    }
-    json_object_set_new(o, "bound", json_boolean(cpu_bound || mem_bound));
-    json_object_set_new(o, "binding",
-                        json_string(cpu_bound && mem_bound ? "cpus+memory"
-                                    : cpu_bound            ? "cpus"
-                                    : mem_bound            ? "memory"
-                                                           : "unbound"));
-done:
-    hwloc_bitmap_free(mem);
-    hwloc_bitmap_free(ns);
-    hwloc_bitmap_free(last);
-    hwloc_bitmap_free(cpus);
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    json_object_set_new(o, "nodes", json_integer(n.n_nodes));
+    json_object_set_new(o, "cpubind_nodes", nodes_json(&n.cpubind));
+    json_object_set_new(o, "threads_on_nodes", nodes_json(&n.threads_on));
+    json_object_set_new(o, "membind",
+                        n.membind_policy ? json_pack("{s:s, s:o}", "policy", n.membind_policy,
+                                                     "nodes", nodes_json(&n.membind))
+                                         : json_null());
+    json_object_set_new(o, "bound", json_boolean(n.cpu_bound || n.mem_bound));
+    json_object_set_new(o, "binding", json_string(n.binding));
     return o;
 }
 

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "server/errors.h"
 #include "server/server-impl.h"
 
 static void exchange_free(struct exchange *ex) {
@@ -109,7 +110,7 @@ void stream_on_event(void *ctx, const struct gen_event *ev) {
             ex->next_keepalive = now + s->p.keepalive_ms / 1000.0;
         } else if (ev->type == GEN_EV_ERROR && !ex->error_seen) {
             ex->error_seen = true;
-            ex->final_status = strata_error_http_status(ev->error_code);
+            ex->final_status = http_error_status(ev->error_code);
             ex->final_body = http_error_json(ev->error_code, ev->error_message, ev->error_param);
         } else if (done) {
             if (!ex->error_seen) {

@@ -11,13 +11,10 @@ struct err_row {
     int code;
     const char *name;
     const char *text;
-    int http;
-    const char *type;
-    const char *openai_code;
 };
 
 static const struct err_row err_table[] = {
-#define STRATA_ERR_ROW(name, value, text, http, type, code) {value, #name, text, http, type, code},
+#define STRATA_ERR_ROW(name, value, text) {value, #name, text},
     STRATA_ERRORS(STRATA_ERR_ROW)
 #undef STRATA_ERR_ROW
 };
@@ -118,21 +115,6 @@ const char *strata_error_text(int code) {
 const char *strata_error_name(int code) {
     const struct err_row *r = err_find(code);
     return r ? r->name : "UNKNOWN";
-}
-
-int strata_error_http_status(int code) {
-    const struct err_row *r = err_find(code);
-    return r ? r->http : 500;
-}
-
-const char *strata_error_openai_type(int code) {
-    const struct err_row *r = err_find(code);
-    return r ? r->type : "server_error";
-}
-
-const char *strata_error_openai_code(int code) {
-    const struct err_row *r = err_find(code);
-    return r && code != 0 ? r->openai_code : "internal_error";
 }
 
 void strata_assert_fail(const char *file, int line, const char *expr) {

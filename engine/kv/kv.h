@@ -16,16 +16,11 @@
  *   k: (n_layer, n_head_kv, n_block, n_embd_k / n_head_kv) f16, then v likewise
  * so one head's values at the block's positions are contiguous (attention
  * walks a head through a block at a time; with n_head_kv = 1, whole rows).
- * Per-head parts against whole rows (a head's 256-byte pieces 2 KiB apart
- * in qwen3-0.6b), bench/bench-model, 2 threads, this 2-vCPU EPYC VM,
- * interleaved under the bench lock, 2026-12-01: qwen3-0.6b Q8_0 decode after
- * 1024 tokens 20.1 / 19.4 -> 17.9 / 13.6 ms a token, prefill of 1024 tokens
- * 416 / 421 -> 458 / 475 tok/s; olmoe-1b-7b after 1024 tokens 21.1 / 20.8 ->
- * 18.5 / 18.6 ms; decode/roofline (128 tokens after 16) qwen3 92.4 / 87.3 /
- * 93.6 -> 95.7 / 96.8 / 97.9%, olmoe 92.4 / 92.7 / 91.6 -> 92.7 / 94.9 /
- * 94.5%. A sequence's block table
- * maps pos / n_block to a block id. Sequences of any lengths take blocks from the same pool one
- * block at a time, so there is no fragmentation beyond each sequence's last block.
+ * Per-head parts beat whole rows on decode and prefill (bench/bench-model,
+ * 2026-12-01: qwen3-0.6b Q8_0 after 1024 tokens 20.1 -> 17.9 ms a token).
+ * A sequence's block table maps pos / n_block to a block id. Sequences of
+ * any lengths take blocks from the same pool one block at a time, so there
+ * is no fragmentation beyond each sequence's last block.
  *
  * Sharing: kv_seq_attach() and kv_seq_copy() point a sequence at blocks of
  * other sequences or of the prefix cache (engine/kv/prefix.h) and take a

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "server/errors.h"
 #include "server/server-impl.h"
 #include "tests/harness.h"
 
@@ -57,6 +58,31 @@ START_TEST(content_type) {
 }
 END_TEST
 
+/* server/errors.h: a row for every engine code; OpenAI's strings where it
+ * has them; unknown codes are 500 server_error internal_error. */
+START_TEST(error_table) {
+    ck_assert_int_eq(http_error_status(STRATA_E_AUTH), 401);
+    ck_assert_int_eq(http_error_status(STRATA_E_QUEUE_FULL), 429);
+    ck_assert_str_eq(http_error_type(STRATA_E_AUTH), "authentication_error");
+    ck_assert_int_eq(http_error_status(-9999), 500);
+    ck_assert_str_eq(http_error_type(-9999), "server_error");
+    ck_assert_str_eq(http_error_code(STRATA_E_AUTH), "invalid_api_key");
+    ck_assert_str_eq(http_error_code(STRATA_E_CONTEXT_LENGTH), "context_length_exceeded");
+    ck_assert_str_eq(http_error_code(STRATA_E_QUEUE_FULL), "rate_limit_exceeded");
+    ck_assert_str_eq(http_error_code(STRATA_E_RANGE), "invalid_value");
+    ck_assert_str_eq(http_error_code(-9999), "internal_error");
+    ck_assert_str_eq(http_error_code(0), "internal_error");
+    /* every engine code (0, -1 .. -20) has its own row, not the defaults' */
+    for (int c = -1; c >= 1 - STRATA_ERROR_COUNT; c--) {
+        ck_assert_str_ne(strata_error_name(c), "UNKNOWN");
+        ck_assert(http_error_code(c)[0] != '\0');
+        ck_assert(http_error_type(c)[0] != '\0');
+        ck_assert_int_ge(http_error_status(c), 400);
+    }
+    ck_assert_int_eq(http_error_status(0), 200);
+}
+END_TEST
+
 START_TEST(error_body) {
     int codes[] = {STRATA_E_INVALID,       STRATA_E_AUTH,       STRATA_E_NOT_FOUND,
                    STRATA_E_TOO_LARGE,     STRATA_E_QUEUE_FULL, STRATA_E_UNAVAILABLE,
@@ -70,8 +96,7 @@ START_TEST(error_body) {
         ck_assert(json_is_object(e));
         ck_assert_str_eq(json_string_value(json_object_get(e, "message")),
                          "msg \"quoted\" \xc3\xa9");
-        ck_assert_str_eq(json_string_value(json_object_get(e, "type")),
-                         strata_error_openai_type(codes[i]));
+        ck_assert_str_eq(json_string_value(json_object_get(e, "type")), http_error_type(codes[i]));
         ck_assert(i % 2 ? json_is_string(json_object_get(e, "param"))
                         : json_is_null(json_object_get(e, "param")));
         ck_assert(json_is_string(json_object_get(e, "code")));
@@ -246,6 +271,7 @@ static Suite *http_suite(void) {
     tcase_add_test(tc, utf8);
     tcase_add_test(tc, content_type);
     tcase_add_test(tc, error_body);
+    tcase_add_test(tc, error_table);
     tcase_add_test(tc, error_body_invalid_utf8);
     tcase_add_test(tc, api_keys);
     tcase_add_test(tc, metrics_text);

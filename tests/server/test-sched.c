@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "engine/model/model.h"
-#include "server/sched.h"
+#include "server/scheduler.h"
 #include "tests/harness.h"
 
 /* ---- one request's events ------------------------------------------------ */

@@ -1,4 +1,4 @@
-/* server/sched.h: the scheduler: one thread that owns the engine (model,
+/* server/scheduler.h: the scheduler: one thread that owns the engine (model,
  * KV cache, worker pool) and serves every generation request through
  * continuous batching. It implements server/gen.h's gen_ops.
  *
@@ -74,8 +74,8 @@
  * follow gen.h's contract (submit/cancel/release/stats from any thread,
  * events on the scheduler thread).
  */
-#ifndef STRATA_SERVER_SCHED_H
-#define STRATA_SERVER_SCHED_H
+#ifndef STRATA_SERVER_SCHEDULER_H
+#define STRATA_SERVER_SCHEDULER_H
 
 #include "engine/core/error.h"
 #include "engine/core/progress.h"
