@@ -309,11 +309,10 @@ int cli_detokenize_main(int argc, char **argv) {
                 fprintf(stderr, "strata detokenize: bad token id '%s'\n", a);
                 rc = 2;
             } else {
-                int32_t *p = realloc(ids.ids, (ids.n + 1) * sizeof(int32_t));
-                if (!p)
+                if (strata_grow((void **)&ids.ids, &ids.cap, ids.n + 1, sizeof *ids.ids))
                     rc = 1;
                 else
-                    (ids.ids = p)[ids.n++] = (int32_t)v;
+                    ids.ids[ids.n++] = (int32_t)v;
             }
         }
     }

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/core/buf.h"
+
 static const char *const route_names[METRICS_ROUTE_N] = {
     "/v1/chat/completions",
     "/v1/completions",
@@ -129,14 +131,10 @@ __attribute__((format(printf, 2, 3))) static void put(struct text *t, const char
             t->len += (size_t)n;
             return;
         }
-        size_t cap = t->cap * 2 + (size_t)n + 1;
-        char *p = realloc(t->p, cap);
-        if (!p) {
+        if (strata_grow((void **)&t->p, &t->cap, t->len + (size_t)n + 1, 1) < 0) {
             t->failed = 1;
             return;
         }
-        t->p = p;
-        t->cap = cap;
     }
 }
 

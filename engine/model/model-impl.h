@@ -64,7 +64,8 @@ struct model {
     uint64_t weight_bytes;
     uint64_t step;      /* forward steps so far: the expert seam's step ids */
     float **owned_vecs; /* f32 copies of 1-D tensors (the VEC weights' host bytes) */
-    int n_owned_vecs, cap_owned_vecs;
+    int n_owned_vecs;
+    size_t cap_owned_vecs; /* strata_grow capacity */
     struct model_fwd *fwd; /* owned */
 };
 

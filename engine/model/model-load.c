@@ -269,14 +269,9 @@ static int bind_vec(struct model *m, int layer, const char *name, int64_t n, boo
         return strata_error_set(err, STRATA_E_FORMAT,
                                 "model: tensor %.*s has %lld elements, want %lld", (int)t->name.len,
                                 t->name.ptr, (long long)gguf_tensor_n_elements(t), (long long)n);
-    if (m->n_owned_vecs == m->cap_owned_vecs) {
-        int cap = m->cap_owned_vecs ? 2 * m->cap_owned_vecs : 64;
-        float **v = realloc(m->owned_vecs, (size_t)cap * sizeof *v);
-        if (!v)
-            return strata_error_set(err, STRATA_E_NOMEM, "model: out of memory");
-        m->owned_vecs = v;
-        m->cap_owned_vecs = cap;
-    }
+    if (strata_grow((void **)&m->owned_vecs, &m->cap_owned_vecs, (size_t)m->n_owned_vecs + 1,
+                    sizeof *m->owned_vecs) < 0)
+        return strata_error_set(err, STRATA_E_NOMEM, "model: out of memory");
     float *v = malloc((size_t)n * sizeof *v);
     if (!v)
         return strata_error_set(err, STRATA_E_NOMEM, "model: out of memory");
