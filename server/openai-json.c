@@ -233,18 +233,37 @@ char *openai_chunk_usage(const struct openai_ctx *oc, const struct openai_usage 
     return dump(j);
 }
 
+char *openai_chunk_delta_json(const struct openai_ctx *oc, json_t *delta,
+                              struct openai_logprobs *lp) {
+    return delta ? chunk(oc, delta, "", 0, lp, NULL, NULL) : NULL;
+}
+
+char *openai_response_message(const struct openai_ctx *oc, json_t *message,
+                              const char *finish_reason, struct openai_logprobs *lp,
+                              const struct openai_usage *u, const struct openai_timings *t) {
+    json_t *j = envelope(oc, false);
+    json_t *choice = json_pack("{s:i}", "index", 0);
+    json_object_set_new(choice, "message", message);
+    json_object_set_new(choice, "logprobs", lp ? openai_logprobs_json(lp) : json_null());
+    json_object_set_new(choice, "finish_reason", json_string(finish_reason));
+    json_object_set_new(j, "choices", json_pack("[o]", choice));
+    json_object_set_new(j, "usage", usage_json(u));
+    if (t)
+        json_object_set_new(j, "timings", timings_json(t));
+    return dump(j);
+}
+
 char *openai_response(const struct openai_ctx *oc, const char *text, size_t len,
                       const char *finish_reason, struct openai_logprobs *lp,
                       const struct openai_usage *u, const struct openai_timings *t) {
-    json_t *j = envelope(oc, false);
-    json_t *choice = json_pack("{s:i}", "index", 0);
     json_t *s = json_stringn(text ? text : "", text ? len : 0);
     if (oc->route == GEN_ROUTE_CHAT)
-        json_object_set_new(
-            choice, "message",
-            json_pack("{s:s, s:o, s:n}", "role", "assistant", "content", s, "refusal"));
-    else
-        json_object_set_new(choice, "text", s);
+        return openai_response_message(
+            oc, json_pack("{s:s, s:o, s:n}", "role", "assistant", "content", s, "refusal"),
+            finish_reason, lp, u, t);
+    json_t *j = envelope(oc, false);
+    json_t *choice = json_pack("{s:i}", "index", 0);
+    json_object_set_new(choice, "text", s);
     json_object_set_new(choice, "logprobs", lp ? openai_logprobs_json(lp) : json_null());
     json_object_set_new(choice, "finish_reason", json_string(finish_reason));
     json_object_set_new(j, "choices", json_pack("[o]", choice));

@@ -2,6 +2,8 @@
  * and chunk builders live in openai-json.c. */
 #include "server/openai.h"
 
+#include "server/openai-tools.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -118,9 +120,9 @@ static int check_messages(struct vctx *v, json_t *msgs) {
                         "%s '%.*s' is not one of system, developer, user, assistant, tool", p,
                         CUT(json_string_value(role), 40));
         bool assistant = strcmp(json_string_value(role), "assistant") == 0;
-        if (assistant && (field(m, "tool_calls") || field(m, "function_call")))
-            return fail(v->err, v->param, v->cap, STRATA_E_UNSUPPORTED, p,
-                        "messages[%zu]: tool calls are not supported", i);
+        int trc = openai_check_tool_fields(m, i, v->param, v->cap, v->err);
+        if (trc < 0)
+            return trc;
         snprintf(p, sizeof(p), "messages[%zu].content", i);
         json_t *c = field(m, "content");
         if (!c) {
@@ -153,30 +155,6 @@ static int check_messages(struct vctx *v, json_t *msgs) {
         }
     }
     return 0;
-}
-
-/* The messages as the chat template sees them (a new reference). OpenAI
- * allows an assistant message without content (or with null); templates
- * that concatenate message['content'] (the default ChatML one) failed on it
- * with template_error, so it is rendered as "". The body is borrowed: a
- * message that needs content is copied (shallow), the others are shared. */
-static json_t *template_messages(json_t *msgs) {
-    size_t i;
-    json_t *m;
-    bool any = false;
-    json_array_foreach(msgs, i, m) any |= field(m, "content") == NULL;
-    if (!any)
-        return json_incref(msgs);
-    json_t *out = json_array();
-    json_array_foreach(msgs, i, m) {
-        json_t *x = field(m, "content") ? json_incref(m) : json_copy(m);
-        if (!x || json_array_append_new(out, x) < 0 ||
-            (x != m && json_object_set_new(x, "content", json_string("")) < 0)) {
-            json_decref(out);
-            return NULL;
-        }
-    }
-    return out;
 }
 
 static int parse_stop(struct vctx *v, struct openai_request *rq) {
@@ -255,9 +233,11 @@ static int parse_bias(struct vctx *v, struct openai_request *rq, int n_vocab) {
 
 /* Fields strata does not implement: refuse rather than ignore. */
 static int check_unsupported(struct vctx *v, enum gen_route route) {
-    static const char *const never[] = {"tools", "tool_choice", "functions", "function_call",
-                                        "audio", "prediction",  "suffix"};
-    for (size_t i = 0; i < sizeof(never) / sizeof(never[0]); i++) {
+    static const char *const never[] = {"functions", "function_call", "audio",      "prediction",
+                                        "suffix",    "tools",         "tool_choice"};
+    /* tools and tool_choice are chat fields (openai-tools.c) */
+    const size_t n_never = sizeof(never) / sizeof(never[0]) - (route == GEN_ROUTE_CHAT ? 2 : 0);
+    for (size_t i = 0; i < n_never; i++) {
         json_t *x = field(v->body, never[i]);
         if (x && !(json_is_array(x) && json_array_size(x) == 0) &&
             !(json_is_string(x) && strcmp(json_string_value(x), "none") == 0))
@@ -293,7 +273,6 @@ static int check_unsupported(struct vctx *v, enum gen_route route) {
     if (best_of > 1)
         return fail(v->err, v->param, v->cap, STRATA_E_UNSUPPORTED, "best_of",
                     "best_of > 1 is not supported");
-    (void)route;
     return 0;
 }
 
@@ -438,7 +417,9 @@ int openai_parse(const struct gen_submit *req, const char *model_id, int n_vocab
         }
         if ((rc = check_messages(&v, msgs)) < 0)
             goto fail;
-        if (!(out->messages = template_messages(msgs))) {
+        if ((rc = openai_chat_ext_parse(req->body, msgs, &out->ext, param, param_cap, err)) < 0)
+            goto fail;
+        if (!(out->messages = openai_chat_messages(msgs))) {
             rc = strata_error_set(err, STRATA_E_NOMEM, "out of memory");
             goto fail;
         }
@@ -474,6 +455,7 @@ void openai_request_free(struct openai_request *rq) {
     if (!rq)
         return;
     json_decref(rq->messages);
+    openai_chat_ext_free(rq->ext);
     free(rq->prompt);
     free(rq->bias);
     for (int i = 0; i < rq->n_stops; i++)

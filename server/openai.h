@@ -14,7 +14,7 @@
  * STRATA_E_INVALID / STRATA_E_RANGE (400 invalid_request_error) with
  * error.param naming the field ("messages[2].role", "temperature"); an
  * unknown model gives STRATA_E_NOT_FOUND (404); fields strata does not
- * implement (tools, functions, response_format other than text, n > 1,
+ * implement (functions, tools on completions, response_format other than text, n > 1,
  * several prompts, echo, suffix, best_of > 1) give STRATA_E_UNSUPPORTED
  * (400, code "unsupported") rather than being ignored. Unknown fields are
  * ignored, as OpenAI does. JSON null counts as absent.
@@ -38,6 +38,7 @@
 #define OPENAI_MAX_STOPS 4
 
 struct session_logprob;
+struct openai_chat_ext;
 
 struct openai_request {
     enum gen_route route;
@@ -56,6 +57,8 @@ struct openai_request {
     bool has_seed;                 /* false: the caller picks a fresh seed */
     char *stops[OPENAI_MAX_STOPS]; /* owned */
     int n_stops;
+    struct openai_chat_ext *ext; /* chat: owned: tools, tool_choice, kwargs, prefill
+                                    (openai-tools.h); else NULL */
 };
 
 /* Parses and validates req->body. model_id: the served id; n_vocab bounds
@@ -121,6 +124,14 @@ char *openai_chunk_usage(const struct openai_ctx *oc, const struct openai_usage 
 char *openai_response(const struct openai_ctx *oc, const char *text, size_t len,
                       const char *finish_reason, struct openai_logprobs *lp,
                       const struct openai_usage *u, const struct openai_timings *t);
+
+/* Chat builders for a delta / message object the caller makes (steals it):
+ * reasoning_content and tool_calls (openai-chat-out.c). */
+char *openai_chunk_delta_json(const struct openai_ctx *oc, json_t *delta,
+                              struct openai_logprobs *lp);
+char *openai_response_message(const struct openai_ctx *oc, json_t *message,
+                              const char *finish_reason, struct openai_logprobs *lp,
+                              const struct openai_usage *u, const struct openai_timings *t);
 
 /* The served model id for a file path: its basename without ".gguf". */
 void openai_model_id(const char *path, char *buf, size_t cap);

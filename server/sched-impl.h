@@ -12,6 +12,8 @@
 #include "engine/model/model.h"
 #include "engine/session/session.h"
 #include "server/openai.h"
+
+struct openai_chat_out;
 #include "server/scheduler.h"
 
 enum job_state { JOB_WAITING, JOB_PREFILL, JOB_DECODE };
@@ -46,6 +48,7 @@ struct gen_job {
     int n_unsent;         /* tokens since the last DELTA */
     struct session *sess; /* owned: sampler, detokenizer, stop matcher (engine/session) */
     struct openai_logprobs *lp; /* owned: the logprobs JSON not yet sent */
+    struct openai_chat_out *co; /* owned: reasoning / tool-call split; NULL = plain text */
     char *text;                 /* non-stream: the completion so far */
     size_t text_len, text_cap;
     double t_submit; /* strata_now() at submit (op_submit) */

@@ -10,6 +10,8 @@
 
 #include "engine/core/buf.h"
 #include "engine/core/clock.h"
+#include "server/openai-chat-out.h"
+#include "server/openai-tools.h"
 #include "server/sched-impl.h"
 
 void job_emit(struct gen_job *j, const struct gen_event *ev) {
@@ -27,6 +29,8 @@ void job_error(struct gen_job *j, int code, const char *msg, const char *param) 
 void job_clear(struct gen_job *j) {
     session_free(j->sess);
     openai_logprobs_free(j->lp);
+    openai_chat_out_free(j->co);
+    j->co = NULL;
     free(j->prompt);
     free(j->text);
     j->sess = NULL;
@@ -40,9 +44,12 @@ void job_clear(struct gen_job *j) {
 void job_tokenize(const struct sched *s, struct gen_job *j) {
     struct tokenizer_ids ids = {0};
     struct session_input in = {0};
-    if (j->rq.route == GEN_ROUTE_CHAT)
+    if (j->rq.route == GEN_ROUTE_CHAT) {
         in.messages = j->rq.messages;
-    else
+        in.tools = j->rq.ext ? j->rq.ext->tools : NULL;
+        in.extra_vars = j->rq.ext ? j->rq.ext->extra_vars : NULL;
+        in.continue_last = j->rq.ext && j->rq.ext->prefill;
+    } else
         in = (struct session_input){.text = j->rq.prompt, .len = j->rq.prompt_len};
     int rc = session_prompt(s->sb, &in, &ids, &j->tok_err);
     if (rc < 0) {
@@ -89,6 +96,10 @@ int job_prepare(struct sched *s, struct gen_job *j, struct strata_error *err, ch
     sp.n_stops = j->rq.n_stops;
     sp.logprobs = j->rq.logprobs;
     sp.strip_leading_space = false; /* generated text continues the prompt */
+    /* reasoning and tool calls split out of the text (openai-chat-out.h) */
+    if ((rc = openai_chat_out_init(&j->rq, s->sb, j->prompt, j->n_prompt, &j->co, err)) < 0)
+        goto fail;
+    sp.keep_special = openai_chat_out_keep_special(j->co);
     j->sess = session_init(s->sb, &sp, err);
     if (!j->sess) {
         /* a bias token out of range; a stop sequence too long was refused by openai_parse */
@@ -123,6 +134,30 @@ fail:
  * force: send a chunk without text when logprobs wait to go out (the last
  * chunk before FINISH). */
 static void emit_text(struct gen_job *j, const char *text, size_t len, bool force) {
+    if (j->co) { /* final: the last text (force is only set by finish) */
+        if (!j->rq.stream) {
+            openai_chat_out_feed(j->co, text, len, force, NULL);
+            if (j->n_unsent) {
+                struct gen_event ev = {.type = GEN_EV_DELTA, .n_tokens = j->n_unsent};
+                job_emit(j, &ev);
+                j->n_unsent = 0;
+            }
+            return;
+        }
+        char *js = openai_chat_out_chunk(j->co, &j->oc, text, len, force, j->lp);
+        if (js && j->lp)
+            openai_logprobs_clear(j->lp);
+        if (!js)
+            return;
+        struct gen_event ev = {.type = GEN_EV_DELTA,
+                               .json = js,
+                               .json_len = strlen(js),
+                               .n_tokens = j->n_unsent > 0 ? j->n_unsent : 1};
+        job_emit(j, &ev);
+        j->n_unsent = 0;
+        free(js);
+        return;
+    }
     if (!j->rq.stream) {
         /* out of memory: the response loses text rather than the server crashing */
         if (len)
@@ -165,6 +200,7 @@ static struct openai_timings job_timings(const struct gen_job *j) {
 /* The last text (d: the session's final delta), then FINISH and USAGE. */
 static void finish(struct gen_job *j, const struct session_delta *d, const char *reason) {
     emit_text(j, d->text, d->len, true);
+    reason = openai_chat_out_finish(j->co, reason);
     j->finish_reason = reason;
     struct openai_usage u = {j->n_prompt, j->n_gen, j->n_cached};
     const struct openai_timings t = job_timings(j);
@@ -190,6 +226,9 @@ static void finish(struct gen_job *j, const struct session_delta *d, const char 
 char *job_response(struct gen_job *j, const char *reason) {
     struct openai_usage u = {j->n_prompt, j->n_gen, j->n_cached};
     const struct openai_timings t = job_timings(j);
+    if (j->co)
+        return openai_response_message(&j->oc, openai_chat_out_message(j->co, &j->oc), reason,
+                                       j->lp, &u, &t);
     return openai_response(&j->oc, j->text ? j->text : "", j->text_len, reason, j->lp, &u, &t);
 }
 

@@ -15,6 +15,7 @@
 #include "engine/host/sysinfo.h"
 #include "engine/kv/kv.h"
 #include "engine/kv/prefix.h"
+#include "server/openai-tools.h"
 #include "server/sched-impl.h"
 
 struct sched_params sched_params_default(void) {
@@ -469,6 +470,14 @@ static int op_submit(void *self, const struct gen_submit *req, struct gen_sink s
     j->t_submit = strata_now();
     int rc = openai_parse(req, s->model_id, s->n_vocab, &j->rq, out->error_param,
                           sizeof(out->error_param), err);
+    if (rc == 0 && j->rq.ext) { /* what depends on the template (reasoning_effort) */
+        size_t slen = 0;
+        const char *src = session_base_template_source(s->sb, &slen);
+        rc = openai_chat_ext_check_template(j->rq.ext, src, slen, out->error_param,
+                                            sizeof(out->error_param), err);
+        if (rc < 0)
+            openai_request_free(&j->rq);
+    }
     if (rc < 0) {
         free(j);
         return rc;

@@ -23,11 +23,15 @@ static char *special_text(const struct tokenizer *tok, int32_t id) {
 }
 
 /* Picks the template: the GGUF's when present and parsable, else ChatML. */
-static int pick_template(struct session_base *b, const struct gguf_file *gf,
+static int pick_template(struct session_base *b, const struct gguf_file *gf, const char *override,
                          struct strata_error *err) {
     struct gguf_str src = {0};
-    if (gguf_find_kv(gf, "tokenizer.chat_template") < 0 ||
-        gguf_get_str(gf, "tokenizer.chat_template", &src, NULL) < 0) {
+    if (override) {
+        src.ptr = override;
+        src.len = strlen(override);
+    }
+    if (!override && (gguf_find_kv(gf, "tokenizer.chat_template") < 0 ||
+                      gguf_get_str(gf, "tokenizer.chat_template", &src, NULL) < 0)) {
         b->origin = SESSION_TEMPLATE_CHATML_ABSENT;
     } else {
         /* a copy: the template outlives the caller's file */
@@ -67,7 +71,7 @@ struct session_base *session_base_init(const struct session_base_params *params,
     b->n_ctx = params->n_ctx;
     if (!(b->tok = tokenizer_init_gguf(params->gguf, err)))
         goto fail;
-    if (pick_template(b, params->gguf, err) < 0)
+    if (pick_template(b, params->gguf, params->chat_template, err) < 0)
         goto fail;
     b->bos_text = special_text(b->tok, tokenizer_bos(b->tok));
     b->eos_text = special_text(b->tok, tokenizer_eos(b->tok));
@@ -112,22 +116,132 @@ const char *session_base_template_note(const struct session_base *b) {
     return b->origin == SESSION_TEMPLATE_GGUF ? "" : b->note;
 }
 
+const char *session_base_template_source(const struct session_base *b, size_t *len) {
+    const char *src = b->tmpl_src ? b->tmpl_src : template_chatml_source();
+    *len = strlen(src);
+    return src;
+}
+
 int32_t session_base_warmup_token(const struct session_base *b) {
     int32_t bos = tokenizer_bos(b->tok);
     return bos != TOKENIZER_NULL && bos < b->n_vocab ? bos : 0;
 }
 
-/* Renders the messages through the template and encodes the text with the
- * message bytes untrusted. */
-static int chat_ids(const struct session_base *b, const json_t *messages, struct tokenizer_ids *ids,
-                    struct strata_error *err) {
+/* Where the content of the last message ends in a render, or 0 when the
+ * content cannot be found (the template dropped or changed it). The
+ * content is searched as the last untrusted occurrence, so the same text in
+ * the template's own bytes is not taken for it. */
+static size_t content_end(const struct template_output *out, const char *c, size_t n) {
+    if (n == 0 || n > out->len)
+        return 0;
+    for (size_t at = out->len - n + 1; at-- > 0;) {
+        if (memcmp(out->text + at, c, n) != 0)
+            continue;
+        for (size_t r = 0; r < out->n_untrusted; r++) {
+            const struct template_range *u = &out->untrusted[r];
+            if (at >= u->offset && at + n <= u->offset + u->length)
+                return at + n;
+        }
+    }
+    return 0;
+}
+
+/* Cuts a render to its first len bytes (untrusted ranges with it). */
+static void cut_output(struct template_output *out, size_t len) {
+    out->len = len;
+    out->text[len] = '\0';
+    size_t k = 0;
+    for (size_t r = 0; r < out->n_untrusted; r++) {
+        struct template_range *u = &out->untrusted[r];
+        if (u->offset >= len)
+            break;
+        if (u->offset + u->length > len)
+            u->length = len - u->offset;
+        k++;
+    }
+    out->n_untrusted = k;
+}
+
+/* The assistant prefill's fallback: the earlier messages with the
+ * generation prompt, then the content as untrusted text. */
+static int render_prefix_plus(const struct session_base *b, struct template_inputs *in,
+                              const char *c, size_t n, struct template_output *out,
+                              struct strata_error *err) {
+    const size_t n_msg = json_array_size(in->messages);
+    json_t *head = json_array();
+    for (size_t i = 0; head && i + 1 < n_msg; i++)
+        json_array_append(head, json_array_get(in->messages, i));
+    if (!head)
+        return strata_error_set(err, STRATA_E_NOMEM, "session: out of memory");
+    in->messages = head;
+    in->add_generation_prompt = true;
+    int rc = template_render(b->tmpl, in, NULL, out, err);
+    json_decref(head);
+    if (rc < 0)
+        return rc;
+    size_t len = out->len, cap = len + 1;
+    struct template_range *u =
+        realloc(out->untrusted, (out->n_untrusted + 1) * sizeof(*out->untrusted));
+    if (!u || strata_append(&out->text, &len, &cap, c, n) < 0) {
+        if (u)
+            out->untrusted = u;
+        return strata_error_set(err, STRATA_E_NOMEM, "session: out of memory");
+    }
+    out->untrusted = u;
+    u[out->n_untrusted++] = (struct template_range){out->len, n};
+    out->len = len;
+    return 0;
+}
+
+/* Renders a chat input (the prefill rule included). */
+static int render(const struct session_base *b, const struct session_input *si,
+                  struct template_output *out, struct strata_error *err) {
     struct template_inputs in = template_inputs_default();
-    in.messages = messages;
-    in.add_generation_prompt = true;
+    in.messages = si->messages;
+    in.tools = si->tools;
+    in.extra_vars = si->extra_vars;
+    in.add_generation_prompt = !si->continue_last;
     in.bos_token = b->bos_text;
     in.eos_token = b->eos_text;
+    const json_t *last = json_array_get(si->messages, json_array_size(si->messages) - 1);
+    const json_t *c = json_object_get(last, "content");
+    if (si->continue_last && !json_is_string(c))
+        return strata_error_set(err, STRATA_E_INVALID, "session: prefill needs string content");
+    int rc = template_render(b->tmpl, &in, NULL, out, err);
+    if (rc < 0 || !si->continue_last)
+        return rc;
+    size_t end = content_end(out, json_string_value(c), json_string_length(c));
+    if (end) {
+        cut_output(out, end);
+        return 0;
+    }
+    template_output_free(out);
+    return render_prefix_plus(b, &in, json_string_value(c), json_string_length(c), out, err);
+}
+
+int session_render(const struct session_base *b, const struct session_input *in, char **text,
+                   size_t *len, struct strata_error *err) {
+    *text = NULL;
+    *len = 0;
+    if (!b || !in || !in->messages)
+        return strata_error_set(err, STRATA_E_INVALID, "session: no messages");
     struct template_output out = {0};
-    int rc = template_render(b->tmpl, &in, NULL, &out, err);
+    int rc = render(b, in, &out, err);
+    if (rc == 0) {
+        *text = out.text;
+        *len = out.len;
+        out.text = NULL;
+    }
+    template_output_free(&out);
+    return rc;
+}
+
+/* Renders the messages through the template and encodes the text with the
+ * message bytes untrusted. */
+static int chat_ids(const struct session_base *b, const struct session_input *si,
+                    struct tokenizer_ids *ids, struct strata_error *err) {
+    struct template_output out = {0};
+    int rc = render(b, si, &out, err);
     if (rc == 0) {
         struct tokenizer_encode_opts eo = tokenizer_encode_opts_default();
         eo.parse_special = true;
@@ -160,7 +274,7 @@ int session_prompt(const struct session_base *b, const struct session_input *in,
     struct tokenizer_ids ids = {0};
     int rc;
     if (in->messages) {
-        rc = chat_ids(b, in->messages, &ids, err);
+        rc = chat_ids(b, in, &ids, err);
     } else {
         struct tokenizer_encode_opts eo = tokenizer_encode_opts_default();
         rc = tokenizer_encode(b->tok, in->text, in->len, &eo, &ids, err);

@@ -43,6 +43,7 @@ struct session *session_init(const struct session_base *b, const struct session_
         goto fail;
     struct tokenizer_decode_opts dopts = tokenizer_decode_opts_default();
     dopts.strip_leading_space = params->strip_leading_space;
+    dopts.skip_special = !params->keep_special;
     if (!(s->detok = tokenizer_stream_init(b->tok, &dopts, err)))
         goto fail;
     return s;

@@ -90,6 +90,9 @@ struct session_base_params {
     const struct gguf_file *gguf; /* borrowed for init: tokenizer.* and tokenizer.chat_template */
     int n_vocab;                  /* logits row length (model_n_vocab), >= 1 */
     int n_ctx;                    /* per-sequence context in tokens, >= 1 */
+    /* borrowed for init (copied): a chat template used instead of the GGUF's
+     * tokenizer.chat_template (tests, a --chat-template option); NULL = the GGUF's */
+    const char *chat_template;
 };
 struct session_base_params session_base_params_default(void);
 
@@ -115,15 +118,28 @@ enum session_template_origin session_base_template_origin(const struct session_b
 /* Why the GGUF's template was not used ("" when it was): static or owned
  * by b, e.g. "tokenizer.chat_template: line 1, column 4: ...". */
 const char *session_base_template_note(const struct session_base *b);
+/* The source of the template in use (the GGUF's or ChatML), borrowed from b:
+ * toolcall_detect reads the tool-call family from it. */
+const char *session_base_template_source(const struct session_base *b, size_t *len);
 /* A token to run when any will do (the warm-up step): BOS, else 0. */
 int32_t session_base_warmup_token(const struct session_base *b);
 
 /* ---- the prompt ------------------------------------------------------------ */
 
 struct session_input {
-    const json_t *messages; /* borrowed: chat messages (array of {role, content}); or NULL */
-    const char *text;       /* borrowed: raw prompt text, used when messages is NULL */
-    size_t len;             /* bytes of text (need not be NUL-terminated) */
+    const json_t *messages;   /* borrowed: chat messages (array of {role, content}); or NULL */
+    const char *text;         /* borrowed: raw prompt text, used when messages is NULL */
+    size_t len;               /* bytes of text (need not be NUL-terminated) */
+    const json_t *tools;      /* borrowed: the template's `tools` (chat); NULL = none */
+    const json_t *extra_vars; /* borrowed: object of extra template variables
+                                 (chat_template_kwargs); NULL = none */
+    /* Assistant prefill: the last message is an assistant's whose content
+     * the reply continues. Rendered without add_generation_prompt and cut
+     * right after that message's content (the template's end of turn
+     * removed, as llama.cpp's server does); when the template changes the
+     * content so it cannot be found, the messages before it are rendered
+     * with add_generation_prompt and the content appended. */
+    bool continue_last;
 };
 
 /* The context check of every prompt: 0 for 1 <= n_prompt < n_ctx, else
@@ -138,6 +154,12 @@ int session_check_prompt(const struct session_base *b, size_t n_prompt, struct s
  * (no tokens, NULL input), STRATA_E_CONTEXT_LENGTH, STRATA_E_NOMEM. */
 int session_prompt(const struct session_base *b, const struct session_input *in,
                    struct tokenizer_ids *out, struct strata_error *err);
+
+/* The text session_prompt encodes for a chat input (in->messages set):
+ * *text owned (free()), NUL-terminated, *len bytes. Errors as session_prompt's
+ * template errors. For tests and debugging: the server's prompt, exactly. */
+int session_render(const struct session_base *b, const struct session_input *in, char **text,
+                   size_t *len, struct strata_error *err);
 
 /* ---- one generation -------------------------------------------------------- */
 
@@ -155,6 +177,10 @@ struct session_params {
      * text continues the prompt, as llama-server's per-token pieces do;
      * `strata run` prints it as llama-cli does (true). */
     bool strip_leading_space;
+    /* Control tokens give their text (tokenizer_decode_opts.skip_special
+     * false): tool-call and reasoning markers such as [TOOL_CALLS] or
+     * <|python_tag|> are control tokens the output parser must see. Default false. */
+    bool keep_special;
 };
 /* Sampler defaults (sampler_params_default), no stops, no logprobs. */
 struct session_params session_params_default(void);
