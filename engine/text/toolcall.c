@@ -224,6 +224,7 @@ static int lit(struct scan *sc, const char *s) {
 /* A JSON value from pos: *end is where it ends (or the text's end, NEED). */
 static int json_span(struct scan *sc, size_t *end) {
     size_t i = sc->pos;
+    *end = i; /* nothing of the value yet */
     if (i >= sc->n)
         return need_or_fail(sc);
     char c = sc->t[i];
@@ -610,6 +611,12 @@ static int scan_tools(struct toolcall_parser *p, bool final, int *n_pc) {
                 return 0; /* only whitespace yet: it may still become a bare call */
             }
         }
+        /* whitespace between and after calls is layout, not content */
+        bool blank = any_block;
+        for (size_t i = pos; blank && i < best; i++)
+            blank = t[i] && strchr(" \t\r\n", t[i]);
+        if (best == n && blank)
+            break;
         if (best == n) {
             size_t hold = 0;
             if (!final)
@@ -617,11 +624,15 @@ static int scan_tools(struct toolcall_parser *p, bool final, int *n_pc) {
                     size_t h = partial_suffix(t + pos, n - pos, f->open[k]);
                     hold = h > hold ? h : hold;
                 }
-            if (put(&p->scratch, &p->scratch_len, &p->scratch_cap, t + pos, n - pos - hold) < 0)
+            bool rest_blank = any_block;
+            for (size_t i = pos; rest_blank && i < n - hold; i++)
+                rest_blank = t[i] && strchr(" \t\r\n", t[i]);
+            if (!rest_blank &&
+                put(&p->scratch, &p->scratch_len, &p->scratch_cap, t + pos, n - pos - hold) < 0)
                 return STRATA_E_NOMEM;
             break;
         }
-        if (best > pos &&
+        if (best > pos && !bare && !blank &&
             put(&p->scratch, &p->scratch_len, &p->scratch_cap, t + pos, best - pos) < 0)
             return STRATA_E_NOMEM;
         if (any_block && !f->repeat_open) { /* one block per response: the rest is text */
@@ -633,7 +644,6 @@ static int scan_tools(struct toolcall_parser *p, bool final, int *n_pc) {
         int before = *n_pc;
         bool text = false;
         int rc = block(&sc, f, p->pc, n_pc, MAX_CALLS, &text);
-        (void)bare;
         if (rc == SC_NEED)
             return 0; /* the rest may still be a call: hold it */
         if (rc == SC_FAIL) {
@@ -757,7 +767,7 @@ int toolcall_parser_feed(struct toolcall_parser *p, const char *text, size_t len
             if (avail >= k && memcmp(s + w, p->think_open, k) == 0) {
                 p->rs = R_THINK;
                 used = w + k;
-            } else if (!final && memcmp(s + w, p->think_open, avail) == 0) {
+            } else if (!final && avail < k && memcmp(s + w, p->think_open, avail) == 0) {
                 goto out; /* whitespace or part of the marker: undecided */
             } else {
                 p->rs = R_CONTENT;
