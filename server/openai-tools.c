@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/session/session.h"
+#include "server/openai.h"
+
 /* OpenAI accepts at most 128 tools in one request. */
 #define TOOLS_MAX 128
 
@@ -147,6 +150,8 @@ static int parse_choice(json_t *body, json_t *tools, struct openai_chat_ext *x, 
     if (!tools)
         return fail(err, param, cap, STRATA_E_INVALID, "tool_choice",
                     "'tool_choice' is only allowed when 'tools' are specified");
+    if (x->choice == OPENAI_TOOL_CHOICE_AUTO)
+        return 0;
     /* A forced call needs the constrained decoder (engine/grammar), which
      * this build does not have: refused rather than answered unforced. */
     return fail(err, param, cap, STRATA_E_UNSUPPORTED, "tool_choice",
@@ -403,4 +408,12 @@ json_t *openai_chat_messages(json_t *msgs) {
 fail:
     json_decref(out);
     return NULL;
+}
+
+void openai_session_input(const struct openai_request *rq, struct session_input *in) {
+    memset(in, 0, sizeof *in);
+    in->messages = rq->messages;
+    in->tools = rq->ext ? rq->ext->tools : NULL;
+    in->extra_vars = rq->ext ? rq->ext->extra_vars : NULL;
+    in->continue_last = rq->ext && rq->ext->prefill;
 }

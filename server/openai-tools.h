@@ -77,6 +77,12 @@ int openai_check_tool_fields(json_t *m, size_t i, char *param, size_t cap,
  * strings parsed into objects. */
 json_t *openai_chat_messages(json_t *msgs);
 
+struct session_input;
+struct openai_request;
+/* The prompt input of a chat request (the scheduler's and the tests'):
+ * messages, tools, extra_vars and the prefill flag, borrowed from rq. */
+void openai_session_input(const struct openai_request *rq, struct session_input *in);
+
 /* Checks what depends on the model's template (reasoning_effort needs a
  * template that reads it) and adds reasoning_effort to extra_vars. */
 int openai_chat_ext_check_template(struct openai_chat_ext *x, const char *src, size_t len,

@@ -44,12 +44,9 @@ void job_clear(struct gen_job *j) {
 void job_tokenize(const struct sched *s, struct gen_job *j) {
     struct tokenizer_ids ids = {0};
     struct session_input in = {0};
-    if (j->rq.route == GEN_ROUTE_CHAT) {
-        in.messages = j->rq.messages;
-        in.tools = j->rq.ext ? j->rq.ext->tools : NULL;
-        in.extra_vars = j->rq.ext ? j->rq.ext->extra_vars : NULL;
-        in.continue_last = j->rq.ext && j->rq.ext->prefill;
-    } else
+    if (j->rq.route == GEN_ROUTE_CHAT)
+        openai_session_input(&j->rq, &in);
+    else
         in = (struct session_input){.text = j->rq.prompt, .len = j->rq.prompt_len};
     int rc = session_prompt(s->sb, &in, &ids, &j->tok_err);
     if (rc < 0) {

@@ -121,8 +121,86 @@ START_TEST(invalid_requests) {
     expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"logprobs\":true,\"top_logprobs\":21}",
                STRATA_E_RANGE, "top_logprobs");
     expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"n\":2}", STRATA_E_UNSUPPORTED, "n");
+    /* tools (server/openai-tools.c): each bad field named */
+#define FN(x) "{\"type\":\"function\",\"function\":" x "}"
     expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"tools\":[{\"type\":\"function\"}]}",
+               STRATA_E_INVALID, "tools[0].function");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"tools\":{}}", STRATA_E_INVALID, "tools");
+    expect_err(CHAT,
+               "{\"model\":\"m\"," MSG ",\"tools\":[" FN("{\"name\":\"a\"}") ",{\"type\":\"x\"}]}",
+               STRATA_E_INVALID, "tools[1].type");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"tools\":[" FN("{\"name\":\"a b\"}") "]}",
+               STRATA_E_INVALID, "tools[0].function.name");
+    expect_err(CHAT,
+               "{\"model\":\"m\"," MSG
+               ",\"tools\":[" FN("{\"name\":\"a\"}") "," FN("{\"name\":\"a\"}") "]}",
+               STRATA_E_INVALID, "tools[1].function.name");
+    expect_err(CHAT,
+               "{\"model\":\"m\"," MSG ",\"tools\":[" FN("{\"name\":\"a\",\"parameters\":[]}") "]}",
+               STRATA_E_INVALID, "tools[0].function.parameters");
+    expect_err(CHAT,
+               "{\"model\":\"m\"," MSG
+               ",\"tools\":[" FN("{\"name\":\"a\"}") "],\"tool_choice\":\"maybe\"}",
+               STRATA_E_INVALID, "tool_choice");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"tool_choice\":\"auto\"}", STRATA_E_INVALID,
+               "tool_choice");
+    expect_err(CHAT,
+               "{\"model\":\"m\"," MSG
+               ",\"tools\":[" FN("{\"name\":\"a\"}") "],\"tool_choice\":{\"type\":\"function\","
+                                                     "\"function\":{\"name\":\"b\"}}}",
+               STRATA_E_INVALID, "tool_choice.function.name");
+    expect_err(CHAT,
+               "{\"model\":\"m\"," MSG
+               ",\"tools\":[" FN("{\"name\":\"a\"}") "],\"tool_choice\":\"required\"}",
+               STRATA_E_UNSUPPORTED, "tool_choice");
+    expect_err(CHAT,
+               "{\"model\":\"m\"," MSG
+               ",\"tools\":[" FN("{\"name\":\"a\"}") "],\"parallel_tool_calls\":1}",
+               STRATA_E_INVALID, "parallel_tool_calls");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"chat_template_kwargs\":[1]}", STRATA_E_INVALID,
+               "chat_template_kwargs");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"chat_template_kwargs\":{\"messages\":1}}",
+               STRATA_E_INVALID, "chat_template_kwargs.messages");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"reasoning_effort\":\"extreme\"}", STRATA_E_INVALID,
+               "reasoning_effort");
+#define TC(args)                                                                                   \
+    "{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{"  \
+    "\"name\":\"a\",\"arguments\":" args "}}]}"
+    expect_err(
+        CHAT,
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"q\"}," TC("\"{bad\"") "]}",
+        STRATA_E_INVALID, "messages[1].tool_calls[0].function.arguments");
+    expect_err(
+        CHAT,
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"q\"}," TC("\"[1]\"") "]}",
+        STRATA_E_INVALID, "messages[1].tool_calls[0].function.arguments");
+    expect_err(CHAT,
+               "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"q\"}," TC("5") "]}",
+               STRATA_E_INVALID, "messages[1].tool_calls[0].function.arguments");
+    expect_err(CHAT,
+               "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":"
+               "\"assistant\",\"tool_calls\":[{\"type\":\"function\"}]}]}",
+               STRATA_E_INVALID, "messages[1].tool_calls[0].id");
+    expect_err(
+        CHAT,
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"q\",\"tool_calls\":[]}]}",
+        STRATA_E_INVALID, "messages[0].tool_calls");
+    expect_err(CHAT,
+               "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":"
+               "\"tool\",\"content\":\"r\"}]}",
+               STRATA_E_INVALID, "messages[1].tool_call_id");
+    expect_err(CHAT,
+               "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"q\"}," TC(
+                   "\"{}\"") ",{\"role\":\"tool\",\"tool_call_id\":\"c2\",\"content\":\"r\"}]}",
+               STRATA_E_INVALID, "messages[2].tool_call_id");
+    expect_err(CHAT,
+               "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"content\":\"x\","
+               "\"function_call\":{}}]}",
+               STRATA_E_UNSUPPORTED, "messages[0].function_call");
+    expect_err(CMPL, "{\"model\":\"m\",\"prompt\":\"a\",\"tools\":[" FN("{\"name\":\"a\"}") "]}",
                STRATA_E_UNSUPPORTED, "tools");
+#undef TC
+#undef FN
     expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"response_format\":{\"type\":\"json_schema\"}}",
                STRATA_E_UNSUPPORTED, "response_format");
     expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"user\":5}", STRATA_E_INVALID, "user");
