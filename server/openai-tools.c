@@ -348,8 +348,17 @@ void openai_chat_ext_free(struct openai_chat_ext *x) {
     free(x);
 }
 
-int openai_chat_ext_check_template(struct openai_chat_ext *x, const char *src, size_t len,
-                                   char *param, size_t cap, struct strata_error *err) {
+int openai_chat_ext_check_template(struct openai_chat_ext *x, json_t *msgs, const char *src,
+                                   size_t len, char *param, size_t cap, struct strata_error *err) {
+    if (x && !memmem(src, len, "tool_calls", strlen("tool_calls"))) {
+        size_t i;
+        json_t *m;
+        json_array_foreach(msgs, i, m) {
+            if (field(m, "tool_calls") && !field(m, "content") &&
+                json_object_set_new(m, "content", json_string("")) < 0)
+                return strata_error_set(err, STRATA_E_NOMEM, "out of memory");
+        }
+    }
     if (!x || !x->effort[0])
         return 0;
     if (!memmem(src, len, "reasoning_effort", strlen("reasoning_effort")))

@@ -84,8 +84,11 @@ struct openai_request;
 void openai_session_input(const struct openai_request *rq, struct session_input *in);
 
 /* Checks what depends on the model's template (reasoning_effort needs a
- * template that reads it) and adds reasoning_effort to extra_vars. */
-int openai_chat_ext_check_template(struct openai_chat_ext *x, const char *src, size_t len,
-                                   char *param, size_t cap, struct strata_error *err);
+ * template that reads it) and adds reasoning_effort to extra_vars. msgs
+ * (openai_chat_messages' result): a template that never reads tool_calls
+ * (ChatML) gets "" for the null content of a tool-calling message, as
+ * every other message without content, instead of failing on it. */
+int openai_chat_ext_check_template(struct openai_chat_ext *x, json_t *msgs, const char *src,
+                                   size_t len, char *param, size_t cap, struct strata_error *err);
 
 #endif

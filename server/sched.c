@@ -473,7 +473,7 @@ static int op_submit(void *self, const struct gen_submit *req, struct gen_sink s
     if (rc == 0 && j->rq.ext) { /* what depends on the template (reasoning_effort) */
         size_t slen = 0;
         const char *src = session_base_template_source(s->sb, &slen);
-        rc = openai_chat_ext_check_template(j->rq.ext, src, slen, out->error_param,
+        rc = openai_chat_ext_check_template(j->rq.ext, j->rq.messages, src, slen, out->error_param,
                                             sizeof(out->error_param), err);
         if (rc < 0)
             openai_request_free(&j->rq);

@@ -13,7 +13,8 @@ tools as sent (none for tool_choice "none"), kwargs as extra variables,
 add_generation_prompt, bos "<s>" / eos "</s>" (the llama-2 vocabulary the
 dump loads). Assistant prefill: rendered without the generation prompt and
 cut after the last message's content (else the earlier messages with the
-generation prompt, plus the content). Where Jinja2 raises, the server must
+generation prompt, plus the content). A tool-calling message's null
+content reads "" for a template that never mentions tool_calls. Where Jinja2 raises, the server must
 refuse too. Prints `RESULT tools-prompt: N passed, M failed`.
 """
 import copy
@@ -76,7 +77,9 @@ def reference(env, src, body):
         tools = None
     msgs = []
     for m in copy.deepcopy(body["messages"]):
-        if m.get("content") is None and not m.get("tool_calls"):
+        # no content reads "", except on a tool-calling message of a template
+        # that renders tool_calls (ChatML and Phi-3.5 would fail on None)
+        if m.get("content") is None and (not m.get("tool_calls") or "tool_calls" not in src):
             m["content"] = ""
         for c in m.get("tool_calls") or []:
             if isinstance(c["function"].get("arguments"), str):

@@ -65,7 +65,8 @@ int main(int argc, char **argv) {
         if (rc == 0 && rq.ext) {
             size_t sl;
             const char *src = session_base_template_source(b, &sl);
-            rc = openai_chat_ext_check_template(rq.ext, src, sl, param, sizeof param, &e);
+            rc = openai_chat_ext_check_template(rq.ext, rq.messages, src, sl, param, sizeof param,
+                                                &e);
         }
         if (rc == 0) {
             struct session_input in;

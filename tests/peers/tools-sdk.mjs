@@ -1,0 +1,105 @@
+// tests/peers/tools-sdk.mjs: tools, tool results, tool_choice, reasoning
+// fields and assistant prefill through the official openai npm SDK against
+// the real `strata serve` on ../shared/models/llama-2-tiny-random.gguf (no
+// chat template: ChatML, tool calls parsed in the generic <tool_call> form).
+// Random weights never write a call, so this checks the request side and
+// the response shapes end to end; the parsing of calls per family is
+// tests/engine/text/test-toolcall.c. Usage: node tools-sdk.mjs <strata>.
+// Prints `RESULT tools-sdk: N passed, M failed`.
+import { startDaemon } from "./strata-daemon.mjs";
+import OpenAI from "openai";
+
+const strata = process.argv[2];
+const shared = process.env.STRATA_SHARED_DIR || "../shared";
+const modelPath = `${shared}/models/llama-2-tiny-random.gguf`;
+const MODEL = "llama-2-tiny-random";
+
+let passed = 0, failed = 0;
+function check(name, ok, detail = "") {
+  if (ok) passed++;
+  else { failed++; console.log(`FAIL ${name} ${detail}`); }
+}
+async function expectBad(name, fn, param, status = 400) {
+  try {
+    await fn();
+    check(name, false, "no error raised");
+  } catch (e) {
+    check(name, e instanceof OpenAI.BadRequestError && e.status === status && e.param === param,
+      `${e?.constructor?.name} ${e?.status} param=${e?.param} ${e?.message}`);
+  }
+}
+
+const weather = { type: "function", function: { name: "get_weather", description: "Weather of a city",
+  parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } };
+const history = [
+  { role: "user", content: "Weather in Paris?" },
+  { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function",
+    function: { name: "get_weather", arguments: "{\"city\":\"Paris\"}" } }] },
+  { role: "tool", tool_call_id: "call_1", content: "{\"temp\":21}" },
+  { role: "user", content: "And tomorrow?" },
+];
+
+const spawned = [];
+async function main() {
+  const d = await startDaemon(strata, modelPath, ["--ctx-size", "512"], spawned);
+  const client = new OpenAI({ apiKey: "x", baseURL: `http://127.0.0.1:${d.port}/v1`, maxRetries: 0 });
+  const base = { model: MODEL, temperature: 0, max_tokens: 12 };
+
+  // tools with tool results in the history, arguments as a JSON string (the SDK's shape)
+  const r = await client.chat.completions.create({ ...base, messages: history, tools: [weather] });
+  const m = r.choices[0].message;
+  check("tools: 200 with a message", m.role === "assistant" && typeof m.content === "string",
+    JSON.stringify(r));
+  check("tools: finish_reason", ["stop", "length", "tool_calls"].includes(r.choices[0].finish_reason));
+  check("tools: no call from random weights means no tool_calls field",
+    m.tool_calls === undefined || (m.tool_calls.length > 0 && r.choices[0].finish_reason === "tool_calls"));
+
+  // the stream accumulates (SDK helper) to the same message
+  const stream = client.chat.completions.stream({ ...base, messages: history, tools: [weather] });
+  const fin = await stream.finalChatCompletion();
+  check("tools stream: same content as non-stream", fin.choices[0].message.content === m.content,
+    `${JSON.stringify(fin.choices[0].message.content)} vs ${JSON.stringify(m.content)}`);
+  check("tools stream: same finish_reason", fin.choices[0].finish_reason === r.choices[0].finish_reason);
+
+  // tool_choice none and auto, parallel_tool_calls, kwargs are accepted
+  for (const extra of [{ tool_choice: "none" }, { tool_choice: "auto", parallel_tool_calls: false },
+                       { chat_template_kwargs: { enable_thinking: false } }]) {
+    const x = await client.chat.completions.create({ ...base, messages: history, tools: [weather], ...extra });
+    check(`accepted ${JSON.stringify(extra)}`, x.choices.length === 1);
+  }
+
+  // assistant prefill: the reply continues the last message (its text is not repeated)
+  const pre = await client.chat.completions.create({ ...base,
+    messages: [{ role: "user", content: "Hi" }, { role: "assistant", content: "Hello, my name is" }] });
+  const fresh = await client.chat.completions.create({ ...base,
+    messages: [{ role: "user", content: "Hi" }] });
+  check("prefill: a continuation, not a new answer",
+    pre.usage.prompt_tokens > fresh.usage.prompt_tokens &&
+    !pre.choices[0].message.content.startsWith("Hello, my name is"),
+    `${pre.usage.prompt_tokens} vs ${fresh.usage.prompt_tokens}`);
+
+  // the edges, as the SDK raises them
+  await expectBad("bad tool name", () => client.chat.completions.create({ ...base, messages: history,
+    tools: [{ type: "function", function: { name: "has space" } }] }), "tools[0].function.name");
+  await expectBad("bad arguments string", () => client.chat.completions.create({ ...base,
+    messages: [history[0], { ...history[1], tool_calls: [{ ...history[1].tool_calls[0],
+      function: { name: "get_weather", arguments: "{oops" } }] }, history[2]], tools: [weather] }),
+    "messages[1].tool_calls[0].function.arguments");
+  await expectBad("unknown tool_call_id", () => client.chat.completions.create({ ...base,
+    messages: [history[0], history[1], { ...history[2], tool_call_id: "call_9" }] }),
+    "messages[2].tool_call_id");
+  await expectBad("forced call unsupported (no grammar)", () => client.chat.completions.create({ ...base,
+    messages: history, tools: [weather], tool_choice: "required" }), "tool_choice");
+  await expectBad("reasoning_effort without a template variable", () => client.chat.completions.create({
+    ...base, messages: history, reasoning_effort: "low" }), "reasoning_effort");
+  // the daemon keeps serving
+  const after = await client.chat.completions.create({ ...base, messages: history, tools: [weather] });
+  check("serves after the errors", after.choices[0].message.content === m.content);
+}
+
+main().catch((e) => { failed++; console.log(`FAIL exception ${e?.stack || e}`); })
+  .finally(() => {
+    for (const p of spawned) p.kill("SIGTERM");
+    console.log(`RESULT tools-sdk: ${passed} passed, ${failed} failed`);
+    process.exitCode = failed ? 1 : 0;
+  });
