@@ -31,6 +31,7 @@ static struct sched_params params_of(const struct config *cfg) {
     sp.n_batch = (int)config_int(cfg, CONFIG_BATCH);
     sp.request_timeout = (double)config_int(cfg, CONFIG_REQUEST_TIMEOUT);
     sp.expert_profile = config_str(cfg, CONFIG_EXPERT_PROFILE);
+    sp.chat_template_file = config_str(cfg, CONFIG_CHAT_TEMPLATE_FILE);
     sp.profile_interval_s = (double)config_int(cfg, CONFIG_EXPERT_PROFILE_INTERVAL);
     /* without --kv-mem the KV pool takes at most half the memory budget */
     struct sysinfo_params sip = sysinfo_params_default();

@@ -85,6 +85,9 @@ enum config_type {
     X(EXPERT_PROFILE, "expert-profile", "STRATA_EXPERT_PROFILE", "--expert-profile",               \
       CONFIG_TYPE_PATH, 0, 0, "",                                                                  \
       "routing profile of a MoE model: loaded at start, saved periodically and at shutdown")       \
+    X(CHAT_TEMPLATE_FILE, "chat-template-file", "STRATA_CHAT_TEMPLATE_FILE",                       \
+      "--chat-template-file", CONFIG_TYPE_PATH, 0, 0, "",                                          \
+      "Jinja chat template used instead of the GGUF's tokenizer.chat_template")                    \
     X(EXPERT_PROFILE_INTERVAL, "expert-profile-interval", "STRATA_EXPERT_PROFILE_INTERVAL",        \
       "--expert-profile-interval", CONFIG_TYPE_INT, 1, 86400, "60",                                \
       "seconds between routing profile saves while the counts change")                             \

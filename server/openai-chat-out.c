@@ -52,7 +52,10 @@ int openai_chat_out_init(const struct openai_request *rq, const struct session_b
         free(co);
         return err && err->code ? err->code : STRATA_E_NOMEM;
     }
-    co->keep_special = true;
+    /* R7B's thinking markers are control tokens too; "<think>" is not (an added
+     * token in the Qwen3 and DeepSeek R1 vocabularies) */
+    co->keep_special = (pp.tools && toolcall_family_control(pp.family)) ||
+                       (think && strcmp(pp.think_open, "<think>") != 0);
     *out = co;
     return 0;
 }

@@ -457,6 +457,32 @@ static void *sched_thread(void *arg) {
     }
 }
 
+/* --chat-template-file's text (owned: free()); 1 MiB at most: the largest
+ * fixture template (Command-R+) is 14 KB. */
+static char *read_template(const char *path, struct strata_error *err) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        strata_error_set(err, STRATA_E_CONFIG, "chat-template-file %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    const size_t cap = 1u << 20;
+    char *buf = malloc(cap + 1);
+    size_t n = buf ? fread(buf, 1, cap + 1, fp) : 0;
+    bool bad = ferror(fp) != 0;
+    fclose(fp);
+    if (!buf || bad || n > cap) {
+        strata_error_set(err, buf ? STRATA_E_CONFIG : STRATA_E_NOMEM, "chat-template-file %s: %s",
+                         path,
+                         !buf  ? "out of memory"
+                         : bad ? "read error"
+                               : "larger than 1 MiB");
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
 /* ---- gen_ops --------------------------------------------------------------- */
 
 static int op_submit(void *self, const struct gen_submit *req, struct gen_sink sink,
@@ -751,8 +777,21 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     bp.gguf = model_gguf(s->model);
     bp.n_vocab = s->n_vocab;
     bp.n_ctx = s->n_ctx;
-    if (!(s->sb = session_base_init(&bp, err)))
+    char *tmpl = NULL;
+    const char *tf = params->chat_template_file;
+    if (tf && *tf && !(tmpl = read_template(tf, err)))
         goto fail;
+    bp.chat_template = tmpl;
+    const bool tmpl_given = tmpl != NULL;
+    s->sb = session_base_init(&bp, err);
+    free(tmpl);
+    if (!s->sb)
+        goto fail;
+    if (tmpl_given && session_base_template_origin(s->sb) != SESSION_TEMPLATE_GGUF) {
+        strata_error_set(err, STRATA_E_CONFIG, "chat-template-file %s: %s", tf,
+                         session_base_template_note(s->sb));
+        goto fail;
+    }
     s->logits = malloc((size_t)s->n_batch * (size_t)s->n_vocab * sizeof(float));
     s->entries = malloc((size_t)s->n_batch * sizeof(*s->entries));
     s->row_job = malloc((size_t)s->n_batch * sizeof(*s->row_job));

@@ -82,30 +82,32 @@
 #include "server/gen.h"
 
 struct sched_params {
-    const char *model_path;     /* borrowed for sched_init */
-    const char *model_id;       /* borrowed; NULL = file name without .gguf */
-    int n_threads;              /* compute threads, capped at 32; 0 = sysinfo_threads' policy
-                                   (available CPUs - 1, at least 1) */
-    const char *threads_source; /* borrowed: for /status when n_threads > 0: "cli", "env",
-                                   "file", "cgroup", "affinity"; NULL = "cli" */
-    int pool_spin;              /* worker spin before parking */
-    int n_ctx;                  /* per-session context; 0 = the model's trained context */
-    int parallel;               /* sessions decoding at once (KV sequences), >= 1 */
-    int queue;                  /* requests waiting beyond parallel */
-    int n_batch;                /* entries per step (token budget); 0 = min(512, model max) */
-    int kv_block;               /* KV positions per block (power of two); 0 = 16 */
-    int64_t kv_mem;             /* KV pool bytes; 0 = parallel * n_ctx positions, at most
-                                   kv_mem_max */
-    int64_t kv_mem_max;         /* cap of the default pool (memory budget share); 0 = none */
-    double request_timeout;     /* seconds from submit to the last token; 0 = none */
-    bool prefix_cache;          /* reuse KV blocks of earlier requests with the same prefix */
-    bool prefault;              /* model_params.prefault: map the weight pages at load */
-    bool repack;                /* model_params.repack: weights copied (and packed) at load */
-    int64_t mem_budget;         /* model_params.mem_budget; 0 = unknown */
-    const char *expert_profile; /* borrowed for sched_init: routing profile file (MoE models);
-                                   NULL or "" = none */
-    double profile_interval_s;  /* seconds between saves while counts change; default
-                                   SCHED_PROFILE_INTERVAL_S */
+    const char *model_path;         /* borrowed for sched_init */
+    const char *model_id;           /* borrowed; NULL = file name without .gguf */
+    int n_threads;                  /* compute threads, capped at 32; 0 = sysinfo_threads' policy
+                                       (available CPUs - 1, at least 1) */
+    const char *threads_source;     /* borrowed: for /status when n_threads > 0: "cli", "env",
+                                       "file", "cgroup", "affinity"; NULL = "cli" */
+    int pool_spin;                  /* worker spin before parking */
+    int n_ctx;                      /* per-session context; 0 = the model's trained context */
+    int parallel;                   /* sessions decoding at once (KV sequences), >= 1 */
+    int queue;                      /* requests waiting beyond parallel */
+    int n_batch;                    /* entries per step (token budget); 0 = min(512, model max) */
+    int kv_block;                   /* KV positions per block (power of two); 0 = 16 */
+    int64_t kv_mem;                 /* KV pool bytes; 0 = parallel * n_ctx positions, at most
+                                       kv_mem_max */
+    int64_t kv_mem_max;             /* cap of the default pool (memory budget share); 0 = none */
+    double request_timeout;         /* seconds from submit to the last token; 0 = none */
+    bool prefix_cache;              /* reuse KV blocks of earlier requests with the same prefix */
+    bool prefault;                  /* model_params.prefault: map the weight pages at load */
+    bool repack;                    /* model_params.repack: weights copied (and packed) at load */
+    int64_t mem_budget;             /* model_params.mem_budget; 0 = unknown */
+    const char *expert_profile;     /* borrowed for sched_init: routing profile file (MoE models);
+                                       NULL or "" = none */
+    const char *chat_template_file; /* borrowed for sched_init: a Jinja chat template used
+                                       instead of the GGUF's; NULL or "" = the GGUF's */
+    double profile_interval_s;      /* seconds between saves while counts change; default
+                                       SCHED_PROFILE_INTERVAL_S */
     const struct strata_progress *progress; /* borrowed: the load's (model_params.progress) */
 };
 #define SCHED_PROFILE_INTERVAL_S 60.0

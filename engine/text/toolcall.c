@@ -37,6 +37,7 @@ struct toolcall_family {
     const char *args_suffix;
     const char *text_name; /* a "name" that means text follows (Functionary's "all") */
     bool repeat_open;      /* several blocks, each with its marker (else one block) */
+    bool control;          /* its markers are control tokens (their text must be kept) */
 };
 
 /* Detection order: the most specific first (Hermes 3 and Firefunction are
@@ -44,6 +45,7 @@ struct toolcall_family {
  * (../shared/fixtures/templates). */
 static const struct toolcall_family families[] = {
     {.name = "deepseek_r1",
+     .control = true,
      .detect = {"tool\xe2\x96\x81"
                 "calls\xe2\x96\x81"
                 "begin"},
@@ -69,6 +71,7 @@ static const struct toolcall_family families[] = {
      .args_prefix = "```json\n",
      .args_suffix = "\n```"},
     {.name = "command_r7b",
+     .control = true,
      .detect = {"<|START_ACTION|>"},
      .open = {"<|START_ACTION|>"},
      .list_open = "[",
@@ -109,6 +112,7 @@ static const struct toolcall_family families[] = {
      .name_keys = {"name"},
      .args_keys = {"arguments", "parameters"}},
     {.name = "mistral",
+     .control = true,
      .detect = {"[TOOL_CALLS]"},
      .open = {"[TOOL_CALLS]"},
      .list_open = "[",
@@ -125,6 +129,7 @@ static const struct toolcall_family families[] = {
      .args_keys = {"arguments", "parameters"},
      .repeat_open = true},
     {.name = "llama3",
+     .control = true,
      .detect = {"ipython", "<|start_header_id|>"},
      .open = {"<|python_tag|>"},
      .bare_start = true,
@@ -156,6 +161,10 @@ const struct toolcall_family *toolcall_detect(const char *src, size_t len) {
 
 const char *toolcall_family_name(const struct toolcall_family *f) {
     return f ? f->name : "generic";
+}
+
+bool toolcall_family_control(const struct toolcall_family *f) {
+    return f && f->control;
 }
 
 const struct toolcall_family *toolcall_family_by_name(const char *name) {
@@ -580,6 +589,15 @@ static int put(char **b, size_t *len, size_t *cap, const char *s, size_t n) {
     return n ? strata_append(b, len, cap, s, n) : 0;
 }
 
+/* Appends text[a, a + n) to this scan's content, less the bytes the prompt
+ * wrote (the virtual prefix is never content). */
+static int text_put(struct toolcall_parser *p, size_t a, size_t n) {
+    size_t b = a + n;
+    if (a < p->prefix)
+        a = p->prefix;
+    return b > a ? put(&p->scratch, &p->scratch_len, &p->scratch_cap, p->text + a, b - a) : 0;
+}
+
 /* The content text scanned: fills p->scratch (the content) and p->pc. */
 static int scan_tools(struct toolcall_parser *p, bool final, int *n_pc) {
     const struct toolcall_family *f = p->f;
@@ -627,16 +645,14 @@ static int scan_tools(struct toolcall_parser *p, bool final, int *n_pc) {
             bool rest_blank = any_block;
             for (size_t i = pos; rest_blank && i < n - hold; i++)
                 rest_blank = t[i] && strchr(" \t\r\n", t[i]);
-            if (!rest_blank &&
-                put(&p->scratch, &p->scratch_len, &p->scratch_cap, t + pos, n - pos - hold) < 0)
+            if (!rest_blank && text_put(p, pos, n - pos - hold) < 0)
                 return STRATA_E_NOMEM;
             break;
         }
-        if (best > pos && !bare && !blank &&
-            put(&p->scratch, &p->scratch_len, &p->scratch_cap, t + pos, best - pos) < 0)
+        if (best > pos && !bare && !blank && text_put(p, pos, best - pos) < 0)
             return STRATA_E_NOMEM;
         if (any_block && !f->repeat_open) { /* one block per response: the rest is text */
-            if (put(&p->scratch, &p->scratch_len, &p->scratch_cap, t + best, n - best) < 0)
+            if (text_put(p, best, n - best) < 0)
                 return STRATA_E_NOMEM;
             break;
         }
@@ -649,7 +665,7 @@ static int scan_tools(struct toolcall_parser *p, bool final, int *n_pc) {
         if (rc == SC_FAIL) {
             *n_pc = before;
             /* not a call: the marker's first byte is text, scan on after it */
-            if (put(&p->scratch, &p->scratch_len, &p->scratch_cap, t + best, 1) < 0)
+            if (text_put(p, best, 1) < 0)
                 return STRATA_E_NOMEM;
             pos = best + 1;
             continue;

@@ -57,6 +57,9 @@ struct toolcall_family;
 const struct toolcall_family *toolcall_detect(const char *tmpl_src, size_t len);
 /* "hermes", "llama3", ...; "generic" for NULL. */
 const char *toolcall_family_name(const struct toolcall_family *f);
+/* Its markers are control tokens ([TOOL_CALLS], <|python_tag|>, DeepSeek's
+ * and R7B's): the detokenizer must keep control tokens' text. */
+bool toolcall_family_control(const struct toolcall_family *f);
 /* The family of a name (toolcall_family_name's), or NULL. */
 const struct toolcall_family *toolcall_family_by_name(const char *name);
 

@@ -62,12 +62,26 @@ CASES = [
                           "messages": [{"role": "user", "content": "Weather in Paris?"}]}),
     ("kwargs", {"chat_template_kwargs": {"enable_thinking": False, "custom_flag": "x"},
                 "messages": [{"role": "user", "content": "Hi"}]}),
+    ("effort", {"reasoning_effort": "low", "messages": [{"role": "user", "content": "Hi"}]}),
+    ("effort-kwargs", {"reasoning_effort": "high", "chat_template_kwargs": {"enable_thinking": True},
+                       "messages": [{"role": "user", "content": "Hi"}]}),
     ("prefill", {"messages": [{"role": "user", "content": "Hi"},
                               {"role": "assistant", "content": "Partial answer"}]}),
     ("prefill-tools", {"tools": [WEATHER], "messages": [
         {"role": "user", "content": "Weather?"},
         {"role": "assistant", "content": "Let me think"}]}),
 ]
+
+
+# A template that reads chat_template_kwargs and reasoning_effort (no fixture
+# template reads either, so without it their arrival would go unseen).
+KWARGS_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if reasoning_effort is defined %}[effort {{ reasoning_effort }}]{% endif %}"
+    "{% if custom_flag is defined %}[flag {{ custom_flag }}]{% endif %}"
+    "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n"
+    "{% else %}<think>\n{% endif %}{% endif %}")
 
 
 def reference(env, src, body):
@@ -89,6 +103,10 @@ def reference(env, src, body):
     prefill = (last["role"] == "assistant" and not last.get("tool_calls")
                and isinstance(last.get("content"), str) and last["content"] != "")
     kw = dict(body.get("chat_template_kwargs") or {})
+    if "reasoning_effort" in body:
+        if "reasoning_effort" not in src:
+            return None  # refused: the template has no such variable
+        kw.setdefault("reasoning_effort", body["reasoning_effort"])
     tmpl = env.from_string(src)
 
     def render(ms, agp):
@@ -120,10 +138,12 @@ def main():
         json.dump(bodies, f)
         reqs = f.name
     try:
-        for name in sorted(os.listdir(tdir)):
-            if not name.endswith(".jinja"):
-                continue
-            path = os.path.join(tdir, name)
+        with tempfile.NamedTemporaryFile("w", suffix=".jinja", delete=False) as f:
+            f.write(KWARGS_TEMPLATE)
+            kw_path = f.name
+        paths = [os.path.join(tdir, n) for n in sorted(os.listdir(tdir)) if n.endswith(".jinja")]
+        for path in paths + [kw_path]:
+            name = "kwargs-template" if path == kw_path else os.path.basename(path)
             with open(path, encoding="utf-8") as f:
                 src = f.read()
             out = subprocess.run([dump, model, path, reqs], capture_output=True, text=True,
@@ -139,6 +159,7 @@ def main():
                 else:
                     res.check(f"{name} {case}: prompt equals Jinja2's", g.get("prompt") == want,
                               f"got {g!r}\nwant {want!r}")
+        os.unlink(kw_path)
     finally:
         os.unlink(reqs)
     return res.report("tools-prompt")

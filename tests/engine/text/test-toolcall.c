@@ -216,6 +216,10 @@ START_TEST(functionary_v3_2) {
     ck_assert_int_eq(r.n_calls, 2);
     ck_assert_str_eq(r.args[0], "{\"city\": \"Paris\"}");
     ck_assert_str_eq(r.args[1], "{\"city\": \"Rome\"}");
+    /* not a recipient line: all content, the prompt's ">>>" never in it */
+    run_all("functionary_v3_2", true, NULL, ">>>", "Hello there", &r);
+    ck_assert_str_eq(r.content, "Hello there");
+    ck_assert_int_eq(r.n_calls, 0);
     run_all("functionary_v3_2", true, NULL, ">>>", "get_weather\n{\"city\": \"Oslo\"}", &r);
     ck_assert_int_eq(r.n_calls, 1);
     ck_assert_str_eq(r.names[0], "get_weather");
