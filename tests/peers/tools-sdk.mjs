@@ -8,6 +8,8 @@
 // Prints `RESULT tools-sdk: N passed, M failed`.
 import { startDaemon } from "./strata-daemon.mjs";
 import OpenAI from "openai";
+import { mkdtempSync, writeFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 
 const strata = process.argv[2];
 const shared = process.env.STRATA_SHARED_DIR || "../shared";
@@ -95,6 +97,55 @@ async function main() {
   // the daemon keeps serving
   const after = await client.chat.completions.create({ ...base, messages: history, tools: [weather] });
   check("serves after the errors", after.choices[0].message.content === m.content);
+  d.p.kill("SIGTERM");
+
+  // reasoning: DeepSeek R1's generation prompt opens <think>, so what random
+  // weights write (never "</think>") is all reasoning_content
+  const ds = `${shared}/fixtures/templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja`;
+  const d2 = await startDaemon(strata, modelPath, ["--ctx-size", "512", "--chat-template-file", ds], spawned);
+  const c2 = new OpenAI({ apiKey: "x", baseURL: `http://127.0.0.1:${d2.port}/v1`, maxRetries: 0 });
+  const q = { ...base, max_tokens: 16, messages: [{ role: "user", content: "Why is the sky blue?" }] };
+  const nr = await c2.chat.completions.create(q);
+  const nm = nr.choices[0].message;
+  check("reasoning: reasoning_content holds the think block", typeof nm.reasoning_content === "string" &&
+    nm.reasoning_content.length > 0 && nm.content === "", JSON.stringify(nm));
+  let sr = "", sc = "", roles = 0;
+  for await (const ch of await c2.chat.completions.create({ ...q, stream: true })) {
+    const dl = ch.choices[0]?.delta || {};
+    if (dl.role) roles++;
+    sr += dl.reasoning_content || "";
+    sc += dl.content || "";
+  }
+  check("reasoning stream: delta.reasoning_content adds up to the message's", sr === nm.reasoning_content &&
+    sc === "" && roles === 1, `${JSON.stringify(sr)} vs ${JSON.stringify(nm.reasoning_content)}; content ${JSON.stringify(sc)}`);
+  // prefill that closes the think block: the reply is content
+  const pr = await c2.chat.completions.create({ ...base, messages: [{ role: "user", content: "Hi" },
+    { role: "assistant", content: "<think>\nshort\n</think>\n\nHello" }] });
+  check("reasoning: prefill past the block gives content", typeof pr.choices[0].message.content === "string");
+  await expectBad("reasoning_effort: R1 has no variable", () => c2.chat.completions.create({ ...q,
+    reasoning_effort: "high" }), "reasoning_effort");
+  d2.p.kill("SIGTERM");
+
+  // a template that reads reasoning_effort and enable_thinking: both reach it
+  const dir = mkdtempSync(`${tmpdir()}/strata-tools-`);
+  const kt = `${dir}/kwargs.jinja`;
+  writeFileSync(kt, "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}" +
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% if reasoning_effort is defined %}effort " +
+    "{{ reasoning_effort }} {% endif %}{% if enable_thinking is defined and not enable_thinking %}" +
+    "<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}");
+  const d3 = await startDaemon(strata, modelPath, ["--ctx-size", "512", "--chat-template-file", kt], spawned);
+  const c3 = new OpenAI({ apiKey: "x", baseURL: `http://127.0.0.1:${d3.port}/v1`, maxRetries: 0 });
+  const plain = await c3.chat.completions.create(q);
+  const eff = await c3.chat.completions.create({ ...q, reasoning_effort: "high" });
+  check("reasoning_effort reaches the template", eff.usage.prompt_tokens > plain.usage.prompt_tokens,
+    `${eff.usage.prompt_tokens} vs ${plain.usage.prompt_tokens}`);
+  check("thinking on: reasoning_content", (plain.choices[0].message.reasoning_content || "").length > 0 &&
+    plain.choices[0].message.content === "");
+  const off = await c3.chat.completions.create({ ...q, chat_template_kwargs: { enable_thinking: false } });
+  check("enable_thinking false: the reply is content", off.choices[0].message.content.length > 0 &&
+    off.choices[0].message.reasoning_content === undefined, JSON.stringify(off.choices[0].message));
+  d3.p.kill("SIGTERM");
+  rmSync(dir, { recursive: true, force: true });
 }
 
 main().catch((e) => { failed++; console.log(`FAIL exception ${e?.stack || e}`); })
