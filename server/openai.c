@@ -3,6 +3,7 @@
 #include "server/openai.h"
 
 #include "server/openai-tools.h"
+#include "engine/grammar/grammar.h"
 
 #include <errno.h>
 #include <math.h>
@@ -244,17 +245,6 @@ static int check_unsupported(struct vctx *v, enum gen_route route) {
             return fail(v->err, v->param, v->cap, STRATA_E_UNSUPPORTED, never[i],
                         "'%s' is not supported by this server", never[i]);
     }
-    json_t *rf = field(v->body, "response_format");
-    if (rf) {
-        json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
-        if (!json_is_string(t))
-            return fail(v->err, v->param, v->cap, STRATA_E_INVALID, "response_format",
-                        "'response_format' must be an object with a string 'type'");
-        if (strcmp(json_string_value(t), "text") != 0)
-            return fail(v->err, v->param, v->cap, STRATA_E_UNSUPPORTED, "response_format",
-                        "response_format type '%.*s' is not supported (text only)",
-                        CUT(json_string_value(t), 40));
-    }
     bool echo = false;
     int rc = get_bool(v, "echo", &echo);
     if (rc < 0)
@@ -408,6 +398,8 @@ int openai_parse(const struct gen_submit *req, const char *model_id, int n_vocab
     out->stream_usage = out->stream && (out->stream_usage || req->always_usage);
     if ((rc = check_unsupported(&v, req->route)) < 0)
         goto fail;
+    if ((rc = openai_parse_format(req->body, req->route, &out->grammar, param, param_cap, err)) < 0)
+        goto fail;
     if (req->route == GEN_ROUTE_CHAT) {
         json_t *msgs = json_object_get(req->body, "messages");
         if (!msgs) {
@@ -456,6 +448,7 @@ void openai_request_free(struct openai_request *rq) {
         return;
     json_decref(rq->messages);
     openai_chat_ext_free(rq->ext);
+    grammar_free(rq->grammar);
     free(rq->prompt);
     free(rq->bias);
     for (int i = 0; i < rq->n_stops; i++)

@@ -14,7 +14,7 @@
  * STRATA_E_INVALID / STRATA_E_RANGE (400 invalid_request_error) with
  * error.param naming the field ("messages[2].role", "temperature"); an
  * unknown model gives STRATA_E_NOT_FOUND (404); fields strata does not
- * implement (functions, tools on completions, response_format other than text, n > 1,
+ * implement (functions, tools on completions, n > 1,
  * several prompts, echo, suffix, best_of > 1) give STRATA_E_UNSUPPORTED
  * (400, code "unsupported") rather than being ignored. Unknown fields are
  * ignored, as OpenAI does. JSON null counts as absent.
@@ -39,6 +39,7 @@
 
 struct session_logprob;
 struct openai_chat_ext;
+struct grammar;
 
 struct openai_request {
     enum gen_route route;
@@ -59,6 +60,9 @@ struct openai_request {
     int n_stops;
     struct openai_chat_ext *ext; /* chat: owned: tools, tool_choice, kwargs, prefill
                                     (openai-tools.h); else NULL */
+    /* owned (grammar_free): response_format json_object / json_schema (or the
+     * completions' json_schema) compiled; NULL = free text */
+    struct grammar *grammar;
 };
 
 /* Parses and validates req->body. model_id: the served id; n_vocab bounds
@@ -69,6 +73,13 @@ int openai_parse(const struct gen_submit *req, const char *model_id, int n_vocab
                  struct openai_request *out, char *param, size_t param_cap,
                  struct strata_error *err);
 void openai_request_free(struct openai_request *rq); /* zeroes; NULL is a no-op */
+/* Structured output (openai-format.c): `response_format` {"type": "text" |
+ * "json_object" | "json_schema", "json_schema": {"name", "schema", "strict"}}
+ * and, on completions, llama-server's `json_schema` (a schema) compiled into
+ * *out (NULL for text). Errors: STRATA_E_INVALID / _UNSUPPORTED / _LIMIT
+ * with param "response_format" (or "json_schema") and the schema's message. */
+int openai_parse_format(json_t *body, enum gen_route route, struct grammar **out, char *param,
+                        size_t param_cap, struct strata_error *err);
 
 /* Identity shared by every chunk of one response. */
 struct openai_ctx {

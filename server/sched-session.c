@@ -92,6 +92,7 @@ int job_prepare(struct sched *s, struct gen_job *j, struct strata_error *err, ch
     sp.stops = (const char *const *)j->rq.stops;
     sp.n_stops = j->rq.n_stops;
     sp.logprobs = j->rq.logprobs;
+    sp.grammar = j->rq.grammar;     /* the request outlives its session (job_clear) */
     sp.strip_leading_space = false; /* generated text continues the prompt */
     /* reasoning and tool calls split out of the text (openai-chat-out.h) */
     if ((rc = openai_chat_out_init(&j->rq, s->sb, j->prompt, j->n_prompt, &j->co, err)) < 0)

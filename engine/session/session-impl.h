@@ -3,6 +3,9 @@
 #ifndef STRATA_SESSION_IMPL_H
 #define STRATA_SESSION_IMPL_H
 
+#include <pthread.h>
+
+#include "engine/grammar/grammar.h"
 #include "engine/session/session.h"
 
 struct chat_template;
@@ -16,7 +19,15 @@ struct session_base {
     char *bos_text; /* owned: vocabulary text of BOS ("" if none) */
     char *eos_text; /* owned: ... of EOS */
     int n_vocab, n_ctx;
+    /* the vocabulary of constrained sessions: built by the first one
+     * (session_base_grammar_vocab), read-only after; gv_lock guards the build */
+    pthread_mutex_t gv_lock;
+    struct grammar_vocab *gvocab; /* owned; NULL until a grammar session */
 };
+
+/* The base's grammar vocabulary, built on first use (session-grammar.c). */
+const struct grammar_vocab *session_base_grammar_vocab(struct session_base *b,
+                                                       struct strata_error *err);
 
 struct session {
     const struct session_base *b;   /* borrowed */
@@ -30,7 +41,16 @@ struct session {
     size_t text_total; /* bytes the detokenizer produced (logprob text_offset) */
     char *buf;         /* (buf_cap) owned: the text of a flush */
     size_t buf_len, buf_cap;
-    struct session_logprob lp; /* the last step's entry */
+    struct session_logprob lp;  /* the last step's entry */
+    struct grammar_matcher *gm; /* owned; NULL: unconstrained */
+    uint32_t *gmask;            /* ((n_vocab+31)/32) allowed tokens of the next pick */
+    float *glogits;             /* (n_vocab) the logits with disallowed ones at -inf */
 };
+
+/* Constrained sampling and stepping (session-grammar.c). */
+int session_grammar_init(struct session *s, const struct grammar *g, struct strata_error *err);
+void session_grammar_free(struct session *s);
+int session_grammar_sample(struct session *s, const float *logits, struct sampler_result *out,
+                           struct strata_error *err);
 
 #endif

@@ -69,6 +69,7 @@ struct session_base *session_base_init(const struct session_base_params *params,
     }
     b->n_vocab = params->n_vocab;
     b->n_ctx = params->n_ctx;
+    pthread_mutex_init(&b->gv_lock, NULL);
     if (!(b->tok = tokenizer_init_gguf(params->gguf, err)))
         goto fail;
     if (pick_template(b, params->gguf, params->chat_template, err) < 0)
@@ -88,6 +89,8 @@ fail:
 void session_base_free(struct session_base *b) {
     if (!b)
         return;
+    grammar_vocab_free(b->gvocab);
+    pthread_mutex_destroy(&b->gv_lock);
     free(b->eos_text);
     free(b->bos_text);
     template_free(b->tmpl);

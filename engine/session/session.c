@@ -46,6 +46,8 @@ struct session *session_init(const struct session_base *b, const struct session_
     dopts.skip_special = !params->keep_special;
     if (!(s->detok = tokenizer_stream_init(b->tok, &dopts, err)))
         goto fail;
+    if (params->grammar && session_grammar_init(s, params->grammar, err) < 0)
+        goto fail;
     return s;
 fail:
     session_free(s);
@@ -55,6 +57,7 @@ fail:
 void session_free(struct session *s) {
     if (!s)
         return;
+    session_grammar_free(s);
     free(s->buf);
     tokenizer_stream_free(s->detok);
     stop_matcher_free(s->stop);
@@ -86,6 +89,8 @@ static int greedy_pick(const float *logits, int n, struct sampler_result *r,
 
 int session_sample(struct session *s, const float *logits, struct sampler_result *out,
                    struct strata_error *err) {
+    if (s->gm)
+        return session_grammar_sample(s, logits, out, err);
     return s->greedy_only ? greedy_pick(logits, s->b->n_vocab, out, err)
                           : sampler_sample(s->smp, logits, out, err);
 }
@@ -131,14 +136,40 @@ static void flush_into(struct session *s, struct session_delta *d) {
     s->stopped = true;
 }
 
+/* The grammar's sentence is complete and nothing may follow: an EOG stop
+ * with this step's text and whatever the stop matcher still held back. */
+static int grammar_end(struct session *s, struct session_delta *d, const char *text, size_t len) {
+    char *t = len ? malloc(len) : NULL;
+    if (len && !t)
+        return STRATA_E_NOMEM;
+    if (len)
+        memcpy(t, text, len);
+    flush_into(s, d); /* the text before any held-back rest */
+    size_t rest = d->len;
+    if (len && strata_append(&s->buf, &s->buf_len, &s->buf_cap, t, len) == 0) {
+        /* order: this step's text, then the flushed rest */
+        memmove(s->buf + len, s->buf, rest);
+        memcpy(s->buf, t, len);
+        d->text = s->buf;
+        d->len = s->buf_len;
+    }
+    free(t);
+    d->stop = SESSION_STOP_EOG;
+    return 0;
+}
+
 int session_step(struct session *s, const struct sampler_result *r, struct session_delta *d,
                  struct strata_error *err) {
     *d = (struct session_delta){.text = "", .len = 0, .stop = SESSION_STOP_NONE, .logprob = NULL};
     if (s->stopped)
         return 0;
+    /* a token the mask did not allow (a caller that did not use session_sample) */
+    if (s->gm && grammar_matcher_accept(s->gm, r->token, err) < 0)
+        return err && err->code ? err->code : STRATA_E_INVALID;
+    bool gram_end = s->gm && grammar_matcher_must_end(s->gm);
     sampler_accept(s->smp, r->token);
     s->n_gen++;
-    if (!s->ignore_eos && tokenizer_is_eog(s->b->tok, r->token)) {
+    if ((!s->ignore_eos || s->gm) && tokenizer_is_eog(s->b->tok, r->token)) {
         flush_into(s, d);
         d->stop = SESSION_STOP_EOG;
         return 0;
@@ -153,7 +184,7 @@ int session_step(struct session *s, const struct sampler_result *r, struct sessi
     }
     s->text_total += n;
     if (!piece)
-        return 0;
+        return gram_end ? grammar_end(s, d, "", 0) : 0;
     bool hit = false;
     size_t m = 0;
     const char *out = stop_matcher_feed(s->stop, piece, n, &m, &hit);
@@ -165,6 +196,8 @@ int session_step(struct session *s, const struct sampler_result *r, struct sessi
         d->stop = SESSION_STOP_SEQUENCE;
         s->stopped = true;
     }
+    if (gram_end && !hit)
+        return grammar_end(s, d, d->text, d->len);
     return 0;
 }
 

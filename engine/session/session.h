@@ -83,6 +83,7 @@
 #include "engine/text/tokenizer.h"
 
 struct gguf_file;
+struct grammar;
 
 /* ---- what every session of one model shares ----------------------------- */
 
@@ -181,6 +182,12 @@ struct session_params {
      * false): tool-call and reasoning markers such as [TOOL_CALLS] or
      * <|python_tag|> are control tokens the output parser must see. Default false. */
     bool keep_special;
+    /* Constrained decoding (engine/grammar): session_sample only picks tokens
+     * that keep the output a prefix of a sentence of the grammar; an EOG token
+     * only where the grammar can end; when nothing else may follow, the step
+     * ends the generation as an EOG stop. At a length limit the text is an
+     * incomplete prefix. Logprobs are those of the masked distribution. */
+    const struct grammar *grammar; /* borrowed, must outlive the session; NULL = unconstrained */
 };
 /* Sampler defaults (sampler_params_default), no stops, no logprobs. */
 struct session_params session_params_default(void);

@@ -78,6 +78,35 @@ START_TEST(valid_completion) {
 }
 END_TEST
 
+/* response_format / json_schema compile into rq.grammar (text: none). */
+START_TEST(valid_response_format) {
+    struct openai_request rq;
+    char p[64];
+    const char *ok[] = {
+        "{\"model\":\"m\"," MSG ",\"response_format\":{\"type\":\"json_object\"}}",
+        "{\"model\":\"m\"," MSG ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{"
+        "\"name\":\"n\",\"strict\":true,\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{"
+        "\"type\":\"integer\"}},\"required\":[\"a\"],\"additionalProperties\":false}}}}",
+    };
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(parse(CHAT, ok[i], &rq, p), 0);
+        ck_assert_ptr_nonnull(rq.grammar);
+        openai_request_free(&rq);
+    }
+    ck_assert_int_eq(
+        parse(CMPL, "{\"model\":\"m\",\"prompt\":\"a\",\"json_schema\":{\"type\":\"string\"}}", &rq,
+              p),
+        0);
+    ck_assert_ptr_nonnull(rq.grammar);
+    openai_request_free(&rq);
+    ck_assert_int_eq(
+        parse(CHAT, "{\"model\":\"m\"," MSG ",\"response_format\":{\"type\":\"text\"}}", &rq, p),
+        0);
+    ck_assert_ptr_null(rq.grammar);
+    openai_request_free(&rq);
+}
+END_TEST
+
 START_TEST(invalid_requests) {
     expect_err(CHAT, "{\"model\":\"other\"," MSG "}", STRATA_E_NOT_FOUND, "model");
     expect_err(CHAT, "{" MSG "}", STRATA_E_INVALID, "model");
@@ -202,7 +231,24 @@ START_TEST(invalid_requests) {
 #undef TC
 #undef FN
     expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"response_format\":{\"type\":\"json_schema\"}}",
+               STRATA_E_INVALID, "response_format");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"response_format\":{\"type\":\"xml\"}}",
                STRATA_E_UNSUPPORTED, "response_format");
+    expect_err(
+        CHAT,
+        "{\"model\":\"m\"," MSG ",\"response_format\":{\"type\":\"json_schema\","
+        "\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"string\",\"pattern\":\"a\"}}}}",
+        STRATA_E_UNSUPPORTED, "response_format");
+    expect_err(CHAT,
+               "{\"model\":\"m\"," MSG ",\"response_format\":{\"type\":\"json_schema\","
+               "\"json_schema\":{\"name\":\"x\",\"schema\":{\"$ref\":\"#/$defs/no\"}}}}",
+               STRATA_E_INVALID, "response_format");
+    expect_err(CMPL, "{\"model\":\"m\",\"prompt\":\"a\",\"json_schema\":{\"type\":\"strin\"}}",
+               STRATA_E_INVALID, "json_schema");
+    expect_err(CMPL,
+               "{\"model\":\"m\",\"prompt\":\"a\",\"json_schema\":{},\"response_format\":{"
+               "\"type\":\"json_object\"}}",
+               STRATA_E_INVALID, "json_schema");
     expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"user\":5}", STRATA_E_INVALID, "user");
     expect_err(CMPL, "{\"model\":\"m\"}", STRATA_E_INVALID, "prompt");
     expect_err(CMPL, "{\"model\":\"m\",\"prompt\":[\"a\",\"b\"]}", STRATA_E_UNSUPPORTED, "prompt");
@@ -387,6 +433,7 @@ static Suite *openai_suite(void) {
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, valid_chat);
     tcase_add_test(tc, valid_completion);
+    tcase_add_test(tc, valid_response_format);
     tcase_add_test(tc, invalid_requests);
     tcase_add_test(tc, chunk_json);
     tcase_add_test(tc, error_messages_stay_utf8);
