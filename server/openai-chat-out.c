@@ -33,6 +33,13 @@ int openai_chat_out_init(const struct openai_request *rq, const struct session_b
     pp.tools = rq->ext->tools != NULL;
     pp.family = toolcall_detect(src, slen);
     bool think = toolcall_detect_reasoning(src, slen, &pp.think_open, &pp.think_close);
+    /* a forced call's output is the call (the grammar's): no think block,
+     * even where the generation prompt opened one (DeepSeek R1) */
+    if (think && (rq->ext->choice == OPENAI_TOOL_CHOICE_REQUIRED ||
+                  rq->ext->choice == OPENAI_TOOL_CHOICE_FUNCTION)) {
+        think = false;
+        pp.think_open = pp.think_close = NULL;
+    }
     if (!pp.tools && !think)
         return 0;
     char tail[TAIL_TOKENS * 64];

@@ -150,14 +150,7 @@ static int parse_choice(json_t *body, json_t *tools, struct openai_chat_ext *x, 
     if (!tools)
         return fail(err, param, cap, STRATA_E_INVALID, "tool_choice",
                     "'tool_choice' is only allowed when 'tools' are specified");
-    if (x->choice == OPENAI_TOOL_CHOICE_AUTO)
-        return 0;
-    /* A forced call needs the constrained decoder (engine/grammar), which
-     * this build does not have: refused rather than answered unforced. */
-    return fail(err, param, cap, STRATA_E_UNSUPPORTED, "tool_choice",
-                "tool_choice '%s' (a forced call) is not supported by this server yet; use "
-                "\"auto\" or \"none\"",
-                x->choice == OPENAI_TOOL_CHOICE_REQUIRED ? "required" : x->forced);
+    return 0;
 }
 
 int openai_check_tool_fields(json_t *m, size_t i, char *param, size_t cap,

@@ -24,8 +24,9 @@
  *
  * Errors: STRATA_E_INVALID with param naming the field ("tools[1].function.name",
  * "messages[3].tool_calls[0].function.arguments", "tool_choice"),
- * STRATA_E_UNSUPPORTED for what is not implemented (a forced tool_choice:
- * the constrained decoder is not in this build; see README).
+ * STRATA_E_UNSUPPORTED for what is not implemented (a parameters schema
+ * keyword the grammar lacks, for a forced tool_choice: param
+ * "tools[i].function.parameters").
  *
  * Ownership: openai_chat_ext owned by the request (openai_chat_ext_free).
  * Threading: no shared state.
@@ -90,5 +91,12 @@ void openai_session_input(const struct openai_request *rq, struct session_input 
  * every other message without content, instead of failing on it. */
 int openai_chat_ext_check_template(struct openai_chat_ext *x, json_t *msgs, const char *src,
                                    size_t len, char *param, size_t cap, struct strata_error *err);
+
+/* A forced tool_choice ("required", or a named function) compiled into
+ * rq->grammar for the template's family (openai-tools-grammar.c): the
+ * output is then a call, parsed as any other. 0 and nothing set when
+ * tool_choice is not forced. At submit, when the template is known. */
+int openai_tools_grammar(struct openai_request *rq, const char *src, size_t len, char *param,
+                         size_t cap, struct strata_error *err);
 
 #endif

@@ -501,6 +501,9 @@ static int op_submit(void *self, const struct gen_submit *req, struct gen_sink s
         const char *src = session_base_template_source(s->sb, &slen);
         rc = openai_chat_ext_check_template(j->rq.ext, j->rq.messages, src, slen, out->error_param,
                                             sizeof(out->error_param), err);
+        if (rc == 0) /* a forced tool_choice: the grammar of a call in the family's form */
+            rc = openai_tools_grammar(&j->rq, src, slen, out->error_param, sizeof(out->error_param),
+                                      err);
         if (rc < 0)
             openai_request_free(&j->rq);
     }

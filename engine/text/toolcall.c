@@ -35,9 +35,10 @@ struct toolcall_family {
     const char *name_end;     /* ... the name ends at this */
     const char *args_prefix;  /* ... then this, the arguments object, this */
     const char *args_suffix;
-    const char *text_name; /* a "name" that means text follows (Functionary's "all") */
-    bool repeat_open;      /* several blocks, each with its marker (else one block) */
-    bool control;          /* its markers are control tokens (their text must be kept) */
+    const char *text_name;     /* a "name" that means text follows (Functionary's "all") */
+    bool repeat_open;          /* several blocks, each with its marker (else one block) */
+    bool control;              /* its markers are control tokens (their text must be kept) */
+    struct toolcall_form form; /* how a forced call is written (toolcall_forced_form) */
 };
 
 /* Detection order: the most specific first (Hermes 3 and Firefunction are
@@ -45,6 +46,21 @@ struct toolcall_family {
  * (../shared/fixtures/templates). */
 static const struct toolcall_family families[] = {
     {.name = "deepseek_r1",
+     .form = {.open = "<\xef\xbd\x9ctool\xe2\x96\x81"
+                      "calls\xe2\x96\x81"
+                      "begin\xef\xbd\x9c>",
+              .call_open = "<\xef\xbd\x9ctool\xe2\x96\x81"
+                           "call\xe2\x96\x81"
+                           "begin\xef\xbd\x9c>function<\xef\xbd\x9ctool\xe2\x96\x81"
+                           "sep\xef\xbd\x9c>",
+              .name_close = "\n```json\n",
+              .call_close = "\n```<\xef\xbd\x9ctool\xe2\x96\x81"
+                            "call\xe2\x96\x81"
+                            "end\xef\xbd\x9c>",
+              .sep = "",
+              .close = "<\xef\xbd\x9ctool\xe2\x96\x81"
+                       "calls\xe2\x96\x81"
+                       "end\xef\xbd\x9c>"},
      .control = true,
      .detect = {"tool\xe2\x96\x81"
                 "calls\xe2\x96\x81"
@@ -71,6 +87,12 @@ static const struct toolcall_family families[] = {
      .args_prefix = "```json\n",
      .args_suffix = "\n```"},
     {.name = "command_r7b",
+     .form = {.open = "<|START_ACTION|>[",
+              .sep = ", ",
+              .close = "]<|END_ACTION|>",
+              .object = true,
+              .name_key = "tool_name",
+              .args_key = "parameters"},
      .control = true,
      .detect = {"<|START_ACTION|>"},
      .open = {"<|START_ACTION|>"},
@@ -81,6 +103,12 @@ static const struct toolcall_family families[] = {
      .name_keys = {"tool_name", "name"},
      .args_keys = {"parameters", "arguments"}},
     {.name = "command_r_plus",
+     .form = {.open = "Action: ```json\n[",
+              .sep = ", ",
+              .close = "]\n```",
+              .object = true,
+              .name_key = "tool_name",
+              .args_key = "parameters"},
      .detect = {"Action:", "tool_name"},
      .open = {"Action:"},
      .list_open = "```json",
@@ -90,6 +118,7 @@ static const struct toolcall_family families[] = {
      .name_keys = {"tool_name", "name"},
      .args_keys = {"parameters", "arguments"}},
     {.name = "functionary_v3_2",
+     .form = {.name_close = "\n", .sep = ">>>"},
      .detect = {">>>all"},
      .open = {">>>"},
      .body = BODY_NAME_ARGS,
@@ -97,6 +126,7 @@ static const struct toolcall_family families[] = {
      .text_name = "all",
      .repeat_open = true},
     {.name = "functionary_v3_1",
+     .form = {.call_open = "<function=", .name_close = ">", .call_close = "</function>", .sep = ""},
      .detect = {"<function="},
      .open = {"<function="},
      .close = "</function>",
@@ -104,6 +134,12 @@ static const struct toolcall_family families[] = {
      .name_end = ">",
      .repeat_open = true},
     {.name = "firefunction_v2",
+     .form = {.open = " functools[",
+              .sep = ", ",
+              .close = "]",
+              .object = true,
+              .name_key = "name",
+              .args_key = "arguments"},
      .detect = {"functools["},
      .open = {"functools"},
      .list_open = "[",
@@ -112,6 +148,12 @@ static const struct toolcall_family families[] = {
      .name_keys = {"name"},
      .args_keys = {"arguments", "parameters"}},
     {.name = "mistral",
+     .form = {.open = "[TOOL_CALLS][",
+              .sep = ", ",
+              .close = "]",
+              .object = true,
+              .name_key = "name",
+              .args_key = "arguments"},
      .control = true,
      .detect = {"[TOOL_CALLS]"},
      .open = {"[TOOL_CALLS]"},
@@ -121,6 +163,12 @@ static const struct toolcall_family families[] = {
      .name_keys = {"name"},
      .args_keys = {"arguments", "parameters"}},
     {.name = "hermes",
+     .form = {.call_open = "<tool_call>\n",
+              .call_close = "\n</tool_call>",
+              .sep = "\n",
+              .object = true,
+              .name_key = "name",
+              .args_key = "arguments"},
      .detect = {"<tool_call>"},
      .open = {"<tool_call>"},
      .close = "</tool_call>",
@@ -129,6 +177,7 @@ static const struct toolcall_family families[] = {
      .args_keys = {"arguments", "parameters"},
      .repeat_open = true},
     {.name = "llama3",
+     .form = {.object = true, .name_key = "name", .args_key = "parameters"},
      .control = true,
      .detect = {"ipython", "<|start_header_id|>"},
      .open = {"<|python_tag|>"},
@@ -161,6 +210,10 @@ const struct toolcall_family *toolcall_detect(const char *src, size_t len) {
 
 const char *toolcall_family_name(const struct toolcall_family *f) {
     return f ? f->name : "generic";
+}
+
+void toolcall_forced_form(const struct toolcall_family *f, struct toolcall_form *out) {
+    *out = (f ? f : generic)->form;
 }
 
 bool toolcall_family_control(const struct toolcall_family *f) {

@@ -60,6 +60,21 @@ const char *toolcall_family_name(const struct toolcall_family *f);
 /* Its markers are control tokens ([TOOL_CALLS], <|python_tag|>, DeepSeek's
  * and R7B's): the detokenizer must keep control tokens' text. */
 bool toolcall_family_control(const struct toolcall_family *f);
+/* How a call is written in a family, for a grammar that forces one: the
+ * calls are open, call, (sep, call)*, close; a call is call_open, then
+ * either the object {name_key: name, args_key: arguments} (object) or the
+ * name, name_close and the arguments object, then call_close. sep NULL:
+ * one call only (Llama 3's bare JSON). Strings are static; NULL reads as "".
+ * Functionary v3.2's first ">>>" is the generation prompt's, so its form
+ * starts at the name. */
+struct toolcall_form {
+    const char *open, *sep, *close;
+    const char *call_open, *call_close;
+    bool object;
+    const char *name_key, *args_key; /* object */
+    const char *name_close;          /* !object */
+};
+void toolcall_forced_form(const struct toolcall_family *f, struct toolcall_form *out);
 /* The family of a name (toolcall_family_name's), or NULL. */
 const struct toolcall_family *toolcall_family_by_name(const char *name);
 

@@ -41,6 +41,49 @@ const history = [
   { role: "user", content: "And tomorrow?" },
 ];
 
+// Forced calls on random weights: the grammar makes the output a call of a
+// listed function whose arguments validate against its (bounded) schema.
+const trip = { type: "function", function: { name: "plan_trip", description: "Plan a trip",
+  parameters: { type: "object", properties: { city: { type: "string", enum: ["Paris", "Rome", "Oslo"] },
+    days: { type: "integer", minimum: 1, maximum: 7 }, by_train: { type: "boolean" } },
+    required: ["city", "days"] } } };
+const alarm = { type: "function", function: { name: "set_alarm", description: "Set an alarm",
+  parameters: { type: "object", properties: { hour: { type: "integer", minimum: 0, maximum: 23 } },
+    required: ["hour"] } } };
+function validTrip(a) {
+  return a && ["Paris", "Rome", "Oslo"].includes(a.city) && Number.isInteger(a.days) && a.days >= 1 &&
+    a.days <= 7 && (a.by_train === undefined || typeof a.by_train === "boolean") &&
+    Object.keys(a).every((k) => ["city", "days", "by_train"].includes(k));
+}
+function validAlarm(a) {
+  return a && Number.isInteger(a.hour) && a.hour >= 0 && a.hour <= 23 && Object.keys(a).length === 1;
+}
+async function forced(client, tag) {
+  const q = { model: MODEL, temperature: 0, max_tokens: 160, messages: [{ role: "user", content: "Hello" }],
+    tools: [trip, alarm] };
+  for (const [choice, want] of [["required", null], [{ type: "function", function: { name: "set_alarm" } }, "set_alarm"],
+                                 [{ type: "function", function: { name: "plan_trip" } }, "plan_trip"]]) {
+    const label = `${tag} forced ${JSON.stringify(choice)}`;
+    const r = await client.chat.completions.create({ ...q, tool_choice: choice, parallel_tool_calls: false });
+    const c = r.choices[0];
+    const calls = c.message.tool_calls || [];
+    let args;
+    try { args = JSON.parse(calls[0]?.function?.arguments); } catch { args = undefined; }
+    const name = calls[0]?.function?.name;
+    check(`${label}: finish_reason tool_calls`, c.finish_reason === "tool_calls", JSON.stringify(c));
+    check(`${label}: one call of a listed function`, calls.length === 1 &&
+      (want ? name === want : ["plan_trip", "set_alarm"].includes(name)), JSON.stringify(calls));
+    check(`${label}: arguments valid against the schema`,
+      name === "plan_trip" ? validTrip(args) : validAlarm(args), JSON.stringify(args));
+    const fin = await client.chat.completions.stream({ ...q, tool_choice: choice, parallel_tool_calls: false })
+      .finalChatCompletion();
+    const sc = fin.choices[0].message.tool_calls || [];
+    check(`${label}: stream gives the same call`, sc.length === 1 && sc[0].function.name === name &&
+      sc[0].function.arguments === calls[0]?.function?.arguments && fin.choices[0].finish_reason === "tool_calls",
+      JSON.stringify(sc));
+  }
+}
+
 const spawned = [];
 async function main() {
   const d = await startDaemon(strata, modelPath, ["--ctx-size", "512"], spawned);
@@ -90,8 +133,14 @@ async function main() {
   await expectBad("unknown tool_call_id", () => client.chat.completions.create({ ...base,
     messages: [history[0], history[1], { ...history[2], tool_call_id: "call_9" }] }),
     "messages[2].tool_call_id");
-  await expectBad("forced call unsupported (no grammar)", () => client.chat.completions.create({ ...base,
-    messages: history, tools: [weather], tool_choice: "required" }), "tool_choice");
+  await forced(client, "chatml");
+  await expectBad("forced call: a schema keyword the grammar lacks", () => client.chat.completions.create({
+    ...base, messages: history, tools: [{ type: "function", function: { name: "f", parameters: { type: "object",
+      properties: { s: { type: "string", pattern: "^a" } } } } }], tool_choice: "required" }),
+    "tools[0].function.parameters");
+  await expectBad("forced call with response_format", () => client.chat.completions.create({ ...base,
+    messages: history, tools: [weather], tool_choice: "required", response_format: { type: "json_object" } }),
+    "tool_choice");
   await expectBad("reasoning_effort without a template variable", () => client.chat.completions.create({
     ...base, messages: history, reasoning_effort: "low" }), "reasoning_effort");
   // the daemon keeps serving
@@ -122,9 +171,18 @@ async function main() {
   const pr = await c2.chat.completions.create({ ...base, messages: [{ role: "user", content: "Hi" },
     { role: "assistant", content: "<think>\nshort\n</think>\n\nHello" }] });
   check("reasoning: prefill past the block gives content", typeof pr.choices[0].message.content === "string");
+  await forced(c2, "deepseek-r1");
   await expectBad("reasoning_effort: R1 has no variable", () => c2.chat.completions.create({ ...q,
     reasoning_effort: "high" }), "reasoning_effort");
   d2.p.kill("SIGTERM");
+
+  for (const t of ["meta-llama-Llama-3.1-8B-Instruct", "mistralai-Mistral-Nemo-Instruct-2407",
+                   "meetkai-functionary-medium-v3.2"]) {
+    const dt = await startDaemon(strata, modelPath, ["--ctx-size", "2048", "--chat-template-file",
+      `${shared}/fixtures/templates/${t}.jinja`], spawned);
+    await forced(new OpenAI({ apiKey: "x", baseURL: `http://127.0.0.1:${dt.port}/v1`, maxRetries: 0 }), t);
+    dt.p.kill("SIGTERM");
+  }
 
   // a template that reads reasoning_effort and enable_thinking: both reach it
   const dir = mkdtempSync(`${tmpdir()}/strata-tools-`);

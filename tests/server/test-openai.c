@@ -178,10 +178,8 @@ START_TEST(invalid_requests) {
                ",\"tools\":[" FN("{\"name\":\"a\"}") "],\"tool_choice\":{\"type\":\"function\","
                                                      "\"function\":{\"name\":\"b\"}}}",
                STRATA_E_INVALID, "tool_choice.function.name");
-    expect_err(CHAT,
-               "{\"model\":\"m\"," MSG
-               ",\"tools\":[" FN("{\"name\":\"a\"}") "],\"tool_choice\":\"required\"}",
-               STRATA_E_UNSUPPORTED, "tool_choice");
+    expect_err(CHAT, "{\"model\":\"m\"," MSG ",\"tool_choice\":\"required\"}", STRATA_E_INVALID,
+               "tool_choice");
     expect_err(CHAT,
                "{\"model\":\"m\"," MSG
                ",\"tools\":[" FN("{\"name\":\"a\"}") "],\"parallel_tool_calls\":1}",
