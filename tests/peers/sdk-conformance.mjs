@@ -131,9 +131,10 @@ async function main() {
   await expectError("image part unsupported", OpenAI.BadRequestError,
     () => client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "http://x" } }] }] }),
     (e) => e.code === "unsupported");
-  await expectError("tools unsupported", OpenAI.BadRequestError,
-    () => client.chat.completions.create({ model: MODEL, messages: msgs, tools: [{ type: "function", function: { name: "f" } }] }),
-    (e) => e.code === "unsupported" && e.param === "tools");
+  // tools are served (tests/peers/tools-sdk.mjs); the deprecated functions API is refused
+  await expectError("functions unsupported", OpenAI.BadRequestError,
+    () => client.chat.completions.create({ model: MODEL, messages: msgs, functions: [{ name: "f" }] }),
+    (e) => e.code === "unsupported" && e.param === "functions");
   await expectError("n > 1", OpenAI.BadRequestError,
     () => client.chat.completions.create({ model: MODEL, messages: msgs, n: 2 }), (e) => e.param === "n");
   await expectError("stop > 4", OpenAI.BadRequestError,
