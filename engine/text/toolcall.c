@@ -559,8 +559,10 @@ struct toolcall_parser {
     size_t pend_len, pend_cap;
     char *text; /* tool layer: all content-side text (with a virtual prefix) */
     size_t text_len, text_cap;
-    size_t prefix; /* bytes of text that the prompt wrote (Functionary's ">>>") */
-    char *content; /* sent content */
+    size_t prefix;          /* bytes of text that the prompt wrote (Functionary's ">>>") */
+    size_t settled;         /* text[0, settled) holds no call: scans start here */
+    size_t settled_content; /* bytes of content that text[0, settled) gave */
+    char *content;          /* sent content */
     size_t content_len, content_cap;
     char *reasoning; /* sent reasoning */
     size_t reasoning_len, reasoning_cap;
@@ -655,8 +657,8 @@ static int text_put(struct toolcall_parser *p, size_t a, size_t n) {
 static int scan_tools(struct toolcall_parser *p, bool final, int *n_pc) {
     const struct toolcall_family *f = p->f;
     const char *t = p->text;
-    size_t n = p->text_len, pos = 0;
-    p->scratch_len = 0;
+    size_t n = p->text_len, pos = p->settled;
+    p->scratch_len = p->settled_content; /* the settled part's content is kept */
     *n_pc = 0;
     bool any_block = false;
     while (pos < n) {
@@ -670,7 +672,7 @@ static int scan_tools(struct toolcall_parser *p, bool final, int *n_pc) {
             }
         }
         bool bare = false;
-        if (f->bare_start && pos == 0) {
+        if (f->bare_start && pos == 0 && p->settled == 0) {
             size_t w = 0;
             while (w < n && strchr(" \t\r\n", t[w]) && t[w])
                 w++;
@@ -700,6 +702,12 @@ static int scan_tools(struct toolcall_parser *p, bool final, int *n_pc) {
                 rest_blank = t[i] && strchr(" \t\r\n", t[i]);
             if (!rest_blank && text_put(p, pos, n - pos - hold) < 0)
                 return STRATA_E_NOMEM;
+            /* text with no call in it yet is settled: the next scan starts
+             * after it (a long answer is then scanned once, not per token) */
+            if (*n_pc == 0 && !any_block && n - hold > p->prefix) {
+                p->settled = n - hold;
+                p->settled_content = p->scratch_len;
+            }
             break;
         }
         if (best > pos && !bare && !blank && text_put(p, pos, best - pos) < 0)
