@@ -38,6 +38,7 @@ struct toolcall_family {
     const char *text_name;     /* a "name" that means text follows (Functionary's "all") */
     bool repeat_open;          /* several blocks, each with its marker (else one block) */
     bool control;              /* its markers are control tokens (their text must be kept) */
+    bool py_call;              /* also name.call(k="v", ...) (Llama 3.1's built-in tools) */
     struct toolcall_form form; /* how a forced call is written (toolcall_forced_form) */
 };
 
@@ -179,6 +180,7 @@ static const struct toolcall_family families[] = {
     {.name = "llama3",
      .form = {.object = true, .name_key = "name", .args_key = "parameters"},
      .control = true,
+     .py_call = true,
      .detect = {"ipython", "<|start_header_id|>"},
      .open = {"<|python_tag|>"},
      .bare_start = true,
@@ -256,11 +258,12 @@ struct scan {
 struct pcall {
     char name[256];
     bool has_name;
-    size_t a0, a1;  /* arguments bytes t[a0, a1) seen so far */
-    bool has_args;  /* a0 is set */
-    bool args_done; /* the arguments value ended at a1 */
-    bool args_str;  /* the arguments are a JSON string (decoded at the end) */
-    bool complete;  /* the call's text ended */
+    size_t a0, a1;   /* arguments bytes t[a0, a1) seen so far */
+    bool has_args;   /* a0 is set */
+    bool args_done;  /* the arguments value ended at a1 */
+    bool args_str;   /* the arguments are a JSON string (decoded at the end) */
+    bool complete;   /* the call's text ended */
+    char conv[1024]; /* arguments converted to JSON (Llama's name.call(k="v")), or "" */
 };
 
 static int need_or_fail(const struct scan *sc) {
@@ -414,6 +417,80 @@ static int body_object(struct scan *sc, const struct toolcall_family *f, struct 
     return c->has_name ? SC_OK : SC_FAIL;
 }
 
+/* Llama 3.1's built-in tool call, as its template writes one:
+ * brave_search.call(query="...", k="v") with the values raw between quotes.
+ * The arguments become a JSON object of strings (c->conv). */
+static bool ident_char(char ch, bool first) {
+    return ch == '_' || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+           (!first && ch >= '0' && ch <= '9');
+}
+
+static int body_py_call(struct scan *sc, struct pcall *c) {
+    size_t i = sc->pos, k = 0;
+    while (i < sc->n && k + 1 < sizeof c->name && ident_char(sc->t[i], k == 0))
+        c->name[k++] = sc->t[i++];
+    c->name[k] = '\0';
+    if (i == sc->n)
+        return need_or_fail(sc);
+    if (k == 0)
+        return SC_FAIL;
+    sc->pos = i;
+    int rc = lit(sc, ".call(");
+    if (rc)
+        return rc;
+    json_t *o = json_object();
+    if (!o)
+        return SC_FAIL;
+    for (;;) {
+        skip_ws(sc);
+        if (sc->pos < sc->n && sc->t[sc->pos] == ')') {
+            sc->pos++;
+            break;
+        }
+        size_t k0 = sc->pos;
+        while (sc->pos < sc->n && ident_char(sc->t[sc->pos], sc->pos == k0))
+            sc->pos++;
+        size_t k1 = sc->pos;
+        if (k1 == k0) {
+            rc = sc->pos < sc->n ? SC_FAIL : need_or_fail(sc);
+            break;
+        }
+        if ((rc = lit(sc, "=\"")))
+            break;
+        /* the value ends at a quote followed by ", " or ")" */
+        size_t v0 = sc->pos, v1 = v0;
+        while (v1 < sc->n && !(sc->t[v1] == '"' && v1 + 1 < sc->n &&
+                               (sc->t[v1 + 1] == ')' || sc->t[v1 + 1] == ',')))
+            v1++;
+        if (v1 >= sc->n) {
+            rc = need_or_fail(sc);
+            break;
+        }
+        char key[64];
+        snprintf(key, sizeof key, "%.*s", (int)(k1 - k0), sc->t + k0);
+        json_t *v = json_stringn(sc->t + v0, v1 - v0);
+        if (!v || json_object_set_new(o, key, v) < 0) {
+            rc = SC_FAIL;
+            break;
+        }
+        sc->pos = v1 + 1;
+        if (sc->t[sc->pos] == ',')
+            sc->pos++;
+    }
+    char *js = rc ? NULL : json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    if (rc)
+        return rc;
+    bool fits = js && strlen(js) < sizeof c->conv;
+    if (fits)
+        memcpy(c->conv, js, strlen(js) + 1);
+    free(js);
+    if (!fits)
+        return SC_FAIL;
+    c->has_name = c->has_args = c->args_done = true;
+    return SC_OK;
+}
+
 /* 1: the "name" was the text name (no call). */
 static int body_name_args(struct scan *sc, const struct toolcall_family *f, struct pcall *c,
                           bool *text) {
@@ -489,7 +566,13 @@ static int block(struct scan *sc, const struct toolcall_family *f, struct pcall 
             return SC_FAIL;
         struct pcall *c = &calls[(*nc)++];
         memset(c, 0, sizeof *c);
+        size_t at = sc->pos;
         rc = f->body == BODY_OBJECT ? body_object(sc, f, c) : body_name_args(sc, f, c, text);
+        if (rc == SC_FAIL && f->py_call && at < sc->n && sc->t[at] != '{') {
+            memset(c, 0, sizeof *c);
+            sc->pos = at;
+            rc = body_py_call(sc, c);
+        }
         if (rc == SC_FAIL || *text) {
             (*nc)--;
             return rc;
@@ -774,7 +857,11 @@ static int tools_feed(struct toolcall_parser *p, const char *s, size_t n, bool f
         }
         struct call *c = &p->calls[i];
         size_t old = c->args_len;
-        if (pc->has_args && pc->args_str) {
+        if (pc->conv[0]) {
+            if (pc->args_done && old == 0 &&
+                put(&c->args, &c->args_len, &c->args_cap, pc->conv, strlen(pc->conv)) < 0)
+                return STRATA_E_NOMEM;
+        } else if (pc->has_args && pc->args_str) {
             if (pc->args_done && old == 0) {
                 json_t *j = json_loadb(p->text + pc->a0, pc->a1 - pc->a0, JSON_DECODE_ANY, NULL);
                 const char *v = json_is_string(j) ? json_string_value(j) : "";

@@ -179,6 +179,17 @@ START_TEST(llama3) {
     ck_assert_int_eq(r.n_calls, 1);
     ck_assert_str_eq(r.names[0], "add");
     ck_assert_str_eq(r.args[0], "{\"a\": 1}");
+    /* a built-in tool, as the 3.1 template writes it */
+    run_all("llama3", true, NULL, NULL,
+            "<|python_tag|>brave_search.call(query=\"weather, Paris\", count=\"3\")", &r);
+    ck_assert_int_eq(r.n_calls, 1);
+    ck_assert_str_eq(r.names[0], "brave_search");
+    args_eq(r.args[0], "{\"query\": \"weather, Paris\", \"count\": \"3\"}");
+    ck_assert_str_eq(r.content, "");
+    /* python code after the tag is no call: content */
+    run_all("llama3", true, NULL, NULL, "<|python_tag|>print(1)", &r);
+    ck_assert_int_eq(r.n_calls, 0);
+    ck_assert_str_eq(r.content, "<|python_tag|>print(1)");
     /* JSON that is not a call stays content; so does prose */
     run_all("llama3", true, NULL, NULL, "{\"answer\": 42}", &r);
     ck_assert_int_eq(r.n_calls, 0);
