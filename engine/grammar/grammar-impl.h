@@ -108,17 +108,30 @@ struct vnode {
     uint8_t byte;
 };
 
-struct grammar_vocab {
-    int n_vocab;
-    uint8_t *kind;   /* (n_vocab) enum grammar_token_kind */
-    uint32_t *off;   /* (n_vocab + 1) piece offsets into bytes */
-    char *bytes;     /* every piece */
-    int32_t *sorted; /* (n_sorted) TEXT token ids by piece bytes */
-    int32_t *eog;    /* (n_eog) */
-    int n_sorted, n_eog;
-    struct vnode *nodes; /* (n_nodes) the trie in preorder */
+/* A byte trie over some of the TEXT tokens. */
+struct vtrie {
+    int32_t *sorted; /* (n_sorted) token ids by piece bytes */
+    int n_sorted;
+    struct vnode *nodes; /* (n_nodes) preorder */
     uint32_t n_nodes;
     int max_depth;
+};
+
+struct grammar_vocab {
+    int n_vocab;
+    uint8_t *kind; /* (n_vocab) enum grammar_token_kind */
+    uint32_t *off; /* (n_vocab + 1) piece offsets into bytes */
+    char *bytes;   /* every piece */
+    int32_t *eog;  /* (n_eog) */
+    int n_eog;
+    struct vtrie all;  /* every TEXT token */
+    struct vtrie rest; /* the TEXT tokens that are not clean (below) */
+    /* "Clean" tokens: whole UTF-8 characters, none of them '"', '\' or a
+     * control byte: inside a JSON string body they are always allowed while
+     * there is room for their code points, whatever the grammar around. */
+    int32_t *clean;      /* (n_clean) ids by code point count */
+    uint32_t *clean_off; /* (max_clean_cp + 2): clean[clean_off[k]..] have k code points */
+    int n_clean, max_clean_cp;
 };
 
 #define GRAMMAR_CACHE 16 /* masks kept per matcher, by state */
@@ -147,6 +160,14 @@ struct grammar_matcher {
     size_t *lv_off, *lv_f, *lv_t;
     int *lv_n;
 };
+
+/* STR terminal state bits (aux) */
+#define STR_PHASE(a) ((a)&15u)       /* 0 open, 1 body, 2 '\', 3..6 \u hex i, 7 closed */
+#define STR_REM(a) (((a) >> 4) & 7u) /* UTF-8 continuation bytes still due */
+#define STR_CLS(a) (((a) >> 7) & 7u) /* range of the next continuation byte */
+#define STR_SURR (1u << 10)          /* \u first hex digit was d/D */
+#define STR_ZERO (1u << 11)          /* \u hex digits so far all '0' */
+#define STR_MAKE(ph, rem, cls, flags) ((ph) | ((rem) << 4) | ((cls) << 7) | (flags))
 
 /* Re-serializes the committed state into m->key / m->hash. */
 int gm_rekey(struct grammar_matcher *m);

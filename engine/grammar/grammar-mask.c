@@ -8,8 +8,14 @@
  * free JSON string nearly every token is allowed and the walk visits most of
  * the trie; such states recur token after token (unbounded strings count
  * length only up to minLength), so each matcher keeps the masks of its last
- * GRAMMAR_CACHE states, keyed by the serialized thread set. Measured figures
- * are in bench/README.md (grammar-bench).
+ * GRAMMAR_CACHE states, keyed by the serialized thread set. And inside a
+ * string body the "clean" tokens (whole characters, no quote, backslash or
+ * control byte: ~94% of Llama 3's vocabulary) are allowed whatever the
+ * grammar around, while the string has room for their code points: their
+ * bits come from a list sorted by code point count, and only the other
+ * tokens' trie is walked. Measured (bench/grammar-bench, Llama 3's 128,256
+ * tokens, release build, 2-vCPU AVX2 EPYC VM): a first walk in a string body
+ * took 10.5 ms (p99) without this and ... with it; see bench/README.md.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -38,14 +44,110 @@ void grammar_vocab_free(struct grammar_vocab *v) {
     free(v->kind);
     free(v->off);
     free(v->bytes);
-    free(v->sorted);
+    free(v->all.sorted);
+    free(v->all.nodes);
+    free(v->rest.sorted);
+    free(v->rest.nodes);
     free(v->eog);
-    free(v->nodes);
+    free(v->clean);
+    free(v->clean_off);
     free(v);
 }
 
 int grammar_vocab_n(const struct grammar_vocab *v) {
     return v ? v->n_vocab : 0;
+}
+
+/* Code points of a clean piece (see grammar-impl.h), or -1. */
+static int clean_cp(const uint8_t *p, uint32_t n) {
+    int cp = 0;
+    for (uint32_t i = 0; i < n;) {
+        uint8_t c = p[i];
+        uint32_t need;
+        uint8_t lo = 0x80, hi = 0xBF;
+        if (c < 0x80) {
+            if (c < 0x20 || c == '"' || c == '\\')
+                return -1;
+            need = 0;
+        } else if (c >= 0xC2 && c <= 0xDF) {
+            need = 1;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            need = 2;
+            lo = c == 0xE0 ? 0xA0 : 0x80;
+            hi = c == 0xED ? 0x9F : 0xBF;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            need = 3;
+            lo = c == 0xF0 ? 0x90 : 0x80;
+            hi = c == 0xF4 ? 0x8F : 0xBF;
+        } else {
+            return -1;
+        }
+        if (i + 1 + need > n)
+            return -1;
+        for (uint32_t k = 1; k <= need; k++) {
+            uint8_t d = p[i + k];
+            if (d < (k == 1 ? lo : 0x80) || d > (k == 1 ? hi : 0xBF))
+                return -1;
+        }
+        i += 1 + need;
+        cp++;
+    }
+    return cp;
+}
+
+/* Sorts ids[0..n) by piece and lays them out as a preorder trie (owns ids). */
+static int build_trie(const struct grammar_vocab *v, int32_t *ids, int n, struct vtrie *t) {
+    t->sorted = ids;
+    t->n_sorted = n;
+    struct piece_ref *refs = malloc(sizeof *refs * ((size_t)n + 1));
+    size_t total = 0;
+    for (int s = 0; s < n; s++)
+        total += v->off[ids[s] + 1] - v->off[ids[s]];
+    t->nodes = malloc(sizeof *t->nodes * (total + 1));
+    if (!refs || !t->nodes) {
+        free(refs);
+        return STRATA_E_NOMEM;
+    }
+    for (int s = 0; s < n; s++) {
+        int32_t id = ids[s];
+        refs[s] = (struct piece_ref){v->bytes + v->off[id], v->off[id + 1] - v->off[id], id};
+    }
+    qsort(refs, (size_t)n, sizeof *refs, cmp_piece);
+    for (int s = 0; s < n; s++)
+        ids[s] = refs[s].id;
+    free(refs);
+    uint32_t stack[GRAMMAR_PIECE_MAX + 1]; /* node index per open depth */
+    int sp = 0;
+    const char *prev = NULL;
+    uint32_t prev_len = 0;
+    for (int s = 0; s < n; s++) {
+        int32_t id = ids[s];
+        const char *pc = v->bytes + v->off[id];
+        uint32_t len = v->off[id + 1] - v->off[id];
+        uint32_t lcp = 0;
+        while (prev && lcp < len && lcp < prev_len && pc[lcp] == prev[lcp])
+            lcp++;
+        while (sp > (int)lcp) /* close the subtrees that do not continue */
+            t->nodes[stack[--sp]].end = t->n_nodes;
+        for (uint32_t d = lcp; d < len; d++) {
+            struct vnode *nd = &t->nodes[t->n_nodes];
+            *nd = (struct vnode){.byte = (uint8_t)pc[d], .depth = (uint16_t)(d + 1)};
+            nd->tok_lo = nd->tok_hi = (uint32_t)s;
+            stack[sp++] = t->n_nodes++;
+        }
+        /* equal pieces: the same node takes every id (sorted is contiguous) */
+        struct vnode *last = &t->nodes[stack[sp - 1]];
+        if (last->tok_hi == last->tok_lo)
+            last->tok_lo = (uint32_t)s;
+        last->tok_hi = (uint32_t)s + 1;
+        if ((int)len > t->max_depth)
+            t->max_depth = (int)len;
+        prev = pc;
+        prev_len = len;
+    }
+    while (sp > 0)
+        t->nodes[stack[--sp]].end = t->n_nodes;
+    return 0;
 }
 
 struct grammar_vocab *grammar_vocab_init(const struct grammar_vocab_params *p,
@@ -56,15 +158,20 @@ struct grammar_vocab *grammar_vocab_init(const struct grammar_vocab_params *p,
     }
     int nv = p->n_vocab;
     struct grammar_vocab *v = calloc(1, sizeof *v);
+    int32_t *all = NULL, *rest = NULL;
+    int *cps = NULL;
     size_t total = 0;
     if (!v)
         goto nomem;
     v->n_vocab = nv;
     v->kind = malloc((size_t)nv);
     v->off = malloc(sizeof *v->off * ((size_t)nv + 1));
-    v->sorted = malloc(sizeof *v->sorted * (size_t)nv);
     v->eog = malloc(sizeof *v->eog * (size_t)nv);
-    if (!v->kind || !v->off || !v->sorted || !v->eog)
+    v->clean = malloc(sizeof *v->clean * (size_t)nv);
+    all = malloc(sizeof *all * (size_t)nv);
+    rest = malloc(sizeof *rest * (size_t)nv);
+    cps = malloc(sizeof *cps * (size_t)nv);
+    if (!v->kind || !v->off || !v->eog || !v->clean || !all || !rest || !cps)
         goto nomem;
     for (int i = 0; i < nv; i++) {
         uint8_t k = (uint8_t)p->kinds[i];
@@ -85,63 +192,53 @@ struct grammar_vocab *grammar_vocab_init(const struct grammar_vocab_params *p,
     v->off[nv] = (uint32_t)total;
     if (!(v->bytes = malloc(total + 1)))
         goto nomem;
+    int n_all = 0, n_rest = 0;
     for (int i = 0; i < nv; i++) {
+        cps[i] = -1;
         if (v->kind[i] == GRAMMAR_TOKEN_TEXT) {
             memcpy(v->bytes + v->off[i], p->pieces[i], p->lens[i]);
-            v->sorted[v->n_sorted++] = i;
+            all[n_all++] = i;
+            cps[i] = clean_cp((const uint8_t *)p->pieces[i], p->lens[i]);
+            if (cps[i] < 0)
+                rest[n_rest++] = i;
+            else if (cps[i] > v->max_clean_cp)
+                v->max_clean_cp = cps[i];
         } else if (v->kind[i] == GRAMMAR_TOKEN_EOG) {
             v->eog[v->n_eog++] = i;
         }
     }
-    struct piece_ref *refs = malloc(sizeof *refs * ((size_t)v->n_sorted + 1));
-    if (!refs)
+    /* clean tokens by code point count (a counting sort) */
+    if (!(v->clean_off = calloc((size_t)v->max_clean_cp + 2, sizeof *v->clean_off)))
         goto nomem;
-    for (int s = 0; s < v->n_sorted; s++) {
-        int32_t id = v->sorted[s];
-        refs[s] = (struct piece_ref){v->bytes + v->off[id], v->off[id + 1] - v->off[id], id};
-    }
-    qsort(refs, (size_t)v->n_sorted, sizeof *refs, cmp_piece);
-    for (int s = 0; s < v->n_sorted; s++)
-        v->sorted[s] = refs[s].id;
-    free(refs);
-    /* trie nodes: at most one per byte of all pieces */
-    if (!(v->nodes = malloc(sizeof *v->nodes * (total + 1))))
+    for (int i = 0; i < nv; i++)
+        if (cps[i] >= 0)
+            v->clean_off[cps[i] + 1]++;
+    for (int k = 0; k <= v->max_clean_cp; k++)
+        v->clean_off[k + 1] += v->clean_off[k];
+    uint32_t *cur = malloc(sizeof *cur * ((size_t)v->max_clean_cp + 1));
+    if (!cur)
         goto nomem;
-    uint32_t stack[GRAMMAR_PIECE_MAX + 1]; /* node index per open depth */
-    int sp = 0;
-    const char *prev = NULL;
-    uint32_t prev_len = 0;
-    for (int s = 0; s < v->n_sorted; s++) {
-        int32_t id = v->sorted[s];
-        const char *pc = v->bytes + v->off[id];
-        uint32_t len = v->off[id + 1] - v->off[id];
-        uint32_t lcp = 0;
-        while (prev && lcp < len && lcp < prev_len && pc[lcp] == prev[lcp])
-            lcp++;
-        while (sp > (int)lcp) /* close the subtrees that do not continue */
-            v->nodes[stack[--sp]].end = v->n_nodes;
-        for (uint32_t d = lcp; d < len; d++) {
-            struct vnode *nd = &v->nodes[v->n_nodes];
-            *nd = (struct vnode){.byte = (uint8_t)pc[d], .depth = (uint16_t)(d + 1)};
-            nd->tok_lo = nd->tok_hi = (uint32_t)s;
-            stack[sp++] = v->n_nodes++;
-        }
-        /* equal pieces: the same node takes every id (sorted is contiguous) */
-        struct vnode *last = &v->nodes[stack[sp - 1]];
-        if (last->tok_hi == last->tok_lo)
-            last->tok_lo = (uint32_t)s;
-        last->tok_hi = (uint32_t)s + 1;
-        if ((int)len > v->max_depth)
-            v->max_depth = (int)len;
-        prev = pc;
-        prev_len = len;
-    }
-    while (sp > 0)
-        v->nodes[stack[--sp]].end = v->n_nodes;
+    memcpy(cur, v->clean_off, sizeof *cur * ((size_t)v->max_clean_cp + 1));
+    for (int i = 0; i < nv; i++)
+        if (cps[i] >= 0)
+            v->clean[cur[cps[i]]++] = i, v->n_clean++;
+    free(cur);
+    free(cps);
+    cps = NULL;
+    int rc = build_trie(v, all, n_all, &v->all);
+    all = NULL;
+    if (rc == 0)
+        rc = build_trie(v, rest, n_rest, &v->rest);
+    rest = NULL;
+    if (rc < 0)
+        goto nomem;
     return v;
 nomem:
     strata_error_set(err, STRATA_E_NOMEM, "grammar: out of memory");
 fail:
+    free(all);
+    free(rest);
+    free(cps);
     grammar_vocab_free(v);
     return NULL;
 }
@@ -152,8 +249,7 @@ static void set_bit(uint32_t *bits, int32_t t) {
 
 /* The walk (see the top comment). Frames and thread lists of every level
  * live above the committed state in m->a and are dropped at the end. */
-static int walk(struct grammar_matcher *m, uint32_t *bits) {
-    const struct grammar_vocab *v = m->v;
+static int walk(struct grammar_matcher *m, const struct vtrie *v, uint32_t *bits) {
     struct garena *a = &m->a;
     size_t f0 = a->n, t0 = a->n_th;
     int count = 0;
@@ -213,7 +309,32 @@ int grammar_matcher_mask(struct grammar_matcher *m, uint32_t *bits, struct strat
         if (e->used < slot->used)
             slot = e;
     }
-    int count = walk(m, bits);
+    /* a string body at a character boundary: clean tokens that fit */
+    int64_t room = -1; /* code points, INT64_MAX: unbounded; -1: no such thread */
+    for (int i = 0; i < m->n_th; i++) {
+        int32_t t = m->a.th[i];
+        if (t < 0)
+            continue;
+        const struct gframe *f = &m->a.f[t];
+        const struct gnode *nd = &m->g->nodes[f->node];
+        if (nd->type != GN_STR || STR_PHASE(f->aux) != 1 || STR_REM(f->aux) != 0)
+            continue;
+        int64_t r = nd->hi < 0 ? INT64_MAX : nd->hi - f->val;
+        if (r > room)
+            room = r;
+    }
+    int count;
+    if (room >= 0) {
+        int k = room > v->max_clean_cp ? v->max_clean_cp : (int)room;
+        uint32_t end = v->clean_off[k + 1];
+        for (uint32_t i = 0; i < end; i++)
+            set_bit(bits, v->clean[i]);
+        count = walk(m, &v->rest, bits);
+        if (count >= 0)
+            count += (int)end;
+    } else {
+        count = walk(m, &v->all, bits);
+    }
     if (count < 0)
         return strata_error_set(err, STRATA_E_NOMEM, "grammar: out of memory for the mask");
     if (grammar_matcher_can_end(m)) {

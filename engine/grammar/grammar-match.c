@@ -60,13 +60,6 @@ static void add_thread(struct garena *a, size_t base, int32_t t) {
 /* NUM aux: phase; val: digits of the current part */
 #define NUM_DIGITS 18
 #define NUM_EXP_DIGITS 3
-/* STR aux bits */
-#define STR_PHASE(a) ((a)&15u)       /* 0 open, 1 body, 2 '\', 3..6 \u hex i, 7 closed */
-#define STR_REM(a) (((a) >> 4) & 7u) /* UTF-8 continuation bytes still due */
-#define STR_CLS(a) (((a) >> 7) & 7u) /* range of the next continuation byte */
-#define STR_SURR (1u << 10)          /* \u first hex digit was d/D */
-#define STR_ZERO (1u << 11)          /* \u hex digits so far all '0' */
-#define STR_MAKE(ph, rem, cls, flags) ((ph) | ((rem) << 4) | ((cls) << 7) | (flags))
 /* INT aux: bit 0 negative, bits 8.. digits; val: magnitude */
 
 static int64_t pow10i(int k) {
@@ -493,7 +486,7 @@ struct grammar_matcher *grammar_matcher_init(const struct grammar *g, const stru
     m->g = g;
     m->v = v;
     if (v) {
-        size_t d = (size_t)v->max_depth + 2;
+        size_t d = (size_t)v->all.max_depth + 2;
         m->lv_off = calloc(d, sizeof *m->lv_off);
         m->lv_f = calloc(d, sizeof *m->lv_f);
         m->lv_t = calloc(d, sizeof *m->lv_t);

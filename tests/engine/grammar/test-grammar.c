@@ -420,8 +420,15 @@ START_TEST(mask_exact) {
     ck_assert_msg(s != NULL, "%s", err.message);
     /* two matchers over the base's vocabulary: one masks, one checks bytes */
     int n = session_base_n_vocab(b);
-    const char *prefixes[] = {"", "{\"name\":\"", "{\"name\":\"x\",", "{\"name\":\"x\",\"age\":1"};
-    for (size_t p = 0; p < 4; p++) {
+    /* the start, string bodies with room for 12, 1 and 0 more characters (the
+     * clean-token path), after a comma, inside an integer */
+    const char *prefixes[] = {"",
+                              "{\"name\":\"",
+                              "{\"name\":\"abcdefghijk",
+                              "{\"name\":\"abcdefghi\\u00e9k\\n",
+                              "{\"name\":\"x\",",
+                              "{\"name\":\"x\",\"age\":1"};
+    for (size_t p = 0; p < sizeof prefixes / sizeof prefixes[0]; p++) {
         struct grammar_matcher *m = grammar_matcher_init(g, NULL, &err);
         ck_assert(grammar_matcher_accept_bytes(m, prefixes[p], strlen(prefixes[p]), &err) == 0);
         /* the mask: through a session-less matcher with the vocabulary rebuilt here */
