@@ -4,10 +4,11 @@
  * Two layers. The reasoning layer is incremental: it strips a leading
  * think block into reasoning text. The tool layer keeps the content text
  * and re-scans it from the last settled point on every feed (text with no
- * call in it is settled once scanned) with a small recursive scanner that answers OK, NEED (the text so far is
- * a prefix of a call: wait) or FAIL (not a call: it is content). What was
- * already sent is remembered as lengths, so each feed sends only the growth
- * of the content, of each call's arguments, and the new calls' names. */
+ * call in it is settled once scanned) with a small recursive scanner that
+ * answers OK, NEED (the text so far is a prefix of a call: wait) or FAIL
+ * (not a call: it is content). What was already sent is remembered as
+ * lengths, so each feed sends only the growth of the content, of each
+ * call's arguments, and the new calls' names. */
 #include "engine/text/toolcall-impl.h"
 
 #include <jansson.h>
