@@ -62,6 +62,12 @@ int openai_tools_grammar(struct openai_request *rq, const char *src, size_t len,
     if (!x || !x->tools ||
         (x->choice != OPENAI_TOOL_CHOICE_REQUIRED && x->choice != OPENAI_TOOL_CHOICE_FUNCTION))
         return 0;
+    if (x->prefill) {
+        snprintf(param, cap, "tool_choice");
+        return strata_error_set(err, STRATA_E_UNSUPPORTED,
+                                "a forced tool_choice cannot continue an assistant message "
+                                "(prefill): the call would start inside its text");
+    }
     if (rq->grammar) {
         snprintf(param, cap, "tool_choice");
         return strata_error_set(err, STRATA_E_UNSUPPORTED,
@@ -93,7 +99,8 @@ int openai_tools_grammar(struct openai_request *rq, const char *src, size_t len,
     if (one >= 0 && x->parallel && fm.sep) {
         int more[] = {lit(b, fm.sep, err), one};
         int next = seq(b, more, 2, err);
-        int rep = next >= 0 ? grammar_repeat(b, next, 0, -1, err) : next;
+        /* at most 64 calls: the output parser's bound (toolcall.c MAX_CALLS) */
+        int rep = next >= 0 ? grammar_repeat(b, next, 0, 63, err) : next;
         int both[] = {one, rep};
         body = rep >= 0 ? grammar_seq(b, both, 2, err) : rep;
     }

@@ -80,6 +80,8 @@ BAD = [
      "tools[0].function.parameters"),
     ("forced: dangling $ref", body(tools=[{"type": "function", "function": {"name": "f", "parameters": {
         "$ref": "#/$defs/none"}}}], tool_choice="required"), "tools[0].function.parameters"),
+    ("forced with prefill", body(tools=[FN], tool_choice="required",
+                                 messages=[USER, {"role": "assistant", "content": "Sure"}]), "tool_choice"),
     ("parallel_tool_calls a string", body(tools=[FN], parallel_tool_calls="yes"), "parallel_tool_calls"),
 ]
 

@@ -154,6 +154,36 @@ START_TEST(hermes_not_a_call) {
 }
 END_TEST
 
+/* Held back exactly while the text may still be a marker. */
+START_TEST(holdback) {
+    struct toolcall_parser_params pp = toolcall_parser_params_default();
+    pp.family = toolcall_family_by_name("hermes");
+    pp.tools = true;
+    struct toolcall_parser *p = toolcall_parser_init(&pp, NULL);
+    ck_assert_ptr_nonnull(p);
+    struct toolcall_delta d;
+    ck_assert_int_eq(toolcall_parser_feed(p, "Hi <tool", strlen("Hi <tool"), false, &d, NULL), 0);
+    ck_assert_int_eq((int)d.content_len, 3); /* "Hi ": "<tool" may begin <tool_call> */
+    ck_assert_int_eq(toolcall_parser_feed(p, "box", strlen("box"), false, &d, NULL), 0);
+    ck_assert_int_eq((int)d.content_len, 8); /* "<toolbox" cannot: out at once */
+    ck_assert(memcmp(d.content, "<toolbox", 8) == 0);
+    ck_assert_int_eq(
+        toolcall_parser_feed(p, " <tool_call>{\"na", strlen(" <tool_call>{\"na"), false, &d, NULL),
+        0);
+    ck_assert_int_eq((int)d.content_len, 1); /* the space; the call's start waits */
+    ck_assert_int_eq(d.n_events, 0);
+    ck_assert_int_eq(toolcall_parser_feed(p, "me\": \"f\", \"arguments\": {\"a\"",
+                                          strlen("me\": \"f\", \"arguments\": {\"a\""), false, &d,
+                                          NULL),
+                     0);
+    ck_assert_int_eq(d.n_events, 2); /* the name, then the arguments so far */
+    ck_assert_str_eq(d.events[0].name, "f");
+    ck_assert_int_eq((int)d.events[1].args_len, 4);
+    ck_assert(memcmp(d.events[1].args, "{\"a\"", 4) == 0);
+    toolcall_parser_free(p);
+}
+END_TEST
+
 START_TEST(hermes_cut) {
     struct result r;
     /* a length limit in the middle of the arguments: the call is incomplete */
@@ -368,6 +398,7 @@ static Suite *toolcall_suite(void) {
     tcase_add_test(tc, hermes);
     tcase_add_test(tc, hermes_not_a_call);
     tcase_add_test(tc, hermes_cut);
+    tcase_add_test(tc, holdback);
     tcase_add_test(tc, llama3);
     tcase_add_test(tc, mistral);
     tcase_add_test(tc, functionary_v3_2);
