@@ -59,7 +59,7 @@ static void add_thread(struct garena *a, size_t base, int32_t t) {
 #define WS_INDENT 16
 /* NUM aux: phase; val: digits of the current part */
 #define NUM_DIGITS 18
-#define NUM_EXP_DIGITS 3
+#define NUM_EXP_DIGITS 2 /* 18 digits e99 stays finite as a double: 1e117 < 1.8e308 */
 /* INT aux: bit 0 negative, bits 8.. digits; val: magnitude */
 
 static int64_t pow10i(int k) {

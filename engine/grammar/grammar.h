@@ -25,7 +25,8 @@
  * valid JSON strings of valid UTF-8 (no raw control bytes; escapes allowed
  * except lone surrogates and \u0000, which downstream C code cannot hold);
  * numbers are valid JSON numbers with at most 18 integer digits, 18 fraction
- * digits and 3 exponent digits; integers at most 18 digits.
+ * digits and 2 exponent digits (so the value
+ * stays a finite double); integers at most 18 digits.
  *
  * JSON Schema (grammar_json_schema): type (object, array, string, integer,
  * number, boolean, null, and arrays of those), properties / required /

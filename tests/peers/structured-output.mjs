@@ -160,6 +160,23 @@ async function main() {
     check("min > max: 400", r.status === 400 && r.j.error?.param === "response_format", JSON.stringify(r.j));
     r = await post({ response_format: { type: "json_schema" } });
     check("json_schema without its object: 400", r.status === 400 && r.j.error?.param === "response_format");
+    // hostile schemas: refused with a 400, the daemon keeps serving
+    let deep = {};
+    for (let i = 0; i < 200; i++) deep = { type: "array", items: deep };
+    r = await post(js(deep));
+    check("200 levels deep: 400 limit", r.status === 400 && r.j.error?.code === "limit_exceeded" &&
+      r.j.error?.param === "response_format", JSON.stringify(r.j).slice(0, 300));
+    r = await post(js({ enum: [ "x".repeat(70000) ] }));
+    check("70 kB enum: 400 limit", r.status === 400 && r.j.error?.code === "limit_exceeded", JSON.stringify(r.j).slice(0, 300));
+    r = await post(js("a string"));
+    check("schema not an object: 400", r.status === 400 && r.j.error?.param === "response_format");
+    r = await post(js({ type: 7 }));
+    check("type not a string: 400", r.status === 400 && r.j.error?.param === "response_format");
+    r = await post(js({ anyOf: Array.from({ length: 5000 }, (_, i) => ({ const: i })) }));
+    check("5000 branches: 400 limit", r.status === 400 && r.j.error?.code === "limit_exceeded");
+    r = await post(js({ anyOf: Array.from({ length: 3000 }, (_, i) => ({ const: i })) }));
+    check("3000 branches: served", r.status === 200 && /^[0-9]+$/.test(r.j.choices?.[0]?.message?.content),
+      JSON.stringify(r.j).slice(0, 300));
     r = await post(js({ type: "integer", minimum: 1, maximum: 1 }));
     check("daemon still serves after errors", r.status === 200 && r.j.choices[0].message.content === "1" &&
       r.j.choices[0].finish_reason === "stop", JSON.stringify(r.j));

@@ -124,7 +124,7 @@ START_TEST(json_value_syntax) {
                         "[\n                  1]",
                         "1234567890123456789",
                         "1.1234567890123456789",
-                        "1e1234",
+                        "1e123",
                         "{,}"};
     for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
         expect(g, no[i], NO);
@@ -360,7 +360,7 @@ static void fuzz_vocab(const char *rel, int runs) {
     int ended = 0;
     for (int run = 0; run < runs; run++) {
         struct session_params sp = session_params_default();
-        sp.sampler.temperature = 1.0f;
+        sp.sampler.temperature = run % 3 == 2 ? 0.0f : 1.0f; /* every third: the greedy path */
         sp.sampler.seed = 1000 + (uint64_t)run;
         sp.grammar = g;
         struct session *s = session_init(b, &sp, &err);
