@@ -191,7 +191,7 @@ static json_t *timings_json(const struct openai_timings *t) {
 static char *chunk(const struct openai_ctx *oc, json_t *delta, const char *text, size_t len,
                    struct openai_logprobs *lp, const char *finish, const struct openai_timings *t) {
     json_t *j = envelope(oc, true);
-    json_t *choice = json_pack("{s:i}", "index", 0);
+    json_t *choice = json_pack("{s:i}", "index", oc->index);
     if (oc->route == GEN_ROUTE_CHAT)
         json_object_set_new(choice, "delta", delta);
     else
@@ -237,7 +237,7 @@ char *openai_response(const struct openai_ctx *oc, const char *text, size_t len,
                       const char *finish_reason, struct openai_logprobs *lp,
                       const struct openai_usage *u, const struct openai_timings *t) {
     json_t *j = envelope(oc, false);
-    json_t *choice = json_pack("{s:i}", "index", 0);
+    json_t *choice = json_pack("{s:i}", "index", oc->index);
     json_t *s = json_stringn(text ? text : "", text ? len : 0);
     if (oc->route == GEN_ROUTE_CHAT)
         json_object_set_new(

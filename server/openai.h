@@ -56,6 +56,35 @@ struct openai_request {
     bool has_seed;                 /* false: the caller picks a fresh seed */
     char *stops[OPENAI_MAX_STOPS]; /* owned */
     int n_stops;
+    /* server/openai-ext.c (n, prompt lists, token ids, echo, llama.cpp names) */
+    int n;                          /* choices per prompt, 1..OPENAI_MAX_N */
+    struct openai_prompt *prompts;  /* completions: (n_prompts) owned, every prompt; the
+                                       job's own one is prompt / prompt_ids */
+    int n_prompts;                  /* 1 for chat */
+    int32_t *prompt_ids;            /* completion given as token ids: owned (n_prompt_ids) */
+    int n_prompt_ids;
+    bool echo;                      /* completions: the prompt text starts each choice */
+    bool cache_prompt;              /* false: no prefix-cache reuse for this request */
+    bool ignore_eos;                /* EOG tokens end nothing (llama.cpp's ignore_eos) */
+    json_t *unknown;                /* owned: array of field names strata does not know */
+};
+
+/* Most choices one request may ask for (n). Each choice is a session with
+ * its own KV sequence (the prompt's blocks shared), so with --parallel P
+ * only P choices decode at once and the rest wait for a slot; 16 bounds what
+ * one request can queue (n x prompts <= OPENAI_MAX_CHOICES in all). */
+#define OPENAI_MAX_N 16
+/* Most prompts in one /v1/completions request (an array of prompts). */
+#define OPENAI_MAX_PROMPTS 64
+/* Most choices of one request in all (prompts x n). */
+#define OPENAI_MAX_CHOICES 64
+
+/* One prompt of /v1/completions: text, or token ids (text NULL). */
+struct openai_prompt {
+    char *text; /* owned, NUL-terminated; NULL for ids */
+    size_t len;
+    int32_t *ids; /* owned (n_ids); NULL for text */
+    int n_ids;
 };
 
 /* Parses and validates req->body. model_id: the served id; n_vocab bounds
@@ -66,6 +95,11 @@ int openai_parse(const struct gen_submit *req, const char *model_id, int n_vocab
                  struct openai_request *out, char *param, size_t param_cap,
                  struct strata_error *err);
 void openai_request_free(struct openai_request *rq); /* zeroes; NULL is a no-op */
+/* A request of one choice, choice `index` of rq (prompt index / rq->n): its
+ * own copy of everything, the prompt of that index, the seed + index when a
+ * seed was given. 0 or STRATA_E_NOMEM (out zeroed). openai-ext.c */
+int openai_request_choice(const struct openai_request *rq, int index,
+                          struct openai_request *out, struct strata_error *err);
 
 /* Identity shared by every chunk of one response. */
 struct openai_ctx {
@@ -74,6 +108,7 @@ struct openai_ctx {
     int64_t created; /* unix seconds, fixed for the whole response */
     char model[128];
     bool usage_null; /* stream with usage: every chunk carries "usage": null */
+    int index;       /* choices[].index of this choice (n > 1, several prompts) */
 };
 void openai_ctx_init(struct openai_ctx *oc, enum gen_route route, const char *model,
                      bool usage_null, uint64_t id_bits);

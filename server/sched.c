@@ -15,6 +15,7 @@
 #include "engine/host/sysinfo.h"
 #include "engine/kv/kv.h"
 #include "engine/kv/prefix.h"
+#include "server/openai-ext.h"
 #include "server/sched-impl.h"
 
 struct sched_params sched_params_default(void) {
@@ -45,6 +46,7 @@ static void job_done(struct sched *s, struct gen_job *j, bool ok) {
         kv_seq_clear(s->kv, j->seq, NULL);
         j->seq = -1;
     }
+    j->ended = true; /* its siblings (n > 1) no longer fork its KV */
     job_clear(j);
     atomic_fetch_sub(&s->n_inflight, 1);
     struct gen_event ev = {.type = GEN_EV_DONE, .json = body, .json_len = body ? strlen(body) : 0};
@@ -86,6 +88,7 @@ static void publish_stats(struct sched *s, int n_waiting) {
     s->stats.st.cache_hits = s->cache_hits;
     s->stats.st.cache_misses = s->cache_misses;
     s->stats.st.cached_tokens = s->cached_tokens;
+    s->stats.st.shared_tokens = s->shared_tokens;
     s->stats.st.steps = s->n_steps;
     s->stats.st.step_decode = s->step_decode;
     s->stats.st.step_prefill = s->step_prefill;
@@ -139,6 +142,57 @@ static int64_t blocks_promised(const struct sched *s) {
     return n;
 }
 
+/* Puts the head of the queue j on sequence seq, hit positions present. */
+static void activate(struct sched *s, struct gen_job *j, int seq, int hit, int need) {
+    s->seq_used[seq] = true;
+    j->seq = seq;
+    j->n_past = hit;
+    j->n_cached = hit;
+    j->need_blocks = need;
+    j->state = JOB_PREFILL;
+    j->t_admit = strata_now();
+    /* append to the active list (admission order = prefill order) */
+    struct gen_job **pp = &s->active;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = j;
+    s->n_active++;
+}
+
+/* Admits j, the head of the queue, on a copy of its leader's block table
+ * (sched-group.c: n > 1): positions [0, n_prompt - 1) shared, so it
+ * computes only its last prompt token. Its worst case counts the shared
+ * partial block as its own (copy-on-write takes a block for whichever of
+ * the two writes into it first). 1 admitted, 0 wait for blocks, -1 not
+ * forked (the ordinary admission follows). */
+static int fork_admit(struct sched *s, struct gen_job *j, struct gen_job *lead) {
+    const int B = s->n_block, len = j->n_prompt - 1;
+    if (lead->n_prompt != j->n_prompt || lead->n_past < len ||
+        memcmp(lead->prompt, j->prompt, (size_t)len * sizeof(*j->prompt)) != 0)
+        return -1;
+    int64_t total = (int64_t)j->n_prompt + j->max_tokens;
+    if (total > s->n_ctx)
+        total = s->n_ctx;
+    const int need = (int)((total + B - 1) / B) - len / B;
+    const int64_t base =
+        kv_blocks_free(s->kv) + (s->pc ? prefix_n_idle(s->pc) : 0) - blocks_promised(s);
+    if (need > base)
+        return 0; /* the leader runs, so blocks come back */
+    int seq = 0;
+    while (s->seq_used[seq])
+        seq++;
+    if (kv_seq_copy(s->kv, seq, lead->seq, len, NULL) < 0) {
+        kv_seq_clear(s->kv, seq, NULL);
+        return -1;
+    }
+    s->waiting = j->next;
+    j->next = NULL;
+    activate(s, j, seq, len, need);
+    j->n_forked = len;
+    s->shared_tokens += (uint64_t)len;
+    return 1;
+}
+
 /* Moves waiting jobs, in FIFO order, into free KV sequences (tokenizing
  * their prompts). A job is admitted only when the pool can hold its worst
  * case (prompt + max_tokens, less the full blocks it reuses from the prefix
@@ -162,7 +216,23 @@ static void admit(struct sched *s) {
         }
         const int B = s->n_block;
         int nb = 0, hit = 0;
-        if (s->pc)
+        /* a later choice of n > 1 (sched-group.c) shares its first choice's
+         * prompt KV: it waits until that one has prefilled, then forks */
+        struct gen_job *lead = j->leader;
+        if (lead && !lead->ended && !lead->kv_bad && lead->seq >= 0 && j->n_prompt > 1) {
+            if (lead->state != JOB_DECODE)
+                break; /* prefilling (it is ahead in the queue, so it runs) */
+        } else {
+            lead = NULL;
+        }
+        if (lead) {
+            const int rc = fork_admit(s, j, lead);
+            if (rc > 0)
+                continue;
+            if (rc == 0)
+                break; /* wait for blocks */
+        }
+        if (s->pc && j->rq.cache_prompt)
             hit = prefix_lookup_part(s->pc, j->part, j->prompt, j->n_prompt - 1, s->blk_tmp, &nb);
         int64_t total = (int64_t)j->n_prompt + j->max_tokens;
         if (total > s->n_ctx)
@@ -203,11 +273,6 @@ static void admit(struct sched *s) {
             job_fail(s, j, STRATA_E_INTERNAL, err.message, NULL);
             continue;
         }
-        s->seq_used[seq] = true;
-        j->seq = seq;
-        j->n_past = hit;
-        j->n_cached = hit;
-        j->need_blocks = need;
         if (s->pc) {
             if (hit > 0)
                 s->cache_hits++;
@@ -215,14 +280,7 @@ static void admit(struct sched *s) {
                 s->cache_misses++;
             s->cached_tokens += (uint64_t)hit;
         }
-        j->state = JOB_PREFILL;
-        j->t_admit = strata_now();
-        /* append to the active list (admission order = prefill order) */
-        struct gen_job **pp = &s->active;
-        while (*pp)
-            pp = &(*pp)->next;
-        *pp = j;
-        s->n_active++;
+        activate(s, j, seq, hit, need);
     }
 }
 
@@ -473,6 +531,33 @@ static int op_submit(void *self, const struct gen_submit *req, struct gen_sink s
         free(j);
         return rc;
     }
+    if (j->rq.unknown && req->log_debug) {
+        /* ignored as OpenAI does, but said (--log-level debug) */
+        char names[512];
+        openai_ext_unknown_list(&j->rq, names, sizeof names);
+        fprintf(stderr, "strata: debug id=%s unknown fields ignored: %s\n",
+                req->request_id ? req->request_id : "-", names);
+    }
+    if (j->rq.n > 1 || j->rq.n_prompts > 1) {
+        /* several choices: a parent and a child job per choice (sched-group.c) */
+        j->seq = -1;
+        j->part = req->cache_partition;
+        if (s->p.request_timeout > 0)
+            j->t_deadline = strata_now() + s->p.request_timeout;
+        atomic_init(&j->cancelled, false);
+        j->sink = sink;
+        openai_ctx_init(&j->oc, req->route, s->model_id, j->rq.stream_usage,
+                        (uint64_t)time(NULL) << 24 ^
+                            atomic_fetch_add(&s->id_counter, 1) * 2654435761u);
+        rc = sched_group_submit(s, j, req, sink, err, out->error_param, sizeof(out->error_param));
+        if (rc < 0) {
+            openai_request_free(&j->rq);
+            free(j);
+            return rc;
+        }
+        out->job = j;
+        return 0;
+    }
     int limit = s->p.parallel + s->p.queue;
     int cur = atomic_load(&s->n_inflight);
     do {
@@ -499,7 +584,9 @@ static int op_submit(void *self, const struct gen_submit *req, struct gen_sink s
 
 static void op_cancel(void *self, struct gen_job *job) {
     (void)self;
-    if (job)
+    if (job && job->group)
+        sched_group_cancel(job);
+    else if (job)
         atomic_store(&job->cancelled, true);
 }
 
@@ -507,6 +594,7 @@ static void op_release(void *self, struct gen_job *job) {
     (void)self;
     if (!job)
         return;
+    sched_group_free(job); /* the children of n > 1 (after the last one's DONE) */
     job_clear(job); /* no-op after DONE; safety for a job that never ran */
     free(job);
 }
