@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "engine/core/clock.h"
@@ -856,6 +857,17 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     snprintf(st->model_id, sizeof(st->model_id), "%s", s->model_id);
     snprintf(st->architecture, sizeof(st->architecture), "%s", model_arch_name(s->model));
     stats_model_facts(st, s->model, params->model_path, &kp);
+    /* for /v1/models: the file's parameters (its header again, as --print-config
+     * reads it: no weight is touched), size, modification time */
+    struct model_probe mpr;
+    if (model_probe(params->model_path, &mpr, NULL) == 0)
+        st->n_params = (uint64_t)mpr.n_params;
+    struct stat fst;
+    if (stat(params->model_path, &fst) == 0) {
+        st->file_bytes = (uint64_t)fst.st_size;
+        st->file_mtime = (int64_t)fst.st_mtime;
+    }
+    st->n_ctx_train = hp->n_ctx_train;
     snprintf(st->isa, sizeof(st->isa), "%s", kernels_isa_name(kernels_isa_active()));
     snprintf(st->weights_layout, sizeof(st->weights_layout), "%s", model_weights_layout(s->model));
     st->weights_copied_bytes = model_copied_bytes(s->model);
