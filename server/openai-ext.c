@@ -30,7 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 static void *ext_memdup(const void *src, size_t n) {
     void *p = malloc(n ? n : 1);
     if (p && n)
@@ -84,8 +83,8 @@ static int e_int(struct ectx *c, const char *name, int64_t lo, int64_t hi, int64
         return 0;
     int64_t i;
     if (!as_int(x, &i))
-        return efail(c->err, c->param, c->cap, STRATA_E_INVALID, name,
-                     "'%s' must be an integer", name);
+        return efail(c->err, c->param, c->cap, STRATA_E_INVALID, name, "'%s' must be an integer",
+                     name);
     if (i < lo || i > hi)
         return efail(c->err, c->param, c->cap, STRATA_E_RANGE, name,
                      "'%s' is %lld; it must be between %lld and %lld", name, (long long)i,
@@ -128,8 +127,8 @@ static int read_ids(struct ectx *c, json_t *a, const char *pname, int n_vocab,
                     struct openai_prompt *p) {
     size_t n = json_array_size(a);
     if (n == 0)
-        return efail(c->err, c->param, c->cap, STRATA_E_INVALID, pname,
-                     "%s must not be empty", pname);
+        return efail(c->err, c->param, c->cap, STRATA_E_INVALID, pname, "%s must not be empty",
+                     pname);
     if (n > (size_t)INT32_MAX / 2)
         return efail(c->err, c->param, c->cap, STRATA_E_RANGE, pname, "%s is too long", pname);
     p->ids = malloc(n * sizeof(*p->ids));
@@ -242,10 +241,10 @@ static const struct off_value off_values[] = {
 
 /* No effect while their sampler is off (llama.cpp's too): known, not used. */
 static const char *const knobs[] = {
-    "mirostat_tau",       "mirostat_eta",       "dynatemp_exponent",     "xtc_threshold",
-    "dry_base",           "dry_allowed_length", "dry_penalty_last_n",    "dry_sequence_breakers",
-    "timings_per_token",  "return_tokens",      "response_fields",       "n_cmpl",
-    "n_indent",           "t_max_predict_ms",   "t_max_prompt_ms",       "stream_include_usage"};
+    "mirostat_tau",      "mirostat_eta",       "dynatemp_exponent",  "xtc_threshold",
+    "dry_base",          "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers",
+    "timings_per_token", "return_tokens",      "response_fields",    "n_cmpl",
+    "n_indent",          "t_max_predict_ms",   "t_max_prompt_ms",    "stream_include_usage"};
 
 /* Refused when present with anything but null / empty / false / -1. */
 static const char *const refused[] = {"grammar",    "samplers", "lora",
@@ -253,15 +252,52 @@ static const char *const refused[] = {"grammar",    "samplers", "lora",
 
 /* Fields read somewhere in the server (OpenAI's, the llama.cpp names above,
  * the ones other parts of strata answer). Unknown = none of these. */
-static const char *const known[] = {
-    "model", "messages", "prompt", "stream", "stream_options", "max_tokens",
-    "max_completion_tokens", "temperature", "top_p", "n", "stop", "presence_penalty",
-    "frequency_penalty", "logit_bias", "logprobs", "top_logprobs", "user", "seed",
-    "response_format", "tools", "tool_choice", "functions", "function_call",
-    "parallel_tool_calls", "audio", "prediction", "suffix", "best_of", "echo", "metadata",
-    "store", "service_tier", "modalities", "reasoning_effort", "chat_template_kwargs",
-    "web_search_options", "json_schema", "repetition_penalty", "top_k", "min_p", "n_predict",
-    "repeat_penalty", "repeat_last_n", "cache_prompt", "ignore_eos", "n_probs"};
+static const char *const known[] = {"model",
+                                    "messages",
+                                    "prompt",
+                                    "stream",
+                                    "stream_options",
+                                    "max_tokens",
+                                    "max_completion_tokens",
+                                    "temperature",
+                                    "top_p",
+                                    "n",
+                                    "stop",
+                                    "presence_penalty",
+                                    "frequency_penalty",
+                                    "logit_bias",
+                                    "logprobs",
+                                    "top_logprobs",
+                                    "user",
+                                    "seed",
+                                    "response_format",
+                                    "tools",
+                                    "tool_choice",
+                                    "functions",
+                                    "function_call",
+                                    "parallel_tool_calls",
+                                    "audio",
+                                    "prediction",
+                                    "suffix",
+                                    "best_of",
+                                    "echo",
+                                    "metadata",
+                                    "store",
+                                    "service_tier",
+                                    "modalities",
+                                    "reasoning_effort",
+                                    "chat_template_kwargs",
+                                    "web_search_options",
+                                    "json_schema",
+                                    "repetition_penalty",
+                                    "top_k",
+                                    "min_p",
+                                    "n_predict",
+                                    "repeat_penalty",
+                                    "repeat_last_n",
+                                    "cache_prompt",
+                                    "ignore_eos",
+                                    "n_probs"};
 
 static bool in_list(const char *name, const char *const *list, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -303,7 +339,9 @@ static int check_llama_off(struct ectx *c) {
                          "'%s' is not supported by this server (only its off value, %s%g, "
                          "is accepted)",
                          o->name,
-                         o->kind == OFF_BOOL_FALSE ? "false; " : o->kind == OFF_NUM_LE ? "<= " : "",
+                         o->kind == OFF_BOOL_FALSE ? "false; "
+                         : o->kind == OFF_NUM_LE   ? "<= "
+                                                   : "",
                          o->off);
     }
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
@@ -367,9 +405,8 @@ int openai_ext_parse(json_t *body, int n_vocab, struct openai_request *rq, char 
         rq->n_prompts = 1;
     if ((int64_t)rq->n_prompts * n > OPENAI_MAX_CHOICES)
         return efail(err, param, param_cap, STRATA_E_RANGE, "n",
-                     "%d prompts x n %lld = %lld choices; at most %d in one request",
-                     rq->n_prompts, (long long)n, (long long)rq->n_prompts * n,
-                     OPENAI_MAX_CHOICES);
+                     "%d prompts x n %lld = %lld choices; at most %d in one request", rq->n_prompts,
+                     (long long)n, (long long)rq->n_prompts * n, OPENAI_MAX_CHOICES);
     if ((rc = e_int(&c, "best_of", 1, OPENAI_MAX_N, &best_of)) < 0)
         return rc;
     if (rc && best_of != n)
@@ -429,8 +466,10 @@ void openai_ext_unknown_list(const struct openai_request *rq, char *buf, size_t 
         buf[0] = '\0';
     json_array_foreach(rq->unknown, i, x) {
         int w = snprintf(buf + len, cap - len, "%s%.64s", i ? "," : "", json_string_value(x));
-        if (w < 0 || (size_t)w >= cap - len)
+        if (w < 0 || (size_t)w >= cap - len) {
+            buf[len] = '\0'; /* whole names only */
             break;
+        }
         len += (size_t)w;
     }
 }

@@ -57,16 +57,16 @@ struct openai_request {
     char *stops[OPENAI_MAX_STOPS]; /* owned */
     int n_stops;
     /* server/openai-ext.c (n, prompt lists, token ids, echo, llama.cpp names) */
-    int n;                          /* choices per prompt, 1..OPENAI_MAX_N */
-    struct openai_prompt *prompts;  /* completions: (n_prompts) owned, every prompt; the
-                                       job's own one is prompt / prompt_ids */
-    int n_prompts;                  /* 1 for chat */
-    int32_t *prompt_ids;            /* completion given as token ids: owned (n_prompt_ids) */
+    int n;                         /* choices per prompt, 1..OPENAI_MAX_N */
+    struct openai_prompt *prompts; /* completions: (n_prompts) owned, every prompt; the
+                                      job's own one is prompt / prompt_ids */
+    int n_prompts;                 /* 1 for chat */
+    int32_t *prompt_ids;           /* completion given as token ids: owned (n_prompt_ids) */
     int n_prompt_ids;
-    bool echo;                      /* completions: the prompt text starts each choice */
-    bool cache_prompt;              /* false: no prefix-cache reuse for this request */
-    bool ignore_eos;                /* EOG tokens end nothing (llama.cpp's ignore_eos) */
-    json_t *unknown;                /* owned: array of field names strata does not know */
+    bool echo;         /* completions: the prompt text starts each choice */
+    bool cache_prompt; /* false: no prefix-cache reuse for this request */
+    bool ignore_eos;   /* EOG tokens end nothing (llama.cpp's ignore_eos) */
+    json_t *unknown;   /* owned: array of field names strata does not know */
 };
 
 /* Most choices one request may ask for (n). Each choice is a session with
@@ -98,8 +98,8 @@ void openai_request_free(struct openai_request *rq); /* zeroes; NULL is a no-op 
 /* A request of one choice, choice `index` of rq (prompt index / rq->n): its
  * own copy of everything, the prompt of that index, the seed + index when a
  * seed was given. 0 or STRATA_E_NOMEM (out zeroed). openai-ext.c */
-int openai_request_choice(const struct openai_request *rq, int index,
-                          struct openai_request *out, struct strata_error *err);
+int openai_request_choice(const struct openai_request *rq, int index, struct openai_request *out,
+                          struct strata_error *err);
 
 /* Identity shared by every chunk of one response. */
 struct openai_ctx {

@@ -71,12 +71,11 @@ static void group_finish(struct sched_group *g) {
         for (size_t i = 0; whole && i < json_array_size(g->choices); i++)
             whole = !json_is_null(json_array_get(g->choices, i));
         if (whole) {
-            json_t *u = json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens",
-                                  (json_int_t)g->u.prompt_tokens, "completion_tokens",
-                                  (json_int_t)g->u.completion_tokens, "total_tokens",
-                                  (json_int_t)(g->u.prompt_tokens + g->u.completion_tokens),
-                                  "prompt_tokens_details", "cached_tokens",
-                                  (json_int_t)g->u.cached_tokens);
+            json_t *u = json_pack(
+                "{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)g->u.prompt_tokens,
+                "completion_tokens", (json_int_t)g->u.completion_tokens, "total_tokens",
+                (json_int_t)(g->u.prompt_tokens + g->u.completion_tokens), "prompt_tokens_details",
+                "cached_tokens", (json_int_t)g->u.cached_tokens);
             json_object_set(g->body, "choices", g->choices);
             json_object_set_new(g->body, "usage", u);
             js = json_dumps(g->body, JSON_COMPACT | JSON_PRESERVE_ORDER);

@@ -596,7 +596,7 @@ static void op_release(void *self, struct gen_job *job) {
     if (!job)
         return;
     sched_group_free(job); /* the children of n > 1 (after the last one's DONE) */
-    job_clear(job); /* no-op after DONE; safety for a job that never ran */
+    job_clear(job);        /* no-op after DONE; safety for a job that never ran */
     free(job);
 }
 

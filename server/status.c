@@ -265,8 +265,8 @@ static json_t *model_object(const struct gen_stats *st) {
         (json_int_t)st->n_ctx, "n_ctx_train", (json_int_t)st->n_ctx_train, "n_params",
         (json_int_t)st->n_params, "size", (json_int_t)st->file_bytes, "quantization",
         st->n_weight_types > 0 ? st->weight_types[0].type : "", "quant_mix", st->quant_mix);
-    return json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", st->model_id, "object", "model",
-                     "created", (json_int_t)st->file_mtime, "owned_by", "strata", "meta", meta);
+    return json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", st->model_id, "object", "model", "created",
+                     (json_int_t)st->file_mtime, "owned_by", "strata", "meta", meta);
 }
 
 enum MHD_Result status_models(struct exchange *ex, const char *id) {
