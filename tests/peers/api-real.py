@@ -142,6 +142,29 @@ def test_n(port):
     check("best_of == n: 200", st == 200 and len(r["choices"]) == 2, r)
 
 
+def test_n_hostile(port):
+    # one prompt of a list too long for the context: the request fails as a
+    # whole (400 naming prompt), the other choices are cancelled, nothing leaks
+    st, _, r = cmpl(port, prompt=["Once upon a time", "hello world " * 1200], n=2, max_tokens=50)
+    check("a prompt too long in a list: 400", st == 400 and r["error"]["code"] == "context_length_exceeded", r)
+    # a client gone in the middle of an n = 4 stream
+    s = sd.raw_post(port, "/v1/completions", json.dumps({"model": MID, "prompt": LONG, "n": 4, "max_tokens": 300,
+                                                         "ignore_eos": True, "stream": True}).encode())
+    got = sd.read_events(s, 6)
+    s.close()
+    check("n=4 stream started", got.count(b"data: ") >= 6, got[:200])
+    deadline = time.time() + 10
+    st = status(port)
+    while (st["sessions"]["active"] or st["kv_blocks"]["used"]) and time.time() < deadline:
+        time.sleep(0.05)
+        st = status(port)
+    check("n=4 disconnect: every choice dropped, its blocks back", st["sessions"]["active"] == 0 and st["kv_blocks"]["used"] == 0,
+          (st["sessions"], st["kv_blocks"]))
+    # 16 choices on 4 sequences: the rest wait for slots, all finish
+    st, _, r = cmpl(port, prompt="Lily", n=16, max_tokens=3, ignore_eos=True)
+    check("n=16 on --parallel 4: 16 choices", st == 200 and len(r["choices"]) == 16 and r["usage"]["completion_tokens"] == 48, r)
+
+
 def tokenize(text):
     out = subprocess.run([STRATA, "tokenize", "-m", MODEL, "--json", text], capture_output=True, text=True, timeout=60)
     return json.loads(out.stdout)["ids"]
@@ -279,6 +302,7 @@ def main():
         log, reader = sd.drain_stderr(proc)
         sd.wait_health(port, 0.1, deadline=time.time() + 60)
         test_n(port)
+        test_n_hostile(port)
         test_prompts(port)
         test_llama_names(port)
         test_unknown(port, log)

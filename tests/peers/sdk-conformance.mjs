@@ -134,8 +134,8 @@ async function main() {
   await expectError("tools unsupported", OpenAI.BadRequestError,
     () => client.chat.completions.create({ model: MODEL, messages: msgs, tools: [{ type: "function", function: { name: "f" } }] }),
     (e) => e.code === "unsupported" && e.param === "tools");
-  await expectError("n > 1", OpenAI.BadRequestError,
-    () => client.chat.completions.create({ model: MODEL, messages: msgs, n: 2 }), (e) => e.param === "n");
+  await expectError("n > 16", OpenAI.BadRequestError,
+    () => client.chat.completions.create({ model: MODEL, messages: msgs, n: 17 }), (e) => e.param === "n");
   await expectError("stop > 4", OpenAI.BadRequestError,
     () => client.completions.create({ model: MODEL, prompt: "x", stop: ["a", "b", "c", "d", "e"] }), (e) => e.param === "stop");
   await expectError("logit_bias range", OpenAI.BadRequestError,
