@@ -14,10 +14,13 @@
  * STRATA_E_INVALID / STRATA_E_RANGE (400 invalid_request_error) with
  * error.param naming the field ("messages[2].role", "temperature"); an
  * unknown model gives STRATA_E_NOT_FOUND (404); fields strata does not
- * implement (tools, functions, response_format other than text, n > 1,
- * several prompts, echo, suffix, best_of > 1) give STRATA_E_UNSUPPORTED
- * (400, code "unsupported") rather than being ignored. Unknown fields are
- * ignored, as OpenAI does. JSON null counts as absent.
+ * implement (tools, functions, response_format other than text, suffix,
+ * best_of other than n, echo with logprobs, llama.cpp samplers it lacks)
+ * give STRATA_E_UNSUPPORTED (400, code "unsupported") rather than being
+ * ignored. n, the prompt forms, echo and the llama.cpp names are
+ * openai-ext.c's (openai-ext.h). Unknown fields are ignored, as OpenAI
+ * does, and listed in rq.unknown for the debug log. JSON null counts as
+ * absent.
  *
  * Ownership: an openai_request owns its strings and a reference to the
  * messages array (openai_request_free). Builders return malloc'd JSON text.

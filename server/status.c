@@ -257,8 +257,9 @@ enum MHD_Result status_metrics(struct exchange *ex) {
 /* OpenAI's model object; created is the GGUF file's modification time (Unix
  * seconds; 0 when unknown). "meta" (llama-server's name for it) says what
  * is served: architecture, the serving and trained context, parameters,
- * file bytes, the quantisation (the type holding most tensor bytes) and
- * the quant mix (type:tensors, as the start-up log prints it). */
+ * file bytes, the quantisation (the type holding most tensor bytes; the
+ * start-up log prints each type's byte share) and the quant mix
+ * (gen_stats.quant_mix: tensors of each type, "q4_k:193,f32:65"). */
 static json_t *model_object(const struct gen_stats *st) {
     json_t *meta = json_pack(
         "{s:s, s:I, s:I, s:I, s:I, s:s, s:s}", "architecture", st->architecture, "n_ctx",
