@@ -32,6 +32,8 @@
 #include <string.h>
 
 #include "engine/core/clock.h"
+#include "engine/kv/kv.h"
+#include "engine/kv/prefix.h"
 #include "server/sched-impl.h"
 
 struct sched_group {
@@ -199,6 +201,40 @@ fail:
     parent->group = g;
     sched_group_free(parent);
     return err && err->code ? err->code : STRATA_E_NOMEM;
+}
+
+/* Admits j, the head of the queue, on a copy of its leader's block table:
+ * positions [0, n_prompt - 1) shared, so it
+ * computes only its last prompt token. Its worst case counts the shared
+ * partial block as its own (copy-on-write takes a block for whichever of
+ * the two writes into it first). 1 admitted, 0 wait for blocks, -1 not
+ * forked (the ordinary admission follows). */
+int sched_group_fork(struct sched *s, struct gen_job *j, struct gen_job *lead) {
+    const int B = s->n_block, len = j->n_prompt - 1;
+    if (lead->n_prompt != j->n_prompt || lead->n_past < len ||
+        memcmp(lead->prompt, j->prompt, (size_t)len * sizeof(*j->prompt)) != 0)
+        return -1;
+    int64_t total = (int64_t)j->n_prompt + j->max_tokens;
+    if (total > s->n_ctx)
+        total = s->n_ctx;
+    const int need = (int)((total + B - 1) / B) - len / B;
+    const int64_t base =
+        kv_blocks_free(s->kv) + (s->pc ? prefix_n_idle(s->pc) : 0) - sched_blocks_promised(s);
+    if (need > base)
+        return 0; /* the leader runs, so blocks come back */
+    int seq = 0;
+    while (s->seq_used[seq])
+        seq++;
+    if (kv_seq_copy(s->kv, seq, lead->seq, len, NULL) < 0) {
+        kv_seq_clear(s->kv, seq, NULL);
+        return -1;
+    }
+    s->waiting = j->next;
+    j->next = NULL;
+    sched_activate(s, j, seq, len, need);
+    j->n_forked = len;
+    s->shared_tokens += (uint64_t)len;
+    return 1;
 }
 
 void sched_group_cancel(struct gen_job *parent) {

@@ -80,6 +80,18 @@ int sched_group_submit(struct sched *s, struct gen_job *parent, const struct gen
                        struct gen_sink sink, struct strata_error *err, char *param,
                        size_t param_cap);
 void sched_group_cancel(struct gen_job *parent);
+/* Admission of j (the head of the queue) on a copy of its leader's KV block
+ * table (scheduler thread, from admit): 1 admitted, 0 wait for blocks, -1
+ * not forked (the ordinary admission follows). */
+int sched_group_fork(struct sched *s, struct gen_job *j, struct gen_job *lead);
+
+/* sched.c, for sched_group_fork */
+/* Blocks the active sessions may still take from the pool (reserved at
+ * admission, not yet taken). */
+int64_t sched_blocks_promised(const struct sched *s);
+/* Puts j (just taken off the queue) on KV sequence seq with hit positions
+ * present, need blocks reserved, into the active list. */
+void sched_activate(struct sched *s, struct gen_job *j, int seq, int hit, int need);
 /* Frees the children and the group (after the parent's DONE). */
 void sched_group_free(struct gen_job *parent);
 

@@ -134,7 +134,7 @@ static void reap_cancelled(struct sched *s, struct gen_job **list, bool active, 
 
 /* Blocks the active sessions may still take from the pool (reserved at
  * admission, not yet taken). */
-static int64_t blocks_promised(const struct sched *s) {
+int64_t sched_blocks_promised(const struct sched *s) {
     int64_t n = 0;
     for (const struct gen_job *j = s->active; j; j = j->next) {
         int left = j->need_blocks - kv_seq_n_alloc(s->kv, j->seq);
@@ -143,8 +143,7 @@ static int64_t blocks_promised(const struct sched *s) {
     return n;
 }
 
-/* Puts the head of the queue j on sequence seq, hit positions present. */
-static void activate(struct sched *s, struct gen_job *j, int seq, int hit, int need) {
+void sched_activate(struct sched *s, struct gen_job *j, int seq, int hit, int need) {
     s->seq_used[seq] = true;
     j->seq = seq;
     j->n_past = hit;
@@ -158,40 +157,6 @@ static void activate(struct sched *s, struct gen_job *j, int seq, int hit, int n
         pp = &(*pp)->next;
     *pp = j;
     s->n_active++;
-}
-
-/* Admits j, the head of the queue, on a copy of its leader's block table
- * (sched-group.c: n > 1): positions [0, n_prompt - 1) shared, so it
- * computes only its last prompt token. Its worst case counts the shared
- * partial block as its own (copy-on-write takes a block for whichever of
- * the two writes into it first). 1 admitted, 0 wait for blocks, -1 not
- * forked (the ordinary admission follows). */
-static int fork_admit(struct sched *s, struct gen_job *j, struct gen_job *lead) {
-    const int B = s->n_block, len = j->n_prompt - 1;
-    if (lead->n_prompt != j->n_prompt || lead->n_past < len ||
-        memcmp(lead->prompt, j->prompt, (size_t)len * sizeof(*j->prompt)) != 0)
-        return -1;
-    int64_t total = (int64_t)j->n_prompt + j->max_tokens;
-    if (total > s->n_ctx)
-        total = s->n_ctx;
-    const int need = (int)((total + B - 1) / B) - len / B;
-    const int64_t base =
-        kv_blocks_free(s->kv) + (s->pc ? prefix_n_idle(s->pc) : 0) - blocks_promised(s);
-    if (need > base)
-        return 0; /* the leader runs, so blocks come back */
-    int seq = 0;
-    while (s->seq_used[seq])
-        seq++;
-    if (kv_seq_copy(s->kv, seq, lead->seq, len, NULL) < 0) {
-        kv_seq_clear(s->kv, seq, NULL);
-        return -1;
-    }
-    s->waiting = j->next;
-    j->next = NULL;
-    activate(s, j, seq, len, need);
-    j->n_forked = len;
-    s->shared_tokens += (uint64_t)len;
-    return 1;
 }
 
 /* Moves waiting jobs, in FIFO order, into free KV sequences (tokenizing
@@ -227,7 +192,7 @@ static void admit(struct sched *s) {
             lead = NULL;
         }
         if (lead) {
-            const int rc = fork_admit(s, j, lead);
+            const int rc = sched_group_fork(s, j, lead);
             if (rc > 0)
                 continue;
             if (rc == 0)
@@ -240,7 +205,7 @@ static void admit(struct sched *s) {
             total = s->n_ctx;
         const int need = (int)((total + B - 1) / B) - hit / B;
         const int64_t base =
-            kv_blocks_free(s->kv) + (s->pc ? prefix_n_idle(s->pc) : 0) - blocks_promised(s);
+            kv_blocks_free(s->kv) + (s->pc ? prefix_n_idle(s->pc) : 0) - sched_blocks_promised(s);
         int64_t pinned = 0; /* idle cached blocks this job would start using */
         for (int i = 0; i < nb; i++)
             pinned += kv_block_refs(s->kv, s->blk_tmp[i]) == 1 ? 1 : 0;
@@ -281,7 +246,7 @@ static void admit(struct sched *s) {
                 s->cache_misses++;
             s->cached_tokens += (uint64_t)hit;
         }
-        activate(s, j, seq, hit, need);
+        sched_activate(s, j, seq, hit, need);
     }
 }
 
