@@ -22,7 +22,12 @@
  * a reference per block, copy-on-write of the partial last block) and
  * compute only the last prompt token for their own logits (sched.c:
  * admit). A leader that ended before (max_tokens 1, an error) leaves its
- * siblings the ordinary prefix-cache lookup.
+ * siblings the ordinary prefix-cache lookup. Measured (release build, one
+ * thread, --parallel 4, a 1821-token prompt on stories260K, max_tokens 16,
+ * cache_prompt false, 2-vCPU VM shared with other builds, 2 runs): n = 4
+ * computed 1824 prompt tokens in 1.36 / 2.10 s; four concurrent n = 1
+ * requests computed 7284 in 5.77 / 5.97 s (llama-2-tiny-random, 1401
+ * tokens: 1404 in 0.54 / 0.60 s against 5604 in 1.46 / 1.70 s).
  *
  * Threading: sched_group_submit on the HTTP thread (op_submit); the event
  * handler on the scheduler thread; cancel any thread; free after DONE.
