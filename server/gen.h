@@ -113,6 +113,9 @@ struct gen_submit {
      * layer passes the API key's index (0 with one key or none), so one key
      * cannot reuse or probe another's prompts. */
     uint32_t cache_partition;
+    const char
+        *request_id; /* borrowed: the HTTP layer's id for log lines ("req-..."); may be NULL */
+    bool log_debug;  /* --log-level debug: the generation layer may log per request */
 };
 
 struct gen_submit_out {
@@ -186,6 +189,14 @@ struct gen_stats {
     uint64_t profile_saves;        /* successful saves since start */
     double profile_last_save;      /* Unix seconds of the last successful save; 0 = none yet */
     char profile_save_error[512];  /* why the last save failed; "" when it worked */
+    /* n > 1 (appended): prompt positions later choices took from their first
+     * choice's KV sequence (a block-table copy) instead of computing them */
+    uint64_t shared_tokens;
+    /* the model for /v1/models (appended; zero = not reported): set at start-up */
+    uint64_t n_params;   /* parameters (elements of every tensor) */
+    uint64_t file_bytes; /* the GGUF file's size */
+    int64_t file_mtime;  /* its modification time, Unix seconds */
+    int64_t n_ctx_train; /* the model's trained context */
 };
 
 struct gen_ops {

@@ -210,8 +210,9 @@ static enum MHD_Result on_body(struct exchange *ex) {
     pthread_mutex_unlock(&s->mu);
 
     /* each API key has its own prefix-cache partition (gen.h) */
-    struct gen_submit req = {ex->gen_route, body, ex->stream, s->p.always_usage,
-                             (uint32_t)ex->key_index};
+    struct gen_submit req = {
+        ex->gen_route,           body,           ex->stream,         s->p.always_usage,
+        (uint32_t)ex->key_index, ex->request_id, s->p.log_level >= 3};
     struct gen_submit_out out = {0};
     struct strata_error err = {0};
     int rc = s->p.gen.ops->submit(s->p.gen.self, &req, (struct gen_sink){stream_on_event, ex}, &out,

@@ -191,7 +191,7 @@ static json_t *timings_json(const struct openai_timings *t) {
 static char *chunk(const struct openai_ctx *oc, json_t *delta, const char *text, size_t len,
                    struct openai_logprobs *lp, const char *finish, const struct openai_timings *t) {
     json_t *j = envelope(oc, true);
-    json_t *choice = json_pack("{s:i}", "index", 0);
+    json_t *choice = json_pack("{s:i}", "index", oc->index);
     if (oc->route == GEN_ROUTE_CHAT)
         json_object_set_new(choice, "delta", delta);
     else
@@ -242,7 +242,7 @@ char *openai_response_message(const struct openai_ctx *oc, json_t *message,
                               const char *finish_reason, struct openai_logprobs *lp,
                               const struct openai_usage *u, const struct openai_timings *t) {
     json_t *j = envelope(oc, false);
-    json_t *choice = json_pack("{s:i}", "index", 0);
+    json_t *choice = json_pack("{s:i}", "index", oc->index);
     json_object_set_new(choice, "message", message);
     json_object_set_new(choice, "logprobs", lp ? openai_logprobs_json(lp) : json_null());
     json_object_set_new(choice, "finish_reason", json_string(finish_reason));
@@ -262,7 +262,7 @@ char *openai_response(const struct openai_ctx *oc, const char *text, size_t len,
             oc, json_pack("{s:s, s:o, s:n}", "role", "assistant", "content", s, "refusal"),
             finish_reason, lp, u, t);
     json_t *j = envelope(oc, false);
-    json_t *choice = json_pack("{s:i}", "index", 0);
+    json_t *choice = json_pack("{s:i}", "index", oc->index);
     json_object_set_new(choice, "text", s);
     json_object_set_new(choice, "logprobs", lp ? openai_logprobs_json(lp) : json_null());
     json_object_set_new(choice, "finish_reason", json_string(finish_reason));

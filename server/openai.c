@@ -1,6 +1,7 @@
 /* server/openai.c: OpenAI request validation (see openai.h). The response
  * and chunk builders live in openai-json.c. */
 #include "server/openai.h"
+#include "server/openai-ext.h"
 
 #include "server/openai-tools.h"
 #include "engine/grammar/grammar.h"
@@ -245,47 +246,7 @@ static int check_unsupported(struct vctx *v, enum gen_route route) {
             return fail(v->err, v->param, v->cap, STRATA_E_UNSUPPORTED, never[i],
                         "'%s' is not supported by this server", never[i]);
     }
-    bool echo = false;
-    int rc = get_bool(v, "echo", &echo);
-    if (rc < 0)
-        return rc;
-    if (echo)
-        return fail(v->err, v->param, v->cap, STRATA_E_UNSUPPORTED, "echo",
-                    "'echo' is not supported");
-    int64_t n = 1, best_of = 1;
-    if ((rc = get_int(v, "n", 1, 128, &n)) < 0)
-        return rc;
-    if (n > 1)
-        return fail(v->err, v->param, v->cap, STRATA_E_UNSUPPORTED, "n",
-                    "n > 1 is not supported: send one request per choice");
-    if ((rc = get_int(v, "best_of", 1, 20, &best_of)) < 0)
-        return rc;
-    if (best_of > 1)
-        return fail(v->err, v->param, v->cap, STRATA_E_UNSUPPORTED, "best_of",
-                    "best_of > 1 is not supported");
-    return 0;
-}
-
-static int parse_prompt(struct vctx *v, struct openai_request *rq) {
-    json_t *p = field(v->body, "prompt");
-    if (!p)
-        return fail(v->err, v->param, v->cap, STRATA_E_INVALID, "prompt", "'prompt' is required");
-    if (json_is_array(p)) {
-        if (json_array_size(p) != 1 || !json_is_string(json_array_get(p, 0)))
-            return fail(v->err, v->param, v->cap, STRATA_E_UNSUPPORTED, "prompt",
-                        "'prompt' must be a string or an array of one string (several prompts "
-                        "and token arrays are not supported)");
-        p = json_array_get(p, 0);
-    }
-    if (!json_is_string(p))
-        return fail(v->err, v->param, v->cap, STRATA_E_INVALID, "prompt",
-                    "'prompt' must be a string");
-    rq->prompt_len = json_string_length(p);
-    rq->prompt = malloc(rq->prompt_len + 1);
-    if (!rq->prompt)
-        return strata_error_set(v->err, STRATA_E_NOMEM, "out of memory");
-    memcpy(rq->prompt, json_string_value(p), rq->prompt_len + 1);
-    return 0;
+    return 0; /* n, best_of and echo: openai-ext.c */
 }
 
 static int parse_sampling(struct vctx *v, struct openai_request *rq) {
@@ -415,7 +376,7 @@ int openai_parse(const struct gen_submit *req, const char *model_id, int n_vocab
             rc = strata_error_set(err, STRATA_E_NOMEM, "out of memory");
             goto fail;
         }
-    } else if ((rc = parse_prompt(&v, out)) < 0) {
+    } else if ((rc = openai_ext_prompt(req->body, n_vocab, out, param, param_cap, err)) < 0) {
         goto fail;
     }
     int64_t mt;
@@ -437,6 +398,8 @@ int openai_parse(const struct gen_submit *req, const char *model_id, int n_vocab
     }
     out->sp.n_top_logprobs = out->logprobs ? out->top_logprobs : 0;
     out->sp.want_logprob = out->logprobs;
+    if ((rc = openai_ext_parse(req->body, n_vocab, out, param, param_cap, err)) < 0)
+        goto fail;
     return 0;
 fail:
     openai_request_free(out);
@@ -447,12 +410,15 @@ void openai_request_free(struct openai_request *rq) {
     if (!rq)
         return;
     json_decref(rq->messages);
-    openai_chat_ext_free(rq->ext);
-    grammar_free(rq->grammar);
+    if (!rq->borrows_shared) {
+        openai_chat_ext_free(rq->ext);
+        grammar_free(rq->grammar);
+    }
     free(rq->prompt);
     free(rq->bias);
     for (int i = 0; i < rq->n_stops; i++)
         free(rq->stops[i]);
+    openai_ext_free(rq);
     memset(rq, 0, sizeof(*rq));
 }
 

@@ -14,10 +14,13 @@
  * STRATA_E_INVALID / STRATA_E_RANGE (400 invalid_request_error) with
  * error.param naming the field ("messages[2].role", "temperature"); an
  * unknown model gives STRATA_E_NOT_FOUND (404); fields strata does not
- * implement (functions, tools on completions, n > 1,
- * several prompts, echo, suffix, best_of > 1) give STRATA_E_UNSUPPORTED
- * (400, code "unsupported") rather than being ignored. Unknown fields are
- * ignored, as OpenAI does. JSON null counts as absent.
+ * implement (functions, tools on completions, suffix, best_of other than n,
+ * echo with logprobs, llama.cpp samplers it lacks) give STRATA_E_UNSUPPORTED
+ * (400, code "unsupported") rather than being ignored. n, the prompt forms,
+ * echo and the llama.cpp names are openai-ext.c's (openai-ext.h); tools,
+ * tool_choice and the chat extensions openai-tools.c's; response_format
+ * openai-format.c's. Unknown fields are ignored, as OpenAI does, and listed
+ * in rq.unknown for the debug log. JSON null counts as absent.
  *
  * Ownership: an openai_request owns its strings and a reference to the
  * messages array (openai_request_free). Builders return malloc'd JSON text.
@@ -63,6 +66,38 @@ struct openai_request {
     /* owned (grammar_free): response_format json_object / json_schema (or the
      * completions' json_schema) compiled; NULL = free text */
     struct grammar *grammar;
+    /* a choice of n > 1 (openai_request_choice): ext and grammar are the parent
+     * request's, borrowed (the parent outlives its choices), not freed here */
+    bool borrows_shared;
+    /* server/openai-ext.c (n, prompt lists, token ids, echo, llama.cpp names) */
+    int n;                         /* choices per prompt, 1..OPENAI_MAX_N */
+    struct openai_prompt *prompts; /* completions: (n_prompts) owned, every prompt; the
+                                      job's own one is prompt / prompt_ids */
+    int n_prompts;                 /* 1 for chat */
+    int32_t *prompt_ids;           /* completion given as token ids: owned (n_prompt_ids) */
+    int n_prompt_ids;
+    bool echo;         /* completions: the prompt text starts each choice */
+    bool cache_prompt; /* false: no prefix-cache reuse for this request */
+    bool ignore_eos;   /* EOG tokens end nothing (llama.cpp's ignore_eos) */
+    json_t *unknown;   /* owned: array of field names strata does not know */
+};
+
+/* Most choices one request may ask for (n). Each choice is a session with
+ * its own KV sequence (the prompt's blocks shared), so with --parallel P
+ * only P choices decode at once and the rest wait for a slot; 16 bounds what
+ * one request can queue (n x prompts <= OPENAI_MAX_CHOICES in all). */
+#define OPENAI_MAX_N 16
+/* Most prompts in one /v1/completions request (an array of prompts). */
+#define OPENAI_MAX_PROMPTS 64
+/* Most choices of one request in all (prompts x n). */
+#define OPENAI_MAX_CHOICES 64
+
+/* One prompt of /v1/completions: text, or token ids (text NULL). */
+struct openai_prompt {
+    char *text; /* owned, NUL-terminated; NULL for ids */
+    size_t len;
+    int32_t *ids; /* owned (n_ids); NULL for text */
+    int n_ids;
 };
 
 /* Parses and validates req->body. model_id: the served id; n_vocab bounds
@@ -80,6 +115,11 @@ void openai_request_free(struct openai_request *rq); /* zeroes; NULL is a no-op 
  * with param "response_format" (or "json_schema") and the schema's message. */
 int openai_parse_format(json_t *body, enum gen_route route, struct grammar **out, char *param,
                         size_t param_cap, struct strata_error *err);
+/* A request of one choice, choice `index` of rq (prompt index / rq->n): its
+ * own copy of everything, the prompt of that index, the seed + index when a
+ * seed was given. 0 or STRATA_E_NOMEM (out zeroed). openai-ext.c */
+int openai_request_choice(const struct openai_request *rq, int index, struct openai_request *out,
+                          struct strata_error *err);
 
 /* Identity shared by every chunk of one response. */
 struct openai_ctx {
@@ -88,6 +128,7 @@ struct openai_ctx {
     int64_t created; /* unix seconds, fixed for the whole response */
     char model[128];
     bool usage_null; /* stream with usage: every chunk carries "usage": null */
+    int index;       /* choices[].index of this choice (n > 1, several prompts) */
 };
 void openai_ctx_init(struct openai_ctx *oc, enum gen_route route, const char *model,
                      bool usage_null, uint64_t id_bits);

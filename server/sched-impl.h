@@ -61,7 +61,42 @@ struct gen_job {
     int pick_rc; /* 0 or negative STRATA_E_* (pick_err says why) */
     struct strata_error pick_err;
     const char *finish_reason; /* static: "stop" / "length"; NULL after an error */
+    /* n > 1 and prompt lists (sched-group.c): the job the HTTP layer holds is
+     * the parent (group set, never queued); each choice is a child job
+     * (grp set) whose events go to the group */
+    struct sched_group *group; /* parent: owned (sched_group_free) */
+    struct sched_group *grp;   /* child: borrowed, the parent's group */
+    struct gen_job *leader;    /* child: the first choice of the same prompt, whose KV
+                                  this one shares (fork at admission); NULL for a first */
+    bool ended;                /* job_done ran (a leader's KV is gone) */
+    int n_forked;              /* prompt positions shared from the leader's sequence */
+    char *echo;                /* completions echo: the prompt text not yet sent (owned) */
+    size_t echo_len;
 };
+
+/* sched-group.c: a request of several choices (n x prompts) */
+struct sched_group;
+/* Makes the children of parent (its rq parsed, its oc set), counts them in
+ * flight (STRATA_E_QUEUE_FULL when they do not fit) and hands them to the
+ * prep lanes. On failure nothing was queued and parent is the caller's. */
+int sched_group_submit(struct sched *s, struct gen_job *parent, const struct gen_submit *req,
+                       struct gen_sink sink, struct strata_error *err, char *param,
+                       size_t param_cap);
+void sched_group_cancel(struct gen_job *parent);
+/* Admission of j (the head of the queue) on a copy of its leader's KV block
+ * table (scheduler thread, from admit): 1 admitted, 0 wait for blocks, -1
+ * not forked (the ordinary admission follows). */
+int sched_group_fork(struct sched *s, struct gen_job *j, struct gen_job *lead);
+
+/* sched.c, for sched_group_fork */
+/* Blocks the active sessions may still take from the pool (reserved at
+ * admission, not yet taken). */
+int64_t sched_blocks_promised(const struct sched *s);
+/* Puts j (just taken off the queue) on KV sequence seq with hit positions
+ * present, need blocks reserved, into the active list. */
+void sched_activate(struct sched *s, struct gen_job *j, int seq, int hit, int need);
+/* Frees the children and the group (after the parent's DONE). */
+void sched_group_free(struct gen_job *parent);
 
 /* One prep lane: a persistent thread and its FIFO of jobs (s->mu). */
 struct sched_prep_lane {
@@ -127,6 +162,7 @@ struct sched {
     int n_active;
     uint64_t tokens_prompt, tokens_generated;
     uint64_t cache_hits, cache_misses, cached_tokens;
+    uint64_t shared_tokens; /* prompt positions n > 1 choices forked (gen_stats) */
     /* per-step accounting for /metrics (gen_stats.steps ...) */
     uint64_t n_steps, step_decode, step_prefill;
     int last_step_tokens;

@@ -33,6 +33,8 @@ void job_clear(struct gen_job *j) {
     j->co = NULL;
     free(j->prompt);
     free(j->text);
+    free(j->echo);
+    j->echo = NULL;
     j->sess = NULL;
     j->lp = NULL;
     j->prompt = NULL;
@@ -44,6 +46,20 @@ void job_clear(struct gen_job *j) {
 void job_tokenize(const struct sched *s, struct gen_job *j) {
     struct tokenizer_ids ids = {0};
     struct session_input in = {0};
+    if (j->rq.prompt_ids) {
+        /* token ids as given (llama-server does not add BOS to them either) */
+        j->tok_rc = session_check_prompt(s->sb, (size_t)j->rq.n_prompt_ids, &j->tok_err);
+        if (j->tok_rc < 0)
+            return;
+        j->prompt = malloc((size_t)j->rq.n_prompt_ids * sizeof(*j->prompt));
+        if (!j->prompt) {
+            j->tok_rc = strata_error_set(&j->tok_err, STRATA_E_NOMEM, "out of memory");
+            return;
+        }
+        memcpy(j->prompt, j->rq.prompt_ids, (size_t)j->rq.n_prompt_ids * sizeof(*j->prompt));
+        j->n_prompt = j->rq.n_prompt_ids;
+        return;
+    }
     if (j->rq.route == GEN_ROUTE_CHAT)
         openai_session_input(&j->rq, &in);
     else
@@ -56,6 +72,38 @@ void job_tokenize(const struct sched *s, struct gen_job *j) {
     j->prompt = ids.ids;
     j->n_prompt = (int)ids.n;
     j->tok_rc = 0;
+}
+
+/* echo: the prompt's text, sent before the first generated text. A text
+ * prompt is echoed as given; token ids as they decode (valid UTF-8: the
+ * streaming detokenizer, special tokens dropped as in generated text). */
+static int job_echo_text(const struct sched *s, struct gen_job *j, struct strata_error *err) {
+    if (j->rq.prompt) {
+        if (!(j->echo = malloc(j->rq.prompt_len + 1)))
+            return strata_error_set(err, STRATA_E_NOMEM, "out of memory");
+        memcpy(j->echo, j->rq.prompt, j->rq.prompt_len + 1);
+        j->echo_len = j->rq.prompt_len;
+        return 0;
+    }
+    struct tokenizer_decode_opts o = tokenizer_decode_opts_default();
+    o.strip_leading_space = false;
+    struct tokenizer_stream *ts = tokenizer_stream_init(session_base_tokenizer(s->sb), &o, err);
+    if (!ts)
+        return err && err->code ? err->code : STRATA_E_NOMEM;
+    size_t cap = 0, n;
+    int rc = 0;
+    for (int i = 0; i < j->rq.n_prompt_ids && rc == 0; i++) {
+        const char *t = tokenizer_stream_feed(ts, j->rq.prompt_ids[i], &n);
+        if (t && n)
+            rc = strata_append(&j->echo, &j->echo_len, &cap, t, n);
+    }
+    const char *t = tokenizer_stream_flush(ts, &n);
+    if (rc == 0 && t && n)
+        rc = strata_append(&j->echo, &j->echo_len, &cap, t, n);
+    if (rc == 0 && !j->echo)
+        rc = strata_append(&j->echo, &j->echo_len, &cap, "", 0);
+    tokenizer_stream_free(ts);
+    return rc < 0 ? strata_error_set(err, STRATA_E_NOMEM, "out of memory") : 0;
 }
 
 int job_prepare(struct sched *s, struct gen_job *j, struct strata_error *err, char *param,
@@ -87,8 +135,13 @@ int job_prepare(struct sched *s, struct gen_job *j, struct strata_error *err, ch
                         (atomic_fetch_add(&s->id_counter, 1) * 0x9e3779b97f4a7c15ull);
     }
     snprintf(param, param_cap, "%s", "");
+    if (j->rq.echo && (rc = job_echo_text(s, j, err)) < 0)
+        goto fail;
     struct session_params sp = session_params_default();
     sp.sampler = j->rq.sp;
+    if (sp.sampler.penalty_last_n < 0) /* repeat_last_n -1: the whole context */
+        sp.sampler.penalty_last_n = s->n_ctx < (1 << 20) ? s->n_ctx : 1 << 20;
+    sp.ignore_eos = j->rq.ignore_eos;
     sp.stops = (const char *const *)j->rq.stops;
     sp.n_stops = j->rq.n_stops;
     sp.logprobs = j->rq.logprobs;
@@ -132,6 +185,24 @@ fail:
  * force: send a chunk without text when logprobs wait to go out (the last
  * chunk before FINISH). */
 static void emit_text(struct gen_job *j, const char *text, size_t len, bool force) {
+    if (j->echo) {
+        /* echo: the prompt's text goes out with the first text of the choice */
+        char *both = NULL;
+        size_t n = 0, cap = 0;
+        int rc = strata_append(&both, &n, &cap, j->echo, j->echo_len);
+        if (rc == 0 && len)
+            rc = strata_append(&both, &n, &cap, text, len);
+        free(j->echo);
+        j->echo = NULL;
+        if (rc < 0) { /* out of memory: the choice loses its echo, not its text */
+            free(both);
+            emit_text(j, text, len, force);
+            return;
+        }
+        emit_text(j, both, n, true);
+        free(both);
+        return;
+    }
     if (j->co) { /* final: the last text (force is only set by finish) */
         if (!j->rq.stream) {
             openai_chat_out_feed(j->co, text, len, force, NULL);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "engine/core/clock.h"
@@ -15,6 +16,7 @@
 #include "engine/host/sysinfo.h"
 #include "engine/kv/kv.h"
 #include "engine/kv/prefix.h"
+#include "server/openai-ext.h"
 #include "server/openai-tools.h"
 #include "server/sched-impl.h"
 
@@ -46,6 +48,7 @@ static void job_done(struct sched *s, struct gen_job *j, bool ok) {
         kv_seq_clear(s->kv, j->seq, NULL);
         j->seq = -1;
     }
+    j->ended = true; /* its siblings (n > 1) no longer fork its KV */
     job_clear(j);
     atomic_fetch_sub(&s->n_inflight, 1);
     struct gen_event ev = {.type = GEN_EV_DONE, .json = body, .json_len = body ? strlen(body) : 0};
@@ -87,6 +90,7 @@ static void publish_stats(struct sched *s, int n_waiting) {
     s->stats.st.cache_hits = s->cache_hits;
     s->stats.st.cache_misses = s->cache_misses;
     s->stats.st.cached_tokens = s->cached_tokens;
+    s->stats.st.shared_tokens = s->shared_tokens;
     s->stats.st.steps = s->n_steps;
     s->stats.st.step_decode = s->step_decode;
     s->stats.st.step_prefill = s->step_prefill;
@@ -131,13 +135,29 @@ static void reap_cancelled(struct sched *s, struct gen_job **list, bool active, 
 
 /* Blocks the active sessions may still take from the pool (reserved at
  * admission, not yet taken). */
-static int64_t blocks_promised(const struct sched *s) {
+int64_t sched_blocks_promised(const struct sched *s) {
     int64_t n = 0;
     for (const struct gen_job *j = s->active; j; j = j->next) {
         int left = j->need_blocks - kv_seq_n_alloc(s->kv, j->seq);
         n += left > 0 ? left : 0;
     }
     return n;
+}
+
+void sched_activate(struct sched *s, struct gen_job *j, int seq, int hit, int need) {
+    s->seq_used[seq] = true;
+    j->seq = seq;
+    j->n_past = hit;
+    j->n_cached = hit;
+    j->need_blocks = need;
+    j->state = JOB_PREFILL;
+    j->t_admit = strata_now();
+    /* append to the active list (admission order = prefill order) */
+    struct gen_job **pp = &s->active;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = j;
+    s->n_active++;
 }
 
 /* Moves waiting jobs, in FIFO order, into free KV sequences (tokenizing
@@ -163,14 +183,30 @@ static void admit(struct sched *s) {
         }
         const int B = s->n_block;
         int nb = 0, hit = 0;
-        if (s->pc)
+        /* a later choice of n > 1 (sched-group.c) shares its first choice's
+         * prompt KV: it waits until that one has prefilled, then forks */
+        struct gen_job *lead = j->leader;
+        if (lead && !lead->ended && !lead->kv_bad && lead->seq >= 0 && j->n_prompt > 1) {
+            if (lead->state != JOB_DECODE)
+                break; /* prefilling (it is ahead in the queue, so it runs) */
+        } else {
+            lead = NULL;
+        }
+        if (lead) {
+            const int rc = sched_group_fork(s, j, lead);
+            if (rc > 0)
+                continue;
+            if (rc == 0)
+                break; /* wait for blocks */
+        }
+        if (s->pc && j->rq.cache_prompt)
             hit = prefix_lookup_part(s->pc, j->part, j->prompt, j->n_prompt - 1, s->blk_tmp, &nb);
         int64_t total = (int64_t)j->n_prompt + j->max_tokens;
         if (total > s->n_ctx)
             total = s->n_ctx;
         const int need = (int)((total + B - 1) / B) - hit / B;
         const int64_t base =
-            kv_blocks_free(s->kv) + (s->pc ? prefix_n_idle(s->pc) : 0) - blocks_promised(s);
+            kv_blocks_free(s->kv) + (s->pc ? prefix_n_idle(s->pc) : 0) - sched_blocks_promised(s);
         int64_t pinned = 0; /* idle cached blocks this job would start using */
         for (int i = 0; i < nb; i++)
             pinned += kv_block_refs(s->kv, s->blk_tmp[i]) == 1 ? 1 : 0;
@@ -204,11 +240,6 @@ static void admit(struct sched *s) {
             job_fail(s, j, STRATA_E_INTERNAL, err.message, NULL);
             continue;
         }
-        s->seq_used[seq] = true;
-        j->seq = seq;
-        j->n_past = hit;
-        j->n_cached = hit;
-        j->need_blocks = need;
         if (s->pc) {
             if (hit > 0)
                 s->cache_hits++;
@@ -216,14 +247,7 @@ static void admit(struct sched *s) {
                 s->cache_misses++;
             s->cached_tokens += (uint64_t)hit;
         }
-        j->state = JOB_PREFILL;
-        j->t_admit = strata_now();
-        /* append to the active list (admission order = prefill order) */
-        struct gen_job **pp = &s->active;
-        while (*pp)
-            pp = &(*pp)->next;
-        *pp = j;
-        s->n_active++;
+        sched_activate(s, j, seq, hit, need);
     }
 }
 
@@ -511,6 +535,33 @@ static int op_submit(void *self, const struct gen_submit *req, struct gen_sink s
         free(j);
         return rc;
     }
+    if (j->rq.unknown && req->log_debug) {
+        /* ignored as OpenAI does, but said (--log-level debug) */
+        char names[512];
+        openai_ext_unknown_list(&j->rq, names, sizeof names);
+        fprintf(stderr, "strata: debug id=%s unknown fields ignored: %s\n",
+                req->request_id ? req->request_id : "-", names);
+    }
+    if (j->rq.n > 1 || j->rq.n_prompts > 1) {
+        /* several choices: a parent and a child job per choice (sched-group.c) */
+        j->seq = -1;
+        j->part = req->cache_partition;
+        if (s->p.request_timeout > 0)
+            j->t_deadline = strata_now() + s->p.request_timeout;
+        atomic_init(&j->cancelled, false);
+        j->sink = sink;
+        openai_ctx_init(&j->oc, req->route, s->model_id, j->rq.stream_usage,
+                        (uint64_t)time(NULL) << 24 ^
+                            atomic_fetch_add(&s->id_counter, 1) * 2654435761u);
+        rc = sched_group_submit(s, j, req, sink, err, out->error_param, sizeof(out->error_param));
+        if (rc < 0) {
+            openai_request_free(&j->rq);
+            free(j);
+            return rc;
+        }
+        out->job = j;
+        return 0;
+    }
     int limit = s->p.parallel + s->p.queue;
     int cur = atomic_load(&s->n_inflight);
     do {
@@ -537,7 +588,9 @@ static int op_submit(void *self, const struct gen_submit *req, struct gen_sink s
 
 static void op_cancel(void *self, struct gen_job *job) {
     (void)self;
-    if (job)
+    if (job && job->group)
+        sched_group_cancel(job);
+    else if (job)
         atomic_store(&job->cancelled, true);
 }
 
@@ -545,7 +598,8 @@ static void op_release(void *self, struct gen_job *job) {
     (void)self;
     if (!job)
         return;
-    job_clear(job); /* no-op after DONE; safety for a job that never ran */
+    sched_group_free(job); /* the children of n > 1 (after the last one's DONE) */
+    job_clear(job);        /* no-op after DONE; safety for a job that never ran */
     free(job);
 }
 
@@ -819,6 +873,17 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     snprintf(st->model_id, sizeof(st->model_id), "%s", s->model_id);
     snprintf(st->architecture, sizeof(st->architecture), "%s", model_arch_name(s->model));
     stats_model_facts(st, s->model, params->model_path, &kp);
+    /* for /v1/models: the file's parameters (its header again, as --print-config
+     * reads it: no weight is touched), size, modification time */
+    struct model_probe mpr;
+    if (model_probe(params->model_path, &mpr, NULL) == 0)
+        st->n_params = (uint64_t)mpr.n_params;
+    struct stat fst;
+    if (stat(params->model_path, &fst) == 0) {
+        st->file_bytes = (uint64_t)fst.st_size;
+        st->file_mtime = (int64_t)fst.st_mtime;
+    }
+    st->n_ctx_train = hp->n_ctx_train;
     snprintf(st->isa, sizeof(st->isa), "%s", kernels_isa_name(kernels_isa_active()));
     snprintf(st->weights_layout, sizeof(st->weights_layout), "%s", model_weights_layout(s->model));
     st->weights_copied_bytes = model_copied_bytes(s->model);

@@ -43,6 +43,12 @@
  * concurrent requests with the same system prompt share them too.
  * usage.prompt_tokens_details.cached_tokens reports the reused positions.
  *
+ * A request of several choices (n > 1, a list of prompts) is a parent job
+ * and a child job per choice (sched-group.c): each child is a session of
+ * its own; a later choice of a prompt forks its first choice's KV block
+ * table once that one has prefilled, and computes only the last prompt
+ * token (gen_stats.shared_tokens counts the positions it skipped).
+ *
  * Prompts are rendered, tokenized and checked against the context
  * (engine/session: session_prompt) on two persistent prep threads
  * (sched-prep.c: one for prompts of 64 KiB or more) before they join the

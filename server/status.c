@@ -200,6 +200,8 @@ enum MHD_Result status_status(struct exchange *ex) {
                             json_real(lookups ? (double)st.cache_hits / (double)lookups : 0.0));
         json_object_set_new(pcj, "cached_tokens", json_integer((json_int_t)st.cached_tokens));
     }
+    /* n > 1: prompt positions later choices shared from the first's KV */
+    json_object_set_new(o, "shared_prompt_tokens", json_integer((json_int_t)st.shared_tokens));
     /* the kernel table every matmul dispatches through (process-wide) */
     json_t *kj = json_pack("{s:s, s:s}", "isa", kernels_isa_name(kernels_isa_active()), "detected",
                            kernels_isa_name(kernels_isa_detected()));
@@ -252,17 +254,26 @@ enum MHD_Result status_metrics(struct exchange *ex) {
     return rc;
 }
 
-static json_t *model_object(const struct gen_stats *st, double created) {
-    return json_pack("{s:s, s:s, s:I, s:s}", "id", st->model_id, "object", "model", "created",
-                     (json_int_t)created, "owned_by", "strata");
+/* OpenAI's model object; created is the GGUF file's modification time (Unix
+ * seconds; 0 when unknown). "meta" (llama-server's name for it) says what
+ * is served: architecture, the serving and trained context, parameters,
+ * file bytes, the quantisation (the type holding most tensor bytes; the
+ * start-up log prints each type's byte share) and the quant mix
+ * (gen_stats.quant_mix: tensors of each type, "q4_k:193,f32:65"). */
+static json_t *model_object(const struct gen_stats *st) {
+    json_t *meta = json_pack(
+        "{s:s, s:I, s:I, s:I, s:I, s:s, s:s}", "architecture", st->architecture, "n_ctx",
+        (json_int_t)st->n_ctx, "n_ctx_train", (json_int_t)st->n_ctx_train, "n_params",
+        (json_int_t)st->n_params, "size", (json_int_t)st->file_bytes, "quantization",
+        st->n_weight_types > 0 ? st->weight_types[0].type : "", "quant_mix", st->quant_mix);
+    return json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", st->model_id, "object", "model", "created",
+                     (json_int_t)st->file_mtime, "owned_by", "strata", "meta", meta);
 }
 
 enum MHD_Result status_models(struct exchange *ex, const char *id) {
     struct server *s = ex->srv;
     struct gen_stats st;
     gen_stats_of(s, &st);
-    /* created: process start in Unix seconds would need the wall clock; the
-     * model file's age is not known here, so 0 like llama.cpp's /v1/models. */
     json_t *o;
     if (id) {
         if (!*st.model_id || strcmp(id, st.model_id)) {
@@ -271,11 +282,11 @@ enum MHD_Result status_models(struct exchange *ex, const char *id) {
             snprintf(msg, sizeof(msg), "model '%.*s' does not exist", strata_utf8_cut(id, 128), id);
             return http_respond_error(ex, STRATA_E_NOT_FOUND, msg, "model", NULL);
         }
-        o = model_object(&st, 0);
+        o = model_object(&st);
     } else {
         json_t *data = json_array();
         if (data && *st.model_id)
-            json_array_append_new(data, model_object(&st, 0));
+            json_array_append_new(data, model_object(&st));
         o = json_pack("{s:s, s:o}", "object", "list", "data", data);
     }
     if (!o)

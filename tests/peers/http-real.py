@@ -237,8 +237,8 @@ def test_errors(port):
     check_error("context too long, stream: 400 before any SSE", st, d, 400, "context_length_exceeded",
                 param="messages")
     check("context too long, stream: JSON not SSE", h.get("content-type") == "application/json", h)
-    st, _, d = chat(port, n=2)
-    check_error("n > 1 unsupported", st, d, 400, "unsupported", param="n")
+    st, _, d = chat(port, n=17)
+    check_error("n > 16 out of range", st, d, 400, "invalid_value", param="n")
 
 
 def test_errors_utf8(port):

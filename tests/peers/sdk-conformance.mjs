@@ -135,8 +135,8 @@ async function main() {
   await expectError("functions unsupported", OpenAI.BadRequestError,
     () => client.chat.completions.create({ model: MODEL, messages: msgs, functions: [{ name: "f" }] }),
     (e) => e.code === "unsupported" && e.param === "functions");
-  await expectError("n > 1", OpenAI.BadRequestError,
-    () => client.chat.completions.create({ model: MODEL, messages: msgs, n: 2 }), (e) => e.param === "n");
+  await expectError("n > 16", OpenAI.BadRequestError,
+    () => client.chat.completions.create({ model: MODEL, messages: msgs, n: 17 }), (e) => e.param === "n");
   await expectError("stop > 4", OpenAI.BadRequestError,
     () => client.completions.create({ model: MODEL, prompt: "x", stop: ["a", "b", "c", "d", "e"] }), (e) => e.param === "stop");
   await expectError("logit_bias range", OpenAI.BadRequestError,

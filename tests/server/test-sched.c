@@ -122,7 +122,7 @@ static void on_event(void *ctx, const struct gen_event *ev) {
 /* Submits a request body (steals it) on the route with r's sink; returns
  * submit's rc. */
 static int submit_body(struct req *r, enum gen_route route, json_t *body) {
-    struct gen_submit gs = {route, body, false, false, r->part};
+    struct gen_submit gs = {.route = route, .body = body, .cache_partition = r->part};
     struct gen_submit_out out = {0};
     struct strata_error err = {0};
     pthread_mutex_lock(&r->mu);
