@@ -270,6 +270,34 @@ START_TEST(schema_limits) {
 }
 END_TEST
 
+/* Every optional property stays reachable (each is a thread at '{'), up to
+ * the compiler's 256; 257 is refused rather than silently cut. */
+START_TEST(many_optional) {
+    for (int n = 200; n <= 257; n += 57) {
+        json_t *props = json_object();
+        for (int i = 0; i < n; i++) {
+            char k[16];
+            snprintf(k, sizeof k, "p%d", i);
+            json_object_set_new(props, k, json_pack("{s:s}", "type", "integer"));
+        }
+        json_t *sch = json_pack("{s:s,s:o}", "type", "object", "properties", props);
+        char *text = json_dumps(sch, JSON_COMPACT);
+        struct strata_error err = {0};
+        struct grammar *g = schema_grammar(text, &err);
+        if (n == 200) {
+            ck_assert_msg(g != NULL, "%s", err.message);
+            expect(g, "{\"p3\":1,\"p150\":2,\"p199\":3}", FULL);
+            expect(g, "{\"p150\":2,\"p3\":1}", NO);
+        } else {
+            ck_assert(g == NULL && err.code == STRATA_E_LIMIT);
+        }
+        grammar_free(g);
+        free(text);
+        json_decref(sch);
+    }
+}
+END_TEST
+
 /* ---- on a real vocabulary --------------------------------------------------- */
 
 static struct session_base *open_base(const char *rel) {
@@ -516,6 +544,7 @@ static Suite *grammar_suite(void) {
     tcase_add_loop_test(tc, schema_features, 0, (int)(sizeof cases / sizeof cases[0]));
     tcase_add_loop_test(tc, schema_errors, 0, (int)(sizeof errs / sizeof errs[0]));
     tcase_add_test(tc, schema_limits);
+    tcase_add_test(tc, many_optional);
     tcase_add_test(tc, whitespace_bounded);
     tcase_add_test(tc, mask_exact);
     tcase_add_test(tc, fuzz_spm);
