@@ -521,6 +521,52 @@ START_TEST(mask_exact) {
 }
 END_TEST
 
+/* The session hook: EOG is masked until the grammar can end, the
+ * generation stops as an EOG stop when nothing may follow, a token outside
+ * the mask is refused by the step, logprobs come from the masked row. */
+START_TEST(session_hook) {
+    struct session_base *b = open_base("fixtures/vocab/ggml-vocab-gpt-2.gguf");
+    const struct tokenizer *tok = session_base_tokenizer(b);
+    struct strata_error err = {0};
+    struct grammar *g = schema_grammar("{\"enum\":[\"hi\",\"hiya\"]}", &err);
+    ck_assert(g != NULL);
+    int n = session_base_n_vocab(b);
+    int32_t eos = tokenizer_eos(tok);
+    ck_assert_int_ge(eos, 0);
+    float *logits = calloc((size_t)n, sizeof *logits);
+    logits[eos] = 50.0f; /* the model wants to stop at once */
+    for (int greedy = 0; greedy < 2; greedy++) {
+        struct session_params sp = session_params_default();
+        sp.grammar = g;
+        sp.logprobs = !greedy;
+        sp.sampler.temperature = greedy ? 0.0f : 1.0f;
+        struct session *s = session_init(b, &sp, &err);
+        ck_assert_msg(s != NULL, "%s", err.message);
+        char text[64] = "";
+        struct session_delta d = {0};
+        for (int step = 0; step < 20 && !d.stop; step++) {
+            struct sampler_result r;
+            ck_assert_int_eq(session_sample(s, logits, &r, &err), 0);
+            if (!greedy)
+                ck_assert(isfinite(r.logprob) && r.logprob <= 0.0f);
+            if (step == 0) { /* a token the mask excludes: the step refuses it */
+                struct sampler_result bad = {.token = eos};
+                ck_assert_int_eq(session_step(s, &bad, &d, &err), STRATA_E_INVALID);
+            }
+            ck_assert_int_eq(session_step(s, &r, &d, &err), 0);
+            strncat(text, d.text, d.len);
+        }
+        /* "hi" may end (EOG allowed, and wanted) or go on to "hiya" */
+        ck_assert_msg(strcmp(text, "\"hi\"") == 0 || strcmp(text, "\"hiya\"") == 0, "%s", text);
+        ck_assert_int_eq(d.stop, SESSION_STOP_EOG);
+        session_free(s);
+    }
+    free(logits);
+    grammar_free(g);
+    session_base_free(b);
+}
+END_TEST
+
 /* Whitespace is bounded: the longest run the grammar takes is 17 bytes. */
 START_TEST(whitespace_bounded) {
     struct strata_error err = {0};
@@ -547,6 +593,7 @@ static Suite *grammar_suite(void) {
     tcase_add_test(tc, many_optional);
     tcase_add_test(tc, whitespace_bounded);
     tcase_add_test(tc, mask_exact);
+    tcase_add_test(tc, session_hook);
     tcase_add_test(tc, fuzz_spm);
     tcase_add_test(tc, fuzz_bpe);
     suite_add_tcase(s, tc);
