@@ -567,6 +567,47 @@ START_TEST(session_hook) {
 }
 END_TEST
 
+/* A bounded string body beside another branch: a clean token longer than
+ * the string's room is still allowed when the other branch takes it. */
+START_TEST(mask_clean_beside_branch) {
+    struct session_base *b = open_base("fixtures/vocab/ggml-vocab-gpt-2.gguf");
+    const struct tokenizer *tok = session_base_tokenizer(b);
+    struct strata_error err = {0};
+    struct grammar *g = schema_grammar(
+        "{\"anyOf\":[{\"type\":\"string\",\"maxLength\":1},{\"const\":\"hello\"}]}", &err);
+    ck_assert(g != NULL);
+    struct tokenizer_encode_opts eo = tokenizer_encode_opts_default();
+    eo.add_special = false;
+    struct tokenizer_ids ids = {0};
+    ck_assert_int_eq(tokenizer_encode(tok, "hello", 5, &eo, &ids, &err), 0);
+    ck_assert_uint_eq(ids.n, 1);
+    int n = session_base_n_vocab(b);
+    struct session_params sp = session_params_default();
+    sp.grammar = g;
+    sp.sampler.temperature = 0;
+    struct session *s = session_init(b, &sp, &err);
+    float *logits = calloc((size_t)n, sizeof *logits);
+    struct sampler_result r;
+    int32_t quote = -1;
+    ck_assert_int_eq(tokenizer_encode(tok, "\"", 1, &eo, &ids, &err), 0);
+    quote = ids.ids[1];
+    logits[quote] = 10.0f;
+    ck_assert_int_eq(session_sample(s, logits, &r, &err), 0);
+    ck_assert_int_eq(r.token, quote);
+    struct session_delta d;
+    ck_assert_int_eq(session_step(s, &r, &d, &err), 0);
+    logits[quote] = 0.0f;
+    logits[ids.ids[0]] = 10.0f; /* "hello": 5 code points, the string has room for 1 */
+    ck_assert_int_eq(session_sample(s, logits, &r, &err), 0);
+    ck_assert_int_eq(r.token, ids.ids[0]);
+    free(logits);
+    session_free(s);
+    tokenizer_ids_free(&ids);
+    grammar_free(g);
+    session_base_free(b);
+}
+END_TEST
+
 /* Whitespace is bounded: the longest run the grammar takes is 17 bytes. */
 START_TEST(whitespace_bounded) {
     struct strata_error err = {0};
@@ -594,6 +635,7 @@ static Suite *grammar_suite(void) {
     tcase_add_test(tc, whitespace_bounded);
     tcase_add_test(tc, mask_exact);
     tcase_add_test(tc, session_hook);
+    tcase_add_test(tc, mask_clean_beside_branch);
     tcase_add_test(tc, fuzz_spm);
     tcase_add_test(tc, fuzz_bpe);
     suite_add_tcase(s, tc);
