@@ -78,9 +78,15 @@ struct gframe {
     int32_t depth;  /* frames below and this one */
 };
 
-#define GRAMMAR_MAX_DEPTH 400  /* frames of one stack: ~130 levels of JSON nesting */
-#define GRAMMAR_MAX_THREADS 64 /* threads of one state; more are dropped (ambiguity bound) */
-#define GRAMMAR_ACCEPT (-1)    /* the thread of a complete sentence */
+#define GRAMMAR_MAX_DEPTH 400 /* frames of one stack: ~130 levels of JSON nesting */
+/* Threads of one state; more are dropped (the output stays valid, only less
+ * of the grammar is reachable). Each open alternative is a thread: an
+ * object's optional properties (the schema compiler allows 256) and enum /
+ * anyOf branches (1024). Duplicates are merged while a state has fewer than
+ * GRAMMAR_DEDUP threads (quadratic: beyond that the cap bounds the work). */
+#define GRAMMAR_MAX_THREADS 1024
+#define GRAMMAR_DEDUP 64
+#define GRAMMAR_ACCEPT (-1) /* the thread of a complete sentence */
 
 /* Frames and thread lists of a matcher: the committed state first, the
  * temporaries of a mask or an accept after it (reset by moving n back). */

@@ -11,6 +11,8 @@
 #define SCHEMA_MAX_COUNT 4096
 #define SCHEMA_MAX_LIT (64 * 1024)
 #define SCHEMA_MAX_REFS 1024
+#define SCHEMA_MAX_BRANCHES 1024 /* enum values, anyOf branches: threads (grammar-impl.h) */
+#define SCHEMA_MAX_OPTIONAL 256  /* optional properties of one object */
 
 #define TRY(x)                                                                                     \
     do {                                                                                           \
@@ -91,7 +93,7 @@ struct sctx {
 };
 
 static const char *where(struct sctx *c) {
-    return c->path_len ? c->path : "/";
+    return c->path_len ? c->path : "the root";
 }
 
 static int bad(struct sctx *c, int code, const char *fmt, const char *a) {
@@ -229,6 +231,10 @@ static int c_enum(struct sctx *c, const json_t *s, const char *kw) {
         return bad(c, STRATA_E_INVALID, "JSON schema '%s' must be a non-empty array (at %s)", kw);
     }
     size_t n = json_array_size(e), k = 0;
+    if (n > SCHEMA_MAX_BRANCHES) {
+        json_decref(one);
+        return bad(c, STRATA_E_LIMIT, "JSON schema '%s' has more than 1024 values (at %s)", kw);
+    }
     int *ids = malloc(sizeof *ids * n);
     if (!ids) {
         json_decref(one);
@@ -468,6 +474,14 @@ static int c_object(struct sctx *c, const json_t *s, int depth) {
         k++;
     }
     json_decref(keys);
+    int n_opt = 0;
+    for (int m = 0; m < k; m++)
+        n_opt += !must[m];
+    if (n_opt > SCHEMA_MAX_OPTIONAL) {
+        bad(c, STRATA_E_LIMIT, "JSON schema object has more than 256 optional %s (at %s)",
+            "properties");
+        goto out;
+    }
     /* start[i]: members i.. with none before; rest[i]: members i.. after one,
      * ending in the WS before '}' (so "{" WS "}" has one WS, not two) */
     int comma = gb_lit_str(b, ",", err);
@@ -567,6 +581,8 @@ static int c_any_of(struct sctx *c, const json_t *s, const char *kw, int depth) 
     if (!json_is_array(a) || json_array_size(a) == 0)
         return bad(c, STRATA_E_INVALID, "JSON schema '%s' must be a non-empty array (at %s)", kw);
     size_t n = json_array_size(a);
+    if (n > SCHEMA_MAX_BRANCHES)
+        return bad(c, STRATA_E_LIMIT, "JSON schema '%s' has more than 1024 branches (at %s)", kw);
     int *ids = malloc(sizeof *ids * n);
     if (!ids)
         return strata_error_set(c->err, STRATA_E_NOMEM, "out of memory"), -1;

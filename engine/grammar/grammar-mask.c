@@ -315,18 +315,25 @@ int grammar_matcher_mask(struct grammar_matcher *m, uint32_t *bits, struct strat
     }
     /* a string body at a character boundary: clean tokens that fit */
     int64_t room = -1; /* code points, INT64_MAX: unbounded; -1: no such thread */
+    bool only_str = true;
     for (int i = 0; i < m->n_th; i++) {
         int32_t t = m->a.th[i];
         if (t < 0)
             continue;
         const struct gframe *f = &m->a.f[t];
         const struct gnode *nd = &m->g->nodes[f->node];
-        if (nd->type != GN_STR || STR_PHASE(f->aux) != 1 || STR_REM(f->aux) != 0)
+        if (nd->type != GN_STR || STR_PHASE(f->aux) != 1 || STR_REM(f->aux) != 0) {
+            only_str = false;
             continue;
+        }
         int64_t r = nd->hi < 0 ? INT64_MAX : nd->hi - f->val;
         if (r > room)
             room = r;
     }
+    /* exact only when the clean tokens past the room need no other thread:
+     * every clean token fits, or no other thread could take one */
+    if (room >= 0 && room < v->max_clean_cp && !only_str)
+        room = -1;
     int count;
     if (room >= 0) {
         int k = room > v->max_clean_cp ? v->max_clean_cp : (int)room;

@@ -42,7 +42,7 @@ static void add_thread(struct garena *a, size_t base, int32_t t) {
     size_t cnt = a->n_th - base;
     if (cnt >= GRAMMAR_MAX_THREADS)
         return;
-    for (size_t i = base; i < a->n_th; i++)
+    for (size_t i = base; i < a->n_th && cnt < GRAMMAR_DEDUP; i++)
         if (same_stack(a, a->th[i], t))
             return;
     if (a->n_th >= a->cap_th &&

@@ -190,7 +190,9 @@ static void compute_nullable(struct grammar *g) {
     bool changed = true;
     while (changed) {
         changed = false;
-        for (int i = 0; i < g->n_nodes; i++) {
+        /* children are numbered after their first parent (breadth first):
+         * backwards, a pass settles most chains at once */
+        for (int i = g->n_nodes - 1; i >= 0; i--) {
             if (g->nullable[i])
                 continue;
             const struct gnode *nd = &g->nodes[i];

@@ -184,8 +184,8 @@ struct session_params {
     bool keep_special;
     /* Constrained decoding (engine/grammar): session_sample only picks tokens
      * that keep the output a prefix of a sentence of the grammar; an EOG token
-     * only where the grammar can end; when nothing else may follow, the step
-     * ends the generation as an EOG stop. At a length limit the text is an
+     * only where the grammar can end (it then ends the text, ignore_eos or not); when nothing else
+     * may follow, the step ends the generation as an EOG stop. At a length limit the text is an
      * incomplete prefix. Logprobs are those of the masked distribution. */
     const struct grammar *grammar; /* borrowed, must outlive the session; NULL = unconstrained */
 };

@@ -174,8 +174,10 @@ async function main() {
     check("type not a string: 400", r.status === 400 && r.j.error?.param === "response_format");
     r = await post(js({ anyOf: Array.from({ length: 5000 }, (_, i) => ({ const: i })) }));
     check("5000 branches: 400 limit", r.status === 400 && r.j.error?.code === "limit_exceeded");
-    r = await post(js({ anyOf: Array.from({ length: 3000 }, (_, i) => ({ const: i })) }));
-    check("3000 branches: served", r.status === 200 && /^[0-9]+$/.test(r.j.choices?.[0]?.message?.content),
+    r = await post(js({ enum: Array.from({ length: 1025 }, (_, i) => i) }));
+    check("1025 enum values: 400 limit", r.status === 400 && r.j.error?.code === "limit_exceeded");
+    r = await post(js({ anyOf: Array.from({ length: 1000 }, (_, i) => ({ const: i })) }));
+    check("1000 branches: served", r.status === 200 && /^[0-9]+$/.test(r.j.choices?.[0]?.message?.content),
       JSON.stringify(r.j).slice(0, 300));
     r = await post(js({ type: "integer", minimum: 1, maximum: 1 }));
     check("daemon still serves after errors", r.status === 200 && r.j.choices[0].message.content === "1" &&

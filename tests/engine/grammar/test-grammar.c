@@ -270,6 +270,34 @@ START_TEST(schema_limits) {
 }
 END_TEST
 
+/* Every optional property stays reachable (each is a thread at '{'), up to
+ * the compiler's 256; 257 is refused rather than silently cut. */
+START_TEST(many_optional) {
+    for (int n = 200; n <= 257; n += 57) {
+        json_t *props = json_object();
+        for (int i = 0; i < n; i++) {
+            char k[16];
+            snprintf(k, sizeof k, "p%d", i);
+            json_object_set_new(props, k, json_pack("{s:s}", "type", "integer"));
+        }
+        json_t *sch = json_pack("{s:s,s:o}", "type", "object", "properties", props);
+        char *text = json_dumps(sch, JSON_COMPACT);
+        struct strata_error err = {0};
+        struct grammar *g = schema_grammar(text, &err);
+        if (n == 200) {
+            ck_assert_msg(g != NULL, "%s", err.message);
+            expect(g, "{\"p3\":1,\"p150\":2,\"p199\":3}", FULL);
+            expect(g, "{\"p150\":2,\"p3\":1}", NO);
+        } else {
+            ck_assert(g == NULL && err.code == STRATA_E_LIMIT);
+        }
+        grammar_free(g);
+        free(text);
+        json_decref(sch);
+    }
+}
+END_TEST
+
 /* ---- on a real vocabulary --------------------------------------------------- */
 
 static struct session_base *open_base(const char *rel) {
@@ -493,6 +521,93 @@ START_TEST(mask_exact) {
 }
 END_TEST
 
+/* The session hook: EOG is masked until the grammar can end, the
+ * generation stops as an EOG stop when nothing may follow, a token outside
+ * the mask is refused by the step, logprobs come from the masked row. */
+START_TEST(session_hook) {
+    struct session_base *b = open_base("fixtures/vocab/ggml-vocab-gpt-2.gguf");
+    const struct tokenizer *tok = session_base_tokenizer(b);
+    struct strata_error err = {0};
+    struct grammar *g = schema_grammar("{\"enum\":[\"hi\",\"hiya\"]}", &err);
+    ck_assert(g != NULL);
+    int n = session_base_n_vocab(b);
+    int32_t eos = tokenizer_eos(tok);
+    ck_assert_int_ge(eos, 0);
+    float *logits = calloc((size_t)n, sizeof *logits);
+    logits[eos] = 50.0f; /* the model wants to stop at once */
+    for (int greedy = 0; greedy < 2; greedy++) {
+        struct session_params sp = session_params_default();
+        sp.grammar = g;
+        sp.logprobs = !greedy;
+        sp.sampler.temperature = greedy ? 0.0f : 1.0f;
+        struct session *s = session_init(b, &sp, &err);
+        ck_assert_msg(s != NULL, "%s", err.message);
+        char text[64] = "";
+        struct session_delta d = {0};
+        for (int step = 0; step < 20 && !d.stop; step++) {
+            struct sampler_result r;
+            ck_assert_int_eq(session_sample(s, logits, &r, &err), 0);
+            if (!greedy)
+                ck_assert(isfinite(r.logprob) && r.logprob <= 0.0f);
+            if (step == 0) { /* a token the mask excludes: the step refuses it */
+                struct sampler_result bad = {.token = eos};
+                ck_assert_int_eq(session_step(s, &bad, &d, &err), STRATA_E_INVALID);
+            }
+            ck_assert_int_eq(session_step(s, &r, &d, &err), 0);
+            strncat(text, d.text, d.len);
+        }
+        /* "hi" may end (EOG allowed, and wanted) or go on to "hiya" */
+        ck_assert_msg(strcmp(text, "\"hi\"") == 0 || strcmp(text, "\"hiya\"") == 0, "%s", text);
+        ck_assert_int_eq(d.stop, SESSION_STOP_EOG);
+        session_free(s);
+    }
+    free(logits);
+    grammar_free(g);
+    session_base_free(b);
+}
+END_TEST
+
+/* A bounded string body beside another branch: a clean token longer than
+ * the string's room is still allowed when the other branch takes it. */
+START_TEST(mask_clean_beside_branch) {
+    struct session_base *b = open_base("fixtures/vocab/ggml-vocab-gpt-2.gguf");
+    const struct tokenizer *tok = session_base_tokenizer(b);
+    struct strata_error err = {0};
+    struct grammar *g = schema_grammar(
+        "{\"anyOf\":[{\"type\":\"string\",\"maxLength\":1},{\"const\":\"hello\"}]}", &err);
+    ck_assert(g != NULL);
+    struct tokenizer_encode_opts eo = tokenizer_encode_opts_default();
+    eo.add_special = false;
+    struct tokenizer_ids ids = {0};
+    ck_assert_int_eq(tokenizer_encode(tok, "hello", 5, &eo, &ids, &err), 0);
+    ck_assert_uint_eq(ids.n, 1);
+    int n = session_base_n_vocab(b);
+    struct session_params sp = session_params_default();
+    sp.grammar = g;
+    sp.sampler.temperature = 0;
+    struct session *s = session_init(b, &sp, &err);
+    float *logits = calloc((size_t)n, sizeof *logits);
+    struct sampler_result r;
+    int32_t quote = -1;
+    ck_assert_int_eq(tokenizer_encode(tok, "\"", 1, &eo, &ids, &err), 0);
+    quote = ids.ids[1];
+    logits[quote] = 10.0f;
+    ck_assert_int_eq(session_sample(s, logits, &r, &err), 0);
+    ck_assert_int_eq(r.token, quote);
+    struct session_delta d;
+    ck_assert_int_eq(session_step(s, &r, &d, &err), 0);
+    logits[quote] = 0.0f;
+    logits[ids.ids[0]] = 10.0f; /* "hello": 5 code points, the string has room for 1 */
+    ck_assert_int_eq(session_sample(s, logits, &r, &err), 0);
+    ck_assert_int_eq(r.token, ids.ids[0]);
+    free(logits);
+    session_free(s);
+    tokenizer_ids_free(&ids);
+    grammar_free(g);
+    session_base_free(b);
+}
+END_TEST
+
 /* Whitespace is bounded: the longest run the grammar takes is 17 bytes. */
 START_TEST(whitespace_bounded) {
     struct strata_error err = {0};
@@ -516,8 +631,11 @@ static Suite *grammar_suite(void) {
     tcase_add_loop_test(tc, schema_features, 0, (int)(sizeof cases / sizeof cases[0]));
     tcase_add_loop_test(tc, schema_errors, 0, (int)(sizeof errs / sizeof errs[0]));
     tcase_add_test(tc, schema_limits);
+    tcase_add_test(tc, many_optional);
     tcase_add_test(tc, whitespace_bounded);
     tcase_add_test(tc, mask_exact);
+    tcase_add_test(tc, session_hook);
+    tcase_add_test(tc, mask_clean_beside_branch);
     tcase_add_test(tc, fuzz_spm);
     tcase_add_test(tc, fuzz_bpe);
     suite_add_tcase(s, tc);
