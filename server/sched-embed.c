@@ -174,7 +174,8 @@ static int parse_embeddings(struct sched *s, const json_t *body, struct sched_au
     for (size_t i = 0; i < n; i++) {
         const json_t *v = json_is_array(in) && !one_list ? json_array_get(in, i) : in;
         snprintf(where, sizeof where, json_is_array(in) && !one_list ? "input[%zu]" : "input", i);
-        if (json_is_string(v)) {
+        const json_t *first = json_is_array(in) && !one_list ? json_array_get(in, 0) : v;
+        if (json_is_string(v) && json_is_string(first)) {
             if (json_string_length(v) == 0) {
                 snprintf(param, cap, "%s", where);
                 return strata_error_set(err, STRATA_E_INVALID, "'%s' must not be empty", where);
@@ -184,7 +185,7 @@ static int parse_embeddings(struct sched *s, const json_t *body, struct sched_au
                 return strata_error_set(err, STRATA_E_NOMEM, "out of memory");
             memcpy(a->texts[i], json_string_value(v), a->text_len[i] + 1);
             a->text_len[i] = json_string_length(v);
-        } else if (json_is_array(v) && (one_list || json_is_array(json_array_get(in, 0)))) {
+        } else if (json_is_array(v) && json_is_array(first)) {
             int rc = parse_ids(v, s->n_vocab, where, &a->ids[i], err, param, cap);
             if (rc < 0)
                 return rc;

@@ -145,8 +145,9 @@ try {
     console.log(`${m.tag}: ${texts.length} inputs, ${nTok} tokens, min cosine to llama.cpp ${minCos.toFixed(7)}`);
     await ectx.dispose();
     await lm.dispose();
-    d.p.kill("SIGTERM");
-    await new Promise((r) => d.p.once("exit", r));
+    d.p.kill("SIGTERM"); // exit 0: drained, and no sanitizer report
+    const code = await new Promise((r) => d.p.once("exit", (c) => r(c)));
+    check(code === 0, `${m.tag}: daemon exit ${code}\n${d.log().slice(-3000)}`);
   }
 } catch (e) {
   check(false, `exception: ${e.stack || e}`);
