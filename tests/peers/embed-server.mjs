@@ -176,11 +176,39 @@ try {
           `tokenize with BOS: ${JSON.stringify(tk.j)}`);
     const dt = await D({tokens: tk.j.tokens});
     check(dt.j?.content === "<s> Once upon a time", `detokenize: ${JSON.stringify(dt.j)}`);
+    // a client that goes away mid-request: its inputs are dropped, the
+    // daemon goes on (and frees everything: exit 0 below)
+    const many = Array.from({length: 48}, (_, i) => `Story ${i}: ` + "the dog ran and ran. ".repeat(20));
+    const ac = new AbortController();
+    const gone = fetch(`${base}/v1/embeddings`, {method: "POST", signal: ac.signal,
+      body: JSON.stringify({model, input: many})}).then(() => "answered", () => "aborted");
+    await new Promise((r) => setTimeout(r, 30));
+    ac.abort();
+    check((await gone) === "aborted", "abort mid-request");
+    const met = await (await fetch(`${base}/metrics`)).text();
+    check(/route="\/v1\/embeddings"/.test(met) && /route="\/tokenize"/.test(met),
+          "/metrics counts the new routes");
     // still serving
     const after = await client.embeddings.create({model, input: chats[0]});
     check(after.data[0].embedding.length === 64, "embeddings after the edges");
     check((await fetch(`${base}/health`)).status === 200, "/health after the edges");
     await stop(d, "concurrency and edges");
+  }
+  // SIGTERM with an embeddings request running: it is answered (drain), exit 0
+  {
+    const d = await startDaemon(strata, last, ["--parallel", "2"], spawned);
+    const base = `http://127.0.0.1:${d.port}`;
+    const input = Array.from({length: 24}, (_, i) => `Tale ${i}: ` + "a cat sat. ".repeat(4));
+    const pending = post(base, "/v1/embeddings", {model: "stories-last", input});
+    for (let t = 0; t < 500; t++) { /* until the scheduler holds it */
+      const st = await (await fetch(`${base}/status`)).json();
+      if (st.sessions.active > 0) break;
+      await new Promise((r) => setTimeout(r, 2));
+    }
+    const exited = stop(d, "drain");
+    const r = await pending;
+    check(r.status === 200 && r.j.data.length === 24, `drain: the running request is answered (${r.status} ${JSON.stringify(r.j).slice(0, 300)})`);
+    await exited;
   }
   // a model without a pooling type
   {
