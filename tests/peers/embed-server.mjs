@@ -108,9 +108,30 @@ try {
               `round ${round}: embeddings ${i} concurrent = alone`);
       }
     }
-    // the steps really were shared: /metrics counts prompt tokens of embeddings too
+    // the inputs of one request share steps: 8 short inputs, 4 sequences,
+    // every prompt token counted once
+    const metric = async (re) => {
+      const t = await (await fetch(`${base}/metrics`)).text();
+      const m = t.match(re);
+      return m ? Number(m[1]) : NaN;
+    };
+    const settle = () => new Promise((r) => setTimeout(r, 100)); /* stats follow each step */
+    await settle();
+    const steps0 = await metric(/^strata_sched_steps_total (\d+)/m);
+    const pf0 = await metric(/^strata_sched_step_tokens_total\{kind="prefill"\} (\d+)/m);
+    const eight = await client.embeddings.create({model, encoding_format: "float",
+      input: ["A cat.", "A dog.", "The sun.", "Mom.", "Tim ran.", "Red ball.", "Big tree.", "The end."]});
+    await settle();
+    const dSteps = (await metric(/^strata_sched_steps_total (\d+)/m)) - steps0;
+    const dPf = (await metric(/^strata_sched_step_tokens_total\{kind="prefill"\} (\d+)/m)) - pf0;
+    check(dSteps >= 2 && dSteps <= 3, `8 inputs over 4 sequences took ${dSteps} steps (want 2-3)`);
+    // usage counts every input token; the steps compute fewer where LAST
+    // pooling reused cached prefix blocks, but always each input's last one
+    check(dPf >= 8 && dPf <= eight.usage.prompt_tokens,
+          `prefill tokens ${dPf} within [8, usage ${eight.usage.prompt_tokens}]`);
     const st = await (await fetch(`${base}/status`)).json();
-    check(st && typeof st === "object", "/status answers after the load");
+    check(st.sessions.active === 0 && st.kv_blocks.used === 0,
+          `/status after the load: no session, no KV block held (${JSON.stringify(st.sessions)} ${JSON.stringify(st.kv_blocks)})`);
 
     // ---- 2. edges ---------------------------------------------------------------------
     const E = (body) => post(base, "/v1/embeddings", body);
