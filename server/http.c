@@ -384,7 +384,8 @@ static void log_request(struct exchange *ex, enum MHD_RequestTerminationCode toe
     log_escape(ex->method, method, sizeof method);
     const double now = strata_now();
     char tokens[192] = "";
-    if (ex->route == METRICS_ROUTE_CHAT || ex->route == METRICS_ROUTE_COMPLETION) {
+    if (ex->route == METRICS_ROUTE_CHAT || ex->route == METRICS_ROUTE_COMPLETION ||
+        ex->route == METRICS_ROUTE_EMBEDDINGS) {
         const double ttft = ex->got_token ? (ex->t_first_token - ex->t_start) * 1e3 : 0.0;
         const double span = ex->t_last_token - ex->t_first_token;
         const double tok_s = ex->n_completion > 1 && span > 0 ? (ex->n_completion - 1) / span : 0.0;
