@@ -35,6 +35,8 @@ static void synth_usage(FILE *out) {
                  "--route-skew zipf:S (MoE): router weights are biased so expert popularity\n"
                  "follows ~rank^-S (a shared direction in the embeddings carries a per-expert\n"
                  "logit bias -S*ln(rank); ranks are a seeded permutation per layer).\n"
+                 "--pooling none|mean|cls|last|rank: write <arch>.pooling_type (an embedding\n"
+                 "  model for /v1/embeddings; llama.cpp's values 0..4)\n"
                  "--exact-quant: quantize every f32 row with ggml's reference quantizers\n"
                  "(default: Q4_K/Q5_K/Q6_K matrices are drawn as random codes, ~10x faster).\n");
 }
@@ -145,6 +147,11 @@ int cli_gguf_synth_main(int argc, char **argv) {
         } else if (!strcmp(a, "--rms-eps")) {
             if (parse_f(a, v, &eps))
                 return 2;
+        } else if (!strcmp(a, "--pooling")) {
+            if ((p.pooling = synth_pooling_parse(v)) < 0) {
+                fprintf(stderr, "strata gguf synth: --pooling none|mean|cls|last|rank\n");
+                return 2;
+            }
         } else if (!strcmp(a, "--route-skew")) {
             if (strncmp(v, "zipf:", 5) || parse_f(a, v + 5, &skew) || skew < 0) {
                 fprintf(stderr, "strata gguf synth: --route-skew takes zipf:S with S >= 0\n");

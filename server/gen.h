@@ -66,6 +66,9 @@ struct gen_job; /* opaque, owned by the generation layer */
 enum gen_route {
     GEN_ROUTE_CHAT,       /* POST /v1/chat/completions */
     GEN_ROUTE_COMPLETION, /* POST /v1/completions */
+    GEN_ROUTE_EMBEDDINGS, /* POST /v1/embeddings (never streamed; body in DONE) */
+    GEN_ROUTE_TOKENIZE,   /* POST /tokenize (llama-server's shape) */
+    GEN_ROUTE_DETOKENIZE, /* POST /detokenize */
 };
 
 enum gen_event_type {

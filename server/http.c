@@ -17,6 +17,9 @@ struct route {
 static const struct route routes[] = {
     {"/v1/chat/completions", false, "POST", METRICS_ROUTE_CHAT},
     {"/v1/completions", false, "POST", METRICS_ROUTE_COMPLETION},
+    {"/v1/embeddings", false, "POST", METRICS_ROUTE_EMBEDDINGS},
+    {"/tokenize", false, "POST", METRICS_ROUTE_TOKENIZE},
+    {"/detokenize", false, "POST", METRICS_ROUTE_DETOKENIZE},
     {"/v1/models", false, "GET", METRICS_ROUTE_MODELS},
     {"/v1/models/", true, "GET", METRICS_ROUTE_MODELS},
     {"/health", false, "GET", METRICS_ROUTE_HEALTH},
@@ -120,7 +123,11 @@ static enum MHD_Result on_headers(struct exchange *ex, const char *url, const ch
     default:
         break;
     }
-    ex->gen_route = r->metric == METRICS_ROUTE_CHAT ? GEN_ROUTE_CHAT : GEN_ROUTE_COMPLETION;
+    ex->gen_route = r->metric == METRICS_ROUTE_CHAT         ? GEN_ROUTE_CHAT
+                    : r->metric == METRICS_ROUTE_EMBEDDINGS ? GEN_ROUTE_EMBEDDINGS
+                    : r->metric == METRICS_ROUTE_TOKENIZE   ? GEN_ROUTE_TOKENIZE
+                    : r->metric == METRICS_ROUTE_DETOKENIZE ? GEN_ROUTE_DETOKENIZE
+                                                            : GEN_ROUTE_COMPLETION;
     const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
     if (!http_content_type_accepts_json(ct)) {
         char msg[160];
@@ -378,7 +385,8 @@ static void log_request(struct exchange *ex, enum MHD_RequestTerminationCode toe
     log_escape(ex->method, method, sizeof method);
     const double now = strata_now();
     char tokens[192] = "";
-    if (ex->route == METRICS_ROUTE_CHAT || ex->route == METRICS_ROUTE_COMPLETION) {
+    if (ex->route == METRICS_ROUTE_CHAT || ex->route == METRICS_ROUTE_COMPLETION ||
+        ex->route == METRICS_ROUTE_EMBEDDINGS) {
         const double ttft = ex->got_token ? (ex->t_first_token - ex->t_start) * 1e3 : 0.0;
         const double span = ex->t_last_token - ex->t_first_token;
         const double tok_s = ex->n_completion > 1 && span > 0 ? (ex->n_completion - 1) / span : 0.0;

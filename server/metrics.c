@@ -10,14 +10,8 @@
 #include "engine/core/buf.h"
 
 static const char *const route_names[METRICS_ROUTE_N] = {
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/v1/models",
-    "/health",
-    "/status",
-    "/metrics",
-    "web",
-    "other",
+    "/v1/chat/completions", "/v1/completions", "/v1/models",  "/health", "/status", "/metrics",
+    "/v1/embeddings",       "/tokenize",       "/detokenize", "web",     "other",
 };
 
 /* Status codes the server answers with; anything else counts as "other". */

@@ -23,8 +23,11 @@ enum metrics_route {
     METRICS_ROUTE_HEALTH,
     METRICS_ROUTE_STATUS,
     METRICS_ROUTE_METRICS,
-    METRICS_ROUTE_WEB,   /* the page: /, /app.js, /style.css */
-    METRICS_ROUTE_OTHER, /* unknown routes (404) */
+    METRICS_ROUTE_EMBEDDINGS, /* /v1/embeddings */
+    METRICS_ROUTE_TOKENIZE,   /* /tokenize */
+    METRICS_ROUTE_DETOKENIZE, /* /detokenize */
+    METRICS_ROUTE_WEB,        /* the page: /, /app.js, /style.css */
+    METRICS_ROUTE_OTHER,      /* unknown routes (404) */
     METRICS_ROUTE_N,
 };
 

@@ -72,6 +72,13 @@ struct gen_job {
     int n_forked;              /* prompt positions shared from the leader's sequence */
     char *echo;                /* completions echo: the prompt text not yet sent (owned) */
     size_t echo_len;
+    /* embeddings, /tokenize, /detokenize (sched-embed.c) */
+    struct sched_aux *aux;  /* owned: the request of such a route (the job the HTTP layer
+                               holds); NULL for generation and for embedding inputs */
+    struct gen_job *parent; /* an embedding input's request job (borrowed: it outlives its
+                               inputs); NULL otherwise */
+    int emb_index;          /* that input's index in the request */
+    double *emb_acc;        /* (n_embd) owned: pooling accumulator (embed.h) */
 };
 
 /* sched-group.c: a request of several choices (n x prompts) */
@@ -140,6 +147,11 @@ struct sched {
     struct prefix_cache *pc;           /* NULL when --prefix-cache is off */
     int32_t *blk_tmp;                  /* (ceil(n_ctx / n_block)) prefix lookup result */
     int n_block;                       /* KV positions per block */
+    int n_embd;                        /* hidden size (embedding length) */
+    int pooling;                       /* model_hparams.pooling_type (-1: none in the file) */
+    float *hidden;                     /* (n_batch, n_embd) f32 final hidden rows of a step */
+    int32_t *hid_rows;                 /* (n_batch) batch entry of each hidden row */
+    struct gen_job **hid_job;          /* (n_batch) embedding input of each hidden row */
     bool *seq_used;                    /* (parallel) */
 
     pthread_t thread;
@@ -220,6 +232,33 @@ void job_clear(struct gen_job *j);
 void job_emit(struct gen_job *j, const struct gen_event *ev);
 /* Non-stream response body (owned: free()). */
 char *job_response(struct gen_job *j, const char *reason);
+
+/* sched-embed.c: /v1/embeddings, /tokenize and /detokenize (see sched.h).
+ * op_submit hands these routes here (HTTP thread: parse and validate). */
+int sched_aux_submit(struct sched *s, const struct gen_submit *req, struct gen_sink sink,
+                     struct gen_submit_out *out, struct strata_error *err);
+/* Prep thread: tokenizes (or detokenizes) the request's inputs. */
+void sched_aux_prep(const struct sched *s, struct gen_job *j);
+/* Scheduler thread, after new jobs joined the waiting list: answers the
+ * tokenize/detokenize requests there and replaces each embeddings request
+ * by its inputs' jobs (one KV sequence each, admitted like generation). */
+void sched_aux_take(struct sched *s);
+/* Whether an embedding input should be dropped (its request was cancelled
+ * or already failed). */
+bool sched_aux_dropped(const struct gen_job *j);
+/* Whether position pos of embedding input j is pooled (its hidden row wanted). */
+bool sched_aux_wants(const struct sched *s, const struct gen_job *j, int pos);
+/* Whether input j may reuse cached prefix blocks (only LAST pooling does:
+ * MEAN and CLS need every pooled position computed). */
+bool sched_aux_prefix_ok(const struct sched *s, const struct gen_job *j);
+/* After a step's forward: pools the step's n_hid hidden rows (s->hidden). */
+void sched_aux_after_step(struct sched *s, int n_hid);
+/* True when j is an embedding input whose every position is in: its vector
+ * is then in the request's result (or ERROR was sent); the caller ends the
+ * job (unlink, job_done). */
+bool sched_aux_input_done(struct sched *s, struct gen_job *j);
+/* job_clear's part: frees j->aux and j->emb_acc. */
+void sched_aux_clear(struct gen_job *j);
 
 /* sched-profile.c: the routing profile's owner (see sched.h) */
 /* Creates the profile of a MoE model (loading params.expert_profile when

@@ -41,9 +41,14 @@ void job_clear(struct gen_job *j) {
     j->text = NULL;
     j->text_len = j->text_cap = 0;
     openai_request_free(&j->rq);
+    sched_aux_clear(j);
 }
 
 void job_tokenize(const struct sched *s, struct gen_job *j) {
+    if (j->aux) { /* embeddings, /tokenize, /detokenize */
+        sched_aux_prep(s, j);
+        return;
+    }
     struct tokenizer_ids ids = {0};
     struct session_input in = {0};
     if (j->rq.prompt_ids) {

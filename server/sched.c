@@ -50,7 +50,8 @@ static void job_done(struct sched *s, struct gen_job *j, bool ok) {
     }
     j->ended = true; /* its siblings (n > 1) no longer fork its KV */
     job_clear(j);
-    atomic_fetch_sub(&s->n_inflight, 1);
+    if (!j->parent) /* an embedding input counts in its request's place */
+        atomic_fetch_sub(&s->n_inflight, 1);
     struct gen_event ev = {.type = GEN_EV_DONE, .json = body, .json_len = body ? strlen(body) : 0};
     job_emit(j, &ev);
     free(body);
@@ -118,7 +119,7 @@ static int count(const struct gen_job *j) {
 static void reap_cancelled(struct sched *s, struct gen_job **list, bool active, double now) {
     for (struct gen_job **pp = list; *pp;) {
         struct gen_job *j = *pp;
-        bool cancelled = atomic_load(&j->cancelled);
+        bool cancelled = atomic_load(&j->cancelled) || sched_aux_dropped(j);
         if (cancelled || (j->t_deadline > 0 && now >= j->t_deadline)) {
             *pp = j->next;
             if (active)
@@ -199,7 +200,8 @@ static void admit(struct sched *s) {
             if (rc == 0)
                 break; /* wait for blocks */
         }
-        if (s->pc && j->rq.cache_prompt)
+        /* embedding inputs: by their pooling (sched-embed.c); a request: cache_prompt */
+        if (s->pc && sched_aux_prefix_ok(s, j) && (j->parent || j->rq.cache_prompt))
             hit = prefix_lookup_part(s->pc, j->part, j->prompt, j->n_prompt - 1, s->blk_tmp, &nb);
         int64_t total = (int64_t)j->n_prompt + j->max_tokens;
         if (total > s->n_ctx)
@@ -287,7 +289,7 @@ static void sample_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
  * scheduler woke for this step (the time before the forward counts as
  * "other" in the step accounting). */
 static void step(struct sched *s, double t0) {
-    int n = 0, n_rows = 0;
+    int n = 0, n_rows = 0, n_hid = 0;
     for (struct gen_job *j = s->active; j; j = j->next) {
         if (j->state != JOB_DECODE)
             continue;
@@ -334,7 +336,11 @@ static void step(struct sched *s, double t0) {
             int pos = j->n_past + i;
             if (!reserve(s, j, pos))
                 break;
-            bool last = pos == j->n_prompt - 1;
+            bool last = pos == j->n_prompt - 1 && !j->parent; /* an embedding input: no logits */
+            if (sched_aux_wants(s, j, pos)) {
+                s->hid_rows[n_hid] = n;
+                s->hid_job[n_hid++] = j;
+            }
             s->entries[n++] = (struct model_batch_entry){j->seq, pos, j->prompt[pos], last};
             if (last)
                 s->row_job[n_rows++] = j;
@@ -348,7 +354,8 @@ static void step(struct sched *s, double t0) {
     struct model_batch b = {s->entries, n};
     struct strata_error err = {0};
     const double t_fwd = strata_now();
-    int rc = model_forward(s->model, s->kv, &b, s->logits, &err);
+    int rc =
+        model_forward_hidden(s->model, s->kv, &b, s->logits, s->hid_rows, n_hid, s->hidden, &err);
     const double t_out = strata_now();
     s->t_other += t_fwd - t0;
     s->t_forward += t_out - t_fwd;
@@ -380,6 +387,15 @@ static void step(struct sched *s, double t0) {
                     s->tokens_prompt++;
                 break;
             }
+        }
+    }
+    /* embedding inputs: pool their rows; those all in are done */
+    sched_aux_after_step(s, n_hid);
+    for (struct gen_job *j = s->active, *next; j; j = next) {
+        next = j->next;
+        if (sched_aux_input_done(s, j)) {
+            unlink_active(s, j);
+            job_done(s, j, false);
         }
     }
     /* pick every row's token, spread over the pool when there are several:
@@ -459,6 +475,7 @@ static void *sched_thread(void *arg) {
         while (*pp)
             pp = &(*pp)->next;
         *pp = in;
+        sched_aux_take(s); /* embeddings: one job an input; tokenize: answered */
         if (stop) {
             struct gen_job **lists[2] = {&s->waiting, &s->active};
             for (int l = 0; l < 2; l++) {
@@ -514,6 +531,9 @@ static int op_submit(void *self, const struct gen_submit *req, struct gen_sink s
     struct sched *s = self;
     out->job = NULL;
     out->error_param[0] = '\0';
+    if (req->route == GEN_ROUTE_EMBEDDINGS || req->route == GEN_ROUTE_TOKENIZE ||
+        req->route == GEN_ROUTE_DETOKENIZE)
+        return sched_aux_submit(s, req, sink, out, err);
     struct gen_job *j = calloc(1, sizeof(*j));
     if (!j)
         return strata_error_set(err, STRATA_E_NOMEM, "out of memory");
@@ -853,7 +873,13 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     s->entries = malloc((size_t)s->n_batch * sizeof(*s->entries));
     s->row_job = malloc((size_t)s->n_batch * sizeof(*s->row_job));
     s->seq_used = calloc((size_t)s->p.parallel, sizeof(bool));
-    if (!s->logits || !s->entries || !s->row_job || !s->seq_used) {
+    s->n_embd = hp->n_embd;
+    s->pooling = hp->pooling_type;
+    s->hidden = malloc((size_t)s->n_batch * (size_t)s->n_embd * sizeof(float));
+    s->hid_rows = malloc((size_t)s->n_batch * sizeof(*s->hid_rows));
+    s->hid_job = malloc((size_t)s->n_batch * sizeof(*s->hid_job));
+    if (!s->logits || !s->entries || !s->row_job || !s->seq_used || !s->hidden || !s->hid_rows ||
+        !s->hid_job) {
         strata_error_set(err, STRATA_E_NOMEM, "sched: out of memory for %d x %d logits", s->n_batch,
                          s->n_vocab);
         goto fail;
@@ -924,6 +950,9 @@ void sched_free(struct sched *s) {
     free(s->seq_used);
     free(s->blk_tmp);
     prefix_free(s->pc);
+    free(s->hid_job);
+    free(s->hid_rows);
+    free(s->hidden);
     free(s->row_job);
     free(s->entries);
     free(s->logits);

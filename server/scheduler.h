@@ -57,6 +57,16 @@
  * samples goes through the job's session (session_step: text delta, stop,
  * logprob entry); the OpenAI JSON is built here (openai-json.c).
  *
+ * Embeddings (sched-embed.c): a /v1/embeddings request is tokenized on a
+ * prep lane like a prompt, then each of its inputs becomes a job of its own
+ * in the waiting FIFO (at the request's place), admitted into a KV sequence
+ * and prefilled with the other jobs' tokens in the same steps; its pooled
+ * positions ask model_forward_hidden for their hidden rows instead of
+ * logits, and it ends when its last position is in (no decode). The request
+ * counts once against parallel + queue and answers after its last input.
+ * /tokenize and /detokenize are done on a prep lane and answered from this
+ * thread without a KV sequence.
+ *
  * Routing profile (sched-profile.c, engine/experts/profile.h): for a MoE
  * model with expert_profile set, the scheduler owns a profile that
  * model_forward counts every routed pick into (served tokens only: it is

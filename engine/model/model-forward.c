@@ -40,9 +40,11 @@ struct model_fwd {
     struct backend_tensor *g, *u;           /* (B, F) gate / up of a dense FFN or shared expert */
     struct backend_tensor *ids, *pos, *seq; /* (B, 1) I32 token ids, positions, sequences */
     struct backend_tensor *out_ids;         /* (B, 1) I32 rows that want logits */
+    struct backend_tensor *hid_ids;         /* (B, 1) I32 rows that want their hidden state */
     struct backend_tensor *logits;          /* (logits_rows, n_vocab) */
     int logits_rows;
     int32_t *h_ids, *h_pos, *h_seq, *h_out; /* (B) host copies written into the tensors */
+    int32_t *h_hid;                         /* (B) host copy of hid_ids */
     /* MoE */
     struct backend_tensor *router;       /* (B, n_expert) logits, then probabilities */
     struct backend_tensor *sel, *sel_w;  /* (B, n_expert_used) I32 picks, F32 weights */
@@ -76,10 +78,10 @@ static void tfree(const struct model *m, struct backend_tensor *t) {
 void model_fwd_free(const struct model *m, struct model_fwd *f) {
     if (!f)
         return;
-    struct backend_tensor *ts[] = {f->x,    f->xn,    f->q,       f->k,      f->v,
-                                   f->attn, f->tmp,   f->g,       f->u,      f->ids,
-                                   f->pos,  f->seq,   f->out_ids, f->logits, f->router,
-                                   f->sel,  f->sel_w, f->sh,      f->sh_gate};
+    struct backend_tensor *ts[] = {f->x,    f->xn,    f->q,       f->k,       f->v,
+                                   f->attn, f->tmp,   f->g,       f->u,       f->ids,
+                                   f->pos,  f->seq,   f->out_ids, f->logits,  f->router,
+                                   f->sel,  f->sel_w, f->sh,      f->sh_gate, f->hid_ids};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         tfree(m, ts[i]);
     tfree(m, f->part);
@@ -90,6 +92,7 @@ void model_fwd_free(const struct model *m, struct model_fwd *f) {
             cb->ops->tensor_free(cb->ctx, cs[i]);
     free(f->h_x), free(f->h_sw), free(f->h_part), free(f->ctable), free(f->ctable_ids);
     free(f->h_ids), free(f->h_pos), free(f->h_seq), free(f->h_out), free(f->h_sel);
+    free(f->h_hid);
     for (int i = 0; i < 2; i++)
         free(f->table[i]), free(f->table_ids[i]);
     free(f->picked);
@@ -194,12 +197,14 @@ struct model_fwd *model_fwd_init(const struct model *m, struct strata_error *err
     f->pos = talloc(m, BACKEND_I32, B, 1, &ok, err);
     f->seq = talloc(m, BACKEND_I32, B, 1, &ok, err);
     f->out_ids = talloc(m, BACKEND_I32, B, 1, &ok, err);
+    f->hid_ids = talloc(m, BACKEND_I32, B, 1, &ok, err);
     f->logits_rows = B < FWD_LOGITS_ROWS ? (int)B : FWD_LOGITS_ROWS;
     f->logits = talloc(m, BACKEND_F32, f->logits_rows, hp->n_vocab, &ok, err);
     f->h_ids = halloc((size_t)B, sizeof(int32_t), &hok);
     f->h_pos = halloc((size_t)B, sizeof(int32_t), &hok);
     f->h_seq = halloc((size_t)B, sizeof(int32_t), &hok);
     f->h_out = halloc((size_t)B, sizeof(int32_t), &hok);
+    f->h_hid = halloc((size_t)B, sizeof(int32_t), &hok);
     if (NE > 0) {
         f->router = talloc(m, BACKEND_F32, B, NE, &ok, err);
         f->sel = talloc(m, BACKEND_I32, B, K, &ok, err);
@@ -527,7 +532,8 @@ static int logits_reserve(struct model *m, int n_out, struct strata_error *err) 
 
 /* Records and runs the step (the caller has reserved the KV rows). */
 static int run_step(struct model *m, struct kv_cache *kv, const struct model_batch *batch,
-                    float *logits, int n_out, int max_kv, struct strata_error *err) {
+                    float *logits, int n_out, float *hidden, int n_hid, int max_kv,
+                    struct strata_error *err) {
     struct model_fwd *f = m->fwd;
     const struct model_hparams *hp = &m->hp;
     const struct backend_ops *be = m->be->ops;
@@ -562,6 +568,12 @@ static int run_step(struct model *m, struct kv_cache *kv, const struct model_bat
         be->matmul(bc, f->xn, n_out, &o, 1);
         be->tensor_read(bc, f->logits, 0, logits, n_out);
     }
+    if (n_hid > 0) { /* f->tmp is free after the last block */
+        be->tensor_write(bc, f->hid_ids, 0, f->h_hid, n_hid);
+        be->copy_rows(bc, f->x, f->hid_ids, n_hid, E, f->tmp);
+        be->rmsnorm(bc, f->tmp, m->output_norm, f->tmp, n_hid, E, hp->norm_eps);
+        be->tensor_read(bc, f->tmp, 0, hidden, n_hid);
+    }
     if ((rc = be->submit(bc, err)) || (rc = be->wait(bc, err)))
         return rc;
     for (int il = 0; m->params.profile && f->h_sel_all && il < hp->n_layer; il++)
@@ -574,6 +586,12 @@ static int run_step(struct model *m, struct kv_cache *kv, const struct model_bat
 
 int model_forward(struct model *m, struct kv_cache *kv, const struct model_batch *batch,
                   float *logits, struct strata_error *err) {
+    return model_forward_hidden(m, kv, batch, logits, NULL, 0, NULL, err);
+}
+
+int model_forward_hidden(struct model *m, struct kv_cache *kv, const struct model_batch *batch,
+                         float *logits, const int32_t *hidden_rows, int n_hid, float *hidden,
+                         struct strata_error *err) {
     if (!m || !kv)
         return strata_error_set(err, STRATA_E_INVALID, "model_forward: NULL model or kv");
     int rc = validate(m, kv, batch, err);
@@ -584,6 +602,15 @@ int model_forward(struct model *m, struct kv_cache *kv, const struct model_batch
     const int n_out = model_batch_n_outputs(batch);
     if (n_out > 0 && !logits)
         return strata_error_set(err, STRATA_E_INVALID, "model_forward: logits is NULL");
+    if (n_hid < 0 || n_hid > n || (n_hid > 0 && (!hidden || !hidden_rows)))
+        return strata_error_set(err, STRATA_E_INVALID, "model_forward: %d hidden rows", n_hid);
+    for (int r = 0; r < n_hid; r++) {
+        if (hidden_rows[r] < 0 || hidden_rows[r] >= n)
+            return strata_error_set(err, STRATA_E_INVALID,
+                                    "model_forward: hidden row %d names entry %d of %d", r,
+                                    hidden_rows[r], n);
+        f->h_hid[r] = hidden_rows[r];
+    }
     if ((rc = logits_reserve(m, n_out, err)))
         return rc;
     int max_kv = 0, o = 0;
@@ -596,6 +623,7 @@ int model_forward(struct model *m, struct kv_cache *kv, const struct model_batch
         f->h_pos[i] = e->pos;
         if (e->want_logits)
             f->h_out[o++] = i;
+
         max_kv = e->pos + 1 > max_kv ? e->pos + 1 : max_kv;
     }
     /* Rewinds take effect now: rows at >= the first new pos are overwritten. */
@@ -603,7 +631,7 @@ int model_forward(struct model *m, struct kv_cache *kv, const struct model_batch
         if (kv_seq_len(kv, f->h_seq[i]) > f->h_pos[i])
             kv_seq_set_len(kv, f->h_seq[i], f->h_pos[i]);
     m->step++;
-    rc = run_step(m, kv, batch, logits, n_out, max_kv, err);
+    rc = run_step(m, kv, batch, logits, n_out, hidden, n_hid, max_kv, err);
     if (rc) /* submitted work has finished (the step waits before every get) */
         (void)m->be->ops->wait(m->be->ctx, NULL);
     if (m->experts)

@@ -470,7 +470,8 @@ static int read_hparams(struct model *m, const struct arch_info *ai, struct stra
         return rc;
     hp->bos_token_id = key_token(m, "tokenizer.ggml.bos_token_id");
     hp->eos_token_id = key_token(m, "tokenizer.ggml.eos_token_id");
-    return 0;
+    /* llama.cpp's enum llama_pooling_type: 0 none .. 4 rank; absent = -1 */
+    return key_uint(m, "pooling_type", -1, 0, 4, &hp->pooling_type, false, err);
 }
 
 /* ---- binding ------------------------------------------------------------------ */

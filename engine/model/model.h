@@ -109,6 +109,8 @@ struct model_hparams {
     bool tied_output;     /* no output.weight: logits use token_embd */
     int32_t bos_token_id; /* tokenizer.ggml.bos_token_id, -1 if absent */
     int32_t eos_token_id; /* tokenizer.ggml.eos_token_id, -1 if absent */
+    int pooling_type;     /* <arch>.pooling_type as llama.cpp numbers it (engine/model/embed.h:
+                             0 none, 1 mean, 2 cls, 3 last, 4 rank), -1 if absent */
 };
 
 struct model_params {
@@ -266,5 +268,16 @@ int model_batch_n_outputs(const struct model_batch *batch);
  * large), STRATA_E_NOMEM. */
 int model_forward(struct model *m, struct kv_cache *kv, const struct model_batch *batch,
                   float *logits, struct strata_error *err);
+/* model_forward that also writes hidden (n_hidden, n_embd) f32: row r is
+ * the final hidden state of entry hidden_rows[r] (indices into the batch,
+ * 0 <= n_hidden <= n_entries), the residual stream after the last block
+ * through the output norm, before the LM head: what llama.cpp pools for
+ * embeddings (pooling is engine/model/embed.h's). One step either way, so
+ * decode rows (logits) and embedding rows (hidden) share it. hidden and
+ * hidden_rows may be NULL when n_hidden is 0. STRATA_E_INVALID for a row
+ * index outside the batch. */
+int model_forward_hidden(struct model *m, struct kv_cache *kv, const struct model_batch *batch,
+                         float *logits, const int32_t *hidden_rows, int n_hidden, float *hidden,
+                         struct strata_error *err);
 
 #endif

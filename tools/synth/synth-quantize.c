@@ -111,8 +111,22 @@ static void tensor_name(const struct gguf_tensor_info *t, char *buf, size_t cap)
     snprintf(buf, cap, "%.*s", (int)t->name.len, t->name.ptr);
 }
 
+int synth_pooling_parse(const char *name) {
+    static const char *const names[] = {"none", "mean", "cls", "last", "rank"};
+    for (int i = 0; name && i < 5; i++)
+        if (!strcmp(name, names[i]))
+            return i;
+    return -1;
+}
+
 int synth_quantize_file(const char *in_path, const char *out_path, const char *recipe,
                         int n_threads, struct synth_report *rep, struct strata_error *err) {
+    return synth_quantize_file_pooling(in_path, out_path, recipe, n_threads, -1, rep, err);
+}
+
+int synth_quantize_file_pooling(const char *in_path, const char *out_path, const char *recipe,
+                                int n_threads, int pooling, struct synth_report *rep,
+                                struct strata_error *err) {
     struct gguf_writer *w = NULL;
     uint32_t *types = NULL;
     int rc;
@@ -166,6 +180,9 @@ int synth_quantize_file(const char *in_path, const char *out_path, const char *r
             goto out;
     if ((rc = gguf_writer_set_u32(w, "general.quantization_version", 2, err)) ||
         (rc = gguf_writer_set_u32(w, "general.file_type", (uint32_t)mix.ftype, err)))
+        goto out;
+    snprintf(key, sizeof(key), "%s.pooling_type", arch);
+    if (pooling >= 0 && (rc = gguf_writer_set_u32(w, key, (uint32_t)pooling, err)))
         goto out;
     for (int64_t i = 0; i < nt; i++) {
         const struct gguf_tensor_info *t = gguf_tensor_at(f, i);

@@ -70,6 +70,7 @@ void synth_params_default(struct synth_params *p) {
     snprintf(p->recipe, sizeof(p->recipe), "f16");
     p->seed = 42;
     p->n_threads = 1;
+    p->pooling = -1;
     synth_preset(p, "tiny", NULL);
 }
 
@@ -285,6 +286,8 @@ static int write_kvs(struct gguf_writer *w, const struct synth_params *p, int64_
                     : gguf_writer_set_u32(w, KEY("expert_feed_forward_length"),
                                           (uint32_t)p->n_ff_exp, err);
     }
+    if (p->pooling >= 0)
+        rc = rc ? rc : gguf_writer_set_u32(w, KEY("pooling_type"), (uint32_t)p->pooling, err);
 #undef KEY
     return rc;
 }

@@ -80,6 +80,8 @@ struct synth_params {
     int n_threads;                      /* >= 1 */
     bool exact_quant; /* false: random K-quant rows are drawn as codes (synth-direct.c, ~10x
                          faster); true: every row is f32 through quant_quantize_row */
+    int pooling;      /* <arch>.pooling_type written (llama.cpp's 0 none .. 4 rank, as
+                         engine/model/embed.h); -1 (the default): no key */
 };
 
 struct synth_report {
@@ -145,5 +147,12 @@ uint32_t synth_mix_type(struct synth_mix *m, const char *name, uint32_t n_dims, 
  * f32 (quant_dequantize_row, quant_quantize_row). n_threads 0 = 1. */
 int synth_quantize_file(const char *in_path, const char *out_path, const char *recipe,
                         int n_threads, struct synth_report *rep, struct strata_error *err);
+/* The same, also setting <arch>.pooling_type to pooling (0..4; -1: copied as
+ * it is), e.g. an embedding-model copy of a real file for tests. */
+int synth_quantize_file_pooling(const char *in_path, const char *out_path, const char *recipe,
+                                int n_threads, int pooling, struct synth_report *rep,
+                                struct strata_error *err);
+/* "none" 0, "mean" 1, "cls" 2, "last" 3, "rank" 4; -1 for anything else. */
+int synth_pooling_parse(const char *name);
 
 #endif
