@@ -18,6 +18,7 @@
 struct openai_chat_out {
     struct toolcall_parser *p;
     bool keep_special;
+    bool single;             /* parallel_tool_calls false: only the first call is answered */
     struct toolcall_delta d; /* the last feed's */
 };
 
@@ -61,6 +62,10 @@ int openai_chat_out_init(const struct openai_request *rq, const struct session_b
     }
     /* R7B's thinking markers are control tokens too; "<think>" is not (an added
      * token in the Qwen3 and DeepSeek R1 vocabularies) */
+    /* parallel_tool_calls: false with tool_choice auto: a model that writes
+     * several calls anyway gets its first answered and the rest dropped (a
+     * forced choice's grammar allows one call only: openai-tools-grammar.c) */
+    co->single = !rq->ext->parallel;
     co->keep_special = (pp.tools && toolcall_family_control(pp.family)) ||
                        (think && strcmp(pp.think_open, "<think>") != 0);
     *out = co;
@@ -111,6 +116,8 @@ char *openai_chat_out_chunk(struct openai_chat_out *co, const struct openai_ctx 
         int last_index = -1;
         for (int e = 0; e < d->n_events; e++) {
             const struct toolcall_event *ev = &d->events[e];
+            if (co->single && ev->index > 0)
+                continue;
             if (ev->name) {
                 last = json_pack("{s:i, s:o, s:s, s:{s:s, s:s}}", "index", ev->index, "id",
                                  call_id(oc, ev->index), "type", "function", "function", "name",
@@ -138,7 +145,14 @@ char *openai_chat_out_chunk(struct openai_chat_out *co, const struct openai_ctx 
             json_array_append_new(calls, last);
             last_index = ev->index;
         }
-        json_object_set_new(delta, "tool_calls", calls);
+        if (json_array_size(calls))
+            json_object_set_new(delta, "tool_calls", calls);
+        else
+            json_decref(calls);
+    }
+    if (!json_object_size(delta) && (!final || openai_logprobs_empty(lp))) {
+        json_decref(delta); /* only dropped calls' pieces */
+        return NULL;
     }
     return openai_chunk_delta_json(oc, delta, lp);
 }
@@ -154,6 +168,8 @@ json_t *openai_chat_out_message(const struct openai_chat_out *co, const struct o
     const char *c = toolcall_parser_content(co->p, &cl);
     const char *r = toolcall_parser_reasoning(co->p, &rl);
     int n = toolcall_parser_n_calls(co->p);
+    if (co->single && n > 1)
+        n = 1;
     json_t *m = json_pack("{s:s}", "role", "assistant");
     if (!m)
         return NULL;

@@ -109,6 +109,21 @@ function sameCalls(name, got, want) {
 
 async function main() {
   const messages = [{ role: "user", content: "Weather?" }];
+  {
+    // parallel_tool_calls: false with tool_choice auto: the model wrote two
+    // calls; the first is answered, the second dropped (stream and not)
+    const c = CASES[0];
+    const out = produce(T(c.t), { messages, tools: [W, A], parallel_tool_calls: false }, c.text);
+    const { srv, port } = await replay(() => out);
+    const client = new OpenAI({ apiKey: "x", baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0 });
+    const q = { model: "m", messages, tools: [W, A], parallel_tool_calls: false };
+    const fin = await client.chat.completions.stream(q).finalChatCompletion();
+    sameCalls("parallel_tool_calls false stream", fin.choices[0].message.tool_calls, c.calls.slice(0, 1));
+    const r = await client.chat.completions.create(q);
+    sameCalls("parallel_tool_calls false non-stream", r.choices[0].message.tool_calls, c.calls.slice(0, 1));
+    check("parallel_tool_calls false: finish_reason", r.choices[0].finish_reason === "tool_calls");
+    srv.close();
+  }
   for (const c of CASES) {
     const extra = c.kwargs ? { chat_template_kwargs: c.kwargs } : {};
     const out = produce(T(c.t), { messages, tools: [W, A], ...extra }, c.text);
