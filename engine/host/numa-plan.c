@@ -170,8 +170,13 @@ int host_numa_sample(const struct host_numa_ops *ops, const void *addr, size_t l
     for (uint64_t i = 0; i < n; i++) {
         void *p = (void *)(lo + (uintptr_t)(i * n_pages / n) * (uintptr_t)pg);
         unsigned char v = 0;
-        if (ops->mincore(p, (size_t)pg, &v) == 0 && (v & 1))
-            pages[n_res++] = p; /* only resident pages are asked about: a query never faults */
+        if (ops->mincore(p, (size_t)pg, &v) == 0 && (v & 1)) {
+            /* move_pages answers only for pages this process maps (-ENOENT
+             * else): a read maps a cached page without I/O or allocation,
+             * so it stays on its node; pages not cached are never touched */
+            (void)*(const volatile uint8_t *)p;
+            pages[n_res++] = p;
+        }
     }
     out->sampled = n;
     if (!n_res)
