@@ -262,12 +262,13 @@ done:
 
 static void usage(FILE *f) {
     fprintf(f, "usage: strata numa-check [MODEL.gguf] [--threads N] [--mb N] [--place] "
-               "[--numa auto|off|node:N|split] [--no-bandwidth]\n");
+               "[--numa auto|off|node:N|split] [--gpu I] [--no-bandwidth]\n"
+               "  --gpu I: decide as if the I-th GPU listed were in use (its node wins)\n");
 }
 
 int cli_numa_main(int argc, char **argv) {
     const char *model = NULL, *mode_text = "auto";
-    int n_threads = 0, mb = 256;
+    int n_threads = 0, mb = 256, gpu = -1;
     bool place = false, bw = true;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -278,6 +279,10 @@ int cli_numa_main(int argc, char **argv) {
         } else if (!strcmp(a, "--mb") && v) {
             mb = atoi(v), i++;
             if (mb < 1 || mb > 1 << 16)
+                return usage(stderr), 2;
+        } else if (!strcmp(a, "--gpu") && v) {
+            gpu = atoi(v), i++;
+            if (gpu < 0 || gpu >= HOST_NUMA_MAX_GPUS)
                 return usage(stderr), 2;
         } else if (!strcmp(a, "--numa") && v)
             mode_text = v, i++;
@@ -323,8 +328,14 @@ int cli_numa_main(int argc, char **argv) {
         if (fd >= 0)
             close(fd);
     }
+    if (gpu >= t->n_gpus) {
+        fprintf(stderr, "strata numa-check: --gpu %d: %d GPUs found\n", gpu, t->n_gpus);
+        return 2;
+    }
+    const int gpu_node =
+        gpu >= 0 && t->gpus[gpu].node >= 0 ? t->nodes[t->gpus[gpu].node].os_index : -1;
     struct host_numa_plan plan;
-    if (host_numa_decide(t, &mode, n_threads, model ? &sh : NULL, -1, &plan, &err) < 0) {
+    if (host_numa_decide(t, &mode, n_threads, model ? &sh : NULL, gpu_node, &plan, &err) < 0) {
         fprintf(stderr, "strata numa-check: %s\n", err.message);
         return 2;
     }

@@ -226,6 +226,10 @@ int host_numa_place_file_pages(const struct host_numa_plan *plan, struct pool *p
                 read_span(&spans[todo[i]], page);
     }
     for (int g = 0; g < n_g; g++) {
+        if (!n_todo) { /* nothing read again: the sample stands (a second start costs one pass) */
+            out->share_after[g] = out->share_before[g];
+            continue;
+        }
         if (group_share(ops, spans, n_spans, n_g, g, plan->node[g], NULL, &out->share_after[g],
                         &out->source, err) < 0) {
             rc = -1;

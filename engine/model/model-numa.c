@@ -141,9 +141,9 @@ void model_numa_line(const struct host_numa_report *rep, char *buf, size_t cap) 
     snprintf(
         buf, cap,
         "%d node%s, %d packages, %d cores, %d CPUs%s; %s; placement %s (%.1f MB first-touched, "
-        "%.1f MB moved, %.1f MB filled%s)%s%s",
+        "%.1f MB moved, %.1f MB filled%s, %.0f ms)%s%s",
         t ? t->n_nodes : 0, t && t->n_nodes == 1 ? "" : "s", t ? t->n_packages : 0,
         t ? t->n_cores : 0, t ? t->n_pus : 0, t && t->smt ? " (SMT)" : "", rep->plan.why,
         rep->placement, (double)rep->bytes_first_touched / 1e6, (double)rep->bytes_moved / 1e6,
-        (double)rep->bytes_filled / 1e6, sh, rep->note[0] ? "; " : "", rep->note);
+        (double)rep->bytes_filled / 1e6, sh, rep->place_ms, rep->note[0] ? "; " : "", rep->note);
 }

@@ -130,6 +130,14 @@ r = subprocess.run([STRATA, "numa-check", "--threads", "4", "--numa", "split", "
                    text=True, env=env_with(HWLOC_SYNTHETIC="pack:2 numa:1 core:8 pu:2"), timeout=120)
 check("numa-check simulated split", "4 threads on node 0" not in r.stdout and "2 on node 1" in r.stdout,
       r.stdout)
+xml = os.path.join(os.path.dirname(__file__), "..", "engine", "host", "topo-2node-gpu1.xml")
+r = subprocess.run([STRATA, "numa-check", "--threads", "4", "--gpu", "0", "--no-bandwidth"], capture_output=True,
+                   text=True, env=env_with(HWLOC_XMLFILE=xml), timeout=120)
+check("numa-check simulated GPU on node 1", r.returncode == 0 and "gpu pci 0000:41:00.0: node 1" in r.stdout
+      and "GPU in use is local to node 1" in r.stdout, r.stdout + r.stderr[-300:])
+r = subprocess.run([STRATA, "numa-check", "--gpu", "3", "--no-bandwidth"], capture_output=True, text=True,
+                   env=env_with(HWLOC_XMLFILE=xml), timeout=120)
+check("numa-check --gpu out of range exits 2", r.returncode == 2, r.stderr)
 r = subprocess.run([STRATA, "numa-check", "--numa", "nope"], capture_output=True, text=True, env=env_with())
 check("numa-check bad mode exits 2", r.returncode == 2 and "--numa" in r.stderr, r.stderr)
 
