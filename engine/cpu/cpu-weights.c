@@ -68,7 +68,8 @@ static void pack_slice(void *ctx, int64_t g0, int64_t g1, int worker) {
 struct copy_item {
     struct kern_mat src; /* GGUF rows, contiguous (row_bytes = the row size) */
     bool pack;
-    bool stack; /* every expert of a MoE layer: not cut between pool groups */
+    bool stack;       /* every expert of a MoE layer */
+    int64_t rows_per; /* a stack's rows an expert */
     uint8_t *dst;
 };
 
@@ -104,14 +105,21 @@ static void copy_item(struct cpu_ctx *c, const struct copy_item *it, uintptr_t p
     uintptr_t dropped = ((uintptr_t)w->data + page - 1) & ~(page - 1);
     /* NUMA split (pool groups): each group's threads copy, and so first-touch
      * onto their node, the rows the kernels will hand that group: the matmul
-     * task of this matrix has `units` rows (a packed one 16-row units at
+     * task of a matrix has `units` rows (a packed one 16-row units at
      * min_grain 2, else rows at the pool's floor) and pool_group_bound is
-     * where the pool cuts it. Expert stacks are not cut (their matmuls run
-     * per expert). */
-    const bool grouped = c->pool && pool_n_groups(c->pool) == 2 && !it->stack;
-    const int64_t cut = grouped ? pool_group_bound(c->pool, units, it->pack ? 2 : 0) : units;
-    for (int64_t g0 = 0; g0 < units; g0 += per) {
-        const int64_t g1 = g0 + per < units ? g0 + per : units;
+     * where the pool cuts it. An expert stack's matmuls run per expert
+     * (cpu_mat: rows_per rows), so a stack is copied an expert at a time,
+     * each cut at its own bound: every expert's halves sit on the nodes that
+     * compute them. */
+    const bool grouped = c->pool && pool_n_groups(c->pool) == 2;
+    const int64_t period =
+        grouped && it->stack && it->rows_per / unit > 0 ? it->rows_per / unit : units;
+    const int64_t mg = it->pack ? 2 : 0;
+    const int64_t step = grouped && it->stack ? period : per;
+    for (int64_t g0 = 0; g0 < units; g0 += step) {
+        const int64_t g1 = g0 + step < units ? g0 + step : units;
+        const int64_t cut =
+            grouped ? g0 / period * period + pool_group_bound(c->pool, period, mg) : g1;
         int64_t bounds[3] = {0, cut - g0, g1 - g0};
         if (bounds[1] < 0)
             bounds[1] = 0;
@@ -188,7 +196,8 @@ static int copy_all(struct cpu_ctx *c, struct cpu_weights *s, bool drop,
         if (item_of[i] >= 0)
             continue;
         item_of[i] = n;
-        it[n++] = (struct copy_item){.src = w->m, .pack = want_pack(w), .stack = w->n_expert > 1};
+        it[n++] = (struct copy_item){
+            .src = w->m, .pack = want_pack(w), .stack = w->n_expert > 1, .rows_per = w->rows_per};
         total += ((size_t)w->m.n_rows * w->m.row_bytes + 63) & ~(size_t)63;
     }
     if (total == 0) {

@@ -84,7 +84,14 @@ int model_numa_finish(const struct model *m, struct pool *pool, const struct hos
     const struct gguf_file *g = model_gguf(m);
     const uint8_t *base = gguf_file_base(g);
     const int64_t n = gguf_n_tensors(g);
-    struct host_numa_span *sp = calloc((size_t)(2 * n + 1), sizeof *sp);
+    /* two spans a matrix, or an expert of a stack (n_dims 3: its matmuls run
+     * per expert over ne[1] rows) */
+    size_t cap = 1;
+    for (int64_t i = 0; i < n; i++) {
+        const struct gguf_tensor_info *ti = gguf_tensor_at(g, i);
+        cap += ti && ti->n_dims >= 3 && ti->ne[2] > 0 ? 2 * (size_t)ti->ne[2] : 2;
+    }
+    struct host_numa_span *sp = calloc(cap, sizeof *sp);
     int fd = open(gguf_path(g), O_RDONLY | O_CLOEXEC);
     int rc = 0, k = 0;
     if (!sp || fd < 0) {
@@ -96,20 +103,25 @@ int model_numa_finish(const struct model *m, struct pool *pool, const struct hos
         const struct gguf_tensor_info *ti = gguf_tensor_at(g, i);
         if (!ti || !ti->n_bytes)
             continue;
+        const int64_t n_mat = ti->n_dims >= 3 && ti->ne[2] > 0 ? ti->ne[2] : 1;
         int64_t rows = 1;
         for (uint32_t d = 1; d < ti->n_dims; d++)
             rows *= ti->ne[d];
-        const uint64_t row_bytes = rows > 0 ? ti->n_bytes / (uint64_t)rows : ti->n_bytes;
+        rows /= n_mat; /* rows of one matrix (one expert of a stack) */
+        const uint64_t mat_bytes = ti->n_bytes / (uint64_t)n_mat;
+        const uint64_t row_bytes = rows > 0 ? mat_bytes / (uint64_t)rows : mat_bytes;
         /* rows [0, cut) are group 0's in every kernel over this matrix */
         const int64_t cut =
             pool && pool_n_groups(pool) == 2 ? pool_group_bound(pool, rows, 0) : rows;
-        const uint8_t *a = ti->data;
-        const uint64_t off = (uint64_t)(a - base);
-        const uint64_t b0 = (uint64_t)cut * row_bytes;
-        if (b0)
-            sp[k++] = (struct host_numa_span){a, b0, off, 0};
-        if (ti->n_bytes > b0)
-            sp[k++] = (struct host_numa_span){a + b0, ti->n_bytes - b0, off + b0, 1};
+        for (int64_t e = 0; e < n_mat; e++) {
+            const uint8_t *a = (const uint8_t *)ti->data + (size_t)e * mat_bytes;
+            const uint64_t off = (uint64_t)(a - base);
+            const uint64_t b0 = (uint64_t)cut * row_bytes;
+            if (b0)
+                sp[k++] = (struct host_numa_span){a, b0, off, 0};
+            if (mat_bytes > b0)
+                sp[k++] = (struct host_numa_span){a + b0, mat_bytes - b0, off + b0, 1};
+        }
     }
     struct host_numa_placement pl;
     if (host_numa_place_file_pages(&rep->plan, pool, ops, fd, sp, k, force, &pl, err) < 0) {

@@ -20,8 +20,10 @@
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 import strata_daemon as sd  # noqa: E402
@@ -44,6 +46,7 @@ def env_with(**kv):
 
 def run(model, mode, extra=(), env=None, n=48):
     r = subprocess.run([STRATA, "run", "-m", model, "-p", "Once upon a time", "-n", str(n), "--temp", "0",
+                        "--ignore-eos",
                         "-t", "2", "--numa", mode, "--json", *extra],
                        capture_output=True, text=True, env=env or env_with(), timeout=300)
     return r
@@ -58,7 +61,16 @@ def ids_of(r):
         return None
 
 
-for model in (STORIES, TINY):
+# a tiny MoE (qwen3moe, 8 experts top-2): expert stacks are cut per expert
+TMP = tempfile.mkdtemp(prefix="strata-numa-")
+MOE = os.path.join(TMP, "moe.gguf")
+subprocess.run([STRATA, "gguf", "synth", "--arch", "qwen3moe", "--n-embd", "64", "--n-layer", "2",
+                "--n-head", "4", "--n-head-kv", "2", "--head-dim", "16", "--n-ff", "128",
+                "--n-expert", "8", "--n-expert-used", "2", "--n-ff-exp", "64", "--n-vocab", "512",
+                "--ctx", "256", "--type", "q8_0", "--seed", "5", "--out", MOE], check=True,
+               stdout=subprocess.DEVNULL)
+
+for model in (STORIES, TINY, MOE):
     name = os.path.basename(model)
     for extra in ((), ("--no-repack",)):
         tag = f"{name}{' ' + extra[0] if extra else ''}"
@@ -187,4 +199,5 @@ finally:
         proc.wait(30)
     except subprocess.TimeoutExpired:
         proc.kill()
+shutil.rmtree(TMP, ignore_errors=True)
 sys.exit(res.report("numa-real"))
