@@ -17,6 +17,10 @@
  * everything runs unbound. Only a bad --numa value or a node:N the process
  * may not use fails.
  *
+ * The calling thread is bound as the pool's participant 0, so threads it
+ * creates afterwards inherit its mask (the daemon's scheduler thread, which
+ * dispatches on the pool from then on, does).
+ *
  * Threading: the pool's dispatching thread (the loader). */
 #ifndef STRATA_MODEL_NUMA_H
 #define STRATA_MODEL_NUMA_H
