@@ -100,6 +100,15 @@ for model in (STORIES, TINY, MOE):
         # 1 CPU a node for 2 threads: auto binds nothing rather than oversubscribe
         check(f"{tag}: simulated auto never fewer CPUs than threads", "nothing bound" in r.stderr, r.stderr[-600:])
 
+# a binding the kernel refuses (a simulated node whose CPUs this machine does
+# not have: EINVAL, as a container's EPERM): the run goes on unbound, says so,
+# and computes the same ids
+base = run(STORIES, "off")
+r = run(STORIES, "node:1", env=env_with(HWLOC_SYNTHETIC="pack:2 numa:1 core:64 pu:1"))
+check("refused binding: runs", r.returncode == 0, r.stderr[-600:])
+check("refused binding: says refused and unbound", "refused" in r.stderr and "unbound" in r.stderr, r.stderr[-600:])
+check("refused binding: identical ids", ids_of(r) == ids_of(base), r.stdout[:300])
+
 # the real single-node machine (every machine here has one node)
 nodes = [d for d in os.listdir("/sys/devices/system/node") if d.startswith("node")] \
     if os.path.isdir("/sys/devices/system/node") else ["node0"]
