@@ -11,8 +11,8 @@
  * read. The CPU binding and the last CPU location are the union over all the
  * process's threads (hwloc reads every /proc/self/task entry), so the pool
  * workers are included. The memory policy is the calling thread's (threads
- * inherit the main thread's unless something changed it). strata binds
- * nothing yet: a binding shown was set by whoever started the process
+ * inherit the main thread's unless something changed it). A binding shown
+ * is --numa's (host_numa_apply, below) or whoever started the process's
  * (numactl, taskset, a cgroup cpuset).
  *
  * Threading: any thread; the topology is loaded under pthread_once and
