@@ -19,5 +19,6 @@ int cli_tokenize_main(int argc, char **argv);   /* cli/cmd-tokenize.c */
 int cli_detokenize_main(int argc, char **argv); /* cli/cmd-tokenize.c */
 int cli_template_main(int argc, char **argv);   /* cli/cmd-template.c */
 int cli_run_main(int argc, char **argv);        /* cli/cmd-run.c */
+int cli_numa_main(int argc, char **argv);       /* cli/cmd-numa.c: `strata numa-check` */
 
 #endif

@@ -44,6 +44,7 @@
 #include "engine/host/pool.h"
 #include "engine/host/sysinfo.h"
 #include "engine/kv/kv.h"
+#include "engine/model/model-numa.h"
 #include "engine/model/model.h"
 #include "engine/session/session.h"
 
@@ -57,6 +58,7 @@ struct run_opts {
     int n_ctx;       /* 0 = prompt + n_gen */
     int n_batch;     /* prefill chunk; 0 = model default */
     bool chat, json, ignore_eos, no_prefault, no_repack;
+    const char *numa; /* --numa; NULL = STRATA_NUMA / the config file, else auto */
     struct sampler_params sp;
 };
 
@@ -79,6 +81,7 @@ static void usage(FILE *out) {
             "         [--repeat-last-n N] [-t THREADS] [-c CTX] [-b BATCH] [--ignore-eos] "
             "[--json]\n"
             "         [--no-prefault]   (do not map the weight pages at load)\n"
+            "         [--numa auto|off|node:N|split]\n"
             "         [--no-repack]     (read the weights from the file's pages, unpacked)\n"
             "         [--isa NAME]      (auto|avx512-vnni|avx512|avx2|ref: the CPU kernels)\n");
 }
@@ -125,6 +128,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o) {
             ok = (o->ids = v) != NULL;
         else if (!strcmp(a, "--isa"))
             ok = (o->isa = v) != NULL;
+        else if (!strcmp(a, "--numa"))
+            ok = (o->numa = v) != NULL;
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
             ok = v && arg_int(v, 0, 1 << 20, &o->n_gen);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
@@ -336,6 +341,7 @@ int cli_run_main(int argc, char **argv) {
      * (option table), else the affinity mask and cgroup quota minus one,
      * capped at 32 either way. */
     struct pool_params pp = pool_params_default();
+    char numa_mode[64] = "auto";
     int64_t mem_budget = 0; /* model_params.mem_budget, from sysinfo as in serve */
     {
         char *cargv[] = {"strata run", NULL};
@@ -345,6 +351,8 @@ int cli_run_main(int argc, char **argv) {
             goto done;
         }
         pp.spin = (int)config_int(cfg, CONFIG_POOL_SPIN);
+        /* the config's string dies with cfg: keep a copy */
+        snprintf(numa_mode, sizeof numa_mode, "%s", o.numa ? o.numa : config_str(cfg, CONFIG_NUMA));
         /* the ISA before the model: the weight layout follows it (kernels.h) */
         const char *isa_name = o.isa ? o.isa : config_str(cfg, CONFIG_ISA);
         enum kernels_isa isa;
@@ -388,8 +396,20 @@ int cli_run_main(int argc, char **argv) {
     mp.prefault = !o.no_prefault;
     mp.repack = !o.no_repack;
     mp.mem_budget = mem_budget;
+    struct host_numa_report numa_rep;
+    if (model_numa_prepare(o.model, numa_mode, pool, -1, NULL, &numa_rep, &err) < 0) {
+        rc = 2;
+        goto done;
+    }
     if (!(m = model_load(o.model, &mp, &err)))
         goto done;
+    if (model_numa_finish(m, pool, NULL, false, &numa_rep, &err) < 0)
+        goto done;
+    if (o.numa) { /* asked for on the command line: say what it did */
+        char line[640];
+        model_numa_line(&numa_rep, line, sizeof line);
+        fprintf(stderr, "strata run: numa: %s\n", line);
+    }
     if (o.n_ctx > model_n_ctx_max(m)) {
         strata_error_set(&err, STRATA_E_CONTEXT_LENGTH, "-c %d: the model's context is %d", o.n_ctx,
                          model_n_ctx_max(m));

@@ -8,6 +8,7 @@
 #include "engine/core/clock.h"
 #include "engine/cpu/kernels.h"
 #include "engine/host/sysinfo.h"
+#include "engine/model/model-numa.h"
 #include "engine/model/model.h"
 #include "server/daemon.h"
 #include "server/scheduler.h"
@@ -20,6 +21,7 @@ static struct sched_params params_of(const struct config *cfg) {
     sp.n_threads = (int)config_int(cfg, CONFIG_THREADS);
     sp.threads_source = config_source_name(config_source_of(cfg, CONFIG_THREADS));
     sp.pool_spin = (int)config_int(cfg, CONFIG_POOL_SPIN);
+    sp.numa = config_str(cfg, CONFIG_NUMA);
     sp.n_ctx = (int)config_int(cfg, CONFIG_CTX_SIZE);
     sp.parallel = (int)config_int(cfg, CONFIG_PARALLEL);
     sp.queue = (int)config_int(cfg, CONFIG_QUEUE);
@@ -177,6 +179,12 @@ static int serve_open(const struct config *cfg, const struct strata_progress *pr
             "strata serve: kernels %s (CPU: %s), weights %s (%.1f MB copied, %.1f MB packed)\n",
             st.isa, kernels_isa_name(kernels_isa_detected()), st.weights_layout,
             (double)st.weights_copied_bytes / 1e6, (double)st.weights_packed_bytes / 1e6);
+    struct host_numa_report nr;
+    if (host_numa_report_get(&nr)) {
+        char line[640];
+        model_numa_line(&nr, line, sizeof line);
+        fprintf(stderr, "strata serve: numa: %s\n", line);
+    }
     if (st.profile_path[0])
         fprintf(stderr, "strata serve: expert profile %s: %s\n", st.profile_path, st.profile_state);
     return 0;

@@ -14,6 +14,9 @@ static const struct cli_command commands[] = {
      cli_gguf_main},
     {"tokenize", "text -> token ids (tokenize -m MODEL.gguf [--json] TEXT|-)", cli_tokenize_main},
     {"detokenize", "token ids -> text (detokenize -m MODEL.gguf ID...)", cli_detokenize_main},
+    {"numa-check",
+     "topology, where a model's pages sit, read bandwidth per node (numa-check [MODEL] [--place])",
+     cli_numa_main},
     {"run", "generate from a prompt on the CPU engine (run -m MODEL.gguf -p PROMPT [-n N])",
      cli_run_main},
 };

@@ -108,6 +108,8 @@ enum config_type {
       CONFIG_TYPE_INT, 0, 3600, "10", "seconds in-flight work may finish after SIGTERM")           \
     X(ALWAYS_USAGE, "always-usage", "STRATA_ALWAYS_USAGE", "--always-usage", CONFIG_TYPE_BOOL, 0,  \
       1, "false", "always send usage, also in streams that did not ask")                           \
+    X(NUMA, "numa", "STRATA_NUMA", "--numa", CONFIG_TYPE_STRING, 0, 0, "auto",                     \
+      "NUMA: auto (bind to the weights' node), off, node:N, split (both nodes, rows by node)")     \
     X(POOL_SPIN, "pool-spin", "STRATA_POOL_SPIN", "--pool-spin", CONFIG_TYPE_INT, 0, 100000000,    \
       "4000", "worker spin iterations before parking (DESIGN.md: 4000 best)")                      \
     X(LOG_LEVEL, "log-level", "STRATA_LOG_LEVEL", "--log-level", CONFIG_TYPE_LEVEL, 0, 3, "info",  \

@@ -12,6 +12,7 @@
 #include "engine/cpu/backend-cpu.h"
 #include "engine/cpu/kernels.h"
 #include "engine/experts/profile.h"
+#include "engine/model/model-numa.h"
 #include "engine/host/pool.h"
 #include "engine/host/sysinfo.h"
 #include "engine/kv/kv.h"
@@ -809,6 +810,11 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     pp.spin = params->pool_spin;
     if (!(s->pool = pool_init(&pp, err)))
         goto fail;
+    /* --numa: bind the pool before the load, so the arena is first-touched
+     * on the node that computes it (engine/model/model-numa.h) */
+    struct host_numa_report numa_rep;
+    if (model_numa_prepare(params->model_path, params->numa, s->pool, -1, NULL, &numa_rep, err) < 0)
+        goto fail;
     struct backend_cpu_params cp = backend_cpu_params_default();
     cp.pool = s->pool;
     if (!(s->be = backend_cpu_init(&cp, err)))
@@ -822,6 +828,8 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     mp.mem_budget = params->mem_budget;
     mp.progress = params->progress;
     if (!(s->model = model_load(params->model_path, &mp, err)))
+        goto fail;
+    if (model_numa_finish(s->model, s->pool, NULL, false, &numa_rep, err) < 0)
         goto fail;
     s->n_vocab = model_n_vocab(s->model);
     const struct model_hparams *hp = model_hparams(s->model);

@@ -105,6 +105,7 @@ struct sched_params {
     const char *threads_source;     /* borrowed: for /status when n_threads > 0: "cli", "env",
                                        "file", "cgroup", "affinity"; NULL = "cli" */
     int pool_spin;                  /* worker spin before parking */
+    const char *numa;               /* borrowed: --numa (auto|off|node:N|split); NULL = auto */
     int n_ctx;                      /* per-session context; 0 = the model's trained context */
     int parallel;                   /* sessions decoding at once (KV sequences), >= 1 */
     int queue;                      /* requests waiting beyond parallel */

@@ -47,6 +47,50 @@ static json_t *nodes_json(const struct host_numa_nodes *n) {
     return a;
 }
 
+/* The topology and what --numa chose (engine/model/model-numa.h): "topology",
+ * "mode", "decision" (the why line), "groups" [{node, threads, cpus}],
+ * "placement" {how, bytes_first_touched, bytes_moved, bytes_filled, shares,
+ * note}. */
+static void numa_plan_json(json_t *o) {
+    const struct host_numa_topo *t = host_numa_topo();
+    if (t) {
+        json_t *g = json_array();
+        for (int i = 0; g && i < t->n_gpus; i++)
+            json_array_append_new(
+                g, json_pack("{s:s, s:i}", "name", t->gpus[i].name, "node",
+                             t->gpus[i].node >= 0 ? t->nodes[t->gpus[i].node].os_index : -1));
+        json_object_set_new(o, "topology",
+                            json_pack("{s:i, s:i, s:i, s:b, s:o}", "packages", t->n_packages,
+                                      "cores", t->n_cores, "cpus", t->n_pus, "smt", t->smt, "gpus",
+                                      g ? g : json_array()));
+    }
+    struct host_numa_report r;
+    if (!host_numa_report_get(&r))
+        return;
+    json_object_set_new(o, "mode", json_string(host_numa_mode_name(r.plan.mode.kind)));
+    json_object_set_new(o, "decision", json_string(r.plan.why));
+    json_t *groups = json_array();
+    for (int g = 0; groups && g < r.plan.n_groups; g++) {
+        char cl[256] = "";
+        if (!r.plan.logical)
+            host_cpuset_format(&r.plan.cpus[g], cl, sizeof cl);
+        json_array_append_new(groups,
+                              json_pack("{s:i, s:i, s:s, s:b}", "node", r.plan.node[g], "threads",
+                                        r.plan.threads[g], "cpus", cl, "logical", r.plan.logical));
+    }
+    json_object_set_new(o, "groups", groups);
+    json_t *sh = json_array();
+    for (int g = 0; sh && g < 2; g++)
+        if (r.share[g] >= 0)
+            json_array_append_new(sh, json_real(r.share[g]));
+    json_object_set_new(o, "placement",
+                        json_pack("{s:s, s:I, s:I, s:I, s:o, s:f, s:s}", "how", r.placement,
+                                  "bytes_first_touched", (json_int_t)r.bytes_first_touched,
+                                  "bytes_moved", (json_int_t)r.bytes_moved, "bytes_filled",
+                                  (json_int_t)r.bytes_filled, "shares", sh ? sh : json_array(),
+                                  "ms", r.place_ms, "note", r.note));
+}
+
 /* {"nodes", "bound", "binding", "cpubind_nodes", "threads_on_nodes",
  * "membind":{"policy","nodes"}} or NULL (note filled). */
 static json_t *numa_json(char *note, size_t cap) {
@@ -65,6 +109,7 @@ static json_t *numa_json(char *note, size_t cap) {
                                          : json_null());
     json_object_set_new(o, "bound", json_boolean(n.cpu_bound || n.mem_bound));
     json_object_set_new(o, "binding", json_string(n.binding));
+    numa_plan_json(o);
     return o;
 }
 

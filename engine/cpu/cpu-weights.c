@@ -68,8 +68,23 @@ static void pack_slice(void *ctx, int64_t g0, int64_t g1, int worker) {
 struct copy_item {
     struct kern_mat src; /* GGUF rows, contiguous (row_bytes = the row size) */
     bool pack;
+    bool stack;       /* every expert of a MoE layer */
+    int64_t rows_per; /* a stack's rows an expert */
     uint8_t *dst;
 };
+
+/* Plain copy of units [g0, g1) of a slice (first touch of the arena pages
+ * by the thread that runs it). */
+struct memcpy_job {
+    uint8_t *dst;
+    const uint8_t *src;
+    size_t unit_bytes;
+};
+static void memcpy_slice(void *ctx, int64_t u0, int64_t u1, int worker) {
+    const struct memcpy_job *j = ctx;
+    memcpy(j->dst + (size_t)u0 * j->unit_bytes, j->src + (size_t)u0 * j->unit_bytes,
+           (size_t)(u1 - u0) * j->unit_bytes);
+}
 
 /* Copies (packing if it->pack) it->src to it->dst in slices; with drop,
  * drops each slice's whole source pages from the mapping once copied. */
@@ -88,14 +103,49 @@ static void copy_item(struct cpu_ctx *c, const struct copy_item *it, uintptr_t p
     const size_t unit_bytes = (size_t)unit * w->row_bytes;
     const int64_t per = PACK_SLICE / unit_bytes > 0 ? (int64_t)(PACK_SLICE / unit_bytes) : 1;
     uintptr_t dropped = ((uintptr_t)w->data + page - 1) & ~(page - 1);
-    for (int64_t g0 = 0; g0 < units; g0 += per) {
-        const int64_t g1 = g0 + per < units ? g0 + per : units;
-        if (!it->pack) {
+    /* NUMA split (pool groups): each group's threads copy, and so first-touch
+     * onto their node, the rows the kernels will hand that group: the matmul
+     * task of a matrix has `units` rows (a packed one 16-row units at
+     * min_grain 2, else rows at the pool's floor) and pool_group_bound is
+     * where the pool cuts it. An expert stack's matmuls run per expert
+     * (cpu_mat: rows_per rows), so a stack is copied an expert at a time,
+     * each cut at its own bound: every expert's halves sit on the nodes that
+     * compute them. */
+    const bool grouped = c->pool && pool_n_groups(c->pool) == 2;
+    const int64_t period =
+        grouped && it->stack && it->rows_per / unit > 0 ? it->rows_per / unit : units;
+    const int64_t mg = it->pack ? 2 : 0;
+    const int64_t step = grouped && it->stack ? period : per;
+    for (int64_t g0 = 0; g0 < units; g0 += step) {
+        const int64_t g1 = g0 + step < units ? g0 + step : units;
+        const int64_t cut =
+            grouped ? g0 / period * period + pool_group_bound(c->pool, period, mg) : g1;
+        int64_t bounds[3] = {0, cut - g0, g1 - g0};
+        if (bounds[1] < 0)
+            bounds[1] = 0;
+        if (bounds[1] > bounds[2])
+            bounds[1] = bounds[2];
+        if (grouped && !it->pack) {
+            struct memcpy_job mj = {it->dst + (size_t)g0 * unit_bytes,
+                                    (const uint8_t *)w->data + (size_t)g0 * unit_bytes, unit_bytes};
+            struct pool_task t = {.fn = memcpy_slice,
+                                  .ctx = &mj,
+                                  .n_rows = g1 - g0,
+                                  .min_grain = 1,
+                                  .n_groups = 2,
+                                  .group_bounds = bounds};
+            pool_run(c->pool, &t, 1);
+        } else if (!it->pack) {
             memcpy(it->dst + (size_t)g0 * unit_bytes,
                    (const uint8_t *)w->data + (size_t)g0 * unit_bytes,
                    (size_t)(g1 - g0) * unit_bytes);
         } else if (c->pool) {
-            struct pool_task t = {.fn = pack_slice, .ctx = &j, .n_rows = g1 - g0, .min_grain = 1};
+            struct pool_task t = {.fn = pack_slice,
+                                  .ctx = &j,
+                                  .n_rows = g1 - g0,
+                                  .min_grain = 1,
+                                  .n_groups = grouped ? 2 : 0,
+                                  .group_bounds = grouped ? bounds : NULL};
             j.g_base = g0;
             pool_run(c->pool, &t, 1);
         } else {
@@ -146,7 +196,8 @@ static int copy_all(struct cpu_ctx *c, struct cpu_weights *s, bool drop,
         if (item_of[i] >= 0)
             continue;
         item_of[i] = n;
-        it[n++] = (struct copy_item){.src = w->m, .pack = want_pack(w)};
+        it[n++] = (struct copy_item){
+            .src = w->m, .pack = want_pack(w), .stack = w->n_expert > 1, .rows_per = w->rows_per};
         total += ((size_t)w->m.n_rows * w->m.row_bytes + 63) & ~(size_t)63;
     }
     if (total == 0) {

@@ -100,3 +100,24 @@ done:
     hwloc_bitmap_free(cpus);
     return rc;
 }
+
+/* ---- the published report (numa.h) ---- */
+static pthread_mutex_t report_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct host_numa_report report;
+static bool report_set;
+
+void host_numa_report_publish(const struct host_numa_report *r) {
+    pthread_mutex_lock(&report_mu);
+    report = *r;
+    report_set = true;
+    pthread_mutex_unlock(&report_mu);
+}
+
+bool host_numa_report_get(struct host_numa_report *out) {
+    pthread_mutex_lock(&report_mu);
+    bool ok = report_set;
+    if (ok)
+        *out = report;
+    pthread_mutex_unlock(&report_mu);
+    return ok;
+}

@@ -29,6 +29,7 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +100,7 @@ struct pool_job {
     int64_t *slab_begin;
     pool_each_fn each_fn;
     void *each_ctx;
+    bool grouped; /* participants steal only from their group's slabs */
 };
 
 struct pool {
@@ -108,6 +110,9 @@ struct pool {
     int oversubscribed;      /* more threads than CPUs: spinners yield */
     struct pool_slot *slots; /* (n_threads) slot 0 unused (the caller) */
     int n_spawned;
+    int n_groups;   /* 0: none; 2: NUMA split */
+    int *group_of;  /* (n_threads) participant -> group */
+    int group_n[2]; /* participants per group */
 
     struct pool_job job; /* written by the caller only while no ticket is live */
 
@@ -173,6 +178,8 @@ static void pool_participate(struct pool *p, int worker) {
      * preempted thread then holds half the job. */
     for (int k = 0; k < ns; k++) {
         const int s = (worker + k) % ns;
+        if (job->grouped && p->group_of[s] != p->group_of[worker])
+            continue; /* the other node's rows: its own threads take them */
         const int64_t end = job->slab_begin[s + 1];
         for (;;) {
             int64_t c = atomic_fetch_add_explicit(&p->slabs[s].next, 1, memory_order_relaxed);
@@ -287,6 +294,7 @@ void pool_free(struct pool *p) {
     free(p->slabs);
     free(p->slab_begin);
     free(p->chunks);
+    free(p->group_of);
     free(p);
 }
 
@@ -311,7 +319,7 @@ static void pool_dispatch(struct pool *p, int n_invite) {
     pool_participate(p, 0);
     if (n_invite == 0)
         return;
-    if (p->job.kind == POOL_JOB_ROWS) {
+    if (p->job.kind == POOL_JOB_ROWS && !p->job.grouped) {
         /* Every chunk is taken; invited workers that have not claimed their
          * ticket yet (descheduled on a busy box) would find nothing to do, so
          * revoke them instead of waiting for their next time slice. */
@@ -404,6 +412,64 @@ static int64_t cut_slabs(const struct pool *p, struct pool_job *job, struct pool
     return n;
 }
 
+/* Rows of task i given to group g. */
+static void group_range(const struct pool *p, const struct pool_task *t, int g, int64_t *lo,
+                        int64_t *hi) {
+    int64_t b = t->n_groups == 2 && t->group_bounds ? t->group_bounds[1]
+                                                    : pool_group_bound(p, t->n_rows, t->min_grain);
+    if (b < 0)
+        b = 0;
+    if (b > t->n_rows)
+        b = t->n_rows;
+    *lo = g == 0 ? 0 : b;
+    *hi = g == 0 ? b : t->n_rows;
+}
+
+/* x (a row of [lo, hi)) moved up to the task's floor, the ends kept: the
+ * same x always maps to the same row, so neighbouring slabs meet exactly. */
+static int64_t floor_up(int64_t x, int64_t lo, int64_t hi, int64_t fl) {
+    if (x <= lo || x >= hi)
+        return x <= lo ? lo : hi;
+    x = (x + fl - 1) / fl * fl;
+    return x < hi ? x : hi;
+}
+
+/* The grouped form of cut_slabs: participant s's slab is its equal share
+ * (by rank in its group) of its group's rows over all tasks, in participant
+ * order so slab s stays [slab_begin[s], slab_begin[s + 1]). */
+static int64_t cut_grouped(const struct pool *p, struct pool_job *job, struct pool_chunk *out) {
+    int64_t total[2] = {0, 0}, n = 0;
+    for (int i = 0; i < job->n_tasks; i++)
+        for (int g = 0; g < 2; g++) {
+            int64_t lo, hi;
+            group_range(p, &job->tasks[i], g, &lo, &hi);
+            total[g] += hi - lo;
+        }
+    int rank[2] = {0, 0};
+    for (int s = 0; s < p->n_threads; s++) {
+        const int g = p->group_of[s], k = rank[g]++, m = p->group_n[g];
+        job->slab_begin[s] = n;
+        const int64_t w0 = (int64_t)k * total[g] / m, w1 = (int64_t)(k + 1) * total[g] / m;
+        int64_t slab_left = w1 - w0, pos = 0;
+        const int64_t tail = (slab_left + 15) / 16;
+        for (int i = 0; i < job->n_tasks && pos < w1; i++) {
+            const struct pool_task *t = &job->tasks[i];
+            int64_t lo, hi;
+            group_range(p, t, g, &lo, &hi);
+            const int64_t a = w0 > pos ? w0 : pos, b = w1 < pos + hi - lo ? w1 : pos + hi - lo;
+            if (a < b) {
+                const int64_t fl = task_floor(p, t);
+                const int64_t r0 = floor_up(lo + a - pos, lo, hi, fl);
+                const int64_t r1 = floor_up(lo + b - pos, lo, hi, fl);
+                n = cut_piece(p, job, out, n, i, r0, r1, &slab_left, tail);
+            }
+            pos += hi - lo;
+        }
+    }
+    job->slab_begin[p->n_threads] = n;
+    return n;
+}
+
 /* Cuts the row job in p->job into one slab per participant (equal rows,
  * boundaries on each task's floor) and each slab into chunks that halve
  * down to 1/16 of the slab: a participant streams most of its slab in two or
@@ -422,7 +488,8 @@ static int pool_cut(struct pool *p, struct pool_job *job) {
         return 0;
     /* A job with few floor-sized pieces invites only that many participants. */
     const int ns = pieces < p->n_threads ? (int)pieces : p->n_threads;
-    const int64_t n = cut_slabs(p, job, NULL, ns, total);
+    job->grouped = p->n_groups == 2 && ns == p->n_threads;
+    const int64_t n = job->grouped ? cut_grouped(p, job, NULL) : cut_slabs(p, job, NULL, ns, total);
     if (n > p->chunk_cap) {
         struct pool_chunk *c = realloc(p->chunks, (size_t)n * sizeof *c);
         if (!c)
@@ -430,7 +497,10 @@ static int pool_cut(struct pool *p, struct pool_job *job) {
         p->chunks = c;
         p->chunk_cap = n;
     }
-    cut_slabs(p, job, p->chunks, ns, total);
+    if (job->grouped)
+        cut_grouped(p, job, p->chunks);
+    else
+        cut_slabs(p, job, p->chunks, ns, total);
     job->chunks = p->chunks;
     return ns;
 }
@@ -478,6 +548,7 @@ void pool_run_each(struct pool *p, pool_each_fn fn, void *ctx, int n) {
         n = p->n_threads;
     enter_dispatch(p);
     p->job.kind = POOL_JOB_EACH;
+    p->job.grouped = false;
     p->job.each_fn = fn;
     p->job.each_ctx = ctx;
     pool_dispatch(p, n - 1);
@@ -497,4 +568,44 @@ int pool_n_parked(const struct pool *p) {
     for (int w = 1; w < p->n_threads; w++)
         n += (int)atomic_load(&((struct pool *)p)->slots[w].parked);
     return n;
+}
+
+int pool_set_groups(struct pool *p, int n_groups, const int *group_of) {
+    if (n_groups <= 1) {
+        p->n_groups = 0;
+        return 0;
+    }
+    if (n_groups != 2 || !group_of)
+        return STRATA_E_INVALID;
+    int cnt[2] = {0, 0};
+    for (int w = 0; w < p->n_threads; w++) {
+        if (group_of[w] != 0 && group_of[w] != 1)
+            return STRATA_E_INVALID;
+        cnt[group_of[w]]++;
+    }
+    if (!cnt[0] || !cnt[1])
+        return STRATA_E_INVALID;
+    if (!p->group_of && !(p->group_of = malloc((size_t)p->n_threads * sizeof *p->group_of)))
+        return STRATA_E_NOMEM;
+    memcpy(p->group_of, group_of, (size_t)p->n_threads * sizeof *p->group_of);
+    p->group_n[0] = cnt[0];
+    p->group_n[1] = cnt[1];
+    p->n_groups = 2;
+    return 0;
+}
+
+int pool_n_groups(const struct pool *p) {
+    return p->n_groups;
+}
+
+int pool_group_of(const struct pool *p, int worker) {
+    return p->n_groups == 2 && worker >= 0 && worker < p->n_threads ? p->group_of[worker] : 0;
+}
+
+int64_t pool_group_bound(const struct pool *p, int64_t n_rows, int64_t min_grain) {
+    if (p->n_groups != 2 || n_rows <= 0)
+        return n_rows;
+    const int64_t fl = min_grain > 0 ? min_grain : p->min_grain;
+    const int64_t b = n_rows * p->group_n[0] / p->n_threads;
+    return b / fl * fl;
 }

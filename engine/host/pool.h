@@ -49,13 +49,11 @@ struct pool_task {
     int64_t min_grain; /* 0 = pool default */
     int64_t max_grain; /* 0 = none; else most rows per chunk (wins over min_grain);
                           backend-cpu caps decode matmul chunks at 4 MiB of weights */
-    /* NUMA seam (optional; not implemented yet, leave n_groups = 0).
-     * A two-node split will set n_groups = 2 and group_bounds = {0, b, n_rows}
-     * (borrowed, n_groups + 1 ascending row boundaries): rows [bounds[g],
-     * bounds[g+1]) are then handed only to the workers of group g (the
-     * workers whose threads sit on the node holding those weight pages), each
-     * group through its own cursor. Today the pool ignores these fields and
-     * hands every row through its per-participant slabs. */
+    /* NUMA split (optional): n_groups = 2 and group_bounds = {0, b, n_rows}
+     * (borrowed, ascending) give rows [bounds[g], bounds[g+1]) only to the
+     * participants of group g (pool_set_groups: the threads on the node
+     * holding those weight pages). A task without bounds on a grouped pool
+     * is cut at pool_group_bound. Ignored on a pool without groups. */
     int n_groups;
     const int64_t *group_bounds;
 };
@@ -74,6 +72,23 @@ int pool_run(struct pool *p, const struct pool_task *tasks, int n_tasks);
  * that invite fewer workers than exist). */
 typedef void (*pool_each_fn)(void *ctx, int worker);
 void pool_run_each(struct pool *p, pool_each_fn fn, void *ctx, int n);
+
+/* Two row groups (NUMA split): group_of[w] (0 or 1, borrowed, copied) for
+ * every participant w of pool_n_threads (0 = the caller); n_groups 0 or 1
+ * turns grouping off. Row jobs then hand group g's rows only to group g's
+ * participants (each row still computed exactly once, by the same kernel
+ * call shape: results do not change). A job with fewer pieces than threads
+ * is not grouped (it reads too little to matter). Call between dispatches,
+ * from the dispatching thread. 0, or STRATA_E_INVALID (a group without a
+ * participant, a value not 0/1). */
+int pool_set_groups(struct pool *p, int n_groups, const int *group_of);
+int pool_n_groups(const struct pool *p);
+int pool_group_of(const struct pool *p, int worker);
+/* Where a task of n_rows (min_grain as in pool_task, 0 = the pool's) is cut
+ * between the groups when it names no bounds: n_rows times group 0's share
+ * of the threads, down to the grain; n_rows without groups. The weight
+ * arena's first touch cuts each matrix at the same row. */
+int64_t pool_group_bound(const struct pool *p, int64_t n_rows, int64_t min_grain);
 
 /* Workers currently parked (sleeping in the kernel); for tests and /status. */
 int pool_n_parked(const struct pool *p);

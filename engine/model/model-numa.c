@@ -1,0 +1,161 @@
+/* engine/model/model-numa.c: --numa around a model's load (model-numa.h). */
+#include "engine/model/model-numa.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/gguf/gguf.h"
+#include "engine/host/pool.h"
+#include "engine/model/model.h"
+
+/* 1024 pages of the file: the ~1% resolution the 90% rule needs, and
+ * under a millisecond of mincore + move_pages. */
+#define NUMA_PRESAMPLES 1024
+
+static int presample(const char *path, const struct host_numa_ops *ops, struct host_numa_share *out,
+                     struct strata_error *err) {
+    memset(out, 0, sizeof *out);
+    out->source = "none";
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0; /* model_load reports the missing file */
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st) == 0 && st.st_size > 0) {
+        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        if (p != MAP_FAILED) {
+            /* a fresh mapping maps no page: mincore still answers from the page cache */
+            rc = host_numa_sample(ops, p, (size_t)st.st_size, NUMA_PRESAMPLES, out, err);
+            munmap(p, (size_t)st.st_size);
+        }
+    }
+    close(fd);
+    return rc;
+}
+
+int model_numa_prepare(const char *path, const char *mode, struct pool *pool, int gpu_node,
+                       const struct host_numa_ops *ops, struct host_numa_report *rep,
+                       struct strata_error *err) {
+    memset(rep, 0, sizeof *rep);
+    rep->placement = "none";
+    rep->share[0] = rep->share[1] = -1;
+    rep->before.source = "none";
+    struct host_numa_mode m;
+    if (host_numa_mode_parse(mode, &m, err) < 0)
+        return -1;
+    const struct host_numa_topo *t = host_numa_topo();
+    if (m.kind != HOST_NUMA_OFF && t && t->n_nodes > 1) {
+        struct strata_error se = {0};
+        if (presample(path, ops, &rep->before, &se) < 0)
+            snprintf(rep->note, sizeof rep->note, "page sample: %.180s", se.message);
+    }
+    const int n_threads = pool ? pool_n_threads(pool) : 1;
+    if (host_numa_decide(t, &m, n_threads, &rep->before, gpu_node, &rep->plan, err) < 0)
+        return -1;
+    struct strata_error ae = {0};
+    if (host_numa_apply(&rep->plan, pool, ops, &ae) < 0) {
+        snprintf(rep->note, sizeof rep->note, "%.190s", ae.message);
+        snprintf(rep->plan.why + strlen(rep->plan.why),
+                 sizeof rep->plan.why - strlen(rep->plan.why), " (refused: unbound)");
+        rep->plan.n_groups = 0;
+    }
+    return 0;
+}
+
+int model_numa_finish(const struct model *m, struct pool *pool, const struct host_numa_ops *ops,
+                      bool force, struct host_numa_report *rep, struct strata_error *err) {
+    const char *layout = model_weights_layout(m);
+    if (!rep->plan.n_groups) {
+        host_numa_report_publish(rep);
+        return 0;
+    }
+    if (strncmp(layout, "arena", 5) == 0) {
+        rep->placement = "first touch (arena)";
+        rep->bytes_first_touched = model_copied_bytes(m);
+        host_numa_report_publish(rep);
+        return 0;
+    }
+    /* the weights stay in the file: its page-cache pages are placed */
+    const struct gguf_file *g = model_gguf(m);
+    const uint8_t *base = gguf_file_base(g);
+    const int64_t n = gguf_n_tensors(g);
+    /* two spans a matrix, or an expert of a stack (n_dims 3: its matmuls run
+     * per expert over ne[1] rows) */
+    size_t cap = 1;
+    for (int64_t i = 0; i < n; i++) {
+        const struct gguf_tensor_info *ti = gguf_tensor_at(g, i);
+        cap += ti && ti->n_dims >= 3 && ti->ne[2] > 0 ? 2 * (size_t)ti->ne[2] : 2;
+    }
+    struct host_numa_span *sp = calloc(cap, sizeof *sp);
+    int fd = open(gguf_path(g), O_RDONLY | O_CLOEXEC);
+    int rc = 0, k = 0;
+    if (!sp || fd < 0) {
+        rc = strata_error_set(err, sp ? STRATA_E_IO : STRATA_E_NOMEM,
+                              "numa: cannot place the file's pages (%s)", gguf_path(g));
+        goto done;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const struct gguf_tensor_info *ti = gguf_tensor_at(g, i);
+        if (!ti || !ti->n_bytes)
+            continue;
+        const int64_t n_mat = ti->n_dims >= 3 && ti->ne[2] > 0 ? ti->ne[2] : 1;
+        int64_t rows = 1;
+        for (uint32_t d = 1; d < ti->n_dims; d++)
+            rows *= ti->ne[d];
+        rows /= n_mat; /* rows of one matrix (one expert of a stack) */
+        const uint64_t mat_bytes = ti->n_bytes / (uint64_t)n_mat;
+        const uint64_t row_bytes = rows > 0 ? mat_bytes / (uint64_t)rows : mat_bytes;
+        /* rows [0, cut) are group 0's in every kernel over this matrix */
+        const int64_t cut =
+            pool && pool_n_groups(pool) == 2 ? pool_group_bound(pool, rows, 0) : rows;
+        for (int64_t e = 0; e < n_mat; e++) {
+            const uint8_t *a = (const uint8_t *)ti->data + (size_t)e * mat_bytes;
+            const uint64_t off = (uint64_t)(a - base);
+            const uint64_t b0 = (uint64_t)cut * row_bytes;
+            if (b0)
+                sp[k++] = (struct host_numa_span){a, b0, off, 0};
+            if (mat_bytes > b0)
+                sp[k++] = (struct host_numa_span){a + b0, mat_bytes - b0, off + b0, 1};
+        }
+    }
+    struct host_numa_placement pl;
+    if (host_numa_place_file_pages(&rep->plan, pool, ops, fd, sp, k, force, &pl, err) < 0) {
+        rc = -1;
+        goto done;
+    }
+    rep->placement = "page cache";
+    rep->bytes_moved = pl.bytes_moved;
+    rep->bytes_filled = pl.bytes_filled;
+    rep->share[0] = pl.share_after[0];
+    rep->share[1] = rep->plan.n_groups == 2 ? pl.share_after[1] : -1;
+    rep->place_ms = pl.ms;
+    host_numa_report_publish(rep);
+done:
+    if (fd >= 0)
+        close(fd);
+    free(sp);
+    return rc;
+}
+
+void model_numa_line(const struct host_numa_report *rep, char *buf, size_t cap) {
+    const struct host_numa_topo *t = host_numa_topo();
+    char sh[64] = "";
+    if (rep->share[0] >= 0 && rep->share[1] >= 0)
+        snprintf(sh, sizeof sh, ", shares %.1f%% / %.1f%%", rep->share[0] * 100,
+                 rep->share[1] * 100);
+    else if (rep->share[0] >= 0)
+        snprintf(sh, sizeof sh, ", share %.1f%%", rep->share[0] * 100);
+    snprintf(
+        buf, cap,
+        "%d node%s, %d packages, %d cores, %d CPUs%s; %s; placement %s (%.1f MB first-touched, "
+        "%.1f MB moved, %.1f MB filled%s, %.0f ms)%s%s",
+        t ? t->n_nodes : 0, t && t->n_nodes == 1 ? "" : "s", t ? t->n_packages : 0,
+        t ? t->n_cores : 0, t ? t->n_pus : 0, t && t->smt ? " (SMT)" : "", rep->plan.why,
+        rep->placement, (double)rep->bytes_first_touched / 1e6, (double)rep->bytes_moved / 1e6,
+        (double)rep->bytes_filled / 1e6, sh, rep->place_ms, rep->note[0] ? "; " : "", rep->note);
+}
