@@ -23,6 +23,7 @@
  * Any other field is unknown: ignored as OpenAI does, its name kept in
  * rq->unknown for the debug log line (sched.c's op_submit). */
 #include "server/openai-ext.h"
+#include "server/openai-check.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -37,100 +38,19 @@ static void *ext_memdup(const void *src, size_t n) {
     return p;
 }
 
-static int efail(struct strata_error *err, char *param, size_t cap, int code, const char *p,
-                 const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-static int efail(struct strata_error *err, char *param, size_t cap, int code, const char *p,
-                 const char *fmt, ...) {
-    if (param && cap)
-        snprintf(param, cap, "%s", p ? p : "");
-    va_list ap;
-    va_start(ap, fmt);
-    strata_error_setv(err, code, fmt, ap);
-    va_end(ap);
-    return code;
-}
-
-static json_t *efield(json_t *body, const char *name) {
-    json_t *v = json_object_get(body, name);
-    return json_is_null(v) ? NULL : v;
-}
-
-/* An integer value (a real with no fraction counts, as openai.c reads them). */
-static bool as_int(json_t *x, int64_t *out) {
-    if (json_is_integer(x)) {
-        *out = json_integer_value(x);
-        return true;
-    }
-    if (json_is_real(x) && json_real_value(x) == floor(json_real_value(x)) &&
-        fabs(json_real_value(x)) < 9e15) {
-        *out = (int64_t)json_real_value(x);
-        return true;
-    }
-    return false;
-}
-
-struct ectx {
-    json_t *body;
-    char *param;
-    size_t cap;
-    struct strata_error *err;
-};
-
-/* 1 read, 0 absent, <0 error */
-static int e_int(struct ectx *c, const char *name, int64_t lo, int64_t hi, int64_t *out) {
-    json_t *x = efield(c->body, name);
-    if (!x)
-        return 0;
-    int64_t i;
-    if (!as_int(x, &i))
-        return efail(c->err, c->param, c->cap, STRATA_E_INVALID, name, "'%s' must be an integer",
-                     name);
-    if (i < lo || i > hi)
-        return efail(c->err, c->param, c->cap, STRATA_E_RANGE, name,
-                     "'%s' is %lld; it must be between %lld and %lld", name, (long long)i,
-                     (long long)lo, (long long)hi);
-    *out = i;
-    return 1;
-}
-
-static int e_num(struct ectx *c, const char *name, double lo, double hi, double *out) {
-    json_t *x = efield(c->body, name);
-    if (!x)
-        return 0;
-    if (!json_is_number(x))
-        return efail(c->err, c->param, c->cap, STRATA_E_INVALID, name, "'%s' must be a number",
-                     name);
-    double d = json_number_value(x);
-    if (!(d >= lo && d <= hi))
-        return efail(c->err, c->param, c->cap, STRATA_E_RANGE, name,
-                     "'%s' is %g; it must be between %g and %g", name, d, lo, hi);
-    *out = d;
-    return 1;
-}
-
-static int e_bool(struct ectx *c, const char *name, bool *out) {
-    json_t *x = efield(c->body, name);
-    if (!x)
-        return 0;
-    if (!json_is_boolean(x))
-        return efail(c->err, c->param, c->cap, STRATA_E_INVALID, name, "'%s' must be a boolean",
-                     name);
-    *out = json_is_true(x);
-    return 1;
-}
-
 /* ---- the prompt forms ------------------------------------------------------ */
 
 /* ids of one prompt (an array of integers) into p; pname: its param ("prompt"
  * or "prompt[2]") */
-static int read_ids(struct ectx *c, json_t *a, const char *pname, int n_vocab,
+static int read_ids(struct openai_vctx *c, json_t *a, const char *pname, int n_vocab,
                     struct openai_prompt *p) {
     size_t n = json_array_size(a);
     if (n == 0)
-        return efail(c->err, c->param, c->cap, STRATA_E_INVALID, pname, "%s must not be empty",
-                     pname);
+        return openai_fail(c->err, c->param, c->cap, STRATA_E_INVALID, pname,
+                           "%s must not be empty", pname);
     if (n > (size_t)INT32_MAX / 2)
-        return efail(c->err, c->param, c->cap, STRATA_E_RANGE, pname, "%s is too long", pname);
+        return openai_fail(c->err, c->param, c->cap, STRATA_E_RANGE, pname, "%s is too long",
+                           pname);
     p->ids = malloc(n * sizeof(*p->ids));
     if (!p->ids)
         return strata_error_set(c->err, STRATA_E_NOMEM, "out of memory");
@@ -139,19 +59,20 @@ static int read_ids(struct ectx *c, json_t *a, const char *pname, int n_vocab,
         char q[48];
         snprintf(q, sizeof q, "%s[%zu]", pname, i);
         json_t *x = json_array_get(a, i);
-        if (!as_int(x, &id))
-            return efail(c->err, c->param, c->cap, STRATA_E_INVALID, q,
-                         "%s must be a token id (an integer)", q);
+        if (!openai_json_int(x, &id))
+            return openai_fail(c->err, c->param, c->cap, STRATA_E_INVALID, q,
+                               "%s must be a token id (an integer)", q);
         if (id < 0 || id >= n_vocab)
-            return efail(c->err, c->param, c->cap, STRATA_E_RANGE, q,
-                         "%s is %lld, not a token id in 0..%d", q, (long long)id, n_vocab - 1);
+            return openai_fail(c->err, c->param, c->cap, STRATA_E_RANGE, q,
+                               "%s is %lld, not a token id in 0..%d", q, (long long)id,
+                               n_vocab - 1);
         p->ids[i] = (int32_t)id;
     }
     p->n_ids = (int)n;
     return 0;
 }
 
-static int read_text(struct ectx *c, json_t *s, struct openai_prompt *p) {
+static int read_text(struct openai_vctx *c, json_t *s, struct openai_prompt *p) {
     p->len = json_string_length(s);
     p->text = malloc(p->len + 1);
     if (!p->text)
@@ -162,10 +83,11 @@ static int read_text(struct ectx *c, json_t *s, struct openai_prompt *p) {
 
 int openai_ext_prompt(json_t *body, int n_vocab, struct openai_request *rq, char *param,
                       size_t param_cap, struct strata_error *err) {
-    struct ectx c = {body, param, param_cap, err};
-    json_t *p = efield(body, "prompt");
+    struct openai_vctx c = {body, param, param_cap, err};
+    json_t *p = openai_field(body, "prompt");
     if (!p)
-        return efail(err, param, param_cap, STRATA_E_INVALID, "prompt", "'prompt' is required");
+        return openai_fail(err, param, param_cap, STRATA_E_INVALID, "prompt",
+                           "'prompt' is required");
     const char *shape = "'prompt' must be a string, an array of strings, an array of token ids "
                         "or an array of arrays of token ids";
     size_t n = 1;
@@ -173,16 +95,16 @@ int openai_ext_prompt(json_t *body, int n_vocab, struct openai_request *rq, char
     if (json_is_array(p)) {
         n = json_array_size(p);
         if (n == 0)
-            return efail(err, param, param_cap, STRATA_E_INVALID, "prompt",
-                         "'prompt' must not be an empty array");
+            return openai_fail(err, param, param_cap, STRATA_E_INVALID, "prompt",
+                               "'prompt' must not be an empty array");
         ids = json_is_number(json_array_get(p, 0));
         if (ids)
             n = 1;
         else if (n > OPENAI_MAX_PROMPTS)
-            return efail(err, param, param_cap, STRATA_E_RANGE, "prompt",
-                         "'prompt' has %zu prompts; at most %d", n, OPENAI_MAX_PROMPTS);
+            return openai_fail(err, param, param_cap, STRATA_E_RANGE, "prompt",
+                               "'prompt' has %zu prompts; at most %d", n, OPENAI_MAX_PROMPTS);
     } else if (!json_is_string(p)) {
-        return efail(err, param, param_cap, STRATA_E_INVALID, "prompt", "%s", shape);
+        return openai_fail(err, param, param_cap, STRATA_E_INVALID, "prompt", "%s", shape);
     }
     rq->prompts = calloc(n, sizeof(*rq->prompts));
     if (!rq->prompts)
@@ -203,8 +125,8 @@ int openai_ext_prompt(json_t *body, int n_vocab, struct openai_request *rq, char
             else if (json_is_array(x))
                 rc = read_ids(&c, x, q, n_vocab, &rq->prompts[i]);
             else
-                rc = efail(err, param, param_cap, STRATA_E_INVALID, q,
-                           "%s must be a string or an array of token ids", q);
+                rc = openai_fail(err, param, param_cap, STRATA_E_INVALID, q,
+                                 "%s must be a string or an array of token ids", q);
         }
     }
     if (rc < 0)
@@ -315,45 +237,45 @@ static bool is_empty_value(json_t *x) {
            (json_is_integer(x) && json_integer_value(x) == -1);
 }
 
-static int check_llama_off(struct ectx *c) {
+static int check_llama_off(struct openai_vctx *c) {
     for (size_t i = 0; i < sizeof(off_values) / sizeof(off_values[0]); i++) {
         const struct off_value *o = &off_values[i];
-        json_t *x = efield(c->body, o->name);
+        json_t *x = openai_field(c->body, o->name);
         if (!x)
             continue;
         bool off;
         if (o->kind == OFF_BOOL_FALSE) {
             if (!json_is_boolean(x))
-                return efail(c->err, c->param, c->cap, STRATA_E_INVALID, o->name,
-                             "'%s' must be a boolean", o->name);
+                return openai_fail(c->err, c->param, c->cap, STRATA_E_INVALID, o->name,
+                                   "'%s' must be a boolean", o->name);
             off = json_is_false(x);
         } else {
             if (!json_is_number(x))
-                return efail(c->err, c->param, c->cap, STRATA_E_INVALID, o->name,
-                             "'%s' must be a number", o->name);
+                return openai_fail(c->err, c->param, c->cap, STRATA_E_INVALID, o->name,
+                                   "'%s' must be a number", o->name);
             double d = json_number_value(x);
             off = o->kind == OFF_NUM_EQ ? d == o->off : d <= o->off;
         }
         if (!off)
-            return efail(c->err, c->param, c->cap, STRATA_E_UNSUPPORTED, o->name,
-                         "'%s' is not supported by this server (only its off value, %s%g, "
-                         "is accepted)",
-                         o->name,
-                         o->kind == OFF_BOOL_FALSE ? "false; "
-                         : o->kind == OFF_NUM_LE   ? "<= "
-                                                   : "",
-                         o->off);
+            return openai_fail(c->err, c->param, c->cap, STRATA_E_UNSUPPORTED, o->name,
+                               "'%s' is not supported by this server (only its off value, %s%g, "
+                               "is accepted)",
+                               o->name,
+                               o->kind == OFF_BOOL_FALSE ? "false; "
+                               : o->kind == OFF_NUM_LE   ? "<= "
+                                                         : "",
+                               o->off);
     }
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
         json_t *x = json_object_get(c->body, refused[i]);
         if (!is_empty_value(x))
-            return efail(c->err, c->param, c->cap, STRATA_E_UNSUPPORTED, refused[i],
-                         "'%s' is not supported by this server", refused[i]);
+            return openai_fail(c->err, c->param, c->cap, STRATA_E_UNSUPPORTED, refused[i],
+                               "'%s' is not supported by this server", refused[i]);
     }
     return 0;
 }
 
-static int parse_llama(struct ectx *c, struct openai_request *rq, int n_vocab) {
+static int parse_llama(struct openai_vctx *c, struct openai_request *rq, int n_vocab) {
     (void)n_vocab;
     int rc;
     int64_t i;
@@ -361,30 +283,31 @@ static int parse_llama(struct ectx *c, struct openai_request *rq, int n_vocab) {
     if ((rc = check_llama_off(c)) < 0)
         return rc;
     /* n_predict: -1 = no limit but the context; max_tokens wins when both are given */
-    if ((rc = e_int(c, "n_predict", -1, INT32_MAX, &i)) < 0)
+    if ((rc = openai_get_int(c, "n_predict", -1, INT32_MAX, &i)) < 0)
         return rc;
     if (rc && i == 0)
-        return efail(c->err, c->param, c->cap, STRATA_E_RANGE, "n_predict",
-                     "'n_predict' is 0; it must be -1 (up to the context) or at least 1");
-    if (rc && !efield(c->body, "max_tokens") && !efield(c->body, "max_completion_tokens"))
+        return openai_fail(c->err, c->param, c->cap, STRATA_E_RANGE, "n_predict",
+                           "'n_predict' is 0; it must be -1 (up to the context) or at least 1");
+    if (rc && !openai_field(c->body, "max_tokens") &&
+        !openai_field(c->body, "max_completion_tokens"))
         rq->max_tokens = i < 0 ? -1 : i;
-    if ((rc = e_num(c, "repeat_penalty", 0.01, 10, &d)) < 0)
+    if ((rc = openai_get_num(c, "repeat_penalty", 0.01, 10, &d)) < 0)
         return rc;
     if (rc)
         rq->sp.repeat_penalty = (float)d;
     /* -1: the context (job_prepare resolves it; the sampler caps its window at 2^20) */
-    if ((rc = e_int(c, "repeat_last_n", -1, 1 << 20, &i)) < 0)
+    if ((rc = openai_get_int(c, "repeat_last_n", -1, 1 << 20, &i)) < 0)
         return rc;
     if (rc)
         rq->sp.penalty_last_n = (int)i;
-    if ((rc = e_bool(c, "cache_prompt", &rq->cache_prompt)) < 0)
+    if ((rc = openai_get_bool(c, "cache_prompt", &rq->cache_prompt)) < 0)
         return rc;
-    if ((rc = e_bool(c, "ignore_eos", &rq->ignore_eos)) < 0)
+    if ((rc = openai_get_bool(c, "ignore_eos", &rq->ignore_eos)) < 0)
         return rc;
     const int max_top = SAMPLER_MAX_TOP_LOGPROBS;
-    if ((rc = e_int(c, "n_probs", 0, max_top, &i)) < 0)
+    if ((rc = openai_get_int(c, "n_probs", 0, max_top, &i)) < 0)
         return rc;
-    if (rc && i > 0 && !efield(c->body, "logprobs")) {
+    if (rc && i > 0 && !openai_field(c->body, "logprobs")) {
         rq->logprobs = true;
         rq->top_logprobs = (int)i;
         rq->sp.n_top_logprobs = (int)i;
@@ -395,38 +318,41 @@ static int parse_llama(struct ectx *c, struct openai_request *rq, int n_vocab) {
 
 int openai_ext_parse(json_t *body, int n_vocab, struct openai_request *rq, char *param,
                      size_t param_cap, struct strata_error *err) {
-    struct ectx c = {body, param, param_cap, err};
+    struct openai_vctx c = {body, param, param_cap, err};
     int rc;
     int64_t n = 1, best_of = 0;
-    if ((rc = e_int(&c, "n", 1, OPENAI_MAX_N, &n)) < 0)
+    if ((rc = openai_get_int(&c, "n", 1, OPENAI_MAX_N, &n)) < 0)
         return rc;
     rq->n = (int)n;
     if (rq->n_prompts < 1)
         rq->n_prompts = 1;
     if ((int64_t)rq->n_prompts * n > OPENAI_MAX_CHOICES)
-        return efail(err, param, param_cap, STRATA_E_RANGE, "n",
-                     "%d prompts x n %lld = %lld choices; at most %d in one request", rq->n_prompts,
-                     (long long)n, (long long)rq->n_prompts * n, OPENAI_MAX_CHOICES);
-    if ((rc = e_int(&c, "best_of", 1, OPENAI_MAX_N, &best_of)) < 0)
+        return openai_fail(err, param, param_cap, STRATA_E_RANGE, "n",
+                           "%d prompts x n %lld = %lld choices; at most %d in one request",
+                           rq->n_prompts, (long long)n, (long long)rq->n_prompts * n,
+                           OPENAI_MAX_CHOICES);
+    if ((rc = openai_get_int(&c, "best_of", 1, OPENAI_MAX_N, &best_of)) < 0)
         return rc;
     if (rc && best_of != n)
-        return efail(err, param, param_cap, STRATA_E_UNSUPPORTED, "best_of",
-                     "best_of (%lld) other than n (%lld) is not supported: strata returns every "
-                     "choice it generates",
-                     (long long)best_of, (long long)n);
-    if ((rc = e_bool(&c, "echo", &rq->echo)) < 0)
+        return openai_fail(
+            err, param, param_cap, STRATA_E_UNSUPPORTED, "best_of",
+            "best_of (%lld) other than n (%lld) is not supported: strata returns every "
+            "choice it generates",
+            (long long)best_of, (long long)n);
+    if ((rc = openai_get_bool(&c, "echo", &rq->echo)) < 0)
         return rc;
     if (rq->echo && rq->route == GEN_ROUTE_CHAT)
-        return efail(err, param, param_cap, STRATA_E_UNSUPPORTED, "echo",
-                     "'echo' is a /v1/completions field");
+        return openai_fail(err, param, param_cap, STRATA_E_UNSUPPORTED, "echo",
+                           "'echo' is a /v1/completions field");
     rq->cache_prompt = true;
     if ((rc = parse_llama(&c, rq, n_vocab)) < 0)
         return rc;
     if (rq->echo && rq->logprobs)
-        return efail(err, param, param_cap, STRATA_E_UNSUPPORTED, "echo",
-                     "'echo' with 'logprobs' is not supported: the prompt tokens' logprobs need "
-                     "the logits of every prompt position, and strata's prefill computes only "
-                     "the last one (positions from the prefix cache have none)");
+        return openai_fail(
+            err, param, param_cap, STRATA_E_UNSUPPORTED, "echo",
+            "'echo' with 'logprobs' is not supported: the prompt tokens' logprobs need "
+            "the logits of every prompt position, and strata's prefill computes only "
+            "the last one (positions from the prefix cache have none)");
     /* the unknown fields, for the debug log */
     const char *key;
     json_t *val;

@@ -8,12 +8,12 @@
 
 #include "engine/grammar/grammar.h"
 #include "server/openai.h"
+#include "server/openai-check.h"
 
+/* openai_fail with a fixed message */
 static int fail(struct strata_error *err, char *param, size_t cap, int code, const char *p,
                 const char *msg) {
-    if (param && cap)
-        snprintf(param, cap, "%s", p);
-    return strata_error_set(err, code, "%s", msg);
+    return openai_fail(err, param, cap, code, p, "%s", msg);
 }
 
 /* Compiles schema (NULL: any JSON object) into *out. */

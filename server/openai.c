@@ -1,6 +1,7 @@
 /* server/openai.c: OpenAI request validation (see openai.h). The response
  * and chunk builders live in openai-json.c. */
 #include "server/openai.h"
+#include "server/openai-check.h"
 #include "server/openai-ext.h"
 
 #include "server/openai-tools.h"
@@ -13,181 +14,109 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Fails with code, message and param (printf-style param). */
-static int fail(struct strata_error *err, char *param, size_t cap, int code, const char *p,
-                const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-static int fail(struct strata_error *err, char *param, size_t cap, int code, const char *p,
-                const char *fmt, ...) {
-    if (param && cap)
-        snprintf(param, cap, "%s", p ? p : "");
-    va_list ap;
-    va_start(ap, fmt);
-    strata_error_setv(err, code, fmt, ap);
-    va_end(ap);
-    return code;
-}
-
 /* "%.*s" arguments for user text cut to at most n bytes at a character
  * boundary ("%.40s" could split a UTF-8 character, and a message that is
  * not UTF-8 cannot become the JSON error body). */
 #define CUT(s, n) strata_utf8_cut((s), (n)), (s)
 
-/* The field, or NULL when absent or null. */
-static json_t *field(json_t *body, const char *name) {
-    json_t *v = json_object_get(body, name);
-    return json_is_null(v) ? NULL : v;
-}
-
-struct vctx {
-    json_t *body;
-    char *param;
-    size_t cap;
-    struct strata_error *err;
-};
-
 /* Reads an optional number in [lo, hi] into *out. 1 read, 0 absent, <0 error. */
-static int get_num(struct vctx *v, const char *name, double lo, double hi, double *out) {
-    json_t *x = field(v->body, name);
-    if (!x)
-        return 0;
-    if (!json_is_number(x))
-        return fail(v->err, v->param, v->cap, STRATA_E_INVALID, name, "'%s' must be a number",
-                    name);
-    double d = json_number_value(x);
-    if (!(d >= lo && d <= hi))
-        return fail(v->err, v->param, v->cap, STRATA_E_RANGE, name,
-                    "'%s' is %g; it must be between %g and %g", name, d, lo, hi);
-    *out = d;
-    return 1;
-}
-
-static int get_int(struct vctx *v, const char *name, int64_t lo, int64_t hi, int64_t *out) {
-    json_t *x = field(v->body, name);
-    if (!x)
-        return 0;
-    int64_t i;
-    if (json_is_integer(x)) {
-        i = json_integer_value(x);
-    } else if (json_is_real(x) && json_real_value(x) == floor(json_real_value(x)) &&
-               fabs(json_real_value(x)) < 9e15) {
-        i = (int64_t)json_real_value(x);
-    } else {
-        return fail(v->err, v->param, v->cap, STRATA_E_INVALID, name, "'%s' must be an integer",
-                    name);
-    }
-    if (i < lo || i > hi)
-        return fail(v->err, v->param, v->cap, STRATA_E_RANGE, name,
-                    "'%s' is %lld; it must be between %lld and %lld", name, (long long)i,
-                    (long long)lo, (long long)hi);
-    *out = i;
-    return 1;
-}
-
-static int get_bool(struct vctx *v, const char *name, bool *out) {
-    json_t *x = field(v->body, name);
-    if (!x)
-        return 0;
-    if (!json_is_boolean(x))
-        return fail(v->err, v->param, v->cap, STRATA_E_INVALID, name, "'%s' must be a boolean",
-                    name);
-    *out = json_is_true(x);
-    return 1;
-}
-
 static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
 
-static int check_messages(struct vctx *v, json_t *msgs) {
+static int check_messages(struct openai_vctx *v, json_t *msgs) {
     char p[96];
     if (!json_is_array(msgs))
-        return fail(v->err, v->param, v->cap, STRATA_E_INVALID, "messages",
-                    "'messages' must be an array");
+        return openai_fail(v->err, v->param, v->cap, STRATA_E_INVALID, "messages",
+                           "'messages' must be an array");
     if (json_array_size(msgs) == 0)
-        return fail(v->err, v->param, v->cap, STRATA_E_INVALID, "messages",
-                    "'messages' must contain at least one message");
+        return openai_fail(v->err, v->param, v->cap, STRATA_E_INVALID, "messages",
+                           "'messages' must contain at least one message");
     size_t i;
     json_t *m;
     json_array_foreach(msgs, i, m) {
         snprintf(p, sizeof(p), "messages[%zu]", i);
         if (!json_is_object(m))
-            return fail(v->err, v->param, v->cap, STRATA_E_INVALID, p, "%s must be an object", p);
+            return openai_fail(v->err, v->param, v->cap, STRATA_E_INVALID, p,
+                               "%s must be an object", p);
         snprintf(p, sizeof(p), "messages[%zu].role", i);
         json_t *role = json_object_get(m, "role");
         if (!json_is_string(role))
-            return fail(v->err, v->param, v->cap, STRATA_E_INVALID, p, "%s must be a string", p);
+            return openai_fail(v->err, v->param, v->cap, STRATA_E_INVALID, p, "%s must be a string",
+                               p);
         bool known = false;
         for (size_t r = 0; r < sizeof(roles) / sizeof(roles[0]); r++)
             known |= strcmp(json_string_value(role), roles[r]) == 0;
         if (!known)
-            return fail(v->err, v->param, v->cap, STRATA_E_INVALID, p,
-                        "%s '%.*s' is not one of system, developer, user, assistant, tool", p,
-                        CUT(json_string_value(role), 40));
+            return openai_fail(v->err, v->param, v->cap, STRATA_E_INVALID, p,
+                               "%s '%.*s' is not one of system, developer, user, assistant, tool",
+                               p, CUT(json_string_value(role), 40));
         bool assistant = strcmp(json_string_value(role), "assistant") == 0;
         int trc = openai_check_tool_fields(m, i, v->param, v->cap, v->err);
         if (trc < 0)
             return trc;
         snprintf(p, sizeof(p), "messages[%zu].content", i);
-        json_t *c = field(m, "content");
+        json_t *c = openai_field(m, "content");
         if (!c) {
             if (assistant)
                 continue; /* OpenAI allows a content-less assistant message */
-            return fail(v->err, v->param, v->cap, STRATA_E_INVALID, p, "%s is required", p);
+            return openai_fail(v->err, v->param, v->cap, STRATA_E_INVALID, p, "%s is required", p);
         }
         if (json_is_string(c))
             continue;
         if (!json_is_array(c))
-            return fail(v->err, v->param, v->cap, STRATA_E_INVALID, p,
-                        "%s must be a string or an array of content parts", p);
+            return openai_fail(v->err, v->param, v->cap, STRATA_E_INVALID, p,
+                               "%s must be a string or an array of content parts", p);
         size_t j;
         json_t *part;
         json_array_foreach(c, j, part) {
             snprintf(p, sizeof(p), "messages[%zu].content[%zu].type", i, j);
             json_t *type = json_is_object(part) ? json_object_get(part, "type") : NULL;
             if (!json_is_string(type))
-                return fail(v->err, v->param, v->cap, STRATA_E_INVALID, p, "%s must be a string",
-                            p);
+                return openai_fail(v->err, v->param, v->cap, STRATA_E_INVALID, p,
+                                   "%s must be a string", p);
             if (strcmp(json_string_value(type), "text") != 0)
-                return fail(v->err, v->param, v->cap, STRATA_E_UNSUPPORTED, p,
-                            "content part type '%.*s' is not supported (text only)",
-                            CUT(json_string_value(type), 40));
+                return openai_fail(v->err, v->param, v->cap, STRATA_E_UNSUPPORTED, p,
+                                   "content part type '%.*s' is not supported (text only)",
+                                   CUT(json_string_value(type), 40));
             if (!json_is_string(json_object_get(part, "text"))) {
                 snprintf(p, sizeof(p), "messages[%zu].content[%zu].text", i, j);
-                return fail(v->err, v->param, v->cap, STRATA_E_INVALID, p, "%s must be a string",
-                            p);
+                return openai_fail(v->err, v->param, v->cap, STRATA_E_INVALID, p,
+                                   "%s must be a string", p);
             }
         }
     }
     return 0;
 }
 
-static int parse_stop(struct vctx *v, struct openai_request *rq) {
-    json_t *s = field(v->body, "stop");
+static int parse_stop(struct openai_vctx *v, struct openai_request *rq) {
+    json_t *s = openai_field(v->body, "stop");
     if (!s)
         return 0;
     if (json_is_string(s)) {
         /* the same limit as each string of the array form, with the same param
          * (it was found only by the stop matcher, after "param" was cleared) */
         if (json_string_length(s) > SAMPLER_MAX_STOP_LEN)
-            return fail(v->err, v->param, v->cap, STRATA_E_RANGE, "stop",
-                        "stop sequence longer than %d bytes", SAMPLER_MAX_STOP_LEN);
+            return openai_fail(v->err, v->param, v->cap, STRATA_E_RANGE, "stop",
+                               "stop sequence longer than %d bytes", SAMPLER_MAX_STOP_LEN);
         rq->stops[0] = strdup(json_string_value(s));
         rq->n_stops = 1;
         return rq->stops[0] ? 0 : strata_error_set(v->err, STRATA_E_NOMEM, "out of memory");
     }
     if (!json_is_array(s))
-        return fail(v->err, v->param, v->cap, STRATA_E_INVALID, "stop",
-                    "'stop' must be a string or an array of strings");
+        return openai_fail(v->err, v->param, v->cap, STRATA_E_INVALID, "stop",
+                           "'stop' must be a string or an array of strings");
     if (json_array_size(s) > OPENAI_MAX_STOPS)
-        return fail(v->err, v->param, v->cap, STRATA_E_RANGE, "stop",
-                    "'stop' has %zu sequences; at most %d", json_array_size(s), OPENAI_MAX_STOPS);
+        return openai_fail(v->err, v->param, v->cap, STRATA_E_RANGE, "stop",
+                           "'stop' has %zu sequences; at most %d", json_array_size(s),
+                           OPENAI_MAX_STOPS);
     size_t i;
     json_t *x;
     json_array_foreach(s, i, x) {
         if (!json_is_string(x))
-            return fail(v->err, v->param, v->cap, STRATA_E_INVALID, "stop",
-                        "'stop' must be a string or an array of strings");
+            return openai_fail(v->err, v->param, v->cap, STRATA_E_INVALID, "stop",
+                               "'stop' must be a string or an array of strings");
         if (json_string_length(x) > SAMPLER_MAX_STOP_LEN)
-            return fail(v->err, v->param, v->cap, STRATA_E_RANGE, "stop",
-                        "stop sequence longer than %d bytes", SAMPLER_MAX_STOP_LEN);
+            return openai_fail(v->err, v->param, v->cap, STRATA_E_RANGE, "stop",
+                               "stop sequence longer than %d bytes", SAMPLER_MAX_STOP_LEN);
         rq->stops[rq->n_stops] = strdup(json_string_value(x));
         if (!rq->stops[rq->n_stops])
             return strata_error_set(v->err, STRATA_E_NOMEM, "out of memory");
@@ -196,17 +125,17 @@ static int parse_stop(struct vctx *v, struct openai_request *rq) {
     return 0;
 }
 
-static int parse_bias(struct vctx *v, struct openai_request *rq, int n_vocab) {
-    json_t *b = field(v->body, "logit_bias");
+static int parse_bias(struct openai_vctx *v, struct openai_request *rq, int n_vocab) {
+    json_t *b = openai_field(v->body, "logit_bias");
     if (!b)
         return 0;
     if (!json_is_object(b))
-        return fail(v->err, v->param, v->cap, STRATA_E_INVALID, "logit_bias",
-                    "'logit_bias' must be an object of token id -> bias");
+        return openai_fail(v->err, v->param, v->cap, STRATA_E_INVALID, "logit_bias",
+                           "'logit_bias' must be an object of token id -> bias");
     size_t n = json_object_size(b);
     if (n > (size_t)n_vocab)
-        return fail(v->err, v->param, v->cap, STRATA_E_RANGE, "logit_bias",
-                    "'logit_bias' has more entries than the vocabulary");
+        return openai_fail(v->err, v->param, v->cap, STRATA_E_RANGE, "logit_bias",
+                           "'logit_bias' has more entries than the vocabulary");
     rq->bias = calloc(n + 1, sizeof(*rq->bias));
     if (!rq->bias)
         return strata_error_set(v->err, STRATA_E_NOMEM, "out of memory");
@@ -217,16 +146,16 @@ static int parse_bias(struct vctx *v, struct openai_request *rq, int n_vocab) {
         errno = 0;
         long id = strtol(key, &end, 10);
         if (!*key || *end || errno || id < 0 || id >= n_vocab)
-            return fail(v->err, v->param, v->cap, STRATA_E_RANGE, "logit_bias",
-                        "logit_bias key '%.*s' is not a token id in 0..%d", CUT(key, 40),
-                        n_vocab - 1);
+            return openai_fail(v->err, v->param, v->cap, STRATA_E_RANGE, "logit_bias",
+                               "logit_bias key '%.*s' is not a token id in 0..%d", CUT(key, 40),
+                               n_vocab - 1);
         if (!json_is_number(val))
-            return fail(v->err, v->param, v->cap, STRATA_E_INVALID, "logit_bias",
-                        "logit_bias values must be numbers");
+            return openai_fail(v->err, v->param, v->cap, STRATA_E_INVALID, "logit_bias",
+                               "logit_bias values must be numbers");
         double d = json_number_value(val);
         if (!(d >= -100.0 && d <= 100.0))
-            return fail(v->err, v->param, v->cap, STRATA_E_RANGE, "logit_bias",
-                        "logit_bias value %g outside -100..100", d);
+            return openai_fail(v->err, v->param, v->cap, STRATA_E_RANGE, "logit_bias",
+                               "logit_bias value %g outside -100..100", d);
         rq->bias[rq->sp.n_bias++] = (struct sampler_bias){(int32_t)id, (float)d};
     }
     rq->sp.bias = rq->bias;
@@ -234,55 +163,55 @@ static int parse_bias(struct vctx *v, struct openai_request *rq, int n_vocab) {
 }
 
 /* Fields strata does not implement: refuse rather than ignore. */
-static int check_unsupported(struct vctx *v, enum gen_route route) {
+static int check_unsupported(struct openai_vctx *v, enum gen_route route) {
     static const char *const never[] = {"functions", "function_call", "audio",      "prediction",
                                         "suffix",    "tools",         "tool_choice"};
     /* tools and tool_choice are chat fields (openai-tools.c) */
     const size_t n_never = sizeof(never) / sizeof(never[0]) - (route == GEN_ROUTE_CHAT ? 2 : 0);
     for (size_t i = 0; i < n_never; i++) {
-        json_t *x = field(v->body, never[i]);
+        json_t *x = openai_field(v->body, never[i]);
         if (x && !(json_is_array(x) && json_array_size(x) == 0) &&
             !(json_is_string(x) && strcmp(json_string_value(x), "none") == 0))
-            return fail(v->err, v->param, v->cap, STRATA_E_UNSUPPORTED, never[i],
-                        "'%s' is not supported by this server", never[i]);
+            return openai_fail(v->err, v->param, v->cap, STRATA_E_UNSUPPORTED, never[i],
+                               "'%s' is not supported by this server", never[i]);
     }
     return 0; /* n, best_of and echo: openai-ext.c */
 }
 
-static int parse_sampling(struct vctx *v, struct openai_request *rq) {
+static int parse_sampling(struct openai_vctx *v, struct openai_request *rq) {
     double d;
     int64_t i;
     int rc;
     struct sampler_params *sp = &rq->sp;
-    if ((rc = get_num(v, "temperature", 0, 2, &d)) < 0)
+    if ((rc = openai_get_num(v, "temperature", 0, 2, &d)) < 0)
         return rc;
     if (rc)
         sp->temperature = (float)d;
-    if ((rc = get_num(v, "top_p", 0, 1, &d)) < 0)
+    if ((rc = openai_get_num(v, "top_p", 0, 1, &d)) < 0)
         return rc;
     if (rc)
         sp->top_p = (float)d;
-    if ((rc = get_int(v, "top_k", 0, INT32_MAX, &i)) < 0)
+    if ((rc = openai_get_int(v, "top_k", 0, INT32_MAX, &i)) < 0)
         return rc;
     if (rc)
         sp->top_k = (int)i;
-    if ((rc = get_num(v, "min_p", 0, 1, &d)) < 0)
+    if ((rc = openai_get_num(v, "min_p", 0, 1, &d)) < 0)
         return rc;
     if (rc)
         sp->min_p = (float)d;
-    if ((rc = get_num(v, "presence_penalty", -2, 2, &d)) < 0)
+    if ((rc = openai_get_num(v, "presence_penalty", -2, 2, &d)) < 0)
         return rc;
     if (rc)
         sp->presence_penalty = (float)d;
-    if ((rc = get_num(v, "frequency_penalty", -2, 2, &d)) < 0)
+    if ((rc = openai_get_num(v, "frequency_penalty", -2, 2, &d)) < 0)
         return rc;
     if (rc)
         sp->frequency_penalty = (float)d;
-    if ((rc = get_num(v, "repetition_penalty", 0.01, 10, &d)) < 0)
+    if ((rc = openai_get_num(v, "repetition_penalty", 0.01, 10, &d)) < 0)
         return rc;
     if (rc)
         sp->repeat_penalty = (float)d;
-    if ((rc = get_int(v, "seed", INT64_MIN, INT64_MAX, &i)) < 0)
+    if ((rc = openai_get_int(v, "seed", INT64_MIN, INT64_MAX, &i)) < 0)
         return rc;
     if (rc) {
         sp->seed = (uint64_t)i;
@@ -291,12 +220,12 @@ static int parse_sampling(struct vctx *v, struct openai_request *rq) {
     return 0;
 }
 
-static int parse_logprobs(struct vctx *v, struct openai_request *rq) {
+static int parse_logprobs(struct openai_vctx *v, struct openai_request *rq) {
     int rc;
     int64_t i;
     if (rq->route == GEN_ROUTE_COMPLETION) {
         /* legacy completions: "logprobs": integer 0..5 = number of alternatives */
-        if ((rc = get_int(v, "logprobs", 0, 5, &i)) < 0)
+        if ((rc = openai_get_int(v, "logprobs", 0, 5, &i)) < 0)
             return rc;
         if (rc) {
             rq->logprobs = true;
@@ -304,14 +233,14 @@ static int parse_logprobs(struct vctx *v, struct openai_request *rq) {
         }
         return 0;
     }
-    if ((rc = get_bool(v, "logprobs", &rq->logprobs)) < 0)
+    if ((rc = openai_get_bool(v, "logprobs", &rq->logprobs)) < 0)
         return rc;
-    if ((rc = get_int(v, "top_logprobs", 0, 20, &i)) < 0)
+    if ((rc = openai_get_int(v, "top_logprobs", 0, 20, &i)) < 0)
         return rc;
     if (rc) {
         if (!rq->logprobs)
-            return fail(v->err, v->param, v->cap, STRATA_E_INVALID, "top_logprobs",
-                        "'top_logprobs' requires 'logprobs': true");
+            return openai_fail(v->err, v->param, v->cap, STRATA_E_INVALID, "top_logprobs",
+                               "'top_logprobs' requires 'logprobs': true");
         rq->top_logprobs = (int)i;
     }
     return 0;
@@ -326,32 +255,33 @@ int openai_parse(const struct gen_submit *req, const char *model_id, int n_vocab
     out->route = req->route;
     out->sp = sampler_params_default();
     out->max_tokens = -1;
-    struct vctx v = {req->body, param, param_cap, err};
+    struct openai_vctx v = {req->body, param, param_cap, err};
     int rc = 0;
     if (!json_is_object(req->body)) {
-        rc = fail(err, param, param_cap, STRATA_E_INVALID, "", "the body must be a JSON object");
+        rc = openai_fail(err, param, param_cap, STRATA_E_INVALID, "",
+                         "the body must be a JSON object");
         goto fail;
     }
-    json_t *model = field(req->body, "model");
+    json_t *model = openai_field(req->body, "model");
     if (!json_is_string(model)) {
-        rc = fail(err, param, param_cap, STRATA_E_INVALID, "model",
-                  "'model' is required and must be a string");
+        rc = openai_fail(err, param, param_cap, STRATA_E_INVALID, "model",
+                         "'model' is required and must be a string");
         goto fail;
     }
     if (strcmp(json_string_value(model), model_id) != 0) {
-        rc = fail(err, param, param_cap, STRATA_E_NOT_FOUND, "model",
-                  "The model '%.*s' does not exist; this server serves '%s'",
-                  CUT(json_string_value(model), 100), model_id);
+        rc = openai_fail(err, param, param_cap, STRATA_E_NOT_FOUND, "model",
+                         "The model '%.*s' does not exist; this server serves '%s'",
+                         CUT(json_string_value(model), 100), model_id);
         goto fail;
     }
-    if ((rc = get_bool(&v, "stream", &out->stream)) < 0)
+    if ((rc = openai_get_bool(&v, "stream", &out->stream)) < 0)
         goto fail;
-    json_t *so = field(req->body, "stream_options");
+    json_t *so = openai_field(req->body, "stream_options");
     if (so) {
         json_t *iu = json_object_get(so, "include_usage");
         if (!json_is_object(so) || (iu && !json_is_null(iu) && !json_is_boolean(iu))) {
-            rc = fail(err, param, param_cap, STRATA_E_INVALID, "stream_options",
-                      "'stream_options' must be an object with a boolean 'include_usage'");
+            rc = openai_fail(err, param, param_cap, STRATA_E_INVALID, "stream_options",
+                             "'stream_options' must be an object with a boolean 'include_usage'");
             goto fail;
         }
         out->stream_usage = json_is_true(iu);
@@ -364,8 +294,8 @@ int openai_parse(const struct gen_submit *req, const char *model_id, int n_vocab
     if (req->route == GEN_ROUTE_CHAT) {
         json_t *msgs = json_object_get(req->body, "messages");
         if (!msgs) {
-            rc =
-                fail(err, param, param_cap, STRATA_E_INVALID, "messages", "'messages' is required");
+            rc = openai_fail(err, param, param_cap, STRATA_E_INVALID, "messages",
+                             "'messages' is required");
             goto fail;
         }
         if ((rc = check_messages(&v, msgs)) < 0)
@@ -380,20 +310,21 @@ int openai_parse(const struct gen_submit *req, const char *model_id, int n_vocab
         goto fail;
     }
     int64_t mt;
-    if ((rc = get_int(&v, "max_tokens", 1, INT32_MAX, &mt)) < 0)
+    if ((rc = openai_get_int(&v, "max_tokens", 1, INT32_MAX, &mt)) < 0)
         goto fail;
     if (rc)
         out->max_tokens = mt;
-    if ((rc = get_int(&v, "max_completion_tokens", 1, INT32_MAX, &mt)) < 0)
+    if ((rc = openai_get_int(&v, "max_completion_tokens", 1, INT32_MAX, &mt)) < 0)
         goto fail;
     if (rc)
         out->max_tokens = mt;
     if ((rc = parse_sampling(&v, out)) < 0 || (rc = parse_logprobs(&v, out)) < 0 ||
         (rc = parse_stop(&v, out)) < 0 || (rc = parse_bias(&v, out, n_vocab)) < 0)
         goto fail;
-    json_t *user = field(req->body, "user");
+    json_t *user = openai_field(req->body, "user");
     if (user && !json_is_string(user)) {
-        rc = fail(err, param, param_cap, STRATA_E_INVALID, "user", "'user' must be a string");
+        rc =
+            openai_fail(err, param, param_cap, STRATA_E_INVALID, "user", "'user' must be a string");
         goto fail;
     }
     out->sp.n_top_logprobs = out->logprobs ? out->top_logprobs : 0;
