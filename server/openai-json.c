@@ -238,12 +238,14 @@ char *openai_chunk_delta_json(const struct openai_ctx *oc, json_t *delta,
     return delta ? chunk(oc, delta, "", 0, lp, NULL, NULL) : NULL;
 }
 
-char *openai_response_message(const struct openai_ctx *oc, json_t *message,
-                              const char *finish_reason, struct openai_logprobs *lp,
-                              const struct openai_usage *u, const struct openai_timings *t) {
+/* The body of a response of one choice whose `key` ("message" or "text")
+ * is value (stolen). */
+static char *response_one(const struct openai_ctx *oc, const char *key, json_t *value,
+                          const char *finish_reason, struct openai_logprobs *lp,
+                          const struct openai_usage *u, const struct openai_timings *t) {
     json_t *j = envelope(oc, false);
     json_t *choice = json_pack("{s:i}", "index", oc->index);
-    json_object_set_new(choice, "message", message);
+    json_object_set_new(choice, key, value);
     json_object_set_new(choice, "logprobs", lp ? openai_logprobs_json(lp) : json_null());
     json_object_set_new(choice, "finish_reason", json_string(finish_reason));
     json_object_set_new(j, "choices", json_pack("[o]", choice));
@@ -251,6 +253,12 @@ char *openai_response_message(const struct openai_ctx *oc, json_t *message,
     if (t)
         json_object_set_new(j, "timings", timings_json(t));
     return dump(j);
+}
+
+char *openai_response_message(const struct openai_ctx *oc, json_t *message,
+                              const char *finish_reason, struct openai_logprobs *lp,
+                              const struct openai_usage *u, const struct openai_timings *t) {
+    return response_one(oc, "message", message, finish_reason, lp, u, t);
 }
 
 char *openai_response(const struct openai_ctx *oc, const char *text, size_t len,
@@ -261,14 +269,5 @@ char *openai_response(const struct openai_ctx *oc, const char *text, size_t len,
         return openai_response_message(
             oc, json_pack("{s:s, s:o, s:n}", "role", "assistant", "content", s, "refusal"),
             finish_reason, lp, u, t);
-    json_t *j = envelope(oc, false);
-    json_t *choice = json_pack("{s:i}", "index", oc->index);
-    json_object_set_new(choice, "text", s);
-    json_object_set_new(choice, "logprobs", lp ? openai_logprobs_json(lp) : json_null());
-    json_object_set_new(choice, "finish_reason", json_string(finish_reason));
-    json_object_set_new(j, "choices", json_pack("[o]", choice));
-    json_object_set_new(j, "usage", usage_json(u));
-    if (t)
-        json_object_set_new(j, "timings", timings_json(t));
-    return dump(j);
+    return response_one(oc, "text", s, finish_reason, lp, u, t);
 }

@@ -185,6 +185,20 @@ fail:
     return rc < 0 ? rc : STRATA_E_INTERNAL;
 }
 
+/* A DELTA chunk (js: owned, freed here; NULL: nothing to send) carrying the
+ * tokens not yet counted. */
+static void emit_chunk(struct gen_job *j, char *js) {
+    if (!js)
+        return;
+    struct gen_event ev = {.type = GEN_EV_DELTA,
+                           .json = js,
+                           .json_len = strlen(js),
+                           .n_tokens = j->n_unsent > 0 ? j->n_unsent : 1};
+    job_emit(j, &ev);
+    j->n_unsent = 0;
+    free(js);
+}
+
 /* Text released by the session: a DELTA chunk (stream) or appended (the
  * non-stream body; a DELTA event without JSON still counts the tokens).
  * force: send a chunk without text when logprobs wait to go out (the last
@@ -221,15 +235,7 @@ static void emit_text(struct gen_job *j, const char *text, size_t len, bool forc
         char *js = openai_chat_out_chunk(j->co, &j->oc, text, len, force, j->lp);
         if (js && j->lp)
             openai_logprobs_clear(j->lp);
-        if (!js)
-            return;
-        struct gen_event ev = {.type = GEN_EV_DELTA,
-                               .json = js,
-                               .json_len = strlen(js),
-                               .n_tokens = j->n_unsent > 0 ? j->n_unsent : 1};
-        job_emit(j, &ev);
-        j->n_unsent = 0;
-        free(js);
+        emit_chunk(j, js);
         return;
     }
     if (!j->rq.stream) {
@@ -248,15 +254,7 @@ static void emit_text(struct gen_job *j, const char *text, size_t len, bool forc
     char *js = openai_chunk_delta(&j->oc, text, len, j->lp);
     if (j->lp)
         openai_logprobs_clear(j->lp);
-    if (!js)
-        return;
-    struct gen_event ev = {.type = GEN_EV_DELTA,
-                           .json = js,
-                           .json_len = strlen(js),
-                           .n_tokens = j->n_unsent > 0 ? j->n_unsent : 1};
-    job_emit(j, &ev);
-    j->n_unsent = 0;
-    free(js);
+    emit_chunk(j, js);
 }
 
 static struct openai_timings job_timings(const struct gen_job *j) {
