@@ -1,0 +1,462 @@
+/* tests/engine/experts/test-xstore.c: the expert store (engine/experts/xstore).
+ *
+ * On small synthesized models (tests/engine/model/model-spec.h: qwen3moe with
+ * Q8_0 experts whose 2176-byte matrices start at unaligned offsets, qwen2moe
+ * with a shared expert, mixtral-style llama MoE):
+ * - every expert matrix the store hands out has the file's bytes, in each
+ *   mode (io_uring, pread; O_DIRECT, buffered), through a budget of a few
+ *   slots that evicts on almost every get;
+ * - replacement: the per-layer floor keeps a layer's slot where a global LRU
+ *   would take it; held slots are never taken (the overflow goes to the file
+ *   tier); a budget below one token's experts is refused at init;
+ * - the model with the store gives bit-identical logits (hence the same
+ *   greedy tokens) to the model with every expert resident, in every mode and
+ *   budget, and reads each cold expert once per step;
+ * - read errors: an injected EIO (both modes), the file truncated under the
+ *   store, rewritten in place: the step fails with STRATA_E_IO and a message
+ *   naming the cause, and the next step (errors gone) gives the right logits.
+ *   A file replaced by rename keeps being served (the store reads the inode
+ *   it opened).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/cpu/backend-cpu.h"
+#include "engine/experts/experts.h"
+#include "engine/experts/xstore.h"
+#include "engine/gguf/gguf.h"
+#include "engine/kv/kv.h"
+#include "engine/model/model.h"
+#include "tests/engine/model/model-spec.h"
+#include "tests/harness.h"
+
+static const char *const exps_name[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+
+/* A qwen3moe slot: three 2176-byte Q8_0 matrices, each widened to 4 KiB
+ * blocks on both ends: 8 KiB each. */
+#define QSLOT (3 * 8192)
+
+static struct gguf_file *spec_file(char *path, size_t cap, const char *spec) {
+    struct spec s = spec_of(spec);
+    tmp_path(path, cap, spec);
+    write_model(path, &s);
+    struct strata_error err = {0};
+    struct gguf_file *f = gguf_open(path, &err);
+    ck_assert_msg(f != NULL, "%s", err.message);
+    return f;
+}
+
+static struct experts_source *store_over(const struct gguf_file *f, int n_layer, int k,
+                                         const struct xstore_params *xp) {
+    struct strata_error err = {0};
+    struct experts_file_params fp = {.queue = 0};
+    struct experts_source *file = experts_file_init(f, n_layer, &fp, &err);
+    ck_assert_msg(file != NULL, "%s", err.message);
+    struct experts_source *s = xstore_init(f, n_layer, k, file, xp, &err);
+    ck_assert_msg(s != NULL, "%s", err.message);
+    return s;
+}
+
+static const struct {
+    enum xstore_io io;
+    enum xstore_direct direct;
+    const char *mode;
+} modes[4] = {
+    {XSTORE_IO_URING, XSTORE_DIRECT_ON, "io_uring+direct"},
+    {XSTORE_IO_URING, XSTORE_DIRECT_OFF, "io_uring+buffered"},
+    {XSTORE_IO_PREAD, XSTORE_DIRECT_ON, "pread+direct"},
+    {XSTORE_IO_PREAD, XSTORE_DIRECT_OFF, "pread+buffered"},
+};
+
+/* ---- the bytes ----------------------------------------------------------------- */
+
+START_TEST(test_bytes_every_mode) {
+    char path[256];
+    struct gguf_file *f = spec_file(path, sizeof path, "qwen3moe");
+    for (int md = 0; md < 4; md++) {
+        struct xstore_params xp = xstore_params_default();
+        xp.io = modes[md].io;
+        xp.direct = modes[md].direct;
+        xp.ram_bytes = 1; /* below one slot: refused, the message says the least */
+        struct strata_error err = {0};
+        struct experts_file_params fp = {.queue = 0};
+        ck_assert(xstore_init(f, 2, 3, experts_file_init(f, 2, &fp, &err), &xp, &err) == NULL);
+        ck_assert_int_eq(err.code, STRATA_E_RANGE);
+        ck_assert_msg(strstr(err.message, "one token needs 3") != NULL, "%s", err.message);
+        xp.ram_bytes = 3 * QSLOT; /* three slots */
+        struct experts_source *src = store_over(f, 2, 3, &xp);
+        struct xstore_stats st;
+        xstore_stats(xstore_of(src), &st);
+        ck_assert_str_eq(xstore_mode(xstore_of(src)), modes[md].mode);
+        ck_assert_int_eq(st.n_slots, 3);
+        xstore_stats_free(&st);
+        uint64_t step = 1;
+        for (int round = 0; round < 2; round++)
+            for (int l = 0; l < 2; l++)
+                for (int e = 0; e < 8; e++, step++) {
+                    const int32_t id = e;
+                    ck_assert_int_eq(experts_need(src, l, &id, 1, step, &err), 0);
+                    for (int w = 0; w < 3; w++) {
+                        char name[64];
+                        snprintf(name, sizeof name, "blk.%d.%s.weight", l, exps_name[w]);
+                        const struct gguf_tensor_info *t = gguf_find_tensor(f, name);
+                        const size_t bytes = t->n_bytes / 8;
+                        struct experts_ref r;
+                        ck_assert_int_eq(experts_get(src, l, e, w, step, &r, &err), 0);
+                        ck_assert_int_eq(r.tier, EXPERTS_TIER_RAM);
+                        ck_assert_int_eq(r.mat.host.n_rows, t->ne[1]);
+                        ck_assert_int_eq(r.mat.host.n_cols, t->ne[0]);
+                        ck_assert_msg(memcmp(r.mat.host.data, (const uint8_t *)t->data + e * bytes,
+                                             bytes) == 0,
+                                      "%s: layer %d expert %d %s differs", modes[md].mode, l, e,
+                                      exps_name[w]);
+                    }
+                    experts_release(src, step);
+                }
+        xstore_stats(xstore_of(src), &st);
+        ck_assert_uint_eq(st.misses, 32); /* 16 experts, twice, 3 slots: always cold */
+        ck_assert_uint_eq(st.hits, 0);
+        ck_assert_uint_eq(st.evictions, 32 - 3);
+        ck_assert_uint_eq(st.reads, 32 * 3);
+        ck_assert_uint_eq(st.batches, 32);
+        ck_assert_uint_ge(st.bytes_read, 32 * 3 * 2176);
+        ck_assert_uint_eq(st.read_errors, 0);
+        ck_assert_str_eq(st.direct, modes[md].direct == XSTORE_DIRECT_ON ? "direct" : "buffered");
+        uint64_t nl = 0;
+        for (int b = 0; b < XSTORE_LAT_BUCKETS; b++)
+            nl += st.lat[b];
+        ck_assert_uint_eq(nl, st.reads);
+        ck_assert_uint_eq(st.layer_misses[0] + st.layer_misses[1], 32);
+        xstore_stats_free(&st);
+        experts_free(src);
+    }
+    gguf_close(f);
+    unlink(path);
+}
+END_TEST
+
+/* ---- replacement --------------------------------------------------------------- */
+
+START_TEST(test_floor_and_holds) {
+    char path[256];
+    struct gguf_file *f = spec_file(path, sizeof path, "qwen3moe");
+    struct xstore_params xp = xstore_params_default();
+    struct strata_error err = {0};
+    xp.ram_bytes = 4 * QSLOT; /* 4 slots */
+    xp.floor = 1;
+    struct experts_source *src = store_over(f, 2, 3, &xp);
+    /* step 1: layer 0 {0}, layer 1 {1, 2, 3}: full */
+    const int32_t a[1] = {0}, b[3] = {1, 2, 3}, c[1] = {5};
+    ck_assert_int_eq(experts_need(src, 0, a, 1, 1, &err), 0);
+    ck_assert_int_eq(experts_need(src, 1, b, 3, 1, &err), 0);
+    experts_release(src, 1);
+    /* step 2: layer 0 {5}: a global LRU would evict layer 0's expert 0 (the
+     * oldest); the floor keeps it and takes layer 1's oldest, expert 1 */
+    ck_assert_int_eq(experts_need(src, 0, c, 1, 2, &err), 0);
+    experts_release(src, 2);
+    ck_assert_int_eq(experts_need(src, 0, a, 1, 3, &err), 0); /* a hit */
+    struct xstore_stats st;
+    xstore_stats(xstore_of(src), &st);
+    ck_assert_uint_eq(st.layer_hits[0], 1);
+    ck_assert_uint_eq(st.layer_misses[0], 2);
+    xstore_stats_free(&st);
+    experts_release(src, 3);
+    const int32_t d[1] = {1};
+    ck_assert_int_eq(experts_need(src, 1, d, 1, 4, &err), 0); /* it was evicted: a miss */
+    xstore_stats(xstore_of(src), &st);
+    ck_assert_uint_eq(st.layer_misses[1], 4);
+    ck_assert_uint_eq(st.evictions, 2);
+    xstore_stats_free(&st);
+    experts_release(src, 4);
+
+    /* holds: a layer needing 6 experts of 4 slots keeps the 4 it read and
+     * the other 2 overflow to the file tier for this step */
+    const int32_t six[6] = {0, 1, 2, 3, 4, 5};
+    ck_assert_int_eq(experts_need(src, 0, six, 6, 5, &err), 0);
+    xstore_stats(xstore_of(src), &st);
+    ck_assert_uint_eq(st.overflow, 2);
+    ck_assert_int_eq(st.slots_used, 4);
+    xstore_stats_free(&st);
+    int tiers[EXPERTS_TIER_COUNT] = {0};
+    for (int e = 0; e < 6; e++) {
+        struct experts_ref r;
+        ck_assert_int_eq(experts_get(src, 0, e, EXPERTS_DOWN, 5, &r, &err), 0);
+        tiers[r.tier]++;
+        const struct gguf_tensor_info *t = gguf_find_tensor(f, "blk.0.ffn_down_exps.weight");
+        ck_assert(memcmp(r.mat.host.data, (const uint8_t *)t->data + e * (t->n_bytes / 8),
+                         t->n_bytes / 8) == 0);
+    }
+    ck_assert_int_eq(tiers[EXPERTS_TIER_RAM], 4);
+    ck_assert_int_eq(tiers[EXPERTS_TIER_FILE], 2);
+    /* the held four stay through another layer's need of the same step?
+     * no: ops.need says the step's other layers are done, so layer 1 may
+     * take them; but another step's holds stay: step 6 is not released */
+    experts_release(src, 5);
+    ck_assert_int_eq(experts_need(src, 0, a, 1, 6, &err), 0);
+    const int32_t four[4] = {4, 5, 6, 7};
+    ck_assert_int_eq(experts_need(src, 0, four, 4, 7, &err), 0);
+    struct experts_ref r;
+    ck_assert_int_eq(experts_get(src, 0, 0, EXPERTS_GATE, 6, &r, &err), 0);
+    ck_assert_int_eq(r.tier, EXPERTS_TIER_RAM); /* step 6 held it: never evicted */
+    experts_release(src, 6);
+    experts_release(src, 7);
+    struct experts_stats es;
+    experts_stats(src, &es);
+    ck_assert_uint_eq(es.held, 0);
+    /* prefetch is dropped (no queue), not passed to the file tier */
+    experts_prefetch(src, 0, four, 4);
+    experts_stats(src, &es);
+    ck_assert_uint_eq(es.prefetch_dropped, 4);
+    ck_assert_uint_eq(es.prefetch_queued, 0);
+    experts_free(src);
+    gguf_close(f);
+    unlink(path);
+}
+END_TEST
+
+/* ---- the model --------------------------------------------------------------------- */
+
+#define N_TOK 6
+#define N_DEC 6
+
+struct fault {
+    int fail_from; /* > 0: the fail_from-th read on fails with -EIO */
+    _Atomic int n; /* the pread pool's threads count too */
+};
+
+static int64_t fault_result(void *arg, uint64_t off, size_t n, int64_t res) {
+    struct fault *ft = arg;
+    return ft->fail_from > 0 && atomic_fetch_add(&ft->n, 1) + 1 >= ft->fail_from ? -EIO : res;
+}
+
+/* Prefill of N_TOK (every row's logits) then N_DEC greedy steps; the logits
+ * of all, and the greedy tokens into toks. */
+static float *run_model(const char *path, struct backend *be, const struct xstore_params *xp,
+                        int32_t *toks, struct xstore_stats *st) {
+    struct strata_error err = {0};
+    struct model_params mp = model_params_default();
+    mp.backend = be;
+    mp.n_ctx_max = 32;
+    mp.n_batch_max = 8;
+    mp.xstore = xp;
+    struct model *m = model_load(path, &mp, &err);
+    ck_assert_msg(m != NULL, "%s", err.message);
+    const int V = model_n_vocab(m);
+    struct kv_cache *kv = model_kv_init(m, 1, 0, &err);
+    float *out = calloc((size_t)(N_TOK + N_DEC), (size_t)V * sizeof(float));
+    struct model_batch_entry e[N_TOK];
+    for (int i = 0; i < N_TOK; i++)
+        e[i] = (struct model_batch_entry){0, i, (i * 17 + 3) % V, true};
+    ck_assert_msg(model_forward(m, kv, &(struct model_batch){e, N_TOK}, out, &err) == 0, "%s",
+                  err.message);
+    for (int s = 0; s < N_DEC; s++) {
+        const float *prev = out + (size_t)(N_TOK - 1 + s) * V;
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            best = prev[v] > prev[best] ? v : best;
+        toks[s] = best;
+        struct model_batch_entry d = {0, N_TOK + s, best, true};
+        ck_assert_msg(model_forward(m, kv, &(struct model_batch){&d, 1},
+                                    out + (size_t)(N_TOK + s) * V, &err) == 0,
+                      "%s", err.message);
+    }
+    if (st)
+        xstore_stats(xstore_of(model_experts(m)), st);
+    ck_assert_int_eq(xstore_of(model_experts(m)) != NULL, xp != NULL);
+    kv_free(kv);
+    model_free(m);
+    return out;
+}
+
+START_TEST(test_same_logits) {
+    static const char *const specs[3] = {"qwen3moe", "qwen2moe", "mixtral"};
+    static const int K[3] = {3, 2, 2}, NE[3] = {8, 6, 4};
+    struct strata_error err = {0};
+    struct backend_cpu_params cp = backend_cpu_params_default();
+    struct backend *be = backend_cpu_init(&cp, &err);
+    ck_assert(be);
+    for (int sp = 0; sp < 3; sp++) {
+        char path[256];
+        struct gguf_file *f = spec_file(path, sizeof path, specs[sp]);
+        char name[64];
+        snprintf(name, sizeof name, "blk.0.ffn_gate_exps.weight");
+        const uint64_t mat = gguf_find_tensor(f, name)->n_bytes / (uint64_t)NE[sp];
+        gguf_close(f);
+        int32_t want_tok[N_DEC], got_tok[N_DEC];
+        float *want = run_model(path, be, NULL, want_tok, NULL);
+        const size_t n = (size_t)(N_TOK + N_DEC) * 96 * sizeof(float);
+        for (int md = 0; md < 4; md++)
+            for (int budget = 0; budget < 2; budget++) {
+                struct xstore_params xp = xstore_params_default();
+                xp.io = modes[md].io;
+                xp.direct = modes[md].direct;
+                /* K slots: constant eviction (and overflow in the prefill);
+                 * or every expert */
+                const uint64_t slot = 3 * (((mat + 4095) & ~4095ull) + 4096);
+                xp.ram_bytes = budget == 0 ? (uint64_t)K[sp] * slot : 0;
+                struct xstore_stats st;
+                float *got = run_model(path, be, &xp, got_tok, &st);
+                ck_assert_msg(memcmp(got, want, n) == 0, "%s %s budget %d: logits differ",
+                              specs[sp], modes[md].mode, budget);
+                ck_assert(memcmp(got_tok, want_tok, sizeof want_tok) == 0);
+                ck_assert_uint_gt(st.misses, 0);
+                ck_assert_uint_eq(st.read_errors, 0);
+                if (budget == 0) {
+                    ck_assert_uint_gt(st.evictions, 0);
+                } else {
+                    /* each expert read once: misses = distinct (layer, expert) picked */
+                    ck_assert_uint_eq(st.evictions, 0);
+                    ck_assert_uint_eq(st.overflow, 0);
+                    ck_assert_uint_le(st.misses, 2 * (uint64_t)NE[sp]);
+                    ck_assert_uint_gt(st.hits, 0);
+                }
+                /* a step's picks of a layer come in one batch */
+                ck_assert_uint_le(st.batches, 2 * (1 + N_DEC));
+                xstore_stats_free(&st);
+                free(got);
+            }
+        free(want);
+        unlink(path);
+    }
+    backend_free(be);
+}
+END_TEST
+
+/* ---- read errors ---------------------------------------------------------------- */
+
+static void copy_file(const char *from, const char *to) {
+    size_t n = 0;
+    void *b = test_read_file(from, &n);
+    ck_assert(b);
+    FILE *o = fopen(to, "wb");
+    ck_assert(o && fwrite(b, 1, n, o) == n);
+    fclose(o);
+    free(b);
+}
+
+START_TEST(test_read_errors) {
+    char path[256], copy[300];
+    struct gguf_file *f = spec_file(path, sizeof path, "qwen3moe");
+    gguf_close(f);
+    struct strata_error err = {0};
+    struct backend_cpu_params cp = backend_cpu_params_default();
+    struct backend *be = backend_cpu_init(&cp, &err);
+    int32_t toks[N_DEC];
+    float *want = run_model(path, be, NULL, toks, NULL);
+    const int V = 96;
+    for (int md = 0; md < 4; md += 2) { /* io_uring and pread */
+        struct fault ft = {0, 0};
+        const struct xstore_sysops sys = {.pread = NULL, .result = fault_result, .arg = &ft};
+        struct xstore_params xp = xstore_params_default();
+        xp.io = modes[md].io;
+        xp.sys = &sys;
+        xp.ram_bytes = 3 * QSLOT;
+        struct model_params mp = model_params_default();
+        mp.backend = be;
+        mp.n_ctx_max = 32;
+        mp.n_batch_max = 8;
+        mp.xstore = &xp;
+        struct model *m = model_load(path, &mp, &err);
+        ck_assert_msg(m != NULL, "%s", err.message);
+        struct kv_cache *kv = model_kv_init(m, 1, 0, &err);
+        float *out = malloc((size_t)N_TOK * V * sizeof(float));
+        struct model_batch_entry e[N_TOK];
+        for (int i = 0; i < N_TOK; i++)
+            e[i] = (struct model_batch_entry){0, i, (i * 17 + 3) % V, true};
+        ft.fail_from = 2;
+        ck_assert_int_eq(model_forward(m, kv, &(struct model_batch){e, N_TOK}, out, &err),
+                         STRATA_E_IO);
+        ck_assert_msg(strstr(err.message, "expert store: reading layer 0 expert") &&
+                          strstr(err.message, "Input/output error"),
+                      "%s", err.message);
+        ck_assert_int_eq(kv_seq_len(kv, 0), 0);
+        struct experts_stats es;
+        experts_stats(model_experts(m), &es);
+        ck_assert_uint_eq(es.held, 0);
+        ft.fail_from = 0; /* the device recovers: the same step works */
+        ck_assert_msg(model_forward(m, kv, &(struct model_batch){e, N_TOK}, out, &err) == 0, "%s",
+                      err.message);
+        ck_assert(memcmp(out, want, (size_t)N_TOK * V * sizeof(float)) == 0);
+        struct xstore_stats st;
+        xstore_stats(xstore_of(model_experts(m)), &st);
+        ck_assert_uint_gt(st.read_errors, 0);
+        xstore_stats_free(&st);
+        free(out);
+        kv_free(kv);
+        model_free(m);
+    }
+
+    /* the file under the store: truncated, rewritten in place, renamed over */
+    snprintf(copy, sizeof copy, "%s.copy", path);
+    for (int how = 0; how < 3; how++) {
+        copy_file(path, copy);
+        struct xstore_params xp = xstore_params_default();
+        xp.ram_bytes = 3 * QSLOT;
+        struct model_params mp = model_params_default();
+        mp.backend = be;
+        mp.n_ctx_max = 32;
+        mp.n_batch_max = 8;
+        mp.xstore = &xp;
+        struct model *m = model_load(copy, &mp, &err);
+        ck_assert_msg(m != NULL, "%s", err.message);
+        struct kv_cache *kv = model_kv_init(m, 1, 0, &err);
+        float *out = malloc((size_t)N_TOK * V * sizeof(float));
+        struct model_batch_entry e[N_TOK];
+        for (int i = 0; i < N_TOK; i++)
+            e[i] = (struct model_batch_entry){0, i, (i * 17 + 3) % V, true};
+        struct stat sb;
+        ck_assert(stat(copy, &sb) == 0);
+        if (how == 0) {
+            /* one byte: the skeleton's vectors read from the mapping
+                                                 keep their pages (a page past the new end would
+                                                 fault) */
+            ck_assert(truncate(copy, sb.st_size - 1) == 0);
+        } else if (how == 1) { /* same size, rewritten: a later mtime */
+            usleep(20000);
+            copy_file(path, copy);
+        } else { /* a new file renamed over the path: the old inode is still read */
+            char tmp[320];
+            snprintf(tmp, sizeof tmp, "%s.new", copy);
+            copy_file(path, tmp);
+            ck_assert(rename(tmp, copy) == 0);
+        }
+        const int rc = model_forward(m, kv, &(struct model_batch){e, N_TOK}, out, &err);
+        if (how < 2) {
+            ck_assert_int_eq(rc, STRATA_E_IO);
+            ck_assert_msg(strstr(err.message, "changed under the daemon"), "%s", err.message);
+            ck_assert_int_eq(model_forward(m, kv, &(struct model_batch){e, N_TOK}, out, &err),
+                             STRATA_E_IO); /* and stays failed, never a crash */
+        } else {
+            ck_assert_msg(rc == 0, "%s", err.message);
+            ck_assert(memcmp(out, want, (size_t)N_TOK * V * sizeof(float)) == 0);
+        }
+        free(out);
+        kv_free(kv);
+        model_free(m);
+        unlink(copy);
+    }
+    free(want);
+    backend_free(be);
+    unlink(path);
+}
+END_TEST
+
+static Suite *xstore_suite(void) {
+    Suite *s = suite_create("xstore");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_bytes_every_mode);
+    tcase_add_test(tc, test_floor_and_holds);
+    tcase_add_test(tc, test_same_logits);
+    tcase_add_test(tc, test_read_errors);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+STRATA_TEST_MAIN("xstore", xstore_suite)
