@@ -11,6 +11,7 @@
 #include "engine/core/clock.h"
 #include "engine/cpu/backend-cpu.h"
 #include "engine/cpu/kernels.h"
+#include "engine/experts/xstore.h"
 #include "engine/experts/profile.h"
 #include "engine/host/pool.h"
 #include "engine/host/sysinfo.h"
@@ -102,6 +103,7 @@ static void publish_stats(struct sched *s, int n_waiting) {
     s->stats.st.step_other_s = s->t_other;
     s->stats.st.step_idle_s = s->t_idle;
     sched_profile_stats(s, &s->stats.st);
+    sched_xstore_stats(s, &s->stats.st);
     pthread_mutex_unlock(&s->stats.mu);
 }
 
@@ -821,8 +823,19 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     mp.repack = params->repack;
     mp.mem_budget = params->mem_budget;
     mp.progress = params->progress;
+    if (sched_xstore_plan(s, params, err))
+        goto fail;
+    mp.xstore = s->xs->on ? &s->xs->params : NULL;
     if (!(s->model = model_load(params->model_path, &mp, err)))
         goto fail;
+    if (s->xs->on) {
+        struct xstore_stats xst;
+        xstore_stats(xstore_of(model_experts(s->model)), &xst);
+        fprintf(stderr, "strata: expert store: %s; %s, %d slots of %.2f MiB\n", s->xs->rule,
+                xstore_mode(xstore_of(model_experts(s->model))), xst.n_slots,
+                (double)xst.slot_bytes / (1024.0 * 1024.0));
+        xstore_stats_free(&xst);
+    }
     s->n_vocab = model_n_vocab(s->model);
     const struct model_hparams *hp = model_hparams(s->model);
     if (sched_plan(params, hp, model_n_batch_max(s->model), &s->plan, err) < 0)
@@ -922,6 +935,7 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     st->kv_blocks_total = kp.n_blocks;
     st->kv_blocks_free = kv_blocks_free(s->kv);
     sched_profile_stats(s, st);
+    sched_xstore_stats(s, st);
     if (pthread_create(&s->thread, NULL, sched_thread, s) != 0) {
         strata_error_set(err, STRATA_E_INTERNAL, "sched: cannot start the scheduler thread");
         goto fail;
@@ -948,6 +962,7 @@ void sched_free(struct sched *s) {
     }
     sched_profile_tick(s, strata_now(), true); /* shutdown (SIGTERM drain): the last counts */
     free(s->seq_used);
+    free(s->xs);
     free(s->blk_tmp);
     prefix_free(s->pc);
     free(s->hid_job);

@@ -135,4 +135,37 @@ void xstore_stats_free(struct xstore_stats *st); /* frees the per-layer arrays *
 /* "io_uring+direct", "pread+buffered", ...: the mode chosen at init (static). */
 const char *xstore_mode(const struct xstore *s);
 
+/* ---- the start-up decision (xstore-plan.c) ---------------------------------------- */
+
+/* What `--expert-store`, `--expert-ram`, `--expert-io` and `--expert-direct`
+ * ask, and what the model and the machine hold. */
+struct xstore_plan_in {
+    const char *mode;      /* "auto", "on", "off" */
+    const char *io;        /* "auto", "io_uring", "pread" */
+    const char *direct;    /* "auto", "on", "off" */
+    int64_t ram;           /* --expert-ram bytes; 0 = what the budget leaves */
+    uint64_t model_bytes;  /* tensor bytes of the file */
+    uint64_t expert_bytes; /* of those, the routed experts' (xstore_expert_bytes) */
+    int64_t mem_budget;    /* bytes this process may use (sysinfo); <= 0 unknown */
+    uint64_t kv_bytes;     /* the KV pool's */
+};
+
+struct xstore_plan {
+    bool on;
+    struct xstore_params params; /* when on */
+    char rule[192];              /* why: "auto: 34.1 GB of weights + KV > 22.0 GB budget" */
+};
+
+/* Reads the strings (STRATA_E_INVALID naming the option for others) and
+ * decides: off never; on always; auto when the weights, the KV pool and a
+ * safety margin (1/16 of the budget, at least 256 MiB) exceed the memory
+ * budget (never when the budget is unknown or the model has no experts).
+ * ram 0: the budget less the skeleton, the KV pool and the margin (at
+ * least 64 MiB; xstore_init then refuses it if one token does not fit);
+ * no budget known: every expert. */
+int xstore_plan(const struct xstore_plan_in *in, struct xstore_plan *out, struct strata_error *err);
+
+/* Bytes of the routed experts' tensors (blk.*.ffn_*_exps.weight) of f. */
+uint64_t xstore_expert_bytes(const struct gguf_file *f);
+
 #endif
