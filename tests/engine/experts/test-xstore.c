@@ -11,7 +11,10 @@
  *   tier); a budget below one token's experts is refused at init;
  * - the model with the store gives bit-identical logits (hence the same
  *   greedy tokens) to the model with every expert resident, in every mode and
- *   budget, and reads each cold expert once per step;
+ *   budget;
+ * - batches: a step of several sequences reads each picked expert once (the
+ *   misses are the distinct picks the routing profile counted), one batch of
+ *   reads per layer;
  * - read errors: an injected EIO (both modes), the file truncated under the
  *   store, rewritten in place: the step fails with STRATA_E_IO and a message
  *   naming the cause, and the next step (errors gone) gives the right logits.
@@ -29,6 +32,7 @@
 
 #include "engine/cpu/backend-cpu.h"
 #include "engine/experts/experts.h"
+#include "engine/experts/profile.h"
 #include "engine/experts/xstore.h"
 #include "engine/gguf/gguf.h"
 #include "engine/kv/kv.h"
@@ -328,6 +332,80 @@ START_TEST(test_same_logits) {
 }
 END_TEST
 
+/* ---- batches: a step's tokens grouped by expert ------------------------------------- */
+
+/* One step of 4 sequences x 2 prompt tokens (8 tokens, top 3 of 8 experts:
+ * most experts picked several times): each picked (layer, expert) is read
+ * once (misses = the distinct picks the routing profile saw, three reads
+ * each), one batch per layer; a decode step of the 4 sequences then reads
+ * only what the first did not hold. */
+START_TEST(test_step_reads_each_expert_once) {
+    char path[256];
+    struct gguf_file *f = spec_file(path, sizeof path, "qwen3moe");
+    gguf_close(f);
+    struct strata_error err = {0};
+    struct backend_cpu_params cp = backend_cpu_params_default();
+    struct backend *be = backend_cpu_init(&cp, &err);
+    struct profile *prof = profile_init(2, 8, &err);
+    ck_assert(be && prof);
+    for (int md = 0; md < 4; md += 2) {
+        struct xstore_params xp = xstore_params_default();
+        xp.io = modes[md].io; /* every slot: nothing is evicted */
+        struct model_params mp = model_params_default();
+        mp.backend = be;
+        mp.n_ctx_max = 32;
+        mp.n_batch_max = 16;
+        mp.xstore = &xp;
+        mp.profile = prof;
+        profile_reset(prof);
+        struct model *m = model_load(path, &mp, &err);
+        ck_assert_msg(m != NULL, "%s", err.message);
+        struct kv_cache *kv = model_kv_init(m, 4, 0, &err);
+        const int V = model_n_vocab(m);
+        float *out = malloc((size_t)8 * V * sizeof(float));
+        struct model_batch_entry e[8];
+        for (int i = 0; i < 8; i++)
+            e[i] = (struct model_batch_entry){i / 2, i % 2, (i * 29 + 7) % V, i % 2 == 1};
+        ck_assert_msg(model_forward(m, kv, &(struct model_batch){e, 8}, out, &err) == 0, "%s",
+                      err.message);
+        uint64_t distinct = 0;
+        for (int l = 0; l < 2; l++)
+            for (int x = 0; x < 8; x++)
+                distinct += profile_count(prof, l, x) > 0;
+        ck_assert_uint_eq(profile_total(prof), 8 * 3 * 2);
+        ck_assert_uint_lt(distinct, 8 * 3 * 2); /* some experts serve several tokens */
+        struct xstore_stats st;
+        xstore_stats(xstore_of(model_experts(m)), &st);
+        ck_assert_uint_eq(st.misses, distinct);
+        ck_assert_uint_eq(st.hits, 0);
+        ck_assert_uint_eq(st.reads, 3 * distinct);
+        ck_assert_uint_eq(st.batches, 2);
+        xstore_stats_free(&st);
+        /* decode: the 4 sequences' next tokens in one step */
+        profile_reset(prof);
+        struct model_batch_entry d[4];
+        for (int q = 0; q < 4; q++)
+            d[q] = (struct model_batch_entry){q, 2, (q * 11 + 5) % V, true};
+        ck_assert(model_forward(m, kv, &(struct model_batch){d, 4}, out, &err) == 0);
+        uint64_t picked = 0;
+        for (int l = 0; l < 2; l++)
+            for (int x = 0; x < 8; x++)
+                picked += profile_count(prof, l, x) > 0;
+        xstore_stats(xstore_of(model_experts(m)), &st);
+        ck_assert_uint_eq(st.hits + st.misses, distinct + picked);
+        ck_assert_uint_le(st.batches, 4);
+        ck_assert_uint_eq(st.reads, 3 * st.misses);
+        xstore_stats_free(&st);
+        free(out);
+        kv_free(kv);
+        model_free(m);
+    }
+    profile_free(prof);
+    backend_free(be);
+    unlink(path);
+}
+END_TEST
+
 /* ---- read errors ---------------------------------------------------------------- */
 
 static void copy_file(const char *from, const char *to) {
@@ -454,6 +532,7 @@ static Suite *xstore_suite(void) {
     tcase_add_test(tc, test_bytes_every_mode);
     tcase_add_test(tc, test_floor_and_holds);
     tcase_add_test(tc, test_same_logits);
+    tcase_add_test(tc, test_step_reads_each_expert_once);
     tcase_add_test(tc, test_read_errors);
     suite_add_tcase(s, tc);
     return s;
