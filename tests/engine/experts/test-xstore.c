@@ -15,6 +15,8 @@
  * - batches: a step of several sequences reads each picked expert once (the
  *   misses are the distinct picks the routing profile counted), one batch of
  *   reads per layer;
+ * - the start-up decision (xstore_plan): auto on only when weights, KV and
+ *   the margin exceed the budget; the default tier size; bad option values;
  * - read errors: an injected EIO (both modes), the file truncated under the
  *   store, rewritten in place: the step fails with STRATA_E_IO and a message
  *   naming the cause, and the next step (errors gone) gives the right logits.
@@ -525,10 +527,85 @@ START_TEST(test_read_errors) {
 }
 END_TEST
 
+/* ---- the start-up decision ------------------------------------------------------- */
+
+START_TEST(test_plan) {
+    const int64_t G = 1ll << 30, M = 1ll << 20;
+    struct xstore_plan pl;
+    struct strata_error err = {0};
+    /* a 34 GB MoE (30 GB of experts), a 22 GB budget, 1 GB of KV: auto is on,
+     * and the tier gets the budget less skeleton, KV and the 1/16 margin */
+    struct xstore_plan_in in = {.mode = "auto",
+                                .io = "auto",
+                                .direct = "auto",
+                                .model_bytes = 34 * G,
+                                .expert_bytes = 30 * G,
+                                .mem_budget = 22 * G,
+                                .kv_bytes = 1 * G};
+    ck_assert_int_eq(xstore_plan(&in, &pl, &err), 0);
+    ck_assert(pl.on);
+    ck_assert_uint_eq(pl.params.ram_bytes, (uint64_t)(22 * G - 4 * G - 1 * G - 22 * G / 16));
+    ck_assert_msg(strstr(pl.rule, "auto: on") != NULL, "%s", pl.rule);
+    ck_assert_int_eq(pl.params.io, XSTORE_IO_AUTO);
+    /* it fits: auto is off, and says so */
+    in.model_bytes = 8 * G, in.expert_bytes = 7 * G;
+    ck_assert_int_eq(xstore_plan(&in, &pl, &err), 0);
+    ck_assert(!pl.on);
+    ck_assert_msg(strstr(pl.rule, "fit the") != NULL, "%s", pl.rule);
+    /* on regardless, with an explicit budget and modes */
+    in.mode = "on", in.ram = 512 * M, in.io = "pread", in.direct = "off";
+    ck_assert_int_eq(xstore_plan(&in, &pl, &err), 0);
+    ck_assert(pl.on);
+    ck_assert_uint_eq(pl.params.ram_bytes, (uint64_t)(512 * M));
+    ck_assert_int_eq(pl.params.io, XSTORE_IO_PREAD);
+    ck_assert_int_eq(pl.params.direct, XSTORE_DIRECT_OFF);
+    /* unknown budget: auto stays off; on takes a slot for every expert */
+    in = (struct xstore_plan_in){.mode = "auto",
+                                 .io = "auto",
+                                 .direct = "auto",
+                                 .model_bytes = 34 * G,
+                                 .expert_bytes = 30 * G};
+    ck_assert_int_eq(xstore_plan(&in, &pl, &err), 0);
+    ck_assert(!pl.on);
+    in.mode = "on";
+    ck_assert_int_eq(xstore_plan(&in, &pl, &err), 0);
+    ck_assert(pl.on);
+    ck_assert_uint_eq(pl.params.ram_bytes, 0);
+    /* a dense model: never */
+    in.expert_bytes = 0;
+    ck_assert_int_eq(xstore_plan(&in, &pl, &err), 0);
+    ck_assert(!pl.on);
+    /* a budget the skeleton and KV eat: the 64 MiB least (xstore_init then
+     * refuses it if one token's experts do not fit) */
+    in = (struct xstore_plan_in){.mode = "auto",
+                                 .io = "auto",
+                                 .direct = "auto",
+                                 .model_bytes = 34 * G,
+                                 .expert_bytes = 10 * G,
+                                 .mem_budget = 8 * G,
+                                 .kv_bytes = 1 * G};
+    ck_assert_int_eq(xstore_plan(&in, &pl, &err), 0);
+    ck_assert(pl.on);
+    ck_assert_uint_eq(pl.params.ram_bytes, (uint64_t)(64 * M));
+    /* bad values name the option */
+    in.mode = "maybe";
+    ck_assert_int_eq(xstore_plan(&in, &pl, &err), STRATA_E_INVALID);
+    ck_assert_msg(strstr(err.message, "--expert-store: 'maybe' is not one of auto|on|off"), "%s",
+                  err.message);
+    in.mode = "on", in.io = "uring";
+    ck_assert_int_eq(xstore_plan(&in, &pl, &err), STRATA_E_INVALID);
+    ck_assert_msg(strstr(err.message, "--expert-io"), "%s", err.message);
+    in.io = "io_uring", in.direct = NULL;
+    ck_assert_int_eq(xstore_plan(&in, &pl, &err), STRATA_E_INVALID);
+    ck_assert_msg(strstr(err.message, "--expert-direct"), "%s", err.message);
+}
+END_TEST
+
 static Suite *xstore_suite(void) {
     Suite *s = suite_create("xstore");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_plan);
     tcase_add_test(tc, test_bytes_every_mode);
     tcase_add_test(tc, test_floor_and_holds);
     tcase_add_test(tc, test_same_logits);
