@@ -63,6 +63,7 @@ void sched_xstore_stats(const struct sched *s, struct gen_stats *st) {
     g->bytes_read = xs.bytes_read;
     g->reads = xs.reads;
     g->batches = xs.batches;
+    g->warm_bytes = xs.warm_bytes;
     g->lat_sum_us = xs.lat_sum_us;
     g->prefetch_dropped = xs.prefetch_dropped;
     _Static_assert(sizeof g->lat / sizeof g->lat[0] == XSTORE_LAT_BUCKETS, "histogram buckets");

@@ -48,6 +48,7 @@ json_t *status_xstore_json(const struct gen_stats *st) {
                         json_pack("{s:I, s:I, s:I, s:I}", "issued", (json_int_t)0, "useful",
                                   (json_int_t)0, "wasted", (json_int_t)0, "dropped",
                                   (json_int_t)x->prefetch_dropped));
+    json_object_set_new(o, "warm_bytes", json_integer((json_int_t)x->warm_bytes));
     json_object_set_new(o, "layers", layers ? layers : json_array());
     return o;
 }

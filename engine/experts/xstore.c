@@ -66,6 +66,7 @@ struct xstore {
     _Atomic uint64_t lat[XSTORE_LAT_BUCKETS];
     _Atomic uint64_t prefetch_dropped;
     _Atomic int slots_used;
+    uint64_t warm_bytes; /* written at init only */
 };
 
 static const char *const which_name[EXPERTS_WHICH_COUNT] = {"ffn_gate_exps", "ffn_up_exps",
@@ -406,6 +407,45 @@ static const struct experts_ops xstore_ops = {
 
 /* ---- init ---------------------------------------------------------------------------- */
 
+/* xstore_params.warm: each MoE layer's share of the slots, experts by id,
+ * one batch a layer; then the counters start from zero. */
+static int warm(struct xstore *s, struct strata_error *err) {
+    int n_moe = 0;
+    for (int l = 0; l < s->n_layer; l++)
+        n_moe += s->mat[(size_t)l * EXPERTS_WHICH_COUNT].bytes > 0;
+    int32_t *ids = malloc((size_t)s->n_expert * sizeof *ids);
+    if (!ids)
+        return strata_error_set(err, STRATA_E_NOMEM, "expert store: out of memory");
+    for (int e = 0; e < s->n_expert; e++)
+        ids[e] = e;
+    int rc = 0, left = s->n_slots, moe_left = n_moe;
+    for (int l = 0; l < s->n_layer && rc == 0 && moe_left > 0; l++) {
+        if (!s->mat[(size_t)l * EXPERTS_WHICH_COUNT].bytes)
+            continue;
+        int k = (left + moe_left - 1) / moe_left; /* the remainder to the first layers */
+        k = k > s->n_expert ? s->n_expert : k;
+        rc = load(s, l, ids, k, 0, err);
+        unpin(s, 0, -1);
+        left -= k;
+        moe_left--;
+    }
+    free(ids);
+    if (rc)
+        return rc;
+    s->warm_bytes = ld(&s->bytes_read);
+    for (int l = 0; l < s->n_layer; l++) {
+        atomic_store(&s->layer_hits[l], 0);
+        atomic_store(&s->layer_misses[l], 0);
+    }
+    atomic_store(&s->bytes_read, 0);
+    atomic_store(&s->reads, 0);
+    atomic_store(&s->batches, 0);
+    atomic_store(&s->lat_sum, 0);
+    for (int b = 0; b < XSTORE_LAT_BUCKETS; b++)
+        atomic_store(&s->lat[b], 0);
+    return 0;
+}
+
 struct xstore_params xstore_params_default(void) {
     return (struct xstore_params){.ram_bytes = 0,
                                   .io = XSTORE_IO_AUTO,
@@ -413,7 +453,8 @@ struct xstore_params xstore_params_default(void) {
                                   .floor = -1,
                                   .queue_depth = 64,
                                   .n_threads = 4,
-                                  .sys = NULL};
+                                  .sys = NULL,
+                                  .warm = false};
 }
 
 /* The index: every (layer, which) tensor's place in the file, the slot layout. */
@@ -600,6 +641,11 @@ struct experts_source *xstore_init(const struct gguf_file *f, int n_layer, int n
     }
     snprintf(s->mode, sizeof s->mode, "%s+%s", xs_io_name(s->io),
              s->direct ? "direct" : "buffered");
+    if (p.warm && warm(s, err)) {
+        xs_free(s);
+        experts_free(next);
+        return NULL;
+    }
     return experts_source_init(&xstore_ops, s, next, n_layer, s->n_expert, err);
 }
 
@@ -646,6 +692,7 @@ void xstore_stats(const struct xstore *cs, struct xstore_stats *out) {
     out->bytes_read = ld(&s->bytes_read);
     out->reads = ld(&s->reads);
     out->batches = ld(&s->batches);
+    out->warm_bytes = s->warm_bytes;
     out->lat_sum_us = ld(&s->lat_sum);
     for (int b = 0; b < XSTORE_LAT_BUCKETS; b++)
         out->lat[b] = ld(&s->lat[b]);

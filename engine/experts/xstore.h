@@ -98,6 +98,12 @@ struct xstore_params {
     int queue_depth; /* io_uring entries (and the most reads in flight at once): default 64 */
     int n_threads;   /* pread pool threads: default 4 (reads in flight in pread mode) */
     const struct xstore_sysops *sys; /* NULL: the real calls */
+    /* Fill the slots at init, evenly over the MoE layers (experts by id),
+     * in one batch a layer: a tier that holds every expert then never
+     * misses while serving; a smaller one starts with each layer's share
+     * instead of empty. What this reads is xstore_stats.warm_bytes, not
+     * bytes_read; hits and misses count from after it. Default false. */
+    bool warm;
 };
 struct xstore_params xstore_params_default(void);
 
@@ -121,6 +127,7 @@ struct xstore_stats {
     uint64_t slot_bytes, capacity_bytes, used_bytes;
     uint64_t hits, misses, overflow, evictions, read_errors;
     uint64_t bytes_read, reads, batches;
+    uint64_t warm_bytes;              /* read at init (xstore_params.warm) */
     uint64_t lat[XSTORE_LAT_BUCKETS]; /* reads by latency (XSTORE_LAT_BUCKETS) */
     uint64_t lat_sum_us;
     uint64_t prefetch_dropped; /* the store has no prefetch queue: every id asked is dropped */

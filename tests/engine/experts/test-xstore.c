@@ -9,6 +9,7 @@
  * - replacement: the per-layer floor keeps a layer's slot where a global LRU
  *   would take it; held slots are never taken (the overflow goes to the file
  *   tier); a budget below one token's experts is refused at init;
+ * - warm: the slots filled at init, evenly over the layers, counted apart;
  * - the model with the store gives bit-identical logits (hence the same
  *   greedy tokens) to the model with every expert resident, in every mode and
  *   budget;
@@ -220,6 +221,63 @@ START_TEST(test_floor_and_holds) {
     experts_stats(src, &es);
     ck_assert_uint_eq(es.prefetch_dropped, 4);
     ck_assert_uint_eq(es.prefetch_queued, 0);
+    experts_free(src);
+    gguf_close(f);
+    unlink(path);
+}
+END_TEST
+
+/* ---- warm: the slots filled at init ------------------------------------------------ */
+
+START_TEST(test_warm) {
+    char path[256];
+    struct gguf_file *f = spec_file(path, sizeof path, "qwen3moe");
+    struct strata_error err = {0};
+    struct xstore_params xp = xstore_params_default();
+    xp.warm = true;
+    xp.ram_bytes = 3 * QSLOT; /* layer 0 gets 2 (experts 0, 1), layer 1 one (expert 0) */
+    struct experts_source *src = store_over(f, 2, 3, &xp);
+    struct xstore_stats st;
+    xstore_stats(xstore_of(src), &st);
+    ck_assert_int_eq(st.slots_used, 3);
+    ck_assert_uint_ge(st.warm_bytes, 9 * 2176);
+    ck_assert_uint_eq(st.bytes_read + st.hits + st.misses + st.reads, 0);
+    xstore_stats_free(&st);
+    const int32_t a[2] = {0, 1}, b[1] = {0}, c[1] = {1};
+    ck_assert_int_eq(experts_need(src, 0, a, 2, 1, &err), 0);
+    ck_assert_int_eq(experts_need(src, 1, b, 1, 1, &err), 0);
+    experts_release(src, 1);
+    xstore_stats(xstore_of(src), &st);
+    ck_assert_uint_eq(st.hits, 3);
+    ck_assert_uint_eq(st.misses, 0);
+    xstore_stats_free(&st);
+    ck_assert_int_eq(experts_need(src, 1, c, 1, 2, &err), 0);
+    struct experts_ref r;
+    ck_assert_int_eq(experts_get(src, 1, 1, EXPERTS_UP, 2, &r, &err), 0);
+    const struct gguf_tensor_info *t = gguf_find_tensor(f, "blk.1.ffn_up_exps.weight");
+    ck_assert(memcmp(r.mat.host.data, (const uint8_t *)t->data + t->n_bytes / 8, t->n_bytes / 8) ==
+              0);
+    experts_release(src, 2);
+    xstore_stats(xstore_of(src), &st);
+    ck_assert_uint_eq(st.misses, 1);
+    xstore_stats_free(&st);
+    experts_free(src);
+    /* every slot: nothing misses afterwards */
+    xp.ram_bytes = 0;
+    src = store_over(f, 2, 3, &xp);
+    for (int l = 0; l < 2; l++)
+        for (int e = 0; e < 8; e++) {
+            const int32_t id = e;
+            ck_assert_int_eq(experts_need(src, l, &id, 1, 3, &err), 0);
+        }
+    experts_release(src, 3);
+    xstore_stats(xstore_of(src), &st);
+    ck_assert_uint_eq(st.hits, 16);
+    ck_assert_uint_eq(st.misses, 0);
+    /* each 2176-byte matrix widened to one or two 4 KiB blocks */
+    ck_assert_uint_ge(st.warm_bytes, 2 * 8 * 3 * 4096);
+    ck_assert_uint_le(st.warm_bytes, 2 * 8 * 3 * 8192);
+    xstore_stats_free(&st);
     experts_free(src);
     gguf_close(f);
     unlink(path);
@@ -608,6 +666,7 @@ static Suite *xstore_suite(void) {
     tcase_add_test(tc, test_plan);
     tcase_add_test(tc, test_bytes_every_mode);
     tcase_add_test(tc, test_floor_and_holds);
+    tcase_add_test(tc, test_warm);
     tcase_add_test(tc, test_same_logits);
     tcase_add_test(tc, test_step_reads_each_expert_once);
     tcase_add_test(tc, test_read_errors);
