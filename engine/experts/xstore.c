@@ -623,6 +623,14 @@ struct experts_source *xstore_init(const struct gguf_file *f, int n_layer, int n
     memcpy(s->sub_off, probe.sub_off, sizeof s->sub_off);
     s->slot_bytes = probe.slot_bytes;
     s->floor = p.floor < 0 ? n_expert_used : p.floor;
+    /* a floor the budget cannot give every MoE layer would never bind (every
+     * layer at or under it: plain LRU, the sweep's collapse): cap it at the
+     * layers' fair share, so each layer keeps its latest experts */
+    int n_moe = 0;
+    for (int l = 0; l < n_layer; l++)
+        n_moe += s->mat[(size_t)l * EXPERTS_WHICH_COUNT].bytes > 0;
+    if (n_moe > 0 && s->floor > (int)n_slots / n_moe)
+        s->floor = (int)n_slots / n_moe;
     s->mem_bytes = (size_t)n_slots * s->slot_bytes;
     s->mem = mmap(NULL, s->mem_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (s->mem == MAP_FAILED) {

@@ -94,7 +94,8 @@ struct xstore_params {
     uint64_t ram_bytes; /* the slots' budget; must hold n_expert_used slots */
     enum xstore_io io;
     enum xstore_direct direct;
-    int floor;       /* per-layer working-set floor in slots; < 0: n_expert_used; 0: none */
+    int floor;       /* per-layer working-set floor in slots; < 0: n_expert_used; 0: none;
+                        at most n_slots / (MoE layers) */
     int queue_depth; /* io_uring entries (and the most reads in flight at once): default 64 */
     int n_threads;   /* pread pool threads: default 4 (reads in flight in pread mode) */
     const struct xstore_sysops *sys; /* NULL: the real calls */
