@@ -526,9 +526,15 @@ static int open_file(struct xstore *s, enum xstore_direct d, struct strata_error
                                     path, strerror(why));
         }
     }
-    if (s->fd < 0 && (s->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-        return strata_error_set(err, STRATA_E_IO, "expert store: open %s: %s", path,
-                                strerror(errno));
+    if (s->fd < 0) {
+        if ((s->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+            return strata_error_set(err, STRATA_E_IO, "expert store: open %s: %s", path,
+                                    strerror(errno));
+        /* no readahead: it would fill the page cache with the neighbouring
+         * experts, the second copy the store exists to avoid (the
+         * DONTNEED after each read drops only what was asked) */
+        (void)posix_fadvise(s->fd, 0, 0, POSIX_FADV_RANDOM);
+    }
     if (fstat(s->fd, &s->st0) != 0)
         return strata_error_set(err, STRATA_E_IO, "expert store: fstat %s: %s", path,
                                 strerror(errno));
