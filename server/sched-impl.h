@@ -136,6 +136,7 @@ struct sched_stats_rec {
 struct sched {
     struct sched_params p;
     struct xstore_plan *xs; /* owned: the expert store's start-up decision (sched-xstore.c) */
+    bool xs_logged;         /* its start-up line was printed */
     char model_id[128];
     struct pool *pool;
     struct backend *be; /* owned: backend_free after the model */
@@ -280,9 +281,13 @@ void sched_profile_stats(const struct sched *s, struct gen_stats *st);
 
 /* ---- the expert store (sched-xstore.c) ---------------------------------------- */
 /* Decides --expert-store from the file's header, the KV plan and the memory
- * budget into s->xs (allocated), before the model loads: 0 or STRATA_E_*
- * (a bad option value, the file unreadable). */
+ * budget into s->xs (allocated), before the model loads; with the store on
+ * and --expert-profile, that profile (when it loads) orders the warm fill.
+ * 0 or STRATA_E_* (a bad option value, the file unreadable). */
 int sched_xstore_plan(struct sched *s, const struct sched_params *p, struct strata_error *err);
+/* After model_load (whether it worked): frees the warm-start profile the
+ * plan read (--expert-profile) and logs the store's mode once. Idempotent. */
+void sched_xstore_loaded(struct sched *s);
 /* The store's counters into st->xstore (any thread: they are atomics). */
 void sched_xstore_stats(const struct sched *s, struct gen_stats *st);
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/experts/profile.h"
 #include "engine/experts/xstore.h"
 #include "engine/gguf/gguf.h"
 #include "server/sched-impl.h"
@@ -35,7 +36,32 @@ int sched_xstore_plan(struct sched *s, const struct sched_params *p, struct stra
     struct sched_plan pl; /* the KV pool the plan will make (512: model_params' batch) */
     if (sched_plan(p, &mp.hp, 512, &pl, NULL) == 0)
         in.kv_bytes = pl.kv_bytes;
-    return xstore_plan(&in, s->xs, err);
+    int rc = xstore_plan(&in, s->xs, err);
+    if (rc == 0 && s->xs->on && p->expert_profile && *p->expert_profile)
+        /* the hottest experts first into the slots; a missing or bad file is
+         * the profile owner's to report (sched-profile.c), here it is none */
+        s->xs->params.warm_profile = profile_load(p->expert_profile, NULL);
+    return rc;
+}
+
+void sched_xstore_loaded(struct sched *s) {
+    if (!s->xs)
+        return;
+    const bool from_profile = s->xs->params.warm_profile != NULL;
+    profile_free((struct profile *)s->xs->params.warm_profile);
+    s->xs->params.warm_profile = NULL;
+    struct xstore *x = s->model ? xstore_of(model_experts(s->model)) : NULL;
+    if (!x || s->xs_logged)
+        return;
+    s->xs_logged = true;
+    struct xstore_stats st;
+    xstore_stats(x, &st);
+    fprintf(stderr,
+            "strata: expert store: %s; %s, %d slots of %.2f MiB, %.1f MiB read at load (%s)\n",
+            s->xs->rule, xstore_mode(x), st.n_slots, (double)st.slot_bytes / (1024.0 * 1024.0),
+            (double)st.warm_bytes / (1024.0 * 1024.0),
+            from_profile ? "hottest experts of --expert-profile first" : "experts by id");
+    xstore_stats_free(&st);
 }
 
 void sched_xstore_stats(const struct sched *s, struct gen_stats *st) {

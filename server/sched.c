@@ -826,16 +826,10 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     if (sched_xstore_plan(s, params, err))
         goto fail;
     mp.xstore = s->xs->on ? &s->xs->params : NULL;
-    if (!(s->model = model_load(params->model_path, &mp, err)))
+    s->model = model_load(params->model_path, &mp, err);
+    sched_xstore_loaded(s); /* the warm profile freed; the log line */
+    if (!s->model)
         goto fail;
-    if (s->xs->on) {
-        struct xstore_stats xst;
-        xstore_stats(xstore_of(model_experts(s->model)), &xst);
-        fprintf(stderr, "strata: expert store: %s; %s, %d slots of %.2f MiB\n", s->xs->rule,
-                xstore_mode(xstore_of(model_experts(s->model))), xst.n_slots,
-                (double)xst.slot_bytes / (1024.0 * 1024.0));
-        xstore_stats_free(&xst);
-    }
     s->n_vocab = model_n_vocab(s->model);
     const struct model_hparams *hp = model_hparams(s->model);
     if (sched_plan(params, hp, model_n_batch_max(s->model), &s->plan, err) < 0)
@@ -962,6 +956,7 @@ void sched_free(struct sched *s) {
     }
     sched_profile_tick(s, strata_now(), true); /* shutdown (SIGTERM drain): the last counts */
     free(s->seq_used);
+    sched_xstore_loaded(s);
     free(s->xs);
     free(s->blk_tmp);
     prefix_free(s->pc);

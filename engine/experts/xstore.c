@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/experts/profile.h"
 #include "engine/experts/xstore-io.h"
 #include "engine/gguf/gguf.h"
 #include "engine/quant/quant.h"
@@ -407,29 +408,50 @@ static const struct experts_ops xstore_ops = {
 
 /* ---- init ---------------------------------------------------------------------------- */
 
-/* xstore_params.warm: each MoE layer's share of the slots, experts by id,
- * one batch a layer; then the counters start from zero. */
-static int warm(struct xstore *s, struct strata_error *err) {
+/* xstore_params.warm: each MoE layer's share of the slots, its most picked
+ * experts of prof first (NULL: by id), one batch a layer; then the counters
+ * start from zero. */
+struct warm_pick {
+    uint64_t count;
+    int32_t id;
+};
+
+/* Most picked first, then by id. */
+static int by_count(const void *a, const void *b) {
+    const struct warm_pick *x = a, *y = b;
+    return x->count != y->count ? (x->count < y->count ? 1 : -1)
+                                : (x->id > y->id) - (x->id < y->id);
+}
+
+static int warm(struct xstore *s, const struct profile *prof, struct strata_error *err) {
     int n_moe = 0;
     for (int l = 0; l < s->n_layer; l++)
         n_moe += s->mat[(size_t)l * EXPERTS_WHICH_COUNT].bytes > 0;
     int32_t *ids = malloc((size_t)s->n_expert * sizeof *ids);
-    if (!ids)
+    struct warm_pick *picks = malloc((size_t)s->n_expert * sizeof *picks);
+    if (!ids || !picks) {
+        free(ids);
+        free(picks);
         return strata_error_set(err, STRATA_E_NOMEM, "expert store: out of memory");
-    for (int e = 0; e < s->n_expert; e++)
-        ids[e] = e;
+    }
     int rc = 0, left = s->n_slots, moe_left = n_moe;
     for (int l = 0; l < s->n_layer && rc == 0 && moe_left > 0; l++) {
         if (!s->mat[(size_t)l * EXPERTS_WHICH_COUNT].bytes)
             continue;
         int k = (left + moe_left - 1) / moe_left; /* the remainder to the first layers */
         k = k > s->n_expert ? s->n_expert : k;
+        for (int e = 0; e < s->n_expert; e++)
+            picks[e] = (struct warm_pick){prof ? profile_count(prof, l, e) : 0, e};
+        qsort(picks, (size_t)s->n_expert, sizeof *picks, by_count);
+        for (int e = 0; e < s->n_expert; e++)
+            ids[e] = picks[e].id;
         rc = load(s, l, ids, k, 0, err);
         unpin(s, 0, -1);
         left -= k;
         moe_left--;
     }
     free(ids);
+    free(picks);
     if (rc)
         return rc;
     s->warm_bytes = ld(&s->bytes_read);
@@ -655,7 +677,10 @@ struct experts_source *xstore_init(const struct gguf_file *f, int n_layer, int n
     }
     snprintf(s->mode, sizeof s->mode, "%s+%s", xs_io_name(s->io),
              s->direct ? "direct" : "buffered");
-    if (p.warm && warm(s, err)) {
+    const struct profile *wp = p.warm_profile;
+    if (wp && (profile_n_layer(wp) != n_layer || profile_n_expert(wp) != s->n_expert))
+        wp = NULL; /* recorded for another model */
+    if (p.warm && warm(s, wp, err)) {
         xs_free(s);
         experts_free(next);
         return NULL;

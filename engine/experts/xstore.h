@@ -63,6 +63,8 @@
 
 #include "engine/experts/experts.h"
 
+struct profile;
+
 #define XSTORE_ALIGN 4096
 #define XSTORE_LAT_BUCKETS 16 /* read latency histogram: bucket i < 2^i * 16 us, last: more */
 
@@ -105,6 +107,10 @@ struct xstore_params {
      * instead of empty. What this reads is xstore_stats.warm_bytes, not
      * bytes_read; hits and misses count from after it. Default false. */
     bool warm;
+    /* Borrowed during xstore_init; NULL = none: with warm, each layer's
+     * share takes its most picked experts of this routing profile first
+     * (a profile of another shape is ignored). */
+    const struct profile *warm_profile;
 };
 struct xstore_params xstore_params_default(void);
 

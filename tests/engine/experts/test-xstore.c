@@ -262,6 +262,33 @@ START_TEST(test_warm) {
     ck_assert_uint_eq(st.misses, 1);
     xstore_stats_free(&st);
     experts_free(src);
+    /* a routing profile: each layer's share takes its most picked first */
+    struct profile *prof = profile_init(2, 8, &err);
+    for (int i = 0; i < 5; i++)
+        profile_add(prof, 0, 6), profile_add(prof, 1, 3);
+    profile_add(prof, 0, 2);
+    xp.warm_profile = prof;
+    src = store_over(f, 2, 3, &xp); /* layer 0: {6, 2}, layer 1: {3} */
+    const int32_t hot0[2] = {2, 6}, hot1[1] = {3};
+    ck_assert_int_eq(experts_need(src, 0, hot0, 2, 1, &err), 0);
+    ck_assert_int_eq(experts_need(src, 1, hot1, 1, 1, &err), 0);
+    xstore_stats(xstore_of(src), &st);
+    ck_assert_uint_eq(st.hits, 3);
+    ck_assert_uint_eq(st.misses, 0);
+    xstore_stats_free(&st);
+    experts_free(src);
+    struct profile *other = profile_init(3, 8, &err); /* another shape: ignored, by id */
+    profile_add(other, 0, 6);
+    xp.warm_profile = other;
+    src = store_over(f, 2, 3, &xp);
+    ck_assert_int_eq(experts_need(src, 0, a, 2, 1, &err), 0);
+    xstore_stats(xstore_of(src), &st);
+    ck_assert_uint_eq(st.hits, 2);
+    xstore_stats_free(&st);
+    experts_free(src);
+    profile_free(other);
+    profile_free(prof);
+    xp.warm_profile = NULL;
     /* every slot: nothing misses afterwards */
     xp.ram_bytes = 0;
     src = store_over(f, 2, 3, &xp);
