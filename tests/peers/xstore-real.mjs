@@ -6,6 +6,9 @@
 //   of 140 KiB for 64 experts, so nearly every pick evicts; io_uring+direct
 //   and pread+buffered) from 4 concurrent streams as with --expert-store off
 //   one request at a time;
+// - --expert-store auto (a fake cgroup memory.max through --sys-root): on,
+//   every expert warm at load and no miss, when the model does not fit the
+//   budget; off (null with the rule as the note) when it does;
 // - /status expert_store reports the mode, slots, hits/misses per layer, bytes
 //   read and the latency histogram; /metrics has strata_expert_store_*; with
 //   the store off /status says why (null with a note);
@@ -95,6 +98,33 @@ try {
       /strata_expert_store_read_seconds_count [1-9]/.test(m) &&
       /strata_expert_store_picks_total\{layer="3",result="miss"\} [1-9]/.test(m), m.split("\n").filter((l) => /expert_store/.test(l)).slice(0, 8).join(" | "));
     check(`${mode}: exit 0`, (await stopped(d)) === 0);
+  }
+
+  // ---- auto: on when the model does not fit the budget (a fake cgroup v2
+  // tree: memory.max 64 MiB < 8 MiB of weights + KV + the 256 MiB margin),
+  // off when it does (64 GiB)
+  for (const [limit, on] of [[64 << 20, true], [64 * 2 ** 30, false]]) {
+    const root = path.join(dir, `root-${on}`);
+    fs.mkdirSync(path.join(root, "proc/self"), { recursive: true });
+    fs.mkdirSync(path.join(root, "sys/fs/cgroup"), { recursive: true });
+    fs.writeFileSync(path.join(root, "proc/self/cgroup"), "0::/\n");
+    fs.writeFileSync(path.join(root, "proc/self/mountinfo"), "31 23 0:28 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n");
+    fs.writeFileSync(path.join(root, "sys/fs/cgroup/memory.max"), `${limit}\n`);
+    const d = await startDaemon(strata, model, ["--sys-root", root, "--parallel", "2"], spawned);
+    const st = (await getJson(d.port, "/status")).body;
+    if (on)
+      check("auto: on past the budget", st.expert_store?.on === true && /^auto: on/.test(st.expert_store.rule) &&
+        st.expert_store.slots === 64 && st.expert_store.warm_bytes > 0, st.expert_store);
+    else
+      check("auto: off when it fits", st.expert_store === null && /^auto: off .*fit the/.test(st.notes?.expert_store ?? ""), st.notes);
+    const c = new OpenAI({ baseURL: `http://127.0.0.1:${d.port}/v1`, apiKey: "x", maxRetries: 0 });
+    const r = await c.completions.create({ model: MODEL, prompt: PROMPTS[2], max_tokens: 12, temperature: 0 });
+    check(`auto ${on ? "on" : "off"}: same text`, r.choices[0].text === want[2], r.choices[0].text);
+    if (on) {
+      const st2 = (await getJson(d.port, "/status")).body.expert_store;
+      check("auto on: every expert warm, no miss", st2?.misses === 0 && st2.hits > 0 && st2.bytes_read === 0, st2);
+    }
+    check(`auto ${on ? "on" : "off"}: exit 0`, (await stopped(d)) === 0);
   }
 
   // ---- bad values stop start-up, naming the option
