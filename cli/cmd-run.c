@@ -41,6 +41,8 @@
 #include "engine/core/clock.h"
 #include "engine/cpu/backend-cpu.h"
 #include "engine/cpu/kernels.h"
+#include "engine/experts/xstore.h"
+#include "engine/gguf/gguf.h"
 #include "engine/host/pool.h"
 #include "engine/host/sysinfo.h"
 #include "engine/kv/kv.h"
@@ -262,6 +264,26 @@ static float top2_margin(const float *l, int n) {
     return n < 2 ? 0.0f : a - b;
 }
 
+/* The expert store's counters after the run, a line on `out` (nothing when
+ * the store is off). */
+static void print_xstore(struct model *m, FILE *out) {
+    struct xstore *x = xstore_of(model_experts(m));
+    if (!x)
+        return;
+    struct xstore_stats st;
+    xstore_stats(x, &st);
+    const uint64_t picks = st.hits + st.misses;
+    fprintf(out,
+            "strata run: expert store %s: %d slots (%.1f MiB), hit rate %.3f (%llu picks), "
+            "%llu overflow, %.1f MiB read in %llu reads (mean %.0f us)\n",
+            xstore_mode(x), st.n_slots, (double)st.capacity_bytes / 1048576.0,
+            picks ? (double)st.hits / (double)picks : 0.0, (unsigned long long)picks,
+            (unsigned long long)st.overflow, (double)st.bytes_read / 1048576.0,
+            (unsigned long long)st.reads,
+            st.reads ? (double)st.lat_sum_us / (double)st.reads : 0.0);
+    xstore_stats_free(&st);
+}
+
 static double peak_rss_mb(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -343,6 +365,8 @@ int cli_run_main(int argc, char **argv) {
     struct pool_params pp = pool_params_default();
     char numa_mode[64] = "auto";
     int64_t mem_budget = 0; /* model_params.mem_budget, from sysinfo as in serve */
+    struct xstore_plan xs = {0};
+    struct xstore_plan_in xin = {0};
     {
         char *cargv[] = {"strata run", NULL};
         struct config *cfg = config_load(&(struct config_params){1, cargv, NULL}, &err);
@@ -373,14 +397,35 @@ int cli_run_main(int argc, char **argv) {
         struct sysinfo_limits lim;
         struct sysinfo_threads th;
         const int trc = sysinfo_threads(&sip, forced, fsrc, &lim, &th, &err);
-        config_free(cfg); /* fsrc is static (config_source_name) */
-        if (trc < 0) {
+        if (trc < 0) { /* fsrc is static (config_source_name) */
+            config_free(cfg);
             rc = 2;
             goto done;
         }
         if (lim.mem_budget > 0)
             mem_budget = lim.mem_budget;
         o.n_threads = th.n_threads;
+        /* the expert store as serve decides it (STRATA_EXPERT_STORE, ...; the
+         * KV cache of one run is small: not counted) */
+        xin = (struct xstore_plan_in){.mode = config_str(cfg, CONFIG_EXPERT_STORE),
+                                      .io = config_str(cfg, CONFIG_EXPERT_IO),
+                                      .direct = config_str(cfg, CONFIG_EXPERT_DIRECT),
+                                      .ram = config_int(cfg, CONFIG_EXPERT_RAM),
+                                      .mem_budget = mem_budget};
+        struct model_probe pr;
+        struct gguf_file *gf = NULL;
+        if (model_probe(o.model, &pr, NULL) == 0 && pr.hp.n_expert > 0 &&
+            (gf = gguf_open(o.model, NULL))) {
+            xin.model_bytes = pr.n_bytes;
+            xin.expert_bytes = xstore_expert_bytes(gf);
+        }
+        gguf_close(gf);
+        const int xrc = xstore_plan(&xin, &xs, &err);
+        config_free(cfg); /* the plan's strings were read above */
+        if (xrc) {
+            rc = 2;
+            goto done;
+        }
     }
     pp.n_threads = o.n_threads;
     if (!(pool = pool_init(&pp, &err)))
@@ -401,6 +446,7 @@ int cli_run_main(int argc, char **argv) {
         rc = 2;
         goto done;
     }
+    mp.xstore = xs.on ? &xs.params : NULL;
     if (!(m = model_load(o.model, &mp, &err)))
         goto done;
     if (model_numa_finish(m, pool, NULL, false, &numa_rep, &err) < 0)
@@ -502,6 +548,7 @@ int cli_run_main(int argc, char **argv) {
                 st.decode_steps, st.gen_ms, per_s(st.decode_steps, st.gen_ms), o.n_threads,
                 kernels_isa_name(kernels_isa_active()), st.layout, peak_rss_mb());
     }
+    print_xstore(m, stderr); /* stdout keeps the one JSON object of --json */
     rc = 0;
 done:
     if (rc)

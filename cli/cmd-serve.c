@@ -35,6 +35,10 @@ static struct sched_params params_of(const struct config *cfg) {
     sp.expert_profile = config_str(cfg, CONFIG_EXPERT_PROFILE);
     sp.chat_template_file = config_str(cfg, CONFIG_CHAT_TEMPLATE_FILE);
     sp.profile_interval_s = (double)config_int(cfg, CONFIG_EXPERT_PROFILE_INTERVAL);
+    sp.expert_store = config_str(cfg, CONFIG_EXPERT_STORE);
+    sp.expert_ram = config_int(cfg, CONFIG_EXPERT_RAM);
+    sp.expert_io = config_str(cfg, CONFIG_EXPERT_IO);
+    sp.expert_direct = config_str(cfg, CONFIG_EXPERT_DIRECT);
     /* without --kv-mem the KV pool takes at most half the memory budget */
     struct sysinfo_params sip = sysinfo_params_default();
     sip.root = config_str(cfg, CONFIG_SYS_ROOT);

@@ -91,6 +91,18 @@ enum config_type {
     X(EXPERT_PROFILE_INTERVAL, "expert-profile-interval", "STRATA_EXPERT_PROFILE_INTERVAL",        \
       "--expert-profile-interval", CONFIG_TYPE_INT, 1, 86400, "60",                                \
       "seconds between routing profile saves while the counts change")                             \
+    X(EXPERT_STORE, "expert-store", "STRATA_EXPERT_STORE", "--expert-store", CONFIG_TYPE_STRING,   \
+      0, 0, "auto",                                                                                \
+      "MoE experts read from the file into a RAM tier: auto|on|off (auto: on when the model "      \
+      "does not fit the memory budget)")                                                           \
+    X(EXPERT_RAM, "expert-ram", "STRATA_EXPERT_RAM", "--expert-ram", CONFIG_TYPE_INT, 0,           \
+      1LL << 46, "0",                                                                              \
+      "expert store RAM tier in bytes (0 = the memory budget less the rest, a safety margin)")     \
+    X(EXPERT_IO, "expert-io", "STRATA_EXPERT_IO", "--expert-io", CONFIG_TYPE_STRING, 0, 0, "auto", \
+      "expert store reads: auto|io_uring|pread (auto: io_uring unless refused)")                   \
+    X(EXPERT_DIRECT, "expert-direct", "STRATA_EXPERT_DIRECT", "--expert-direct",                   \
+      CONFIG_TYPE_STRING, 0, 0, "auto",                                                            \
+      "expert store O_DIRECT: auto|on|off (off: buffered, dropped from the page cache)")           \
     X(BATCH, "batch", "STRATA_BATCH", "--batch", CONFIG_TYPE_INT, 0, 65536, "0",                   \
       "tokens per scheduler step, decode + prefill chunks (0 = 512)")                              \
     X(REQUEST_TIMEOUT, "request-timeout", "STRATA_REQUEST_TIMEOUT", "--request-timeout",           \

@@ -131,6 +131,7 @@ struct gen_submit_out {
 #define GEN_WEIGHT_TYPES_MAX 12
 
 /* Snapshot for /status, /metrics and /v1/models. Strings are NUL-terminated. */
+#define GEN_XSTORE_LAYERS_MAX 160 /* per-layer expert store counts in /status (DeepSeek-V3: 61) */
 struct gen_stats {
     bool ready;                /* weights resident and warm-up done */
     char model_id[128];        /* id reported by /v1/models */
@@ -200,6 +201,19 @@ struct gen_stats {
     uint64_t file_bytes; /* the GGUF file's size */
     int64_t file_mtime;  /* its modification time, Unix seconds */
     int64_t n_ctx_train; /* the model's trained context */
+    /* the expert store (appended; on false: off, xstore_rule says why) */
+    struct gen_xstore {
+        bool on;
+        char rule[192]; /* xstore_plan's: why on or off, the budget's origin */
+        char mode[32];  /* "io_uring+direct", "pread+buffered", ... */
+        int n_slots, slots_used, n_layer;
+        uint64_t slot_bytes, capacity_bytes, used_bytes;
+        uint64_t hits, misses, overflow, evictions, read_errors;
+        uint64_t bytes_read, reads, batches, lat_sum_us, prefetch_dropped;
+        uint64_t warm_bytes; /* read at load to fill the slots */
+        uint64_t lat[16];    /* XSTORE_LAT_BUCKETS: reads under 16 us << i, the last: more */
+        uint64_t layer_hits[GEN_XSTORE_LAYERS_MAX], layer_misses[GEN_XSTORE_LAYERS_MAX];
+    } xstore;
 };
 
 struct gen_ops {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine/core/buf.h"
+#include "server/status-xstore.h"
 
 static const char *const route_names[METRICS_ROUTE_N] = {
     "/v1/chat/completions", "/v1/completions", "/v1/models",  "/health", "/status", "/metrics",
@@ -253,6 +254,12 @@ char *metrics_render(const struct metrics *m, const struct gen_stats *st, int co
         (unsigned long long)st->steps, (unsigned long long)st->step_decode,
         (unsigned long long)st->step_prefill, st->last_step_tokens, st->step_forward_s,
         st->step_sample_s, st->step_emit_s, st->step_other_s, st->step_idle_s);
+    char *xs = status_xstore_metrics(st); /* "" when the store is off */
+    if (xs)
+        put(&t, "%s", xs);
+    else
+        t.failed = 1;
+    free(xs);
     put_histogram(&t, "strata_time_to_first_token_seconds",
                   "Seconds from request accepted to first generated token.", &m->ttft, ttft_bounds,
                   N_TTFT);

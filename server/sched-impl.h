@@ -14,6 +14,7 @@
 #include "server/openai.h"
 
 struct openai_chat_out;
+struct xstore_plan;
 #include "server/scheduler.h"
 
 enum job_state { JOB_WAITING, JOB_PREFILL, JOB_DECODE };
@@ -134,6 +135,8 @@ struct sched_stats_rec {
 
 struct sched {
     struct sched_params p;
+    struct xstore_plan *xs; /* owned: the expert store's start-up decision (sched-xstore.c) */
+    bool xs_logged;         /* its start-up line was printed */
     char model_id[128];
     struct pool *pool;
     struct backend *be; /* owned: backend_free after the model */
@@ -275,5 +278,17 @@ void sched_profile_tick(struct sched *s, double now, bool force);
 double sched_profile_due(const struct sched *s);
 /* Copies the profile's counters into st (s->stats.mu held). */
 void sched_profile_stats(const struct sched *s, struct gen_stats *st);
+
+/* ---- the expert store (sched-xstore.c) ---------------------------------------- */
+/* Decides --expert-store from the file's header, the KV plan and the memory
+ * budget into s->xs (allocated), before the model loads; with the store on
+ * and --expert-profile, that profile (when it loads) orders the warm fill.
+ * 0 or STRATA_E_* (a bad option value, the file unreadable). */
+int sched_xstore_plan(struct sched *s, const struct sched_params *p, struct strata_error *err);
+/* After model_load (whether it worked): frees the warm-start profile the
+ * plan read (--expert-profile) and logs the store's mode once. Idempotent. */
+void sched_xstore_loaded(struct sched *s);
+/* The store's counters into st->xstore (any thread: they are atomics). */
+void sched_xstore_stats(const struct sched *s, struct gen_stats *st);
 
 #endif

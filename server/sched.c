@@ -11,6 +11,7 @@
 #include "engine/core/clock.h"
 #include "engine/cpu/backend-cpu.h"
 #include "engine/cpu/kernels.h"
+#include "engine/experts/xstore.h"
 #include "engine/experts/profile.h"
 #include "engine/model/model-numa.h"
 #include "engine/host/pool.h"
@@ -103,6 +104,7 @@ static void publish_stats(struct sched *s, int n_waiting) {
     s->stats.st.step_other_s = s->t_other;
     s->stats.st.step_idle_s = s->t_idle;
     sched_profile_stats(s, &s->stats.st);
+    sched_xstore_stats(s, &s->stats.st);
     pthread_mutex_unlock(&s->stats.mu);
 }
 
@@ -827,7 +829,12 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     mp.repack = params->repack;
     mp.mem_budget = params->mem_budget;
     mp.progress = params->progress;
-    if (!(s->model = model_load(params->model_path, &mp, err)))
+    if (sched_xstore_plan(s, params, err))
+        goto fail;
+    mp.xstore = s->xs->on ? &s->xs->params : NULL;
+    s->model = model_load(params->model_path, &mp, err);
+    sched_xstore_loaded(s); /* the warm profile freed; the log line */
+    if (!s->model)
         goto fail;
     if (model_numa_finish(s->model, s->pool, NULL, false, &numa_rep, err) < 0)
         goto fail;
@@ -930,6 +937,7 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     st->kv_blocks_total = kp.n_blocks;
     st->kv_blocks_free = kv_blocks_free(s->kv);
     sched_profile_stats(s, st);
+    sched_xstore_stats(s, st);
     if (pthread_create(&s->thread, NULL, sched_thread, s) != 0) {
         strata_error_set(err, STRATA_E_INTERNAL, "sched: cannot start the scheduler thread");
         goto fail;
@@ -956,6 +964,8 @@ void sched_free(struct sched *s) {
     }
     sched_profile_tick(s, strata_now(), true); /* shutdown (SIGTERM drain): the last counts */
     free(s->seq_used);
+    sched_xstore_loaded(s);
+    free(s->xs);
     free(s->blk_tmp);
     prefix_free(s->pc);
     free(s->hid_job);

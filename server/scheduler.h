@@ -126,6 +126,9 @@ struct sched_params {
     double profile_interval_s;      /* seconds between saves while counts change; default
                                        SCHED_PROFILE_INTERVAL_S */
     const struct strata_progress *progress; /* borrowed: the load's (model_params.progress) */
+    /* the expert store (engine/experts/xstore.h xstore_plan); NULL strings = "auto" */
+    const char *expert_store, *expert_io, *expert_direct; /* borrowed */
+    int64_t expert_ram;                                   /* bytes; 0 = from the budget */
 };
 #define SCHED_PROFILE_INTERVAL_S 60.0
 struct sched_params sched_params_default(void);

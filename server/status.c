@@ -1,9 +1,9 @@
 /* server/status.c: GET /health, /status, /metrics, /v1/models[/{id}].
  *
  * /status is one JSON object; a field nobody can fill yet is null and
- * "notes" says why (expert_store, arena; quant_mix and model.path until the
- * generation layer reports them; expert_profile without --expert-profile). Handlers run on the MHD
- * thread and never block: gen stats are a snapshot, NUMA topology is loaded once. */
+ * "notes" says why (expert_store: the rule that left it off; arena; quant_mix and model.path until
+ * the generation layer reports them; expert_profile without --expert-profile). Handlers run on the
+ * MHD thread and never block: gen stats are a snapshot, NUMA topology is loaded once. */
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -14,6 +14,7 @@
 #include "engine/cpu/kernels.h"
 #include "engine/host/numa.h"
 #include "server/server-impl.h"
+#include "server/status-xstore.h"
 
 static void gen_stats_of(struct server *s, struct gen_stats *st) {
     memset(st, 0, sizeof(*st));
@@ -262,8 +263,8 @@ enum MHD_Result status_status(struct exchange *ex) {
     json_object_set_new(o, "kernels", kj);
     char numa_note[128] = "";
     set_or_note(o, notes, "numa", NULL, numa_json(numa_note, sizeof(numa_note)), numa_note);
-    set_or_note(o, notes, "expert_store", NULL, NULL,
-                "no expert store module yet (dense mmap only)");
+    set_or_note(o, notes, "expert_store", NULL, status_xstore_json(&st),
+                st.xstore.rule[0] ? st.xstore.rule : "the expert store is off");
     set_or_note(o, notes, "arena", NULL, NULL, "no arena module yet");
     set_or_note(o, notes, "expert_profile", NULL, profile_json(&st),
                 "no --expert-profile (the routing profile is not recorded)");

@@ -69,6 +69,24 @@ int experts_get(struct experts_source *src, int layer, int expert, enum experts_
                             expert, (int)which);
 }
 
+int experts_need(struct experts_source *src, int layer, const int32_t *ids, int n, uint64_t step,
+                 struct strata_error *err) {
+    if (layer < 0 || layer >= src->n_layer || n < 0 || (n > 0 && !ids))
+        return strata_error_set(err, STRATA_E_INVALID, "experts: need of layer %d, %d ids", layer,
+                                n);
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= src->n_expert)
+            return strata_error_set(err, STRATA_E_INVALID, "experts: need of expert %d of %d",
+                                    ids[i], src->n_expert);
+    for (struct experts_source *t = src; t; t = t->next)
+        if (t->ops->need) {
+            const int rc = t->ops->need(t->ctx, layer, ids, n, step, err);
+            if (rc)
+                return rc;
+        }
+    return 0;
+}
+
 void experts_release(struct experts_source *src, uint64_t step) {
     for (int i = 0; i < EXPERTS_STEPS_MAX; i++)
         if (atomic_load_explicit(&src->hold_n[i], memory_order_relaxed) &&

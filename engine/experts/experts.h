@@ -16,6 +16,7 @@
  *       ... record the step's moe_ffn with r.mat, submit, wait ...
  *   }
  *   experts_release(src, step);            // every get of that step ends
+ *   experts_need(src, layer, ids, n, step, &err); // a layer's picks, before their gets
  *   experts_prefetch(src, layer, ids, n);  // from a predictor thread
  *   experts_free(src);
  *
@@ -105,6 +106,14 @@ struct experts_ops {
     void (*stats)(void *ctx, struct experts_stats *acc);
     /* Frees ctx (not next). Optional (NULL: nothing to free). */
     void (*free)(void *ctx);
+    /* The ids (distinct, n of them) of `layer` that `step` is about to get:
+     * a tier that reads (the store, xstore.h) fetches the ones it lacks in
+     * one batch. The caller promises that whatever it got for `step` in
+     * other layers is no longer read (the forward pass waits for the step's
+     * recorded work before each layer's picks), so the tier may reuse it.
+     * 0 or STRATA_E_* (the step fails). Forward thread. Optional. */
+    int (*need)(void *ctx, int layer, const int32_t *ids, int n, uint64_t step,
+                struct strata_error *err);
 };
 
 struct experts_source {
@@ -132,6 +141,10 @@ struct experts_source *experts_source_init(const struct experts_ops *ops, void *
  * it; STRATA_E_LIMIT with EXPERTS_STEPS_MAX steps held). */
 int experts_get(struct experts_source *src, int layer, int expert, enum experts_which which,
                 uint64_t step, struct experts_ref *out, struct strata_error *err);
+/* The picks of one layer before their gets (ops.need), along the chain:
+ * 0 or the first tier's STRATA_E_*. Forward thread. */
+int experts_need(struct experts_source *src, int layer, const int32_t *ids, int n, uint64_t step,
+                 struct strata_error *err);
 /* Ends every get of `step` in every tier. A step without gets is a no-op. */
 void experts_release(struct experts_source *src, uint64_t step);
 /* 1 if every matrix of `layer` is resident along the chain (ops.resident):

@@ -55,6 +55,7 @@ struct model_fwd {
     int32_t *table_ids[2];               /* (n_expert): the ids each table names */
     int table_n[2];
     uint8_t *picked;                  /* (n_expert) */
+    int32_t *need_ids;                /* (n_expert) a layer's distinct picks */
     struct backend_expert **resident; /* (n_layer): a resident layer's (n_expert) experts, taken
                                          once at load; NULL: got per pick every step */
     int32_t *h_sel_all; /* (n_layer, B, n_expert_used) resident layers' picks, for the profile */
@@ -96,6 +97,7 @@ void model_fwd_free(const struct model *m, struct model_fwd *f) {
     for (int i = 0; i < 2; i++)
         free(f->table[i]), free(f->table_ids[i]);
     free(f->picked);
+    free(f->need_ids);
     for (int il = 0; f->resident && il < m->hp.n_layer; il++)
         free(f->resident[il]);
     free(f->resident);
@@ -217,6 +219,7 @@ struct model_fwd *model_fwd_init(const struct model *m, struct strata_error *err
             f->table_ids[i] = halloc((size_t)NE, sizeof *f->table_ids[i], &hok);
         }
         f->picked = halloc((size_t)NE, 1, &hok);
+        f->need_ids = halloc((size_t)NE, sizeof *f->need_ids, &hok);
         f->split = m->params.backend_cold && !(m->be->ops->caps & BACKEND_CAP_HOST_MATS);
     }
     if (f->split) {
@@ -346,6 +349,14 @@ static int pick_experts(struct model *m, int il, int n, struct strata_error *err
         if (m->params.profile)
             profile_add(m->params.profile, il, e);
     }
+    /* the layer's distinct picks, in one call: a tier that reads (the
+     * expert store) batches the cold ones, each read once for the step */
+    int n_need = 0;
+    for (int e = 0; e < NE; e++)
+        if (f->picked[e])
+            f->need_ids[n_need++] = e;
+    if ((rc = experts_need(m->experts, il, f->need_ids, n_need, m->step, err)))
+        return rc;
     for (int e = 0; e < NE; e++) {
         if (!f->picked[e])
             continue;

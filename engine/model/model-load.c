@@ -12,6 +12,7 @@
 
 #include "engine/core/buf.h"
 #include "engine/core/progress.h"
+#include "engine/experts/xstore.h"
 #include "engine/gguf/gguf.h"
 #include "engine/kv/kv.h"
 #include "engine/model/model-impl.h"
@@ -346,7 +347,8 @@ static int bind_layer(struct model *m, int il, const struct arch_info *ai,
                                err)))
                 return rc;
         }
-        for (int w = 0; w < 3; w++) { /* the stacks, for the backend's copy (the RAM tier) */
+        for (int w = 0; w < 3 && !m->params.xstore; w++) { /* for the backend's copy (the RAM
+                                                              tier); the store reads its own */
             const struct gguf_tensor_info *t = find(m, il, exps[w]);
             const struct backend_weight_desc d = {.name = exps[w],
                                                   .host =
@@ -631,6 +633,9 @@ struct model *model_load(const char *path, const struct model_params *params,
     }
     if (hp->n_expert > 0) {
         m->experts = experts_file_init(m->gguf, hp->n_layer, NULL, err);
+        if (m->experts && m->params.xstore) /* the store in front, the file for its overflow */
+            m->experts = xstore_init(m->gguf, hp->n_layer, hp->n_expert_used, m->experts,
+                                     m->params.xstore, err);
         if (!m->experts)
             goto fail;
     }
@@ -641,17 +646,24 @@ struct model *model_load(const char *path, const struct model_params *params,
                          hp->n_layer, hp->n_expert);
         goto fail;
     }
-    for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++)
-        m->weight_bytes += gguf_tensor_at(m->gguf, i)->n_bytes;
-    if (m->params.prefault)
+    uint64_t skeleton = 0; /* what the backend binds: all but the store's experts */
+    for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++) {
+        const struct gguf_tensor_info *t = gguf_tensor_at(m->gguf, i);
+        m->weight_bytes += t->n_bytes;
+        static const char tail[] = "_exps.weight"; /* a routed expert stack */
+        const uint64_t n = sizeof tail - 1;
+        if (!m->params.xstore || t->name.len < n ||
+            memcmp(t->name.ptr + t->name.len - n, tail, n) != 0)
+            skeleton += t->n_bytes;
+    }
+    if (m->params.prefault && !m->params.xstore) /* the store keeps experts out of RSS */
         prefault_weights(m);
     /* The backend may copy the weights (the CPU's arena) when they fit: at
      * most 3/4 of RAM and half the memory budget (the KV pool may take the
      * other half, server/sched.c); otherwise the file's pages stay the only
      * copy (the expert store's case). */
-    const bool copy =
-        m->params.repack && weights_fit_ram(m->weight_bytes) &&
-        (m->params.mem_budget <= 0 || m->weight_bytes <= (uint64_t)m->params.mem_budget / 2);
+    const bool copy = m->params.repack && weights_fit_ram(skeleton) &&
+                      (m->params.mem_budget <= 0 || skeleton <= (uint64_t)m->params.mem_budget / 2);
     if (model_bind_weights(m, copy, err))
         goto fail;
     if (m->params.n_ctx_max == 0)

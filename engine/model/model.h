@@ -66,6 +66,7 @@ struct gguf_file;
 struct kv_cache;
 struct profile;
 struct experts_source;
+struct xstore_params;
 struct backend;
 struct kv_params;
 struct strata_progress;
@@ -167,6 +168,11 @@ struct model_params {
      * "mapping weights" (prefault, bytes of the file's tensor span) and the
      * backend's "copying weights" (bytes copied). NULL = nobody asks. */
     const struct strata_progress *progress;
+    /* The expert store (engine/experts/xstore.h; borrowed during the load;
+     * NULL = off): routed experts are then not bound to the backend (not
+     * copied, not prefaulted) but read by the store into its slots; the
+     * skeleton alone decides the copy above. */
+    const struct xstore_params *xstore;
 };
 struct model_params model_params_default(void);
 
