@@ -581,6 +581,11 @@ static int scan_tools(struct toolcall_parser *p, bool final, int *n_pc) {
             return 0; /* the rest may still be a call: hold it */
         if (rc == SC_FAIL) {
             *n_pc = before;
+            /* the generation ended inside a call already announced (a length
+             * limit): the rest is that call's text, sent as the call's
+             * (incomplete) arguments, not as content too */
+            if (final && before < p->n_calls)
+                break;
             /* not a call: the marker's first byte is text, scan on after it */
             if (text_put(p, best, 1) < 0)
                 return STRATA_E_NOMEM;

@@ -192,6 +192,7 @@ START_TEST(hermes_cut) {
     ck_assert_str_eq(r.names[0], "f");
     ck_assert_str_eq(r.args[0], "{\"q\": \"ab");
     ck_assert(!r.complete[0]);
+    ck_assert_str_eq(r.content, ""); /* the call's text is the call, not content too */
 }
 END_TEST
 
