@@ -93,8 +93,10 @@ async function withKey(port) {
   errors.length = 0;
   await page.fill("#key", KEY);
   await page.click("#key-ok");
-  await page.waitForFunction(() => document.getElementById("f-isa").textContent !== "–",
-    null, { timeout: 10000 });
+  // one refresh fills f-isa from /status, then f-requests from /metrics: wait for both
+  // (reading right after f-isa raced the /metrics fetch once, 2026-12-02)
+  await page.waitForFunction(() => document.getElementById("f-isa").textContent !== "–" &&
+    document.getElementById("f-requests").textContent !== "–", null, { timeout: 10000 });
   for (const id of ["f-sessions", "f-queue", "f-kv", "f-prefix", "f-threads", "f-isa", "f-weights",
                     "f-requests"]) {
     const t = await page.textContent("#" + id);
