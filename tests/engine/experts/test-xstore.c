@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "engine/cpu/backend-cpu.h"
+#include "engine/cpu/kernels.h"
 #include "engine/experts/experts.h"
 #include "engine/experts/profile.h"
 #include "engine/experts/xstore.h"
@@ -372,49 +373,56 @@ START_TEST(test_same_logits) {
     struct backend_cpu_params cp = backend_cpu_params_default();
     struct backend *be = backend_cpu_init(&cp, &err);
     ck_assert(be);
-    for (int sp = 0; sp < 3; sp++) {
-        char path[256];
-        struct gguf_file *f = spec_file(path, sizeof path, specs[sp]);
-        char name[64];
-        snprintf(name, sizeof name, "blk.0.ffn_gate_exps.weight");
-        const uint64_t mat = gguf_find_tensor(f, name)->n_bytes / (uint64_t)NE[sp];
-        gguf_close(f);
-        int32_t want_tok[N_DEC], got_tok[N_DEC];
-        float *want = run_model(path, be, NULL, want_tok, NULL);
-        const size_t n = (size_t)(N_TOK + N_DEC) * 96 * sizeof(float);
-        for (int md = 0; md < 4; md++)
-            for (int budget = 0; budget < 2; budget++) {
-                struct xstore_params xp = xstore_params_default();
-                xp.io = modes[md].io;
-                xp.direct = modes[md].direct;
-                /* K slots: constant eviction (and overflow in the prefill);
-                 * or every expert */
-                const uint64_t slot = 3 * (((mat + 4095) & ~4095ull) + 4096);
-                xp.ram_bytes = budget == 0 ? (uint64_t)K[sp] * slot : 0;
-                struct xstore_stats st;
-                float *got = run_model(path, be, &xp, got_tok, &st);
-                ck_assert_msg(memcmp(got, want, n) == 0, "%s %s budget %d: logits differ",
-                              specs[sp], modes[md].mode, budget);
-                ck_assert(memcmp(got_tok, want_tok, sizeof want_tok) == 0);
-                ck_assert_uint_gt(st.misses, 0);
-                ck_assert_uint_eq(st.read_errors, 0);
-                if (budget == 0) {
-                    ck_assert_uint_gt(st.evictions, 0);
-                } else {
-                    /* each expert read once: misses = distinct (layer, expert) picked */
-                    ck_assert_uint_eq(st.evictions, 0);
-                    ck_assert_uint_eq(st.overflow, 0);
-                    ck_assert_uint_le(st.misses, 2 * (uint64_t)NE[sp]);
-                    ck_assert_uint_gt(st.hits, 0);
+    /* every ISA the host runs, forced before each load (the arena's layout
+     * follows the ISA; the store's slots keep the file's) */
+    const enum kernels_isa saved = kernels_isa_active();
+    for (int isa = 0; isa <= (int)kernels_isa_detected(); isa++)
+        for (int sp = 0; sp < 3; sp++) {
+            kernels_isa_force((enum kernels_isa)isa);
+            char path[256];
+            struct gguf_file *f = spec_file(path, sizeof path, specs[sp]);
+            char name[64];
+            snprintf(name, sizeof name, "blk.0.ffn_gate_exps.weight");
+            const uint64_t mat = gguf_find_tensor(f, name)->n_bytes / (uint64_t)NE[sp];
+            gguf_close(f);
+            int32_t want_tok[N_DEC], got_tok[N_DEC];
+            float *want = run_model(path, be, NULL, want_tok, NULL);
+            const size_t n = (size_t)(N_TOK + N_DEC) * 96 * sizeof(float);
+            for (int md = 0; md < 4; md++)
+                for (int budget = 0; budget < 2; budget++) {
+                    struct xstore_params xp = xstore_params_default();
+                    xp.io = modes[md].io;
+                    xp.direct = modes[md].direct;
+                    /* K slots: constant eviction (and overflow in the prefill);
+                     * or every expert */
+                    const uint64_t slot = 3 * (((mat + 4095) & ~4095ull) + 4096);
+                    xp.ram_bytes = budget == 0 ? (uint64_t)K[sp] * slot : 0;
+                    struct xstore_stats st;
+                    float *got = run_model(path, be, &xp, got_tok, &st);
+                    ck_assert_msg(memcmp(got, want, n) == 0, "%s %s %s budget %d: logits differ",
+                                  kernels_isa_name((enum kernels_isa)isa), specs[sp],
+                                  modes[md].mode, budget);
+                    ck_assert(memcmp(got_tok, want_tok, sizeof want_tok) == 0);
+                    ck_assert_uint_gt(st.misses, 0);
+                    ck_assert_uint_eq(st.read_errors, 0);
+                    if (budget == 0) {
+                        ck_assert_uint_gt(st.evictions, 0);
+                    } else {
+                        /* each expert read once: misses = distinct (layer, expert) picked */
+                        ck_assert_uint_eq(st.evictions, 0);
+                        ck_assert_uint_eq(st.overflow, 0);
+                        ck_assert_uint_le(st.misses, 2 * (uint64_t)NE[sp]);
+                        ck_assert_uint_gt(st.hits, 0);
+                    }
+                    /* a step's picks of a layer come in one batch */
+                    ck_assert_uint_le(st.batches, 2 * (1 + N_DEC));
+                    xstore_stats_free(&st);
+                    free(got);
                 }
-                /* a step's picks of a layer come in one batch */
-                ck_assert_uint_le(st.batches, 2 * (1 + N_DEC));
-                xstore_stats_free(&st);
-                free(got);
-            }
-        free(want);
-        unlink(path);
-    }
+            free(want);
+            unlink(path);
+        }
+    kernels_isa_force(saved);
     backend_free(be);
 }
 END_TEST
