@@ -140,6 +140,10 @@ int vk_buf_upload(struct vk_dev *d, struct vk_buf *dst, uint64_t off, const void
                   struct strata_error *err);
 int vk_buf_download(struct vk_dev *d, const struct vk_buf *src, uint64_t off, void *dst, uint64_t n,
                     struct strata_error *err);
+/* Synchronous copy of n bytes between device buffers (regions must not
+ * overlap when src == dst). */
+int vk_buf_copy(struct vk_dev *d, const struct vk_buf *src, uint64_t soff, struct vk_buf *dst,
+                uint64_t doff, uint64_t n, struct strata_error *err);
 /* Synchronous fill with a 32-bit pattern (off, n multiples of 4). */
 int vk_buf_fill(struct vk_dev *d, struct vk_buf *dst, uint64_t off, uint64_t n, uint32_t value,
                 struct strata_error *err);

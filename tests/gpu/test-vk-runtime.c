@@ -88,6 +88,13 @@ START_TEST(test_buffers) {
     for (int i = 0; i < 16; i++)
         ck_assert(f[i] == 1.0f);
     ck_assert_int_eq(vk_buf_fill(d, b, 2, 64, 0, &err), STRATA_E_INVALID);
+    /* synchronous device copy */
+    struct vk_buf *b2 = vk_buf_alloc(d, 8192, VK_MEM_DEVICE, &err);
+    ck_assert_int_eq(vk_buf_copy(d, b, 1000, b2, 4096, 4096, &err), 0);
+    ck_assert_int_eq(vk_buf_download(d, b2, 4096, dst, 4096, &err), 0);
+    ck_assert(memcmp(src + 7, dst, 4096) == 0);
+    ck_assert_int_eq(vk_buf_copy(d, b, 0, b2, 4097, 4096, &err), STRATA_E_RANGE);
+    vk_buf_free(d, b2);
     /* host buffers map */
     struct vk_buf *h = vk_buf_alloc(d, 4096, VK_MEM_HOST, &err);
     ck_assert_msg(h, "%s", err.message);
