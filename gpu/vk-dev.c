@@ -1,0 +1,385 @@
+/* gpu/vk-dev.c: instance, physical-device choice, the logical device and its
+ * compute queue (gpu/vk.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/vk-impl.h"
+
+int vk_check(struct vk_dev *d, VkResult r, const char *what, struct strata_error *err) {
+    if (r == VK_SUCCESS)
+        return 0;
+    if (r == VK_ERROR_DEVICE_LOST) {
+        if (d)
+            d->lost = true;
+        return strata_error_set(err, STRATA_E_IO, "vulkan: %s: device lost", what);
+    }
+    if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY ||
+        r == VK_ERROR_OUT_OF_POOL_MEMORY || r == VK_ERROR_FRAGMENTED_POOL)
+        return strata_error_set(err, STRATA_E_NOMEM, "vulkan: %s: out of %s memory", what,
+                                r == VK_ERROR_OUT_OF_DEVICE_MEMORY ? "device" : "host");
+    return strata_error_set(err, STRATA_E_IO, "vulkan: %s failed (VkResult %d)", what, (int)r);
+}
+
+static VkInstance vk_instance_make(struct strata_error *err) {
+    uint32_t api = 0;
+    if (vkEnumerateInstanceVersion(&api) != VK_SUCCESS || api < VK_API_VERSION_1_2) {
+        strata_error_set(err, STRATA_E_NOT_FOUND, "vulkan: no Vulkan 1.2 loader");
+        return VK_NULL_HANDLE;
+    }
+    VkApplicationInfo app = {
+        .sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
+        .pApplicationName = "strata",
+        .pEngineName = "strata",
+        .apiVersion = api >= VK_API_VERSION_1_3 ? VK_API_VERSION_1_3 : VK_API_VERSION_1_2,
+    };
+    VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
+                               .pApplicationInfo = &app};
+    VkInstance inst = VK_NULL_HANDLE;
+    VkResult r = vkCreateInstance(&ci, NULL, &inst);
+    if (r != VK_SUCCESS) {
+        strata_error_set(err, STRATA_E_NOT_FOUND, "vulkan: no instance (VkResult %d)", (int)r);
+        return VK_NULL_HANDLE;
+    }
+    return inst;
+}
+
+int vk_dev_count(void) {
+    VkInstance inst = vk_instance_make(NULL);
+    if (!inst)
+        return 0;
+    uint32_t n = 0;
+    if (vkEnumeratePhysicalDevices(inst, &n, NULL) != VK_SUCCESS)
+        n = 0;
+    vkDestroyInstance(inst, NULL);
+    return (int)n;
+}
+
+/* A compute queue family (one with compute and without graphics first:
+ * NVIDIA's async compute family), or -1. */
+static int vk_compute_family(VkPhysicalDevice p) {
+    uint32_t n = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(p, &n, NULL);
+    VkQueueFamilyProperties qf[32];
+    if (n > 32)
+        n = 32;
+    vkGetPhysicalDeviceQueueFamilyProperties(p, &n, qf);
+    int any = -1;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!(qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) || qf[i].queueCount == 0)
+            continue;
+        /* the graphics+compute family first: its timestamps are valid on
+         * every driver we met, and there is one queue to feed anyway */
+        if (qf[i].queueFlags & VK_QUEUE_GRAPHICS_BIT)
+            return (int)i;
+        if (any < 0)
+            any = (int)i;
+    }
+    return any;
+}
+
+static int vk_type_rank(VkPhysicalDeviceType t) {
+    switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+        return 4;
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+        return 3;
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+        return 2;
+    case VK_PHYSICAL_DEVICE_TYPE_CPU:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static bool vk_has_ext(const VkExtensionProperties *e, uint32_t n, const char *name) {
+    for (uint32_t i = 0; i < n; i++)
+        if (strcmp(e[i].extensionName, name) == 0)
+            return true;
+    return false;
+}
+
+static void vk_fill_info(struct vk_dev *d, const VkExtensionProperties *ext, uint32_t n_ext,
+                         const VkPhysicalDeviceVulkan11Features *f11,
+                         const VkPhysicalDeviceVulkan12Features *f12, bool int_dot_feat,
+                         const VkPhysicalDeviceFeatures *f10) {
+    struct vk_dev_info *in = &d->info;
+    VkPhysicalDeviceDriverProperties drv = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+    VkPhysicalDeviceSubgroupProperties sg = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES, .pNext = &drv};
+    VkPhysicalDeviceShaderIntegerDotProductProperties dot = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_PROPERTIES};
+    VkPhysicalDeviceMaintenance3Properties m3 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES, .pNext = &sg};
+    if (int_dot_feat) {
+        dot.pNext = m3.pNext;
+        m3.pNext = &dot;
+    }
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+                                      .pNext = &m3};
+    vkGetPhysicalDeviceProperties2(d->phys, &p2);
+    const VkPhysicalDeviceProperties *p = &p2.properties;
+    const VkPhysicalDeviceLimits *lim = &p->limits;
+    snprintf(in->name, sizeof in->name, "%s", p->deviceName);
+    if (drv.driverName[0])
+        snprintf(in->driver, sizeof in->driver, "%.120s %.120s", drv.driverName, drv.driverInfo);
+    else
+        snprintf(in->driver, sizeof in->driver, "version %u", p->driverVersion);
+    in->vendor_id = p->vendorID;
+    in->device_id = p->deviceID;
+    in->discrete = p->deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
+    in->cpu = p->deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    vkGetPhysicalDeviceMemoryProperties(d->phys, &d->mem_props);
+    uint64_t vram = 0, any = 0;
+    for (uint32_t h = 0; h < d->mem_props.memoryHeapCount; h++) {
+        uint64_t sz = d->mem_props.memoryHeaps[h].size;
+        if (sz > any)
+            any = sz;
+        if ((d->mem_props.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) && sz > vram)
+            vram = sz;
+    }
+    in->vram_bytes = vram ? vram : any;
+    in->subgroup_size = sg.subgroupSize;
+    in->subgroup_arith = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                         (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
+    in->max_storage_range = lim->maxStorageBufferRange;
+    in->max_buffer_bytes = m3.maxMemoryAllocationSize ? m3.maxMemoryAllocationSize : (1ull << 30);
+    in->min_storage_align = lim->minStorageBufferOffsetAlignment;
+    in->max_shared_bytes = lim->maxComputeSharedMemorySize;
+    in->max_push_bytes = lim->maxPushConstantsSize;
+    for (int i = 0; i < 3; i++) {
+        in->max_wg_size[i] = lim->maxComputeWorkGroupSize[i];
+        in->max_wg_count[i] = lim->maxComputeWorkGroupCount[i];
+    }
+    in->max_wg_invocations = lim->maxComputeWorkGroupInvocations;
+    in->fp16 = f12->shaderFloat16;
+    in->int8 = f12->shaderInt8;
+    in->storage8 = f12->storageBuffer8BitAccess;
+    in->storage16 = f11->storageBuffer16BitAccess;
+    in->int_dot = int_dot_feat;
+    in->int_dot_accel = int_dot_feat && dot.integerDotProduct4x8BitPackedSignedAccelerated;
+    in->coopmat = vk_has_ext(ext, n_ext, "VK_KHR_cooperative_matrix");
+    in->push_descriptor = vk_has_ext(ext, n_ext, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+    (void)f10;
+}
+
+/* Creates the logical device over d->phys with what strata's shaders use. */
+static int vk_device_make(struct vk_dev *d, uint32_t api, struct strata_error *err) {
+    uint32_t n_ext = 0;
+    vkEnumerateDeviceExtensionProperties(d->phys, NULL, &n_ext, NULL);
+    VkExtensionProperties *ext = calloc(n_ext ? n_ext : 1, sizeof *ext);
+    if (!ext)
+        return strata_error_set(err, STRATA_E_NOMEM, "vulkan: out of memory");
+    vkEnumerateDeviceExtensionProperties(d->phys, NULL, &n_ext, ext);
+
+    VkPhysicalDeviceShaderIntegerDotProductFeatures dotf = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
+    VkPhysicalDeviceVulkan13Features f13 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES};
+    VkPhysicalDeviceVulkan12Features f12 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    VkPhysicalDeviceVulkan11Features f11 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES, .pNext = &f12};
+    bool has13 = api >= VK_API_VERSION_1_3;
+    bool dot_ext = !has13 && vk_has_ext(ext, n_ext, "VK_KHR_shader_integer_dot_product");
+    if (has13)
+        f12.pNext = &f13;
+    else if (dot_ext)
+        f12.pNext = &dotf;
+    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+                                    .pNext = &f11};
+    vkGetPhysicalDeviceFeatures2(d->phys, &f2);
+    bool int_dot = has13 ? f13.shaderIntegerDotProduct : (dot_ext && dotf.shaderIntegerDotProduct);
+    vk_fill_info(d, ext, n_ext, &f11, &f12, int_dot, &f2.features);
+
+    /* enable only what shaders use (and the device has) */
+    VkPhysicalDeviceFeatures2 e2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    e2.features.shaderInt16 = f2.features.shaderInt16;
+    e2.features.shaderInt64 = f2.features.shaderInt64;
+    VkPhysicalDeviceVulkan11Features e11 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+    e11.storageBuffer16BitAccess = f11.storageBuffer16BitAccess;
+    e11.uniformAndStorageBuffer16BitAccess = f11.uniformAndStorageBuffer16BitAccess;
+    VkPhysicalDeviceVulkan12Features e12 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    e12.shaderFloat16 = f12.shaderFloat16;
+    e12.shaderInt8 = f12.shaderInt8;
+    e12.storageBuffer8BitAccess = f12.storageBuffer8BitAccess;
+    e12.uniformAndStorageBuffer8BitAccess = f12.uniformAndStorageBuffer8BitAccess;
+    e12.hostQueryReset = f12.hostQueryReset;
+    e12.bufferDeviceAddress = VK_FALSE;
+    VkPhysicalDeviceVulkan13Features e13 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES};
+    e13.subgroupSizeControl = f13.subgroupSizeControl;
+    e13.computeFullSubgroups = f13.computeFullSubgroups;
+    e13.shaderIntegerDotProduct = f13.shaderIntegerDotProduct;
+    e13.maintenance4 = f13.maintenance4;
+    VkPhysicalDeviceShaderIntegerDotProductFeatures edot = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES,
+        .shaderIntegerDotProduct = dotf.shaderIntegerDotProduct};
+    e2.pNext = &e11;
+    e11.pNext = &e12;
+    if (has13)
+        e12.pNext = &e13;
+    else if (dot_ext)
+        e12.pNext = &edot;
+
+    const char *want[4];
+    uint32_t n_want = 0;
+    if (d->info.push_descriptor)
+        want[n_want++] = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
+    if (dot_ext)
+        want[n_want++] = "VK_KHR_shader_integer_dot_product";
+    free(ext);
+
+    float prio = 1.0f;
+    VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+                                   .queueFamilyIndex = d->queue_family,
+                                   .queueCount = 1,
+                                   .pQueuePriorities = &prio};
+    VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+                              .pNext = &e2,
+                              .queueCreateInfoCount = 1,
+                              .pQueueCreateInfos = &qci,
+                              .enabledExtensionCount = n_want,
+                              .ppEnabledExtensionNames = want};
+    int rc = vk_check(d, vkCreateDevice(d->phys, &dci, NULL, &d->dev), "vkCreateDevice", err);
+    if (rc)
+        return rc;
+    vkGetDeviceQueue(d->dev, d->queue_family, 0, &d->queue);
+    if (d->info.push_descriptor)
+        d->push_desc =
+            (PFN_vkCmdPushDescriptorSetKHR)vkGetDeviceProcAddr(d->dev, "vkCmdPushDescriptorSetKHR");
+    if (!d->push_desc)
+        d->info.push_descriptor = false;
+
+    uint32_t nq = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &nq, NULL);
+    VkQueueFamilyProperties qf[32];
+    if (nq > 32)
+        nq = 32;
+    vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &nq, qf);
+    VkPhysicalDeviceProperties pp;
+    vkGetPhysicalDeviceProperties(d->phys, &pp);
+    d->info.timestamp_period_ns =
+        qf[d->queue_family].timestampValidBits ? pp.limits.timestampPeriod : 0.0f;
+    return 0;
+}
+
+int vk_dev_open(int index, struct vk_dev **out, struct strata_error *err) {
+    *out = NULL;
+    struct vk_dev *d = calloc(1, sizeof *d);
+    if (!d)
+        return strata_error_set(err, STRATA_E_NOMEM, "vulkan: out of memory");
+    int rc = 0;
+    d->instance = vk_instance_make(err);
+    if (!d->instance) {
+        free(d);
+        return STRATA_E_NOT_FOUND;
+    }
+    uint32_t n = 0;
+    vkEnumeratePhysicalDevices(d->instance, &n, NULL);
+    VkPhysicalDevice phys[16];
+    if (n > 16)
+        n = 16;
+    if (n)
+        vkEnumeratePhysicalDevices(d->instance, &n, phys);
+    if (n == 0) {
+        rc = strata_error_set(err, STRATA_E_NOT_FOUND, "vulkan: no device");
+        goto fail;
+    }
+    if (index >= (int)n) {
+        rc = strata_error_set(err, STRATA_E_NOT_FOUND, "vulkan: no device %d (%u found)", index, n);
+        goto fail;
+    }
+    int pick = -1, best = -1;
+    uint32_t api = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (index >= 0 && (int)i != index)
+            continue;
+        VkPhysicalDeviceProperties p;
+        vkGetPhysicalDeviceProperties(phys[i], &p);
+        if (p.apiVersion < VK_API_VERSION_1_2 || vk_compute_family(phys[i]) < 0) {
+            if (index >= 0) {
+                rc = strata_error_set(err, STRATA_E_UNSUPPORTED,
+                                      "vulkan: device %d (%s) lacks Vulkan 1.2 compute", index,
+                                      p.deviceName);
+                goto fail;
+            }
+            continue;
+        }
+        int rank = vk_type_rank(p.deviceType);
+        if (rank > best) {
+            best = rank;
+            pick = (int)i;
+            api = p.apiVersion;
+        }
+    }
+    if (pick < 0) {
+        rc = strata_error_set(err, STRATA_E_UNSUPPORTED,
+                              "vulkan: no device with Vulkan 1.2 compute (%u found)", n);
+        goto fail;
+    }
+    d->phys = phys[pick];
+    d->queue_family = (uint32_t)vk_compute_family(d->phys);
+    if ((rc = vk_device_make(d, api, err)))
+        goto fail;
+    d->info.index = pick;
+
+    VkCommandPoolCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+                                   .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+                                   .queueFamilyIndex = d->queue_family};
+    if ((rc = vk_check(d, vkCreateCommandPool(d->dev, &pci, NULL, &d->pool), "command pool", err)))
+        goto fail;
+    VkCommandBuffer cb[2];
+    VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                      .commandPool = d->pool,
+                                      .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                      .commandBufferCount = 2};
+    if ((rc = vk_check(d, vkAllocateCommandBuffers(d->dev, &ai, cb), "command buffers", err)))
+        goto fail;
+    d->cmd = cb[0];
+    d->xfer = cb[1];
+    VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    if ((rc = vk_check(d, vkCreateFence(d->dev, &fci, NULL, &d->fence), "fence", err)) ||
+        (rc = vk_check(d, vkCreateFence(d->dev, &fci, NULL, &d->xfer_fence), "fence", err)))
+        goto fail;
+    *out = d;
+    return 0;
+fail:
+    vk_dev_close(d);
+    return rc;
+}
+
+const struct vk_dev_info *vk_dev_info(const struct vk_dev *d) {
+    return &d->info;
+}
+
+bool vk_dev_lost(const struct vk_dev *d) {
+    return d->lost;
+}
+
+uint64_t vk_dev_allocated(const struct vk_dev *d, int device_memory) {
+    return device_memory ? d->alloc_dev : d->alloc_host;
+}
+
+void vk_dev_close(struct vk_dev *d) {
+    if (!d)
+        return;
+    if (d->dev) {
+        vkDeviceWaitIdle(d->dev);
+        vk_rec_free(d);
+        vk_buf_free(d, d->staging);
+        if (d->fence)
+            vkDestroyFence(d->dev, d->fence, NULL);
+        if (d->xfer_fence)
+            vkDestroyFence(d->dev, d->xfer_fence, NULL);
+        if (d->pool)
+            vkDestroyCommandPool(d->dev, d->pool, NULL);
+        vkDestroyDevice(d->dev, NULL);
+    }
+    if (d->instance)
+        vkDestroyInstance(d->instance, NULL);
+    free(d);
+}

@@ -1,0 +1,82 @@
+/* gpu/vk-impl.h: the runtime's internals shared by gpu/vk-dev.c (instance,
+ * device), gpu/vk-mem.c (buffers, staging) and gpu/vk-rec.c (pipelines,
+ * recording, profile). Not for callers: they use gpu/vk.h.
+ *
+ * Threading: as gpu/vk.h (one thread per device).
+ */
+#ifndef STRATA_VK_IMPL_H
+#define STRATA_VK_IMPL_H
+
+#include <vulkan/vulkan.h>
+
+#include "gpu/vk.h"
+
+#define VK_STAGING_BYTES (32ull << 20) /* one staging chunk: 32 MiB */
+#define VK_PROF_MAX 4096               /* timed dispatches per recording (2 queries each) */
+#define VK_DESC_POOL_SETS 1024         /* sets per descriptor pool (no push descriptors) */
+#define VK_BIND_MAX 16                 /* storage buffers per pipeline */
+
+struct vk_prof_row {
+    char name[48];
+    uint64_t n;
+    double ns;
+};
+
+struct vk_dev {
+    struct vk_dev_info info;
+    VkInstance instance;
+    VkPhysicalDevice phys;
+    VkDevice dev;
+    VkQueue queue;
+    uint32_t queue_family;
+    VkPhysicalDeviceMemoryProperties mem_props;
+    VkCommandPool pool;
+    VkCommandBuffer cmd;  /* the recording */
+    VkFence fence;        /* signalled when cmd's submission has run */
+    VkCommandBuffer xfer; /* synchronous uploads, downloads, fills */
+    VkFence xfer_fence;
+    PFN_vkCmdPushDescriptorSetKHR push_desc; /* NULL: descriptor pools */
+    bool lost;
+    bool recording, pending;
+    int rec_err;              /* first error of the recording (STRATA_E_*) */
+    char rec_msg[160];        /* its message */
+    struct vk_buf *staging;   /* VK_STAGING_BYTES host-visible, made at first use */
+    VkDescriptorPool *dpools; /* (n_dpool) pools of VK_DESC_POOL_SETS sets */
+    int n_dpool, dpool_used;  /* pools handed out in this recording */
+    uint64_t alloc_dev, alloc_host;
+    /* profile */
+    bool prof_on;
+    VkQueryPool qpool;
+    const struct vk_pipe *prof_pipe[VK_PROF_MAX]; /* dispatch i: queries 2i, 2i+1 */
+    int prof_n;
+    struct vk_prof_row *prof_rows;
+    int prof_n_rows, prof_cap_rows;
+};
+
+struct vk_buf {
+    VkBuffer buf;
+    VkDeviceMemory mem;
+    uint64_t size;
+    void *map; /* host-visible: persistently mapped */
+    bool device;
+};
+
+struct vk_pipe {
+    char name[48];
+    VkShaderModule module;
+    VkDescriptorSetLayout dsl;
+    VkPipelineLayout layout;
+    VkPipeline pipe;
+    int n_bind;
+    uint32_t push_bytes;
+};
+
+/* Sets err from a VkResult of `what` (marks the device lost on
+ * VK_ERROR_DEVICE_LOST) and returns the STRATA_E_* code. */
+int vk_check(struct vk_dev *d, VkResult r, const char *what, struct strata_error *err);
+/* Records cmd's work into the transfer buffer through fn, submits it and waits. */
+int vk_xfer_begin(struct vk_dev *d, struct strata_error *err);
+int vk_xfer_end(struct vk_dev *d, struct strata_error *err);
+void vk_rec_free(struct vk_dev *d); /* descriptor pools, query pool, profile table */
+
+#endif
