@@ -13,10 +13,13 @@ layout(std430, binding = 1) writeonly buffer I { int ids[]; };
 
 layout(push_constant) uniform P {
     uint n_vocab;
+    uint n_rows;
 } p;
 
 void main() {
     const uint row = ops_group_id(), lid = gl_LocalInvocationID.x;
+    if (row >= p.n_rows)
+        return;
     const uint base = row * p.n_vocab;
     float bv = -1.0 / 0.0;
     uint bi = 0xffffffffu;

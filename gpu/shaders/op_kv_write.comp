@@ -20,11 +20,14 @@ layout(push_constant) uniform P {
     uint n_head_kv;
     uint head_dim_k, head_dim_v;
     uint n_tiles; /* tiles of 256 pairs a token */
+    uint n_tok;
 } p;
 
 void main() {
     const uint gid = ops_group_id();
     const uint t = gid / p.n_tiles;
+    if (t >= p.n_tok)
+        return;
     const uint j = (gid % p.n_tiles) * 256u + gl_LocalInvocationID.x; /* pair of K then V */
     const uint nk2 = p.n_head_kv * p.head_dim_k / 2u, nv2 = p.n_head_kv * p.head_dim_v / 2u;
     if (j >= nk2 + nv2)

@@ -19,6 +19,7 @@ layout(push_constant) uniform P {
     uint k;
     uint norm_topk;
     float scale;
+    uint n_tok;
 } p;
 
 shared uint s_id[32];
@@ -26,6 +27,8 @@ shared float s_w[32];
 
 void main() {
     const uint t = ops_group_id(), lid = gl_LocalInvocationID.x;
+    if (t >= p.n_tok)
+        return;
     const uint base = t * p.n_expert;
     float pr[4];
     bool taken[4];

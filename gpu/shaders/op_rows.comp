@@ -23,11 +23,14 @@ layout(push_constant) uniform P {
     uint mode;
     uint has_w;
     float eps;
+    uint n_rows;
 } p;
 
 void main() {
     const uint row = ops_group_id(), lid = gl_LocalInvocationID.x;
     const uint base = row * p.n_cols;
+    if (row >= p.n_rows)
+        return;
     if (p.mode == 0u) {
         float s = 0.0;
         for (uint i = lid; i < p.n_cols; i += 256u)

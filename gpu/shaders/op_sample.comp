@@ -25,6 +25,7 @@ layout(push_constant) uniform P {
     float top_p;
     float min_p;
     float temperature;
+    uint n_rows;
 } p;
 
 shared float s_v[256];
@@ -32,6 +33,8 @@ shared uint s_i[256];
 
 void main() {
     const uint row = ops_group_id(), lid = gl_LocalInvocationID.x;
+    if (row >= p.n_rows)
+        return;
     const uint base = row * p.n_vocab;
     float pv = 1.0 / 0.0; /* the previous pick: everything finite is below (inf, 0) */
     uint pi = 0u;
