@@ -68,6 +68,7 @@ struct bvk_ctx {
     bool in_step;
     int err_code;             /* first recording error (STRATA_E_*), reported at submit */
     char err_msg[256];        /* its message */
+    int io_group;             /* an open barrier group of consecutive writes (1) or reads (2) */
     uint64_t n_sub;           /* submits so far */
     uint64_t n_waited;        /* submits whose reads have landed */
     struct bvk_chunk *chunks; /* (n_chunk) staging, reset at begin */

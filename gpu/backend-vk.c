@@ -33,6 +33,10 @@ void bvk_fail(struct bvk_ctx *c, int code, const char *fmt, ...) {
 bool bvk_rec(struct bvk_ctx *c) {
     if (c->err_code)
         return false;
+    if (c->io_group) { /* the writes (reads) before this op: one barrier after them */
+        vk_rec_group(c->dev, false);
+        c->io_group = 0;
+    }
     if (!c->in_step) {
         bvk_fail(c, STRATA_E_INVALID, "backend vulkan: an op outside a step (no begin)");
         return false;
@@ -40,6 +44,7 @@ bool bvk_rec(struct bvk_ctx *c) {
     if (vk_rec_active(c->dev))
         return true;
     struct strata_error e = {0};
+    c->io_group = 0;
     if (vk_rec_begin(c->dev, &e)) { /* waits for the submitted part first */
         bvk_fail(c, e.code, "%s", e.message);
         return false;
@@ -93,6 +98,20 @@ bool bvk_scratch(struct bvk_ctx *c, struct vk_buf **b, uint64_t n) {
     bvk_retire(c, *b);
     c->tensor_bytes += sz;
     *b = nb;
+    return true;
+}
+
+/* bvk_rec for a tensor write (kind 1) or read (2): consecutive writes copy
+ * from staging into different rows or tensors, consecutive reads into
+ * different staging, so each run of them shares one barrier (the ids,
+ * positions and sequences of a step; a step's read-backs). */
+static bool bvk_rec_io(struct bvk_ctx *c, int kind) {
+    if (c->io_group == kind && !c->err_code && vk_rec_active(c->dev))
+        return true;
+    if (!bvk_rec(c))
+        return false;
+    vk_rec_group(c->dev, true);
+    c->io_group = kind;
     return true;
 }
 
@@ -229,6 +248,8 @@ static int bvk_tables(struct bvk_ctx *c, const struct backend_step *s, struct st
         c->table_seqs = kp->n_seq_max;
         c->table_stride = stride;
     }
+    vk_rec_group(c->dev, true); /* one barrier after the rows and the step's writes */
+    c->io_group = 1;
     for (int i = 0; i < s->n_tok; i++) {
         const int seq = s->seq[i];
         bool seen = false;
@@ -267,6 +288,7 @@ static int bvk_begin(void *ctx, const struct backend_step *s, struct strata_erro
         c->chunks[i].used = 0;
     c->cur_chunk = 0;
     c->in_step = false;
+    c->io_group = 0;
     c->kv = NULL;
     c->n_kv_max = s->n_kv_max;
     if ((rc = vk_rec_begin(c->dev, err)))
@@ -294,7 +316,8 @@ static int bvk_submit(void *ctx, struct strata_error *err) {
         return rc;
     }
     if (!vk_rec_active(c->dev))
-        return 0; /* nothing recorded since the last submit */
+        return 0;    /* nothing recorded since the last submit */
+    c->io_group = 0; /* vk_rec_submit closes it */
     rc = vk_rec_submit(c->dev, err);
     if (rc)
         return rc;
@@ -311,7 +334,7 @@ static void bvk_tensor_write(void *ctx, struct backend_tensor *t, int64_t row0, 
     const uint64_t n = (uint64_t)n_rows * (uint64_t)t->n_cols * 4;
     struct vk_buf *sb;
     uint64_t so;
-    if (n == 0 || !bvk_rec(c) || !bvk_stage(c, n, &sb, &so))
+    if (n == 0 || !bvk_rec_io(c, 1) || !bvk_stage(c, n, &sb, &so))
         return;
     memcpy((uint8_t *)vk_buf_map(sb) + so, src, n);
     vk_copy(c->dev, sb, so, bvk_t(t)->buf, (uint64_t)row0 * (uint64_t)t->n_cols * 4, n);
@@ -324,7 +347,7 @@ static void bvk_tensor_read(void *ctx, const struct backend_tensor *t, int64_t r
     const uint64_t n = (uint64_t)n_rows * (uint64_t)t->n_cols * 4;
     struct vk_buf *sb;
     uint64_t so;
-    if (n == 0 || !bvk_rec(c) || !bvk_stage(c, n, &sb, &so))
+    if (n == 0 || !bvk_rec_io(c, 2) || !bvk_stage(c, n, &sb, &so))
         return;
     if (c->n_read == c->cap_read) {
         int cap = c->cap_read ? 2 * c->cap_read : 16;
