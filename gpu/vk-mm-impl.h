@@ -35,7 +35,7 @@ _Static_assert(sizeof(struct vkmm_push) == 64, "mm_common.glsl Push block");
 _Static_assert(offsetof(struct vkmm_push, expert_bytes) == 48, "mm_common.glsl Push block");
 
 /* Kernel kinds per type: the matvec for 1, 2, 4 or 8 tokens a pass, its
- * expert-indexed form, the tiled matmul. */
+ * expert-indexed form, the tiled matmul and its expert-indexed form. */
 enum vkmm_kind {
     VKMM_MV1 = 0,
     VKMM_MV2,
@@ -43,10 +43,11 @@ enum vkmm_kind {
     VKMM_MV8,
     VKMM_MV_ID,
     VKMM_MM,
+    VKMM_MM_ID, /* the tiled matmul over the picks of each expert (MoE prefill) */
     VKMM_KIND_COUNT,
 };
 
-#define VKMM_MV_MAX_TOK 8 /* n_tok above this takes the tiled matmul */
+#define VKMM_MV_MAX_TOK 8 /* n_tok above this takes the tiled matmul (also for matmul_id) */
 
 /* Launch shapes, chosen once from the device (vkmm_init). */
 struct vkmm_tune {
@@ -54,6 +55,7 @@ struct vkmm_tune {
     uint32_t mv_rows; /* rows of a matvec workgroup */
     uint32_t mm_wg;   /* lanes of a matmul workgroup: (bm / tm) * (bn / tn) */
     uint32_t mm_bm, mm_bn, mm_tm, mm_tn;
+    uint32_t mm_lcap; /* picks an expert-indexed matmul workgroup lists at once */
 };
 
 /* The tuning vkmm_init picks for a device (exposed for the tests). */

@@ -141,6 +141,21 @@ static uint32_t clamp_u32(uint32_t v, uint32_t lo, uint32_t hi) {
  * each x load. Matmul: 64 x 64 tiles, 256 lanes of 4 x 4 outputs, 16.6 KB
  * of shared memory; half the tile where a device offers less than that or
  * fewer than 256 lanes. */
+static uint32_t tile_bytes(const struct vkmm_tune *t) {
+    return 32 * (t->mm_bm + t->mm_bn + 2) * 4;
+}
+
+/* The expert-indexed matmul's pick list takes the shared memory the tiles
+ * leave, up to 4,096 picks (a 512-token top-8 prefill in one window), a
+ * multiple of the workgroup: 3,840 on lavapipe's 32 KB. */
+static uint32_t lcap_for(const struct vk_dev_info *in, const struct vkmm_tune *t) {
+    uint64_t avail =
+        in->max_shared_bytes > tile_bytes(t) + 64 ? in->max_shared_bytes - tile_bytes(t) - 64 : 0;
+    uint64_t n = avail / 4 < 4096 ? avail / 4 : 4096;
+    n -= n % t->mm_wg;
+    return (uint32_t)(n ? n : 0);
+}
+
 void vkmm_tune_for(const struct vk_dev_info *in, struct vkmm_tune *t) {
     uint32_t maxwg = in->max_wg_invocations ? in->max_wg_invocations : 128;
     uint32_t sg = in->subgroup_size ? in->subgroup_size : 32;
@@ -159,6 +174,7 @@ void vkmm_tune_for(const struct vk_dev_info *in, struct vkmm_tune *t) {
         t->mm_tn = 4; /* (32/2) x (32/4) = 128 lanes, 8.4 KB */
     }
     t->mm_wg = (t->mm_bm / t->mm_tm) * (t->mm_bn / t->mm_tn);
+    t->mm_lcap = lcap_for(in, t);
 }
 
 int vkmm_init(struct vk_dev *d, struct vkmm **out, struct strata_error *err) {
@@ -191,7 +207,7 @@ int vkmm_set_tune(struct vkmm *mm, const struct vkmm_tune *t, struct strata_erro
               t->mm_tm >= 1 && t->mm_tn >= 1 && t->mm_bm % t->mm_tm == 0 &&
               t->mm_bn % t->mm_tn == 0 &&
               t->mm_wg == (t->mm_bm / t->mm_tm) * (t->mm_bn / t->mm_tn) && t->mm_wg <= maxwg &&
-              32ull * (t->mm_bm + t->mm_bn + 2) * 4 <= in->max_shared_bytes &&
+              tile_bytes(t) + 4ull * t->mm_lcap + 64 <= in->max_shared_bytes && t->mm_lcap >= 1 &&
               4ull * t->mv_rows * VKMM_MV_MAX_TOK * t->mv_wg <= in->max_shared_bytes;
     if (!ok)
         return strata_error_set(err, STRATA_E_INVALID, "vkmm: tuning the shaders cannot run");
@@ -217,7 +233,8 @@ bool vkmm_supports(enum quant_type type, int64_t n_cols) {
 }
 
 static const char *kind_name(enum vkmm_kind k) {
-    static const char *names[VKMM_KIND_COUNT] = {"mv1", "mv2", "mv4", "mv8", "mv_id", "mm"};
+    static const char *names[VKMM_KIND_COUNT] = {"mv1",   "mv2", "mv4",  "mv8",
+                                                 "mv_id", "mm",  "mm_id"};
     return names[k];
 }
 
@@ -227,10 +244,12 @@ static struct vk_pipe *make_pipe(struct vkmm *mm, enum quant_type type, enum vkm
     char name[48];
     snprintf(name, sizeof name, "%s.%s", quant_type_name(type), kind_name(kind));
     const struct vkmm_tune *t = &mm->tune;
-    if (kind == VKMM_MM) {
-        uint32_t spec[5] = {t->mm_wg, t->mm_bm, t->mm_bn, t->mm_tm, t->mm_tn};
+    if (kind == VKMM_MM || kind == VKMM_MM_ID) {
+        bool id = kind == VKMM_MM_ID;
+        uint32_t spec[7] = {t->mm_wg, t->mm_bm, t->mm_bn,           t->mm_tm,
+                            t->mm_tn, id,       id ? t->mm_lcap : 1};
         return vk_pipe_create(mm->d, name, sh->mm, sh->mm_bytes, 4, sizeof(struct vkmm_push), spec,
-                              5, err);
+                              7, err);
     }
     static const uint32_t nt[] = {1, 2, 4, 8, 1};
     uint32_t spec[4] = {t->mv_wg, t->mv_rows, nt[kind], kind == VKMM_MV_ID};
@@ -440,11 +459,24 @@ void vkmm_matmul_id(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x, 
               (long long)n_tok, k);
         return;
     }
-    struct vk_pipe *p = pipe_or_latch(mm, w->type, VKMM_MV_ID);
+    const bool tiled = n_tok > VKMM_MV_MAX_TOK;
+    struct vk_pipe *p = pipe_or_latch(mm, w->type, tiled ? VKMM_MM_ID : VKMM_MV_ID);
     uint32_t gx, gy;
     const int64_t er = expert_rows(w);
-    if (!p || split_groups(mm, (uint64_t)(er + mm->tune.mv_rows - 1) / mm->tune.mv_rows, &gx, &gy))
+    if (!p)
         return;
+    if (tiled) {
+        gx = (uint32_t)((er + mm->tune.mm_bm - 1) / mm->tune.mm_bm);
+        gy = 1;
+        if (gx > mm->info->max_wg_count[0]) {
+            latch(mm, STRATA_E_RANGE, "vkmm matmul_id: %lld rows exceed the workgroup counts",
+                  (long long)er);
+            return;
+        }
+    } else if (split_groups(mm, (uint64_t)(er + mm->tune.mv_rows - 1) / mm->tune.mv_rows, &gx,
+                            &gy)) {
+        return;
+    }
     const uint32_t mz = mm->info->max_wg_count[2] ? mm->info->max_wg_count[2] : 65535;
     struct vkmm_push pu = {0};
     pu.n_rows = (uint32_t)er;
@@ -462,6 +494,10 @@ void vkmm_matmul_id(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x, 
         pu.e0 = (uint32_t)(pc->row0 / er);
         pu.e1 = (uint32_t)((pc->row0 + pc->n_rows) / er);
         struct vk_bind binds[4] = {piece_bind(w, pc), x, y, sel};
+        if (tiled) { /* one workgroup row per expert of the piece; each scans every pick */
+            vk_dispatch(mm->d, p, binds, &pu, gx, pu.e1 - pu.e0, 1);
+            continue;
+        }
         for (int64_t p0 = 0; p0 < n_pairs; p0 += mz) { /* gz within the device's third limit */
             pu.pair0 = (uint32_t)p0;
             int64_t nz = n_pairs - p0 < mz ? n_pairs - p0 : mz;

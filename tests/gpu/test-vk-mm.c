@@ -244,23 +244,6 @@ START_TEST(test_types) {
 }
 END_TEST
 
-/* A second launch shape: 8-lane matvec workgroups of 3 rows (one lavapipe
- * subgroup: the sum skips shared memory), 32 x 32 matmul tiles. */
-START_TEST(test_tune) {
-    static const enum quant_type tt[] = {QUANT_Q4_0, QUANT_Q6_K, QUANT_F16};
-    struct gpu g = gpu_open();
-    struct strata_error err = {0};
-    struct vkmm_tune tu = {
-        .mv_wg = 8, .mv_rows = 3, .mm_wg = 128, .mm_bm = 32, .mm_bn = 32, .mm_tm = 2, .mm_tn = 4};
-    ck_assert_msg(vkmm_set_tune(g.mm, &tu, &err) == 0, "%s", err.message);
-    for (int i = 0; i < 3; i++)
-        check_type_shapes(&g, tt[i]);
-    /* once pipelines exist the shape is fixed */
-    ck_assert_int_eq(vkmm_set_tune(g.mm, &tu, &err), STRATA_E_INVALID);
-    gpu_close(&g);
-}
-END_TEST
-
 /* ---- ggml's own blocks ---------------------------------------------------------- */
 
 START_TEST(test_fixtures) {
@@ -405,9 +388,8 @@ static float *check_id(struct gpu *g, const struct hmat *m, const struct dstack 
     return y;
 }
 
-START_TEST(test_experts) {
-    enum quant_type t = types[_i];
-    struct gpu g = gpu_open();
+static void check_experts(struct gpu *gp, enum quant_type t) {
+    struct gpu g = *gp;
     struct hmat m;
     hmat_random(&m, t, N_EXP * EXP_ROWS, cols_of(t));
     struct dstack one, two;
@@ -427,6 +409,19 @@ START_TEST(test_experts) {
     for (int i = 0; i < 17; i++)
         sel2[i] = i % 7 - 1; /* -1 .. 5 */
     free(check_id(&g, &m, &two, sel2, 1, 17, false));
+    /* 70 tokens x 2 picks (the tiled form): expert 2 picked 84 times, more
+     * than one tile of tokens; both x layouts, both piece splits */
+    int32_t sel3[140];
+    for (int i = 0; i < 70; i++) {
+        sel3[2 * i] = 2;
+        sel3[2 * i + 1] = i % N_EXP;
+    }
+    for (int pp = 0; pp < 2; pp++) {
+        float *y1 = check_id(&g, &m, &one, sel3, 2, 70, pp);
+        float *y2 = check_id(&g, &m, &two, sel3, 2, 70, pp);
+        free(y2);
+        free(y1);
+    }
 
     /* one expert of the stack, through vkmm_matmul (matvec and tiled) */
     for (int64_t nt = 3; nt <= 17; nt += 14) {
@@ -452,6 +447,37 @@ START_TEST(test_experts) {
     stack_free(&g, &two);
     stack_free(&g, &one);
     hmat_free(&m);
+}
+
+START_TEST(test_experts) {
+    struct gpu g = gpu_open();
+    check_experts(&g, types[_i]);
+    gpu_close(&g);
+}
+END_TEST
+
+/* A second launch shape: 8-lane matvec workgroups of 3 rows (one lavapipe
+ * subgroup: the sum skips shared memory), 32 x 32 matmul tiles, pick lists
+ * of 16 (the expert-indexed matmul scans sel in several windows). */
+START_TEST(test_tune) {
+    static const enum quant_type tt[] = {QUANT_Q4_0, QUANT_Q6_K, QUANT_F16};
+    struct gpu g = gpu_open();
+    struct strata_error err = {0};
+    struct vkmm_tune tu = {.mv_wg = 8,
+                           .mv_rows = 3,
+                           .mm_wg = 128,
+                           .mm_bm = 32,
+                           .mm_bn = 32,
+                           .mm_tm = 2,
+                           .mm_tn = 4,
+                           .mm_lcap = 16};
+    ck_assert_msg(vkmm_set_tune(g.mm, &tu, &err) == 0, "%s", err.message);
+    for (int i = 0; i < 3; i++) {
+        check_type_shapes(&g, tt[i]);
+        check_experts(&g, tt[i]);
+    }
+    /* once pipelines exist the shape is fixed */
+    ck_assert_int_eq(vkmm_set_tune(g.mm, &tu, &err), STRATA_E_INVALID);
     gpu_close(&g);
 }
 END_TEST
