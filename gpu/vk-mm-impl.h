@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 
+#include "engine/core/error.h"
 #include "gpu/vk-mm.h"
 
 /* The push constants of every mv_*.comp / mm_*.comp (offsets in
@@ -29,7 +30,7 @@ struct vkmm_push {
     uint32_t expert_bytes; /* 48 */
     uint32_t n_pairs;      /* 52 */
     uint32_t pair0;        /* 56 first pair of this dispatch (gl_WorkGroupID.z + pair0) */
-    uint32_t pad;          /* 60 */
+    uint32_t w_base2;      /* 60 byte offset of the up matrix's first row in binding 4 */
 };
 _Static_assert(sizeof(struct vkmm_push) == 64, "mm_common.glsl Push block");
 _Static_assert(offsetof(struct vkmm_push, expert_bytes) == 48, "mm_common.glsl Push block");
@@ -58,11 +59,32 @@ struct vkmm_tune {
     uint32_t mm_lcap; /* picks an expert-indexed matmul workgroup lists at once */
 };
 
+struct vkmm {
+    struct vk_dev *d; /* borrowed */
+    const struct vk_dev_info *info;
+    struct vkmm_tune tune;
+    struct vk_pipe *pipe[QUANT_TYPE_COUNT][VKMM_KIND_COUNT][2]; /* [type][kind][fused gate+up] */
+    bool made_any;
+    int err_code; /* first latched error, 0 when none */
+    char err_msg[STRATA_ERROR_MSG_MAX];
+};
+
 /* The tuning vkmm_init picks for a device (exposed for the tests). */
 void vkmm_tune_for(const struct vk_dev_info *in, struct vkmm_tune *t);
 /* Overrides the tuning of mm (before any pipeline is made; tests try a
  * second shape with it). Returns STRATA_E_INVALID for a shape the shaders
  * cannot run or once a pipeline exists. */
 int vkmm_set_tune(struct vkmm *mm, const struct vkmm_tune *t, struct strata_error *err);
+
+/* The pipeline of (type, kind, fused), made at first use; NULL and err on
+ * failure. */
+struct vk_pipe *vkmm_pipe(struct vkmm *mm, enum quant_type type, enum vkmm_kind kind, bool glu,
+                          struct strata_error *err);
+const char *vkmm_kind_name(enum vkmm_kind k);
+/* Latches the first error of the record calls (vkmm_status returns it). */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+void vkmm_latch(struct vkmm *mm, int code, const char *fmt, ...);
 
 #endif

@@ -29,11 +29,13 @@ layout(constant_id = 3) const uint TM = 4;   // rows per lane
 layout(constant_id = 4) const uint TN = 4;   // tokens per lane
 layout(constant_id = 5) const uint ID = 0;   // 1: expert-indexed
 layout(constant_id = 6) const uint LCAP = 1; // pairs listed per window (ID = 1)
+layout(constant_id = 7) const uint GLU = 0;  // 1: silu(gate) * up, up in binding 4
 layout(local_size_x_id = 0) in;
 
 const uint BK = 32u;
 shared float sa[BK * (BM + 1u)];
 shared float sb[BK * (BN + 1u)];
+shared float sa2[GLU != 0u ? BK * (BM + 1u) : 1u];
 shared uint plist[LCAP];
 shared uint pcount;
 
@@ -53,25 +55,35 @@ bool tok_rows(uint t0, uint cnt, uint n, out uint xr, out uint yr) {
 }
 
 // One BM x BN tile: rows r0.., tile columns t0.. (tokens, or listed pairs).
-void tile(uint wb, uint r0, uint t0, uint cnt) {
+void tile(uint wb, uint wb2, uint r0, uint t0, uint cnt) {
     const uint tid = gl_LocalInvocationID.x;
     const uint xs4 = p.x_stride >> 2;
     const uint lm = tid % (BM / TM), ln = tid / (BM / TM);
-    float acc[TM * TN];
-    [[unroll]] for (uint i = 0u; i < TM * TN; i++)
+    const uint NM = GLU != 0u ? 2u : 1u;
+    float acc[NM * TM * TN]; // [matrix][row][token]
+    [[unroll]] for (uint i = 0u; i < NM * TM * TN; i++)
         acc[i] = 0.0;
 
     for (uint k0 = 0u; k0 < p.n_cols; k0 += BK) {
         for (uint g = tid; g < BM * 8u; g += WG) {
             const uint m = g >> 3, e = k0 + 4u * (g & 7u), row = r0 + m;
-            vec4 v = vec4(0.0);
-            if (row < p.n_rows && e < p.n_cols)
-                v = deq4(wb + row * p.row_bytes, e);
+            vec4 v = vec4(0.0), v2 = vec4(0.0);
+            if (row < p.n_rows && e < p.n_cols) {
+                v = deq4(0u, wb + row * p.row_bytes, e);
+                if (GLU != 0u)
+                    v2 = deq4(1u, wb2 + row * p.row_bytes, e);
+            }
             const uint kk = 4u * (g & 7u);
             sa[(kk + 0u) * (BM + 1u) + m] = v.x;
             sa[(kk + 1u) * (BM + 1u) + m] = v.y;
             sa[(kk + 2u) * (BM + 1u) + m] = v.z;
             sa[(kk + 3u) * (BM + 1u) + m] = v.w;
+            if (GLU != 0u) {
+                sa2[(kk + 0u) * (BM + 1u) + m] = v2.x;
+                sa2[(kk + 1u) * (BM + 1u) + m] = v2.y;
+                sa2[(kk + 2u) * (BM + 1u) + m] = v2.z;
+                sa2[(kk + 3u) * (BM + 1u) + m] = v2.w;
+            }
         }
         for (uint g = tid; g < BN * 8u; g += WG) {
             const uint n = g >> 3, e = k0 + 4u * (g & 7u);
@@ -95,6 +107,13 @@ void tile(uint wb, uint r0, uint t0, uint cnt) {
             [[unroll]] for (uint i = 0u; i < TM; i++)
                 [[unroll]] for (uint j = 0u; j < TN; j++)
                     acc[i * TN + j] = fma(a[i], b[j], acc[i * TN + j]);
+            if (GLU != 0u) {
+                [[unroll]] for (uint i = 0u; i < TM; i++)
+                    a[i] = sa2[kk * (BM + 1u) + lm + i * (BM / TM)];
+                [[unroll]] for (uint i = 0u; i < TM; i++)
+                    [[unroll]] for (uint j = 0u; j < TN; j++)
+                        acc[(TM + i) * TN + j] = fma(a[i], b[j], acc[(TM + i) * TN + j]);
+            }
         }
         barrier();
     }
@@ -106,7 +125,8 @@ void tile(uint wb, uint r0, uint t0, uint cnt) {
         [[unroll]] for (uint i = 0u; i < TM; i++) {
             const uint row = r0 + lm + i * (BM / TM);
             if (row < p.n_rows)
-                y[yr * p.y_stride + p.y_col0 + row] = acc[i * TN + j];
+                y[yr * p.y_stride + p.y_col0 + row] =
+                    GLU != 0u ? silu(acc[i * TN + j]) * acc[(TM + i) * TN + j] : acc[i * TN + j];
         }
     }
 }
@@ -114,11 +134,12 @@ void tile(uint wb, uint r0, uint t0, uint cnt) {
 void main() {
     const uint r0 = gl_WorkGroupID.x * BM;
     if (ID == 0u) {
-        tile(p.w_base, r0, gl_WorkGroupID.y * BN, 0u);
+        tile(p.w_base, p.w_base2, r0, gl_WorkGroupID.y * BN, 0u);
         return;
     }
     const uint e = p.e0 + gl_WorkGroupID.y;
     const uint wb = p.w_base + (e - p.e0) * p.expert_bytes;
+    const uint wb2 = p.w_base2 + (e - p.e0) * p.expert_bytes;
     const uint tid = gl_LocalInvocationID.x;
     for (uint base = 0u; base < p.n_pairs; base += LCAP) {
         if (tid == 0u)
@@ -131,7 +152,7 @@ void main() {
         barrier();
         const uint cnt = pcount;
         for (uint t0 = 0u; t0 < cnt; t0 += BN)
-            tile(wb, r0, t0, cnt);
+            tile(wb, wb2, r0, t0, cnt);
         barrier(); // every lane has read pcount before the next window resets it
     }
 }
