@@ -18,6 +18,13 @@ struct push_attn_split {
 };
 _Static_assert(sizeof(struct push_attn_split) == 72, "op_attn_split.comp");
 
+struct push_attn_prefill {
+    struct vkops_kv_geom g;
+    uint32_t layer, n_tok, n_head, n_head_kv, hdk, hdv, tq;
+    float scale;
+};
+_Static_assert(sizeof(struct push_attn_prefill) == 64, "op_attn_prefill.comp");
+
 struct push_attn_combine {
     uint32_t n_rows, hdv, n_chunk;
 };
@@ -107,6 +114,40 @@ static int attn_chunks(int n_tok, int n_head_kv, int n_kv_max, int *chunk) {
     return (n_kv_max + c - 1) / c;
 }
 
+/* The prefill kernel for many tokens, when the device has it; with the
+ * host's sequence ids, only where runs of one sequence are long enough
+ * (>= 4 tokens on average) to share its K/V tiles: a batch of single
+ * decoding tokens is split-K's case however many there are. */
+static bool use_prefill(const struct vkops *o, const struct vkops_attn *a) {
+    if (!o->attn_prefill || a->n_tok <= VKOPS_ATTN_DECODE_MAX)
+        return false;
+    if (!a->host_seq)
+        return true;
+    int runs = 1;
+    for (int t = 1; t < a->n_tok; t++)
+        runs += a->host_seq[t] != a->host_seq[t - 1];
+    return a->n_tok >= 4 * runs;
+}
+
+static void attn_prefill(struct vkops *o, const struct vkops_kv *kv, const struct vkops_attn *a) {
+    const int group = a->n_head / a->n_head_kv;
+    struct push_attn_prefill push = {
+        .layer = (uint32_t)a->layer,
+        .n_tok = (uint32_t)a->n_tok,
+        .n_head = (uint32_t)a->n_head,
+        .n_head_kv = (uint32_t)a->n_head_kv,
+        .hdk = (uint32_t)a->head_dim_k,
+        .hdv = (uint32_t)a->head_dim_v,
+        .tq = (uint32_t)(16 / group), /* rows of a workgroup: tq * group <= 16 */
+        .scale = a->scale,
+    };
+    vkops_kv_geom(kv, &push.g);
+    struct vk_bind b[9] = {a->q, a->seq, a->pos, a->out};
+    kv_binds(kv, b + 4);
+    const uint32_t n_tiles = (uint32_t)((a->n_tok + (int)push.tq - 1) / (int)push.tq);
+    vk_dispatch(o->dev, o->attn_prefill, b, &push, n_tiles, (uint32_t)a->n_head_kv, 1);
+}
+
 uint64_t vkops_attn_scratch_bytes(int n_tok, int n_head, int head_dim_v, int n_kv_max) {
     int chunk;
     const int n_chunk = attn_chunks(n_tok, 1, n_kv_max, &chunk);
@@ -122,6 +163,10 @@ void vkops_attention(struct vkops *o, const struct vkops_kv *kv, const struct vk
     check_heads(kv, a->n_head_kv, a->head_dim_k, a->head_dim_v);
     if (a->n_tok == 0)
         return;
+    if (use_prefill(o, a)) {
+        attn_prefill(o, kv, a);
+        return;
+    }
     int chunk;
     const int n_chunk = attn_chunks(a->n_tok, a->n_head_kv, a->n_kv_max, &chunk);
     struct push_attn_split push = {

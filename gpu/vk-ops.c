@@ -39,6 +39,9 @@ static const uint32_t spv_kv_write[] =
 static const uint32_t spv_attn_split[] =
 #include "gpu/shaders/op_attn_split.spv.h"
     ;
+static const uint32_t spv_attn_prefill[] =
+#include "gpu/shaders/op_attn_prefill.spv.h"
+    ;
 static const uint32_t spv_attn_combine[] =
 #include "gpu/shaders/op_attn_combine.spv.h"
     ;
@@ -91,6 +94,7 @@ _Static_assert(sizeof(struct push_sample) == 24, "op_sample.comp");
 #define PUSH_KV_WRITE 56
 #define PUSH_ATTN_SPLIT 72
 #define PUSH_ATTN_COMBINE 12
+#define PUSH_ATTN_PREFILL 64
 
 void vkops_grid(uint64_t n, uint32_t *gx, uint32_t *gy) {
     STRATA_ASSERT(n >= 1 && n <= 65535ull * 65535ull);
@@ -151,6 +155,16 @@ int vkops_init(struct vk_dev *d, struct vkops **out, struct strata_error *err) {
         }
         *(struct vk_pipe **)((char *)o + p->field) = pp;
     }
+    /* the prefill kernel sums a row's score over 8 lanes by shuffles */
+    if (in->subgroup_size >= 8 && in->subgroup_size % 8 == 0) {
+        o->attn_prefill =
+            vk_pipe_create(d, "op_attn_prefill", spv_attn_prefill, sizeof spv_attn_prefill, 9,
+                           PUSH_ATTN_PREFILL, NULL, 0, err);
+        if (!o->attn_prefill) {
+            vkops_free(o);
+            return err ? err->code : STRATA_E_IO;
+        }
+    }
     *out = o;
     return 0;
 }
@@ -159,6 +173,7 @@ void vkops_free(struct vkops *o) {
     if (!o)
         return;
     /* reverse creation order */
+    vk_pipe_free(o->dev, o->attn_prefill);
     vk_pipe_free(o->dev, o->attn_combine);
     vk_pipe_free(o->dev, o->attn_split);
     vk_pipe_free(o->dev, o->kv_write);

@@ -47,10 +47,16 @@
  *     grows with n_kv_max, so a long context fills the device instead of
  *     serialising over positions in one workgroup (an H200 has 132 SMs:
  *     one sequence's 8 KV heads alone would use 8 of them).
- *   prefill (n_tok above VKOPS_ATTN_DECODE_MAX): tiles of query tokens of
- *     one sequence share each K/V tile loaded into shared memory.
- * The decode pass needs scratch (vkops_attn_scratch_bytes); the caller
- * passes a device buffer of at least that size.
+ *   prefill (n_tok above VKOPS_ATTN_DECODE_MAX, and with host_seq given,
+ *     runs of one sequence of 4 tokens or more on average): one workgroup
+ *     per (tile of 16 / G consecutive tokens, KV head), so each K/V tile
+ *     loaded into shared memory serves up to 16 query rows; a tile spanning
+ *     several sequences is processed once per sequence. Needs subgroups of
+ *     a multiple of 8 (all real devices); otherwise the split serves all.
+ * The split needs scratch (vkops_attn_scratch_bytes, an upper bound over
+ * n_head_kv and the kernel choice: 0 when the split has one chunk, which
+ * writes the output directly); the caller passes a device buffer of at
+ * least that size.
  *
  * Sampling (vkops_argmax, vkops_sample): on one row of logits per token;
  * the uniform random number comes from the host (engine/core/rng.h), so the
@@ -187,12 +193,15 @@ struct vkops_attn {
     int head_dim_k, head_dim_v;
     int n_kv_max; /* the step's largest pos + 1 (backend_step.n_kv_max) */
     float scale;  /* 1 / sqrt(head_dim_k) */
+    /* Optional (NULL: unknown): (n_tok) host copy of seq (backend_step.seq),
+     * borrowed during the call; it picks the kernel (below). */
+    const int32_t *host_seq;
 };
 
 /* True when the shape is within the limits above. */
 bool vkops_attn_supported(int n_head, int n_head_kv, int head_dim_k, int head_dim_v);
-/* Scratch the decode split of an attention of this shape needs (0 when it
- * takes the prefill kernel). */
+/* Scratch an attention of this shape may need (the split's partials;
+ * 0 when the split would have one chunk). */
 uint64_t vkops_attn_scratch_bytes(int n_tok, int n_head, int head_dim_v, int n_kv_max);
 /* Causal attention over the paged cache (the kernels above). */
 void vkops_attention(struct vkops *o, const struct vkops_kv *kv, const struct vkops_attn *a);

@@ -243,9 +243,12 @@ START_TEST(test_kv_write) {
 END_TEST
 
 /* Attention of n_tok queries (seq[t], pos[t]) at layer `layer` on the GPU
- * against ops_attn_head on the host cache. */
+ * against ops_attn_head on the host cache; `kernel` names the pipeline that
+ * must have run (read from the device's profile, where it has timestamps),
+ * host_seq whether the kernel choice sees the sequence ids. */
 static void check_attn(struct fixture *f, int layer, int n_head, int n_tok, const int32_t *seq,
-                       const int32_t *pos, struct strata_rng *r) {
+                       const int32_t *pos, bool host_seq, const char *kernel,
+                       struct strata_rng *r) {
     const int n_q = n_tok * n_head * HDK;
     float *q = malloc((size_t)n_q * 4), *got = malloc((size_t)n_tok * n_head * HDV * 4);
     float *want = malloc((size_t)n_tok * n_head * HDV * 4);
@@ -270,11 +273,25 @@ static void check_attn(struct fixture *f, int layer, int n_head, int n_tok, cons
                                  .head_dim_k = HDK,
                                  .head_dim_v = HDV,
                                  .n_kv_max = n_kv_max,
-                                 .scale = 1.0f / sqrtf((float)HDK)};
+                                 .scale = 1.0f / sqrtf((float)HDK),
+                                 .host_seq = host_seq ? seq : NULL};
     struct strata_error err = {0};
+    const bool prof = vk_dev_info(dev)->timestamp_period_ns > 0;
+    vk_prof_enable(dev, prof);
     ck_assert_int_eq(vk_rec_begin(dev, &err), 0);
     vkops_attention(ops, &f->gkv, &a);
     run();
+    vk_prof_enable(dev, false);
+    if (prof) {
+        char *rep = NULL;
+        size_t rep_n = 0;
+        FILE *mf = open_memstream(&rep, &rep_n);
+        vk_prof_report(dev, mf);
+        fclose(mf);
+        ck_assert_msg(strstr(rep, kernel) != NULL, "n_tok %d: %s did not run:\n%s", n_tok, kernel,
+                      rep);
+        free(rep);
+    }
     ck_assert_int_eq(vk_buf_download(dev, bo, 0, got, (size_t)n_tok * n_head * HDV * 4, &err), 0);
     const uint16_t **kr = malloc(N_CTX * sizeof *kr), **vr = malloc(N_CTX * sizeof *vr);
     float *sc = malloc(N_CTX * sizeof *sc);
@@ -314,16 +331,29 @@ START_TEST(test_attention) {
         gpu_write(&f);
         cpu_write(&f);
         const int n_heads[] = {HKV, 3 * HKV, 8 * HKV}; /* groups of 1, 3, 8 */
-        for (int hi = 0; hi < 3; hi++) {
+        for (int hi = n_part == 1 ? 1 : 0; hi < (n_part == 1 ? 2 : 3); hi++) { /* lavapipe time */
             const int nh = n_heads[hi];
             /* decode: each sequence's last position (split into chunks, combined) */
             const int32_t ds[] = {0, 1, 2}, dpos[] = {0, 36, 149};
-            check_attn(&f, hi % 2, nh, 3, ds, dpos, &r);
+            check_attn(&f, hi % 2, nh, 3, ds, dpos, false, "op_attn_combine", &r);
             /* one long sequence alone: the most chunks */
             const int32_t s1[] = {2}, p1[] = {149};
-            check_attn(&f, 1, nh, 1, s1, p1, &r);
-            /* a prefill: every position of every sequence (one chunk, direct) */
-            check_attn(&f, 0, nh, f.n_tok, f.seq, f.pos, &r);
+            check_attn(&f, 1, nh, 1, s1, p1, false, "op_attn_combine", &r);
+            /* a prefill: every position of every sequence, in turns (tiles of
+             * several sequences) */
+            check_attn(&f, 0, nh, f.n_tok, f.seq, f.pos, false, "op_attn_prefill", &r);
+            /* a prefill chunk of one sequence: positions 40 .. 149 of seq 2 */
+            int32_t cs[110], cp[110];
+            for (int i = 0; i < 110; i++)
+                cs[i] = 2, cp[i] = 40 + i;
+            check_attn(&f, 1, nh, 110, cs, cp, true, "op_attn_prefill", &r);
+            /* 12 decoding tokens of three sequences in turns: with the host's
+             * ids the split (runs of 1), without them the prefill kernel */
+            int32_t bs[12], bp[12];
+            for (int i = 0; i < 12; i++)
+                bs[i] = i % 3, bp[i] = lens[i % 3] - 1 - i / 3 * (i % 3 ? 5 : 0);
+            check_attn(&f, 0, nh, 12, bs, bp, true, "op_attn_split", &r);
+            check_attn(&f, 0, nh, 12, bs, bp, false, "op_attn_prefill", &r);
         }
         fixture_free(&f);
     }
