@@ -121,7 +121,8 @@ bool vkops_embed_supports(enum quant_type type, int64_t n_cols);
  * outside [0, n_rows) gives a zero row. */
 void vkops_embed(struct vkops *o, const struct vkops_rows *w, struct vk_bind ids, int n,
                  struct vk_bind out);
-/* dst row i = src row ids[i] for i < n; rows of n_cols f32. */
+/* dst row i = src row ids[i] for i < n; rows of n_cols f32. An id whose
+ * row lies outside src's binding gives a zero row. */
 void vkops_copy_rows(struct vkops *o, struct vk_bind src, struct vk_bind ids, int n, int64_t n_cols,
                      struct vk_bind dst);
 
