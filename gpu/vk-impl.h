@@ -38,6 +38,8 @@ struct vk_dev {
     PFN_vkCmdPushDescriptorSetKHR push_desc; /* NULL: descriptor pools */
     bool lost;
     bool recording, pending;
+    bool group;               /* vk_rec_group: no barrier after each command */
+    bool group_dirty;         /* a command was recorded in the open group */
     int rec_err;              /* first error of the recording (STRATA_E_*) */
     char rec_msg[160];        /* its message */
     struct vk_buf *staging;   /* VK_STAGING_BYTES host-visible, made at first use */

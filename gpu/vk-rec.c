@@ -137,6 +137,7 @@ int vk_rec_begin(struct vk_dev *d, struct strata_error *err) {
         (rc = vk_check(d, vkBeginCommandBuffer(d->cmd, &bi), "vkBeginCommandBuffer", err)))
         return rc;
     d->recording = true;
+    d->group = d->group_dirty = false;
     if (d->prof_on && d->info.timestamp_period_ns > 0) {
         if (!d->qpool) {
             VkQueryPoolCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
@@ -192,6 +193,10 @@ static const VkMemoryBarrier vk_barrier = {
                      VK_ACCESS_HOST_READ_BIT};
 
 static void vk_barrier_after(struct vk_dev *d) {
+    if (d->group) {
+        d->group_dirty = true;
+        return;
+    }
     vkCmdPipelineBarrier(d->cmd,
                          VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                          VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
@@ -291,6 +296,15 @@ void vk_fill(struct vk_dev *d, const struct vk_buf *dst, uint64_t off, uint64_t 
     vk_barrier_after(d);
 }
 
+void vk_rec_group(struct vk_dev *d, bool on) {
+    if (on == d->group)
+        return;
+    d->group = on;
+    if (!on && d->group_dirty && d->recording)
+        vk_barrier_after(d);
+    d->group_dirty = false;
+}
+
 bool vk_rec_active(const struct vk_dev *d) {
     return d->recording;
 }
@@ -301,6 +315,7 @@ bool vk_rec_pending(const struct vk_dev *d) {
 int vk_rec_submit(struct vk_dev *d, struct strata_error *err) {
     if (!d->recording)
         return strata_error_set(err, STRATA_E_INVALID, "vulkan: submit without a recording");
+    vk_rec_group(d, false);
     d->recording = false;
     int rc = vk_check(d, vkEndCommandBuffer(d->cmd), "vkEndCommandBuffer", err);
     if (rc)

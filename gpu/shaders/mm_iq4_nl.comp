@@ -1,0 +1,6 @@
+// gpu/shaders/mm_iq4_nl.comp: the tiled matmul (prefill) over IQ4_NL rows (mv_body.glsl / mm_body.glsl).
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#include "mm_common.glsl"
+#include "mm_type_iq4_nl.glsl"
+#include "mm_body.glsl"

@@ -1,0 +1,6 @@
+// gpu/shaders/mm_q8_0.comp: the tiled matmul (prefill) over Q8_0 rows (mv_body.glsl / mm_body.glsl).
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#include "mm_common.glsl"
+#include "mm_type_q8_0.glsl"
+#include "mm_body.glsl"

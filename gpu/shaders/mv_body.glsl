@@ -1,0 +1,94 @@
+// gpu/shaders/mv_body.glsl: the dequantizing matvec, y[t, r] = W[r, :] . x[t, :]
+// for up to NT tokens at once (decode and batched decode, n_tok <= 8), and
+// its expert-indexed form (ID = 1: pair gl_WorkGroupID.z multiplies x by
+// expert sel[pair] of a stack). Included by mv_<type>.comp after the type file.
+//
+// Shape of the work, for the H200 (132 SMs, 32-lane subgroups, 4.8 TB/s):
+// decode is bound by the bytes of W, so each workgroup of WG lanes takes NR
+// whole rows and its lanes stride over the rows' units (8 elements of a
+// block; 4 for F32/F16/BF16): one pass over W, consecutive lanes on
+// consecutive words (coalesced), each dequantized unit used for all NT
+// tokens (a batched step reads W once) and each x load shared by the NR
+// rows. Partial sums stay in registers; one subgroupAdd per (row, token),
+// then, when the workgroup has several subgroups (lavapipe's are 8 wide),
+// a shared-memory sum. The row split never depends on the subgroup size the
+// driver picks, only on NR (the host's dispatch): correct on any device.
+layout(constant_id = 0) const uint WG = 32; // lanes per workgroup
+layout(constant_id = 1) const uint NR = 2;  // rows per workgroup
+layout(constant_id = 2) const uint NT = 1;  // tokens per pass (accumulators)
+layout(constant_id = 3) const uint ID = 0;  // 1: expert-indexed (sel, one token per pair)
+layout(local_size_x_id = 0) in;
+
+shared float red[NR * NT * WG];
+
+void main() {
+    const uint grp = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    const uint r0 = grp * NR;
+    if (r0 >= p.n_rows)
+        return; // the whole workgroup: no barrier is skipped by part of it
+    uint wb = p.w_base, xr = 0u, yr = 0u;
+    if (ID != 0u) {
+        const uint pair = gl_WorkGroupID.z + p.pair0;
+        if (pair >= p.n_pairs)
+            return;
+        const int e = sel[pair];
+        if (e < int(p.e0) || e >= int(p.e1))
+            return; // another piece holds this expert (or a bad id: nothing written)
+        wb += uint(e - int(p.e0)) * p.expert_bytes;
+        xr = p.x_per_pick != 0u ? pair : pair / p.k;
+        yr = pair;
+    }
+    const uint tid = gl_LocalInvocationID.x;
+    const uint nu = p.n_cols / UNIT, xs4 = p.x_stride >> 2, nt = p.n_tok;
+    float acc[NR * NT];
+    [[unroll]] for (uint i = 0u; i < NR * NT; i++)
+        acc[i] = 0.0;
+    uint rb[NR];
+    [[unroll]] for (uint r = 0u; r < NR; r++)
+        rb[r] = wb + min(r0 + r, p.n_rows - 1u) * p.row_bytes; // a row past the end repeats the last
+
+    for (uint u = tid; u < nu; u += WG) {
+        uint q0, q1;
+        unit_pos(u, q0, q1);
+        vec4 a0[NT], a1[NT];
+        [[unroll]] for (uint t = 0u; t < NT; t++) {
+            const uint xb = (xr + min(t, nt - 1u)) * xs4; // tokens past n_tok repeat the last
+            a0[t] = x4[xb + (q0 >> 2)];
+            if (NV == 2u)
+                a1[t] = x4[xb + (q1 >> 2)];
+        }
+        [[unroll]] for (uint r = 0u; r < NR; r++) {
+            vec4 v0, v1;
+            unit_load(rb[r], u, v0, v1);
+            [[unroll]] for (uint t = 0u; t < NT; t++) {
+                acc[r * NT + t] += dot(v0, a0[t]);
+                if (NV == 2u)
+                    acc[r * NT + t] += dot(v1, a1[t]);
+            }
+        }
+    }
+
+    [[unroll]] for (uint i = 0u; i < NR * NT; i++)
+        acc[i] = subgroupAdd(acc[i]);
+    if (gl_NumSubgroups > 1u) {
+        if (subgroupElect()) {
+            [[unroll]] for (uint i = 0u; i < NR * NT; i++)
+                red[i * WG + gl_SubgroupID] = acc[i];
+        }
+        barrier();
+        for (uint i = tid; i < NR * NT; i += WG) {
+            float s = 0.0;
+            for (uint g = 0u; g < gl_NumSubgroups; g++)
+                s += red[i * WG + g];
+            const uint r = i / NT, t = i % NT;
+            if (r0 + r < p.n_rows && t < nt)
+                y[(yr + t) * p.y_stride + p.y_col0 + r0 + r] = s;
+        }
+    } else if (tid == 0u) {
+        [[unroll]] for (uint i = 0u; i < NR * NT; i++) {
+            const uint r = i / NT, t = i % NT;
+            if (r0 + r < p.n_rows && t < nt)
+                y[(yr + t) * p.y_stride + p.y_col0 + r0 + r] = acc[i];
+        }
+    }
+}

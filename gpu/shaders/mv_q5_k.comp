@@ -1,0 +1,6 @@
+// gpu/shaders/mv_q5_k.comp: the matvec (decode, expert-indexed) over Q5_K rows (mv_body.glsl / mm_body.glsl).
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#include "mm_common.glsl"
+#include "mm_type_q5_k.glsl"
+#include "mv_body.glsl"

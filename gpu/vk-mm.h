@@ -1,0 +1,107 @@
+/* gpu/vk-mm.h: the matrix kernels of the Vulkan backend: y = W x for GGUF
+ * weight rows of F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, MXFP4 and
+ * IQ4_NL, recorded into the current recording of gpu/vk.h.
+ *
+ *   struct vkmm *mm;
+ *   vkmm_init(dev, &mm, &err);
+ *   vkmm_prepare(mm, QUANT_Q4_0, &err);            // at weights_bind: compiles its pipelines
+ *   struct vk_wpiece pc = {wbuf, 0, 0, 4096};      // one range holds all rows
+ *   struct vk_wmat w = {QUANT_Q4_0, 4096, 4096, quant_row_size(QUANT_Q4_0, 4096), 0, 1, &pc};
+ *   vk_rec_begin(dev, &err);
+ *   vkmm_matmul(mm, &w, -1, (struct vk_bind){xbuf, 0, 0}, (struct vk_bind){ybuf, 0, 0}, n_tok);
+ *   vk_rec_submit(dev, &err); vk_rec_wait(dev, &err);
+ *   if (vkmm_status(mm, &err)) ...                 // a matmul that could not be recorded
+ *
+ * Kernels: n_tok <= 8 takes the matvec (mv_<type>.comp: each workgroup a few
+ * whole rows, its lanes across the row, every weight unit dequantized once
+ * for all tokens of the step, subgroup sums); n_tok > 8 the tiled matmul
+ * (mm_<type>.comp: 64 x 64 tiles of rows x tokens, the weight tile
+ * dequantized once per K step into shared memory). Activations and results
+ * are f32; nothing on the activation side is quantized, so the results are
+ * those of the dequantized weights times x up to float summation order.
+ * No integer dot product or cooperative matrix path yet (lavapipe has
+ * neither; see the report in the branch history).
+ *
+ * Matrices over several buffer ranges: one binding spans at most
+ * vk_dev_info()->max_storage_range bytes (128 MiB on lavapipe), so a bigger
+ * matrix comes as pieces of whole rows, an expert stack as pieces of whole
+ * experts; each piece is one dispatch (or, expert-indexed, one dispatch
+ * whose workgroups skip the pairs whose expert another piece holds).
+ *
+ * Errors: the record functions return nothing (the contract of the
+ * backend's op calls); a call they cannot record (an unsupported type or
+ * shape, pieces that do not cover the matrix, a pipeline that fails to
+ * compile) records nothing and latches the first error, which vkmm_status
+ * returns. Compiling at record time only happens for a type vkmm_prepare
+ * was not called for.
+ *
+ * Ownership: struct vkmm owned by the caller (vkmm_free); the device is
+ * borrowed and must outlive it. Buffers in vk_wmat / vk_bind are borrowed
+ * and must live until the recording's wait returns.
+ *
+ * Threading: as gpu/vk.h: one thread (the device's) at a time.
+ */
+#ifndef STRATA_VK_MM_H
+#define STRATA_VK_MM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/core/error.h"
+#include "engine/quant/quant.h"
+#include "gpu/vk.h"
+
+struct vkmm; /* the pipelines (made at first use or by vkmm_prepare) and the tuning */
+
+/* One buffer range holding rows [row0, row0 + n_rows) of a matrix (rows of
+ * the whole stack for an expert stack: whole experts only). off must be a
+ * multiple of min_storage_align; n_rows * row_bytes must fit
+ * max_storage_range. */
+struct vk_wpiece {
+    const struct vk_buf *buf; /* borrowed */
+    uint64_t off;             /* bytes */
+    int64_t row0, n_rows;
+};
+
+/* A weight matrix on the device: GGUF rows (layout ROWS), row r at byte
+ * (r - piece.row0) * row_bytes of the piece that holds it. */
+struct vk_wmat {
+    enum quant_type type;
+    int64_t n_rows;   /* rows of the whole tensor (a stack: n_expert x the expert's rows) */
+    int64_t n_cols;   /* elements per row */
+    size_t row_bytes; /* quant_row_size(type, n_cols) */
+    int64_t n_expert; /* > 1: a stack of experts of n_rows / n_expert rows each; 0 or 1 otherwise */
+    int n_piece;
+    const struct vk_wpiece *piece; /* borrowed: (n_piece), in row order, covering every row */
+};
+
+/* Owned: free with vkmm_free. Makes no pipeline yet. */
+int vkmm_init(struct vk_dev *d, struct vkmm **out, struct strata_error *err);
+void vkmm_free(struct vkmm *mm); /* NULL is a no-op */
+
+/* True when the kernels compute weights of `type` with rows of n_cols
+ * elements: a multiple of the block size (256 for the K-quants, 32 for
+ * Q8_0/Q4_0/MXFP4/IQ4_NL), of 4 for F32/F16/BF16 (16-byte x loads). */
+bool vkmm_supports(enum quant_type type, int64_t n_cols);
+
+/* Compiles the pipelines of `type` now (weights_bind time) so that no
+ * recording has to. STRATA_E_UNSUPPORTED for a type vkmm_supports rejects. */
+int vkmm_prepare(struct vkmm *mm, enum quant_type type, struct strata_error *err);
+
+/* y[t, :] = W x[t, :]^T for t < n_tok: x (n_tok, n_cols) f32 at x.off, row
+ * stride n_cols (a multiple of 4); y (n_tok, W's rows) f32, or (n_tok, the
+ * expert's rows) for expert >= 0 (expert `expert` of a stack). Recorded. */
+void vkmm_matmul(struct vkmm *mm, const struct vk_wmat *w, int64_t expert, struct vk_bind x,
+                 struct vk_bind y, int64_t n_tok);
+
+/* MoE: for t < n_tok, j < k: y[t*k + j, :] = W[sel[t, j]] x[r, :] with
+ * r = t*k + j when x_per_pick (x has one row per pick), else t. sel (n_tok, k)
+ * I32; an id outside [0, n_expert) writes nothing for its pick. y (n_tok * k,
+ * the expert's rows) f32. Recorded. */
+void vkmm_matmul_id(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x, bool x_per_pick,
+                    struct vk_bind sel, int k, int64_t n_tok, struct vk_bind y);
+
+/* 0, or the first error a record call latched (then cleared). */
+int vkmm_status(struct vkmm *mm, struct strata_error *err);
+
+#endif
