@@ -5,7 +5,8 @@
  * (so block ids are not in position order and positions cross blocks of
  * 16), the pool in four device buffers, both part layouts (whole rows and
  * one part per KV head), GQA groups of 1, 3 and 8, head_dim_k 48 and
- * head_dim_v 32. Part of test-vk-ops (its main and device fixture). */
+ * head_dim_v 32, and heads of 256 (the widest the kernels take). Part of test-vk-ops (its main and
+ * device fixture). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,9 @@ void vkops_attn_use(struct vk_dev **d, struct vkops **o) {
     ops = *o;
 }
 
-enum { N_LAYER = 3, N_SEQ = 3, N_CTX = 256, NB = 16, HKV = 2, HDK = 48, HDV = 32, PIECES = 4 };
+enum { N_LAYER = 3, N_SEQ = 3, N_CTX = 256, NB = 16, HKV = 2, PIECES = 4 };
+/* head dims of the cache under test (test_attention_wide widens them) */
+static int HDK = 48, HDV = 32;
 static const int lens[N_SEQ] = {1, 37, 150};
 
 struct fixture {
@@ -364,10 +367,33 @@ START_TEST(test_attention) {
 }
 END_TEST
 
+/* The widest heads the kernels take (256: every word of the prefill's
+ * 16-word slices and the split's q tile in use), llama's group of 4. */
+START_TEST(test_attention_wide) {
+    struct strata_rng r;
+    strata_rng_seed(&r, 32);
+    HDK = HDV = VKOPS_HEAD_DIM_MAX;
+    struct fixture f;
+    fixture_init(&f, HKV);
+    gpu_write(&f);
+    cpu_write(&f);
+    check_rows(&f, "wide");
+    const int32_t ds[] = {0, 1, 2}, dpos[] = {0, 36, 149};
+    check_attn(&f, 1, 4 * HKV, 3, ds, dpos, false, "op_attn_combine", &r);
+    int32_t cs[40], cp[40];
+    for (int i = 0; i < 40; i++)
+        cs[i] = 2, cp[i] = 110 + i;
+    check_attn(&f, 0, 4 * HKV, 40, cs, cp, true, "op_attn_prefill", &r);
+    fixture_free(&f);
+    HDK = 48, HDV = 32;
+}
+END_TEST
+
 TCase *vkops_attn_tcase(void) {
     TCase *tc = tcase_create("attention");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_kv_write);
     tcase_add_test(tc, test_attention);
+    tcase_add_test(tc, test_attention_wide);
     return tc;
 }

@@ -330,7 +330,7 @@ START_TEST(test_rope) {
         char what[64];
         snprintf(what, sizeof what, "rope config %zu", c);
         /* sin/cos of the same f32 angle: within the builtins' error */
-        check_close(what, got, want, n, 2e-5f, 0.0f);
+        check_close(what, got, want, n, 2e-6f, 0.0f);
         vk_buf_free(dev, bx);
         free(got);
         free(want);
