@@ -141,14 +141,27 @@ int vkops_init(struct vk_dev *d, struct vkops **out, struct strata_error *err) {
         return strata_error_set(err, STRATA_E_UNSUPPORTED,
                                 "vkops: %s has no subgroup arithmetic in compute shaders",
                                 in->name);
+    /* the reductions keep one shared slot per subgroup, 128 at most
+     * (op_common.glsl): 256 invocations need subgroups of 2 or more */
+    if (in->subgroup_size < 2 || in->max_wg_invocations < 256)
+        return strata_error_set(err, STRATA_E_UNSUPPORTED,
+                                "vkops: %s has subgroups of %u and workgroups of %u invocations "
+                                "(needs 2 and 256)",
+                                in->name, in->subgroup_size, in->max_wg_invocations);
     struct vkops *o = calloc(1, sizeof *o);
     if (!o)
         return strata_error_set(err, STRATA_E_NOMEM, "vkops: out of memory");
     o->dev = d;
     for (size_t i = 0; i < sizeof pipes / sizeof pipes[0]; i++) {
         const struct pipe_desc *p = &pipes[i];
-        struct vk_pipe *pp =
-            vk_pipe_create(d, p->name, p->spv, p->bytes, p->n_bind, p->push, NULL, 0, err);
+        /* the vocabulary kernels' workgroup size (constant_id 0) */
+        const uint32_t wide =
+            in->max_wg_invocations >= 1024 && in->max_wg_size[0] >= 1024 && in->subgroup_size >= 8
+                ? 1024
+                : 256;
+        const bool vocab = p->spv == spv_argmax || p->spv == spv_sample;
+        struct vk_pipe *pp = vk_pipe_create(d, p->name, p->spv, p->bytes, p->n_bind, p->push,
+                                            vocab ? &wide : NULL, vocab ? 1 : 0, err);
         if (!pp) {
             vkops_free(o);
             return err ? err->code : STRATA_E_IO;
