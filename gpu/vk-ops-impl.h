@@ -14,7 +14,7 @@
 struct vkops {
     struct vk_dev *dev; /* borrowed */
     struct vk_pipe *eltwise, *copy_rows, *rows, *rope, *embed, *moe_route, *argmax, *sample;
-    struct vk_pipe *kv_write, *attn_split, *attn_combine;
+    struct vk_pipe *kv_write, *attn_split;
     struct vk_pipe *attn_prefill; /* NULL on subgroups narrower than 8 (the split serves all) */
 };
 

@@ -42,9 +42,6 @@ static const uint32_t spv_attn_split[] =
 static const uint32_t spv_attn_prefill[] =
 #include "gpu/shaders/op_attn_prefill.spv.h"
     ;
-static const uint32_t spv_attn_combine[] =
-#include "gpu/shaders/op_attn_combine.spv.h"
-    ;
 
 /* Push blocks, in the order of each shader's `layout(push_constant)`. */
 struct push_eltwise {
@@ -93,7 +90,6 @@ _Static_assert(sizeof(struct push_sample) == 24, "op_sample.comp");
 /* Push sizes of the KV kernels (their structs are in gpu/vk-ops-attn.c). */
 #define PUSH_KV_WRITE 56
 #define PUSH_ATTN_SPLIT 72
-#define PUSH_ATTN_COMBINE 12
 #define PUSH_ATTN_PREFILL 64
 
 void vkops_grid(uint64_t n, uint32_t *gx, uint32_t *gy) {
@@ -132,8 +128,7 @@ int vkops_init(struct vk_dev *d, struct vkops **out, struct strata_error *err) {
         PIPE(argmax, spv_argmax, 2, sizeof(struct push_argmax)),
         PIPE(sample, spv_sample, 3, sizeof(struct push_sample)),
         PIPE(kv_write, spv_kv_write, 9, PUSH_KV_WRITE),
-        PIPE(attn_split, spv_attn_split, 9, PUSH_ATTN_SPLIT),
-        PIPE(attn_combine, spv_attn_combine, 2, PUSH_ATTN_COMBINE),
+        PIPE(attn_split, spv_attn_split, 10, PUSH_ATTN_SPLIT),
     };
     *out = NULL;
     const struct vk_dev_info *in = vk_dev_info(d);
@@ -187,7 +182,6 @@ void vkops_free(struct vkops *o) {
         return;
     /* reverse creation order */
     vk_pipe_free(o->dev, o->attn_prefill);
-    vk_pipe_free(o->dev, o->attn_combine);
     vk_pipe_free(o->dev, o->attn_split);
     vk_pipe_free(o->dev, o->kv_write);
     vk_pipe_free(o->dev, o->sample);

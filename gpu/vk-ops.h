@@ -42,8 +42,10 @@
  * token t attends positions 0 .. pos[t] of seq[t]. Two kernels:
  *   decode (split-K): one workgroup per (token, KV head, chunk of positions)
  *     computes all query heads of the KV head's group over its chunk with
- *     an online softmax and writes a partial (max, sum, weighted V); a
- *     combine pass merges the chunks per (token, head). The number of chunks
+ *     an online softmax and writes a partial (max, sum, weighted V); the
+ *     workgroup that finishes a (token, KV head) last merges the chunks
+ *     (a counter per pair in the scratch), so there is no second launch and
+ *     no second barrier per layer. The number of chunks
  *     grows with n_kv_max, so a long context fills the device instead of
  *     serialising over positions in one workgroup (an H200 has 132 SMs:
  *     one sequence's 8 KV heads alone would use 8 of them).
@@ -56,7 +58,9 @@
  * The split needs scratch (vkops_attn_scratch_bytes, an upper bound over
  * n_head_kv and the kernel choice: 0 when the split has one chunk, which
  * writes the output directly); the caller passes a device buffer of at
- * least that size.
+ * least that size, zeroed when allocated (vk_buf_alloc zeroes) and used
+ * for nothing else: its first 256 KiB are the merge counters, which every
+ * attention leaves zero again.
  *
  * Sampling (vkops_argmax, vkops_sample): on one row of logits per token;
  * the uniform random number comes from the host (engine/core/rng.h), so the

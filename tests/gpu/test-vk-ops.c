@@ -4,7 +4,7 @@
  * a matrix in two pieces), copy_rows, rmsnorm, softmax, the elementwise ops,
  * rope (both pairings, freq factors, YaRN, far positions), kv_write
  * (bit-exact f16 rows at kv.c's addresses, both part layouts, a pool in
- * four pieces), attention (decode split-K with the combine pass and prefill,
+ * four pieces), attention (decode split-K with the merge in its last workgroup, and prefill,
  * sequences of different lengths crossing blocks, GQA, head_dim_k !=
  * head_dim_v), moe_route, argmax and sampling (the same picks as
  * engine/sample/sampler.c for the same uniform). CPU ops whose path
