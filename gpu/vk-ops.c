@@ -39,8 +39,8 @@ static const uint32_t spv_kv_write[] =
 static const uint32_t spv_attn_split[] =
 #include "gpu/shaders/op_attn_split.spv.h"
     ;
-static const uint32_t spv_attn_combine[] =
-#include "gpu/shaders/op_attn_combine.spv.h"
+static const uint32_t spv_attn_prefill[] =
+#include "gpu/shaders/op_attn_prefill.spv.h"
     ;
 
 /* Push blocks, in the order of each shader's `layout(push_constant)`. */
@@ -90,7 +90,7 @@ _Static_assert(sizeof(struct push_sample) == 24, "op_sample.comp");
 /* Push sizes of the KV kernels (their structs are in gpu/vk-ops-attn.c). */
 #define PUSH_KV_WRITE 56
 #define PUSH_ATTN_SPLIT 72
-#define PUSH_ATTN_COMBINE 12
+#define PUSH_ATTN_PREFILL 64
 
 void vkops_grid(uint64_t n, uint32_t *gx, uint32_t *gy) {
     STRATA_ASSERT(n >= 1 && n <= 65535ull * 65535ull);
@@ -128,8 +128,7 @@ int vkops_init(struct vk_dev *d, struct vkops **out, struct strata_error *err) {
         PIPE(argmax, spv_argmax, 2, sizeof(struct push_argmax)),
         PIPE(sample, spv_sample, 3, sizeof(struct push_sample)),
         PIPE(kv_write, spv_kv_write, 9, PUSH_KV_WRITE),
-        PIPE(attn_split, spv_attn_split, 9, PUSH_ATTN_SPLIT),
-        PIPE(attn_combine, spv_attn_combine, 2, PUSH_ATTN_COMBINE),
+        PIPE(attn_split, spv_attn_split, 10, PUSH_ATTN_SPLIT),
     };
     *out = NULL;
     const struct vk_dev_info *in = vk_dev_info(d);
@@ -137,19 +136,42 @@ int vkops_init(struct vk_dev *d, struct vkops **out, struct strata_error *err) {
         return strata_error_set(err, STRATA_E_UNSUPPORTED,
                                 "vkops: %s has no subgroup arithmetic in compute shaders",
                                 in->name);
+    /* the reductions keep one shared slot per subgroup, 128 at most
+     * (op_common.glsl): 256 invocations need subgroups of 2 or more */
+    if (in->subgroup_size < 2 || in->max_wg_invocations < 256)
+        return strata_error_set(err, STRATA_E_UNSUPPORTED,
+                                "vkops: %s has subgroups of %u and workgroups of %u invocations "
+                                "(needs 2 and 256)",
+                                in->name, in->subgroup_size, in->max_wg_invocations);
     struct vkops *o = calloc(1, sizeof *o);
     if (!o)
         return strata_error_set(err, STRATA_E_NOMEM, "vkops: out of memory");
     o->dev = d;
     for (size_t i = 0; i < sizeof pipes / sizeof pipes[0]; i++) {
         const struct pipe_desc *p = &pipes[i];
-        struct vk_pipe *pp =
-            vk_pipe_create(d, p->name, p->spv, p->bytes, p->n_bind, p->push, NULL, 0, err);
+        /* the vocabulary kernels' workgroup size (constant_id 0) */
+        const uint32_t wide =
+            in->max_wg_invocations >= 1024 && in->max_wg_size[0] >= 1024 && in->subgroup_size >= 8
+                ? 1024
+                : 256;
+        const bool vocab = p->spv == spv_argmax || p->spv == spv_sample;
+        struct vk_pipe *pp = vk_pipe_create(d, p->name, p->spv, p->bytes, p->n_bind, p->push,
+                                            vocab ? &wide : NULL, vocab ? 1 : 0, err);
         if (!pp) {
             vkops_free(o);
             return err ? err->code : STRATA_E_IO;
         }
         *(struct vk_pipe **)((char *)o + p->field) = pp;
+    }
+    /* the prefill kernel sums a row's score over 8 lanes by shuffles */
+    if (in->subgroup_size >= 8 && in->subgroup_size % 8 == 0) {
+        o->attn_prefill =
+            vk_pipe_create(d, "op_attn_prefill", spv_attn_prefill, sizeof spv_attn_prefill, 9,
+                           PUSH_ATTN_PREFILL, NULL, 0, err);
+        if (!o->attn_prefill) {
+            vkops_free(o);
+            return err ? err->code : STRATA_E_IO;
+        }
     }
     *out = o;
     return 0;
@@ -159,7 +181,7 @@ void vkops_free(struct vkops *o) {
     if (!o)
         return;
     /* reverse creation order */
-    vk_pipe_free(o->dev, o->attn_combine);
+    vk_pipe_free(o->dev, o->attn_prefill);
     vk_pipe_free(o->dev, o->attn_split);
     vk_pipe_free(o->dev, o->kv_write);
     vk_pipe_free(o->dev, o->sample);

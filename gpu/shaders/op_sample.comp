@@ -13,7 +13,9 @@
  * temperature T. sampler.c sums in double; these sums are f32. */
 #include "op_common.glsl"
 
-layout(local_size_x = 256) in;
+/* 1024 invocations where the device allows (gpu/vk-ops.c), else 256: one
+ * workgroup streams the whole vocabulary, so wider is faster */
+layout(local_size_x_id = 0) in;
 
 layout(std430, binding = 0) readonly buffer L { float logits[]; };
 layout(std430, binding = 1) readonly buffer U { float u[]; };
@@ -42,7 +44,7 @@ void main() {
     for (uint pass = 0u; pass < p.top_k; pass++) {
         float bv = -1.0 / 0.0;
         uint bi = 0xffffffffu;
-        for (uint i = lid; i < p.n_vocab; i += 256u) {
+        for (uint i = lid; i < p.n_vocab; i += gl_WorkGroupSize.x) {
             const float v = logits[base + i];
             if (isnan(v) || isinf(v))
                 continue;
