@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "engine/gguf/gguf.h"
+#include "engine/host/numa-homes.h"
 #include "engine/host/pool.h"
 #include "engine/model/model.h"
 
@@ -67,6 +68,10 @@ int model_numa_prepare(const char *path, const char *mode, struct pool *pool, in
     return 0;
 }
 
+int model_numa_gpu_node(const struct host_numa_pci *pci) {
+    return pci ? host_numa_gpu_node_by_pci(host_numa_topo(), pci) : -1;
+}
+
 int model_numa_finish(const struct model *m, struct pool *pool, const struct host_numa_ops *ops,
                       bool force, struct host_numa_report *rep, struct strata_error *err) {
     const char *layout = model_weights_layout(m);
@@ -91,6 +96,9 @@ int model_numa_finish(const struct model *m, struct pool *pool, const struct hos
         const struct gguf_tensor_info *ti = gguf_tensor_at(g, i);
         cap += ti && ti->n_dims >= 3 && ti->ne[2] > 0 ? 2 * (size_t)ti->ne[2] : 2;
     }
+    int threads[2] = {0, 0}; /* per pool group */
+    for (int w = 0; pool && pool_n_groups(pool) == 2 && w < pool_n_threads(pool); w++)
+        threads[pool_group_of(pool, w)]++;
     struct host_numa_span *sp = calloc(cap, sizeof *sp);
     int fd = open(gguf_path(g), O_RDONLY | O_CLOEXEC);
     int rc = 0, k = 0;
@@ -116,7 +124,10 @@ int model_numa_finish(const struct model *m, struct pool *pool, const struct hos
         for (int64_t e = 0; e < n_mat; e++) {
             const uint8_t *a = (const uint8_t *)ti->data + (size_t)e * mat_bytes;
             const uint64_t off = (uint64_t)(a - base);
-            const uint64_t b0 = (uint64_t)cut * row_bytes;
+            uint64_t b0 = (uint64_t)cut * row_bytes;
+            if (n_mat > 1 && pool &&
+                pool_n_groups(pool) == 2) /* split: an expert whole on its home's node */
+                b0 = host_numa_home_rule((int)e, threads) ? 0 : mat_bytes;
             if (b0)
                 sp[k++] = (struct host_numa_span){a, b0, off, 0};
             if (mat_bytes > b0)
