@@ -633,9 +633,10 @@ struct model *model_load(const char *path, const struct model_params *params,
     }
     if (hp->n_expert > 0) {
         m->experts = experts_file_init(m->gguf, hp->n_layer, NULL, err);
+        struct xstore_params xp = m->params.xstore ? *m->params.xstore : xstore_params_default();
+        xp.pool = xp.pool ? xp.pool : m->params.pool; /* --numa split: slots per node */
         if (m->experts && m->params.xstore) /* the store in front, the file for its overflow */
-            m->experts = xstore_init(m->gguf, hp->n_layer, hp->n_expert_used, m->experts,
-                                     m->params.xstore, err);
+            m->experts = xstore_init(m->gguf, hp->n_layer, hp->n_expert_used, m->experts, &xp, err);
         if (!m->experts)
             goto fail;
     }
