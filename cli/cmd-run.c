@@ -40,6 +40,7 @@
 #include "engine/core/buf.h"
 #include "engine/core/clock.h"
 #include "engine/cpu/backend-cpu.h"
+#include "engine/cpu/cpu-moe-numa.h"
 #include "engine/cpu/kernels.h"
 #include "engine/experts/xstore.h"
 #include "engine/gguf/gguf.h"
@@ -548,7 +549,13 @@ int cli_run_main(int argc, char **argv) {
                 st.decode_steps, st.gen_ms, per_s(st.decode_steps, st.gen_ms), o.n_threads,
                 kernels_isa_name(kernels_isa_active()), st.layout, peak_rss_mb());
     }
-    print_xstore(m, stderr); /* stdout keeps the one JSON object of --json */
+    print_xstore(m, stderr);      /* stdout keeps the one JSON object of --json */
+    struct cpu_moe_numa_stats ds; /* --numa split on a MoE: how its experts were divided */
+    if (o.numa && backend_cpu_moe_numa_stats(be, &ds) == 0 && ds.calls) {
+        char dl[256];
+        cpu_moe_numa_line(&ds, dl, sizeof dl);
+        fprintf(stderr, "strata run: numa: %s\n", dl);
+    }
     rc = 0;
 done:
     if (rc)

@@ -2,6 +2,7 @@
  * pool's two groups (cpu-moe-numa.h), and the backend's figures of it. */
 #include "engine/cpu/cpu-moe-numa.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "engine/cpu/cpu-impl.h"
@@ -111,4 +112,16 @@ int backend_cpu_moe_numa_stats(const struct backend *be, struct cpu_moe_numa_sta
         return -1;
     *out = ((const struct cpu_ctx *)be->ctx)->moe_numa_st;
     return 0;
+}
+
+void cpu_moe_numa_line(const struct cpu_moe_numa_stats *st, char *buf, size_t cap) {
+    const uint64_t p = st->picks[0] + st->picks[1], e = st->experts[0] + st->experts[1];
+    snprintf(buf, cap,
+             "MoE division: %llu calls; picks %llu / %llu (%.1f%% group 1); experts %llu / %llu, "
+             "%llu away from home (%.1f%%); span %.3f x ideal",
+             (unsigned long long)st->calls, (unsigned long long)st->picks[0],
+             (unsigned long long)st->picks[1], p ? 100.0 * (double)st->picks[1] / (double)p : 0.0,
+             (unsigned long long)st->experts[0], (unsigned long long)st->experts[1],
+             (unsigned long long)st->moved, e ? 100.0 * (double)st->moved / (double)e : 0.0,
+             st->ideal > 0 ? st->span / st->ideal : 0.0);
 }

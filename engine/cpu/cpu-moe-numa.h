@@ -30,6 +30,7 @@
 #ifndef STRATA_CPU_MOE_NUMA_H
 #define STRATA_CPU_MOE_NUMA_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct backend;
@@ -65,6 +66,10 @@ struct cpu_moe_numa_stats {
  * lowers the cost, so it ends; at most n_expert moves. Deterministic. */
 double cpu_moe_numa_divide(int n_expert, const int *cnt, const int8_t *home, const int threads[2],
                            double remote_cost, int8_t *group, struct cpu_moe_numa_stats *acc);
+
+/* The figures as one line ("MoE division: 40 calls; picks 160 / 160, ...;
+ * span 1.05 x ideal"), always NUL-terminated. */
+void cpu_moe_numa_line(const struct cpu_moe_numa_stats *st, char *buf, size_t cap);
 
 /* The CPU backend's divisions so far; 0, or -1 when be is not the CPU
  * backend (out zeroed). */

@@ -82,6 +82,22 @@ void host_numa_homes_remove(const void *addr) {
     pthread_mutex_unlock(&homes_mu);
 }
 
+void host_numa_homes_remove_within(const void *lo, size_t len) {
+    const uintptr_t a = (uintptr_t)lo, b = a + len;
+    pthread_mutex_lock(&homes_mu);
+    int k = 0;
+    for (int i = 0; i < n_homes; i++)
+        if (homes[i].lo < a || homes[i].lo >= b)
+            homes[k++] = homes[i];
+    n_homes = k;
+    if (n_homes == 0) {
+        free(homes);
+        homes = NULL;
+        cap_homes = 0;
+    }
+    pthread_mutex_unlock(&homes_mu);
+}
+
 int host_numa_home_of(const void *addr) {
     int g;
     host_numa_homes_lookup(&addr, 1, &g);

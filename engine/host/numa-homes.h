@@ -30,6 +30,8 @@
 int host_numa_homes_add(const void *addr, size_t len, int group, struct strata_error *err);
 /* Forgets the range starting at addr (no-op when none does). */
 void host_numa_homes_remove(const void *addr);
+/* Forgets every range starting in [lo, lo + len) (a mapping being unmapped). */
+void host_numa_homes_remove_within(const void *lo, size_t len);
 /* The group of the range holding addr, or -1. */
 int host_numa_home_of(const void *addr);
 /* groups[i] = host_numa_home_of(addrs[i]) for n addresses under one lock. */

@@ -16,6 +16,7 @@
 #include "engine/gguf/gguf.h"
 #include "engine/kv/kv.h"
 #include "engine/model/model-impl.h"
+#include "engine/host/numa-homes.h"
 #include "engine/host/pool.h"
 #include "engine/experts/profile.h"
 #include "engine/quant/quant.h"
@@ -701,6 +702,9 @@ void model_free(struct model *m) {
         free(m->owned_vecs[i]);
     free(m->owned_vecs);
     free(m->layers);
+    /* file-mapped experts placed on a node (model-numa.c) */
+    if (m->gguf)
+        host_numa_homes_remove_within(gguf_file_base(m->gguf), gguf_file_size(m->gguf));
     gguf_close(m->gguf);
     free(m);
 }

@@ -72,6 +72,55 @@ int model_numa_gpu_node(const struct host_numa_pci *pci) {
     return pci ? host_numa_gpu_node_by_pci(host_numa_topo(), pci) : -1;
 }
 
+/* NUMA_EXPERT_SAMPLES pages of an expert's gate matrix tell where it sits
+ * (a 768 x 2048 Q4_K matrix is 216 pages; 8 per expert keep the pass
+ * under 50k pages for qwen3-30b-a3b's 6144 experts). */
+#define NUMA_EXPERT_SAMPLES 8
+
+/* The home group of expert e of the stack ti under a two-node split: the
+ * group whose node holds >= HOST_NUMA_HOME_SHARE of a sample of the
+ * expert's gate matrix (then its up and down follow it there), else the
+ * rule (host_numa_home_rule; the placement then moves its pages). A home
+ * the rule would not give is registered (numa-homes.h) when ti is the gate
+ * itself, so the MoE division computes the expert where its pages are. On
+ * one node (logical halves) nothing can tell the groups apart: the rule. */
+static int expert_home(const struct gguf_file *g, const struct gguf_tensor_info *ti, int64_t e,
+                       int64_t n_mat, const struct host_numa_plan *plan,
+                       const struct host_numa_ops *ops, const int threads[2]) {
+    const int rule = host_numa_home_rule((int)e, threads);
+    int layer = -1;
+    char name[96];
+    if (plan->logical || plan->node[0] == plan->node[1] || ti->name.len >= sizeof name)
+        return rule;
+    memcpy(name, ti->name.ptr, ti->name.len);
+    name[ti->name.len] = 0;
+    if (sscanf(name, "blk.%d.ffn_", &layer) != 1 || !strstr(name, "_exps"))
+        return rule;
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_exps.weight", layer);
+    const struct gguf_tensor_info *gate = gguf_find_tensor(g, name);
+    if (!gate || gate->n_dims < 3 || gate->ne[2] != n_mat)
+        return rule;
+    const uint64_t mb = gate->n_bytes / (uint64_t)n_mat;
+    const uint8_t *a = (const uint8_t *)gate->data + (size_t)e * mb;
+    /* the pages wholly inside the expert: an edge page is shared with a
+     * neighbour, which may sit elsewhere (1 of 8 samples would sink the 90%) */
+    const long ps = sysconf(_SC_PAGESIZE);
+    const uintptr_t pg = ps > 0 ? (uintptr_t)ps : 4096, lo = ((uintptr_t)a + pg - 1) & ~(pg - 1);
+    const uintptr_t hi = ((uintptr_t)a + mb) & ~(pg - 1);
+    struct host_numa_share sh;
+    if (host_numa_sample(ops, hi > lo ? (const void *)lo : a, hi > lo ? hi - lo : mb,
+                         NUMA_EXPERT_SAMPLES, &sh, NULL) < 0 ||
+        !sh.resident)
+        return rule;
+    int home = rule;
+    for (int k = 0; k < 2; k++)
+        if (host_numa_share_of(&sh, plan->node[k]) >= HOST_NUMA_HOME_SHARE)
+            home = k;
+    if (home != rule && gate == ti)
+        (void)host_numa_homes_add(a, mb, home, NULL); /* refused (overlap): the rule's group */
+    return home;
+}
+
 int model_numa_finish(const struct model *m, struct pool *pool, const struct host_numa_ops *ops,
                       bool force, struct host_numa_report *rep, struct strata_error *err) {
     const char *layout = model_weights_layout(m);
@@ -127,7 +176,7 @@ int model_numa_finish(const struct model *m, struct pool *pool, const struct hos
             uint64_t b0 = (uint64_t)cut * row_bytes;
             if (n_mat > 1 && pool &&
                 pool_n_groups(pool) == 2) /* split: an expert whole on its home's node */
-                b0 = host_numa_home_rule((int)e, threads) ? 0 : mat_bytes;
+                b0 = expert_home(g, ti, e, n_mat, &rep->plan, ops, threads) ? 0 : mat_bytes;
             if (b0)
                 sp[k++] = (struct host_numa_span){a, b0, off, 0};
             if (mat_bytes > b0)

@@ -19,6 +19,9 @@
 #include "engine/host/numa-homes.h"
 #include "engine/host/pool.h"
 #include "engine/kv/kv.h"
+#include "engine/gguf/gguf.h"
+#include "engine/host/numa.h"
+#include "engine/model/model-numa.h"
 #include "engine/model/model.h"
 #include "tests/engine/model/model-helper.h"
 #include "tests/engine/model/model-spec.h"
@@ -294,6 +297,87 @@ START_TEST(split_logits_bit_identical) {
 }
 END_TEST
 
+/* File-mapped experts (no arena) on a simulated two-node split: the page
+ * sampler (fake move_pages: the gate pages of expert e on node e % 2, as
+ * the rule homes them, except expert 0's, on node 1) makes expert 0 group
+ * 1's though the rule gives it group 0; it is registered, so the division
+ * computes it there; experts found where the rule puts them are not
+ * registered; logical halves on one node register nothing; the logits stay
+ * the same bits; the model's free unregisters. */
+static const uint8_t *gate_lo;
+static uint64_t gate_mb, gate_n;
+static long node1_move_pages(unsigned long count, void **pages, int *status) {
+    for (unsigned long i = 0; i < count; i++) {
+        const uint8_t *p = pages[i];
+        const uint64_t e = p >= gate_lo ? (uint64_t)(p - gate_lo) / gate_mb : gate_n;
+        status[i] = e >= gate_n ? 0 : e == 0 ? 1 : (int)(e % 2);
+    }
+    return 0;
+}
+static int resident(void *addr, size_t len, unsigned char *vec) {
+    (void)addr;
+    memset(vec, 1, (len + 4095) / 4096);
+    return 0;
+}
+
+START_TEST(file_experts_home_by_pages) {
+    struct spec s = spec_of("qwen3moe");
+    s.n_embd = 1024, s.n_head = s.n_head_kv = 2, s.head_dim = 64, s.n_layer = 1;
+    s.n_expert = 8, s.n_expert_used = 3, s.n_ff_exp = 512;
+    char path[256];
+    tmp_path(path, sizeof path, "moe-numa-file");
+    write_model(path, &s);
+    float *want[2];
+    struct cpu_moe_numa_stats st;
+    run_split(path, false, false, want, &st);
+
+    struct pool_params pp = pool_params_default();
+    pp.n_threads = 4;
+    struct pool *pool = pool_init(&pp, NULL);
+    const int groups[4] = {0, 1, 0, 1};
+    ck_assert_int_eq(pool_set_groups(pool, 2, groups), 0);
+    struct strata_error err = {0};
+    struct model_params mp = model_params_default();
+    mp.pool = pool, mp.n_ctx_max = 32, mp.n_batch_max = 16, mp.repack = false;
+    struct model *m = test_model_load(path, &mp, &err);
+    ck_assert_msg(m != NULL, "%s", err.message);
+    const struct gguf_tensor_info *gate =
+        gguf_find_tensor(model_gguf(m), "blk.0.ffn_gate_exps.weight");
+    ck_assert(gate != NULL);
+    const uint64_t mb = gate->n_bytes / 8;
+    gate_lo = gate->data, gate_mb = mb, gate_n = 8;
+    struct host_numa_ops ops = *host_numa_ops_real();
+    ops.move_pages = node1_move_pages;
+    ops.mincore = resident;
+    struct host_numa_report rep;
+    memset(&rep, 0, sizeof rep);
+    rep.placement = "none";
+    rep.plan.mode.kind = HOST_NUMA_SPLIT;
+    rep.plan.n_groups = 2, rep.plan.threads[0] = rep.plan.threads[1] = 2;
+    rep.plan.logical = true; /* one node: both groups on node 0 */
+    ck_assert_msg(model_numa_finish(m, pool, &ops, false, &rep, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(host_numa_homes_count(), 0);
+    rep.plan.logical = false, rep.plan.node[1] = 1; /* two nodes */
+    ck_assert_msg(model_numa_finish(m, pool, &ops, false, &rep, &err) == 0, "%s", err.message);
+    ck_assert_str_eq(rep.placement, "page cache");
+    ck_assert_int_eq(host_numa_homes_count(), 1);
+    ck_assert_int_eq(host_numa_home_of(gate->data), 1); /* the rule: 0 */
+    ck_assert_int_eq(host_numa_home_of((const uint8_t *)gate->data + mb - 1), 1);
+    ck_assert_int_eq(host_numa_home_of((const uint8_t *)gate->data + 2 * mb), -1);
+    for (int mode = 0; mode < 2; mode++) {
+        float *got = run_prompt(m, mode);
+        ck_assert_msg(memcmp(got, want[mode], (size_t)N_POS * 96 * sizeof(float)) == 0,
+                      "mode %d: logits differ", mode);
+        free(got);
+        free(want[mode]);
+    }
+    test_model_free(m);
+    ck_assert_int_eq(host_numa_homes_count(), 0);
+    pool_free(pool);
+    unlink(path);
+}
+END_TEST
+
 static Suite *moe_numa_suite(void) {
     Suite *s = suite_create("moe-numa");
     TCase *tc = tcase_create("core");
@@ -305,6 +389,7 @@ static Suite *moe_numa_suite(void) {
     tcase_add_test(tc, divide_random);
     tcase_add_test(tc, homes_table);
     tcase_add_test(tc, split_logits_bit_identical);
+    tcase_add_test(tc, file_experts_home_by_pages);
     suite_add_tcase(s, tc);
     return s;
 }
