@@ -77,31 +77,29 @@ int model_numa_gpu_node(const struct host_numa_pci *pci) {
  * under 50k pages for qwen3-30b-a3b's 6144 experts). */
 #define NUMA_EXPERT_SAMPLES 8
 
-/* The home group of expert e of the stack ti under a two-node split: the
- * group whose node holds >= HOST_NUMA_HOME_SHARE of a sample of the
- * expert's gate matrix (then its up and down follow it there), else the
- * rule (host_numa_home_rule; the placement then moves its pages). A home
- * the rule would not give is registered (numa-homes.h) when ti is the gate
- * itself, so the MoE division computes the expert where its pages are. On
- * one node (logical halves) nothing can tell the groups apart: the rule. */
-static int expert_home(const struct gguf_file *g, const struct gguf_tensor_info *ti, int64_t e,
-                       int64_t n_mat, const struct host_numa_plan *plan,
-                       const struct host_numa_ops *ops, const int threads[2]) {
-    const int rule = host_numa_home_rule((int)e, threads);
+/* Where a sample of expert e's gate pages sits under a two-node split: the
+ * group whose node holds >= HOST_NUMA_HOME_SHARE of it, or -1 (not
+ * resident, spread, or one node: logical halves cannot be told apart).
+ * *gate: the layer's gate stack (NULL when ti is not an expert stack). */
+static int sampled_home(const struct gguf_file *g, const struct gguf_tensor_info *ti, int64_t e,
+                        int64_t n_mat, const struct host_numa_plan *plan,
+                        const struct host_numa_ops *ops, const struct gguf_tensor_info **gate) {
     int layer = -1;
     char name[96];
+    *gate = NULL;
     if (plan->logical || plan->node[0] == plan->node[1] || ti->name.len >= sizeof name)
-        return rule;
+        return -1;
     memcpy(name, ti->name.ptr, ti->name.len);
     name[ti->name.len] = 0;
     if (sscanf(name, "blk.%d.ffn_", &layer) != 1 || !strstr(name, "_exps"))
-        return rule;
+        return -1;
     snprintf(name, sizeof name, "blk.%d.ffn_gate_exps.weight", layer);
-    const struct gguf_tensor_info *gate = gguf_find_tensor(g, name);
-    if (!gate || gate->n_dims < 3 || gate->ne[2] != n_mat)
-        return rule;
-    const uint64_t mb = gate->n_bytes / (uint64_t)n_mat;
-    const uint8_t *a = (const uint8_t *)gate->data + (size_t)e * mb;
+    const struct gguf_tensor_info *gt = gguf_find_tensor(g, name);
+    if (!gt || gt->n_dims < 3 || gt->ne[2] != n_mat)
+        return -1;
+    *gate = gt;
+    const uint64_t mb = gt->n_bytes / (uint64_t)n_mat;
+    const uint8_t *a = (const uint8_t *)gt->data + (size_t)e * mb;
     /* the pages wholly inside the expert: an edge page is shared with a
      * neighbour, which may sit elsewhere (1 of 8 samples would sink the 90%) */
     const long ps = sysconf(_SC_PAGESIZE);
@@ -111,13 +109,39 @@ static int expert_home(const struct gguf_file *g, const struct gguf_tensor_info 
     if (host_numa_sample(ops, hi > lo ? (const void *)lo : a, hi > lo ? hi - lo : mb,
                          NUMA_EXPERT_SAMPLES, &sh, NULL) < 0 ||
         !sh.resident)
-        return rule;
-    int home = rule;
+        return -1;
     for (int k = 0; k < 2; k++)
         if (host_numa_share_of(&sh, plan->node[k]) >= HOST_NUMA_HOME_SHARE)
-            home = k;
-    if (home != rule && gate == ti)
-        (void)host_numa_homes_add(a, mb, home, NULL); /* refused (overlap): the rule's group */
+            return k;
+    return -1;
+}
+
+/* The home group of expert e (taken in id order, cnt[] the homes given so
+ * far in this stack) under a split: where its pages sit (sampled_home),
+ * else the rule (host_numa_home_rule), but never more experts for a group
+ * than its threads' share of the layer (n_mat * threads[g] / all), so a
+ * file first read by one node does not home every expert there (the rest
+ * are moved instead). Each of a layer's three stacks gets the same answers
+ * (the samples are of the gate's pages, taken before anything moves); a
+ * home the rule would not give is registered (numa-homes.h) with the gate,
+ * so the MoE division computes the expert where its pages are. */
+static int expert_home(const struct gguf_file *g, const struct gguf_tensor_info *ti, int64_t e,
+                       int64_t n_mat, const struct host_numa_plan *plan,
+                       const struct host_numa_ops *ops, const int threads[2], int cnt[2]) {
+    const int rule = host_numa_home_rule((int)e, threads);
+    const struct gguf_tensor_info *gate;
+    int home = sampled_home(g, ti, e, n_mat, plan, ops, &gate);
+    home = home < 0 ? rule : home;
+    const int64_t all = (int64_t)threads[0] + threads[1];
+    const int64_t q1 = all > 0 ? n_mat * threads[1] / all : 0, quota[2] = {n_mat - q1, q1};
+    if (cnt[home] >= quota[home])
+        home = 1 - home;
+    cnt[home]++;
+    if (home != rule && gate == ti) {
+        const uint64_t mb = gate->n_bytes / (uint64_t)n_mat;
+        /* refused (an overlap): the division uses the rule's group */
+        (void)host_numa_homes_add((const uint8_t *)gate->data + (size_t)e * mb, mb, home, NULL);
+    }
     return home;
 }
 
@@ -170,13 +194,14 @@ int model_numa_finish(const struct model *m, struct pool *pool, const struct hos
         /* rows [0, cut) are group 0's in every kernel over this matrix */
         const int64_t cut =
             pool && pool_n_groups(pool) == 2 ? pool_group_bound(pool, rows, 0) : rows;
+        int homes[2] = {0, 0}; /* experts of this stack homed per group so far */
         for (int64_t e = 0; e < n_mat; e++) {
             const uint8_t *a = (const uint8_t *)ti->data + (size_t)e * mat_bytes;
             const uint64_t off = (uint64_t)(a - base);
             uint64_t b0 = (uint64_t)cut * row_bytes;
             if (n_mat > 1 && pool &&
                 pool_n_groups(pool) == 2) /* split: an expert whole on its home's node */
-                b0 = expert_home(g, ti, e, n_mat, &rep->plan, ops, threads) ? 0 : mat_bytes;
+                b0 = expert_home(g, ti, e, n_mat, &rep->plan, ops, threads, homes) ? 0 : mat_bytes;
             if (b0)
                 sp[k++] = (struct host_numa_span){a, b0, off, 0};
             if (mat_bytes > b0)
