@@ -42,6 +42,7 @@
 #include "engine/cpu/backend-cpu.h"
 #include "engine/cpu/cpu-moe-numa.h"
 #include "engine/cpu/kernels.h"
+#include "engine/experts/xstore-numa.h"
 #include "engine/experts/xstore.h"
 #include "engine/gguf/gguf.h"
 #include "engine/host/pool.h"
@@ -556,6 +557,13 @@ int cli_run_main(int argc, char **argv) {
         cpu_moe_numa_line(&ds, dl, sizeof dl);
         fprintf(stderr, "strata run: numa: %s\n", dl);
     }
+    struct xs_numa_info xi; /* the expert store's slots per node (xstore-numa.h) */
+    xs_numa_info(xstore_numa(xstore_of(model_experts(m))), &xi);
+    if (o.numa && xi.n_regions)
+        fprintf(stderr,
+                "strata run: numa: expert store slots %d / %d on nodes %d / %d, %s (%.1f MiB)\n",
+                xi.slots[0], xi.slots[1], xi.node[0], xi.node[1], xi.placement,
+                (double)xi.touched_bytes / 1048576.0);
     rc = 0;
 done:
     if (rc)
