@@ -27,6 +27,7 @@ double cpu_moe_numa_divide(int n_expert, const int *cnt, const int8_t *home, con
         all += cnt[e];
     }
     double span = load[0] / th[0] > load[1] / th[1] ? load[0] / th[0] : load[1] / th[1];
+    const double home_span = span;
     for (int moves = 0; moves < n_expert; moves++) {
         const int h = load[0] / th[0] >= load[1] / th[1] ? 0 : 1, l = 1 - h;
         int best = -1;
@@ -59,6 +60,7 @@ double cpu_moe_numa_divide(int n_expert, const int *cnt, const int8_t *home, con
             acc->moved += group[e] != home[e];
         }
         acc->span += span;
+        acc->home_span += home_span;
         acc->ideal += (double)all / (th[0] + th[1]);
     }
     return span;
@@ -118,10 +120,11 @@ void cpu_moe_numa_line(const struct cpu_moe_numa_stats *st, char *buf, size_t ca
     const uint64_t p = st->picks[0] + st->picks[1], e = st->experts[0] + st->experts[1];
     snprintf(buf, cap,
              "MoE division: %llu calls; picks %llu / %llu (%.1f%% group 1); experts %llu / %llu, "
-             "%llu away from home (%.1f%%); span %.3f x ideal",
+             "%llu away from home (%.1f%%); span %.3f x ideal (all at home: %.3f)",
              (unsigned long long)st->calls, (unsigned long long)st->picks[0],
              (unsigned long long)st->picks[1], p ? 100.0 * (double)st->picks[1] / (double)p : 0.0,
              (unsigned long long)st->experts[0], (unsigned long long)st->experts[1],
              (unsigned long long)st->moved, e ? 100.0 * (double)st->moved / (double)e : 0.0,
-             st->ideal > 0 ? st->span / st->ideal : 0.0);
+             st->ideal > 0 ? st->span / st->ideal : 0.0,
+             st->ideal > 0 ? st->home_span / st->ideal : 0.0);
 }

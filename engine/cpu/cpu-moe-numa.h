@@ -50,6 +50,7 @@ struct cpu_moe_numa_stats {
     uint64_t moved;      /* experts computed away from their home (remote reads) */
     double span;         /* sum over calls of the slower group's cost per thread */
     double ideal;        /* sum of (every pick at home) / (all threads): span's floor */
+    double home_span;    /* sum of the slower group's cost with every expert at home (no moves) */
 };
 
 /* The division of one call. cnt[e]: picks of expert e (0: not picked);

@@ -110,6 +110,7 @@ START_TEST(divide_skewed_decode) {
     ck_assert_uint_eq(st.picks[1], 3);
     /* the balance figure: 5.28 / 4 (every pick at home, both groups busy) */
     ck_assert(fabs(st.span / st.ideal - 1.32) < 1e-9);
+    ck_assert(fabs(st.home_span / st.ideal - 2.0) < 1e-9); /* 8 picks on one thread */
     assert_no_better_move(16, cnt, home, g, th, CPU_MOE_REMOTE_COST, s);
     /* with remote reads free (one node: the logical halves) 4 move */
     memset(&st, 0, sizeof st);
