@@ -41,7 +41,9 @@
 #include "engine/core/buf.h"
 #include "engine/core/clock.h"
 #include "engine/cpu/backend-cpu.h"
+#include "engine/cpu/cpu-moe-numa.h"
 #include "engine/cpu/kernels.h"
+#include "engine/experts/xstore-numa.h"
 #include "engine/experts/xstore.h"
 #include "engine/gguf/gguf.h"
 #include "engine/host/pool.h"
@@ -606,7 +608,20 @@ int cli_run_main(int argc, char **argv) {
                 st.decode_steps, st.gen_ms, per_s(st.decode_steps, st.gen_ms), o.n_threads,
                 kernels_isa_name(kernels_isa_active()), st.layout, peak_rss_mb());
     }
-    print_xstore(m, stderr); /* stdout keeps the one JSON object of --json */
+    print_xstore(m, stderr);      /* stdout keeps the one JSON object of --json */
+    struct cpu_moe_numa_stats ds; /* --numa split on a MoE: how its experts were divided */
+    if (o.numa && backend_cpu_moe_numa_stats(be, &ds) == 0 && ds.calls) {
+        char dl[256];
+        cpu_moe_numa_line(&ds, dl, sizeof dl);
+        fprintf(stderr, "strata run: numa: %s\n", dl);
+    }
+    struct xs_numa_info xi; /* the expert store's slots per node (xstore-numa.h) */
+    xs_numa_info(xstore_numa(xstore_of(model_experts(m))), &xi);
+    if (o.numa && xi.n_regions)
+        fprintf(stderr,
+                "strata run: numa: expert store slots %d / %d on nodes %d / %d, %s (%.1f MiB)\n",
+                xi.slots[0], xi.slots[1], xi.node[0], xi.node[1], xi.placement,
+                (double)xi.touched_bytes / 1048576.0);
     rc = 0;
 done:
     if (rc)

@@ -459,6 +459,7 @@ static void cpu_free(void *ctx) {
         free(c->xq[i].p);
     free(c->moe_xq[0].p), free(c->moe_xq[1].p), free(c->moe_stage.p);
     free(c->moe_g.p), free(c->moe_u.p), free(c->moe_dn.p), free(c->moe_idx.p), free(c->moe_jobs.p);
+    free(c->moe_numa.p);
     free(c);
 }
 

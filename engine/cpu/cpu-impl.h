@@ -19,6 +19,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/cpu/backend-cpu.h"
+#include "engine/cpu/cpu-moe-numa.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/ops.h"
 
@@ -152,6 +153,11 @@ struct cpu_ctx {
     struct cpu_buf moe_g, moe_u, moe_dn; /* MoE: (rows, n_ff) gate, up; (rows, n_embd) down */
     struct cpu_buf moe_idx;              /* MoE: cnt, off, fill (n_expert), row_of (rows) */
     struct cpu_buf moe_jobs;             /* MoE: (2 n_expert) kern_mats, then as many jobs */
+    struct cpu_buf moe_numa;             /* MoE split: (n_expert) addresses, ints, homes, groups */
+    struct cpu_moe_numa_stats moe_numa_st; /* the divisions so far (cpu-moe-numa.h) */
+    /* (n_jobs) of the next cpu_kjobs_run, which clears it: 1 + g gives job
+     * i's rows all to pool group g, 0 lets the pool cut them; NULL: all 0 */
+    const int8_t *kjob_on;
 };
 
 static inline struct cpu_tensor *cpu_t(const struct backend_tensor *t) {
@@ -192,6 +198,15 @@ void cpu_kjobs_run(struct cpu_ctx *c, const struct cpu_kjob *jobs, int n_jobs);
 /* x: (n_rows, n_cols) f32 -> xq: (n_rows, stride bytes) in wtype's activation format. */
 void cpu_quantize(struct cpu_ctx *c, enum quant_type wtype, const float *x, int64_t n_rows,
                   int64_t n_cols, void *xq, size_t stride);
+
+/* cpu-moe-numa.c: group[e] (0/1) of every picked expert (cnt[e] > 0) of the
+ * call on a pool with two groups, the call counted in c->moe_numa_st; NULL
+ * without groups (or memory for the division: the pool's cut then). */
+const int8_t *cpu_moe_numa_plan(struct cpu_ctx *c, const struct backend_moe *m, const int *cnt);
+/* The kjob_on of a dispatch of per_expert jobs an expert with cnt[e] > 0,
+ * in expert order, each 1 + on[e]; NULL when on is NULL. */
+const int8_t *cpu_moe_numa_jobs(struct cpu_ctx *c, const int8_t *on, const int *cnt, int n_expert,
+                                int per_expert);
 
 /* cpu-attn.c */
 int cpu_attn_reserve(struct cpu_ctx *c, int n_kv);

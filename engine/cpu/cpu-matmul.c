@@ -54,12 +54,19 @@ static void run_serial(struct cpu_ctx *c, struct pool_task *t, int n) {
 
 void cpu_kjobs_run(struct cpu_ctx *c, const struct cpu_kjob *jobs, int n_jobs) {
     struct pool_task stack[16];
-    struct pool_task *t = n_jobs <= 16 ? stack : malloc((size_t)n_jobs * sizeof *t);
+    int64_t stack_b[16][3]; /* jobs given whole to one group: their group_bounds */
+    struct pool_task *t =
+        n_jobs <= 16 ? stack : malloc((size_t)n_jobs * (sizeof *t + sizeof(int64_t[3])));
+    int64_t(*gb)[3] = stack_b;
+    const int8_t *on = c->kjob_on;
+    c->kjob_on = NULL;
     if (!t) { /* out of memory for the task list: run serially, same results */
         for (int i = 0; i < n_jobs; i++)
             matmul_rows((void *)&jobs[i], 0, jobs[i].w->n_rows / matmul_unit(jobs[i].w), 0);
     } else {
         uint64_t work = 0;
+        if (t != stack)
+            gb = (int64_t(*)[3])(t + n_jobs);
         for (int i = 0; i < n_jobs; i++) {
             const int64_t u = matmul_unit(jobs[i].w), mg = decode_max_grain(&jobs[i]);
             t[i] = (struct pool_task){.fn = matmul_rows,
@@ -67,6 +74,11 @@ void cpu_kjobs_run(struct cpu_ctx *c, const struct cpu_kjob *jobs, int n_jobs) {
                                       .n_rows = jobs[i].w->n_rows / u,
                                       .min_grain = u > 1 ? 2 : 0, /* 32 rows, the pool's floor */
                                       .max_grain = mg > 0 && mg / u < 1 ? 1 : mg / u};
+            if (on && on[i]) { /* an expert computed whole by one node (cpu-moe-numa.h) */
+                const int64_t r = t[i].n_rows;
+                gb[i][0] = 0, gb[i][1] = on[i] == 1 ? r : 0, gb[i][2] = r;
+                t[i].n_groups = 2, t[i].group_bounds = gb[i];
+            }
             work += (uint64_t)jobs[i].w->n_rows * jobs[i].w->row_bytes * (uint64_t)jobs[i].n_tok;
         }
         if (work < CPU_INLINE_MATMUL_BYTES)

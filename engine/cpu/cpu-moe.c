@@ -160,6 +160,8 @@ void cpu_moe_run(struct cpu_ctx *c, const struct backend_moe *m) {
             xu = c->moe_xq[1].p;
             gather_act(c, m, wu0.type, su, row_of, xu);
         }
+        /* split: each expert's jobs whole to one group (cpu-moe-numa.h) */
+        const int8_t *on = cpu_moe_numa_plan(c, m, cnt);
         /* gate + up of every picked expert in one dispatch: 2 jobs an expert */
         struct kern_mat *mats = c->moe_jobs.p;
         struct cpu_kjob *jobs = (struct cpu_kjob *)(mats + 2 * (size_t)NE);
@@ -176,6 +178,7 @@ void cpu_moe_run(struct cpu_ctx *c, const struct backend_moe *m) {
                                          cnt[e],    u + (size_t)off[e] * FE,  FE};
             nm++;
         }
+        c->kjob_on = cpu_moe_numa_jobs(c, on, cnt, NE, 2);
         cpu_kjobs_run(c, jobs, nm);
         cpu_swiglu(c, g, u, g, served, FE);
         /* down of every picked expert in one dispatch */
@@ -189,6 +192,7 @@ void cpu_moe_run(struct cpu_ctx *c, const struct backend_moe *m) {
                                          cnt[e],    dn + (size_t)off[e] * E,  E};
             nm++;
         }
+        c->kjob_on = cpu_moe_numa_jobs(c, on, cnt, NE, 1);
         cpu_kjobs_run(c, jobs, nm);
     }
     /* Weighted sum per token in slot order (independent of batch grouping). */

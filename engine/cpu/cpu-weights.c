@@ -31,6 +31,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "engine/host/numa-homes.h"
 #include "engine/host/pool.h"
 #include "engine/quant/quant.h"
 
@@ -109,17 +110,21 @@ static void copy_item(struct cpu_ctx *c, const struct copy_item *it, uintptr_t p
      * min_grain 2, else rows at the pool's floor) and pool_group_bound is
      * where the pool cuts it. An expert stack's matmuls run per expert
      * (cpu_mat: rows_per rows), so a stack is copied an expert at a time,
-     * each cut at its own bound: every expert's halves sit on the nodes that
-     * compute them. */
+     * each expert whole by its home group's threads (host_numa_home_rule:
+     * the MoE division computes it there, cpu-moe-numa.h). */
     const bool grouped = c->pool && pool_n_groups(c->pool) == 2;
     const int64_t period =
         grouped && it->stack && it->rows_per / unit > 0 ? it->rows_per / unit : units;
     const int64_t mg = it->pack ? 2 : 0;
     const int64_t step = grouped && it->stack ? period : per;
+    int threads[2] = {0, 0}; /* per group */
+    for (int i = 0; grouped && i < pool_n_threads(c->pool); i++)
+        threads[pool_group_of(c->pool, i)]++;
     for (int64_t g0 = 0; g0 < units; g0 += step) {
         const int64_t g1 = g0 + step < units ? g0 + step : units;
-        const int64_t cut =
-            grouped ? g0 / period * period + pool_group_bound(c->pool, period, mg) : g1;
+        int64_t cut = grouped ? g0 / period * period + pool_group_bound(c->pool, period, mg) : g1;
+        if (grouped && it->stack && period < units)
+            cut = host_numa_home_rule((int)(g0 / period), threads) ? g0 : g1;
         int64_t bounds[3] = {0, cut - g0, g1 - g0};
         if (bounds[1] < 0)
             bounds[1] = 0;

@@ -14,6 +14,7 @@
 
 #include "engine/experts/profile.h"
 #include "engine/experts/xstore-io.h"
+#include "engine/experts/xstore-numa.h"
 #include "engine/gguf/gguf.h"
 #include "engine/quant/quant.h"
 
@@ -67,7 +68,8 @@ struct xstore {
     _Atomic uint64_t lat[XSTORE_LAT_BUCKETS];
     _Atomic uint64_t prefetch_dropped;
     _Atomic int slots_used;
-    uint64_t warm_bytes; /* written at init only */
+    uint64_t warm_bytes;  /* written at init only */
+    struct xs_numa *numa; /* per-node slot regions (xstore-numa.h); NULL: one */
 };
 
 static const char *const which_name[EXPERTS_WHICH_COUNT] = {"ffn_gate_exps", "ffn_up_exps",
@@ -162,34 +164,45 @@ static void slot_empty(struct xstore *s, int i) {
     atomic_fetch_sub_explicit(&s->slots_used, 1, memory_order_relaxed);
 }
 
-/* The oldest slot not held, from the tail of layer l's list, or -1. */
-static int oldest_free_of(const struct xstore *s, int l) {
+/* The oldest slot not held of region r (< 0: any), from the tail of layer
+ * l's list, or -1. */
+static int oldest_free_of(const struct xstore *s, int l, int r) {
     for (int i = s->tail[l]; i >= 0; i = s->slot[i].prev)
-        if (!s->slot[i].held)
+        if (!s->slot[i].held && (r < 0 || xs_numa_region_of_slot(s->numa, i) == r))
             return i;
     return -1;
 }
 
-/* A slot to fill: a free one, else the victim (xstore.h "Replacement"),
- * emptied; -1 when every slot is held. */
-static int take_slot(struct xstore *s) {
-    if (s->n_free > 0)
-        return s->free_list[--s->n_free];
-    int best = -1;
-    for (int pass = 0; pass < 2 && best < 0; pass++) {
-        for (int l = 0; l < s->n_layer; l++) {
-            if (s->count[l] <= (pass == 0 ? s->floor : 0))
-                continue;
-            const int i = oldest_free_of(s, l);
-            if (i >= 0 && (best < 0 || s->slot[i].last < s->slot[best].last))
-                best = i;
+/* A slot to fill for expert e: a free one, else the victim (xstore.h
+ * "Replacement"), emptied; -1 when every slot is held. Per-node slots
+ * (xstore-numa.h): e's home region, then the other. */
+static int take_slot(struct xstore *s, int e) {
+    const int home = xs_numa_region_of_expert(s->numa, e);
+    for (int t = 0; t < (home < 0 ? 1 : 2); t++) {
+        const int r = home < 0 ? -1 : t == 0 ? home : 1 - home;
+        const int k = xs_numa_free_index(s->numa, s->free_list, s->n_free, r);
+        if (k >= 0) {
+            const int i = s->free_list[k];
+            s->free_list[k] = s->free_list[--s->n_free];
+            return i;
+        }
+        int best = -1;
+        for (int pass = 0; pass < 2 && best < 0; pass++) {
+            for (int l = 0; l < s->n_layer; l++) {
+                if (s->count[l] <= (pass == 0 ? s->floor : 0))
+                    continue;
+                const int i = oldest_free_of(s, l, r);
+                if (i >= 0 && (best < 0 || s->slot[i].last < s->slot[best].last))
+                    best = i;
+            }
+        }
+        if (best >= 0) {
+            add(&s->evictions, 1);
+            slot_empty(s, best);
+            return s->free_list[--s->n_free];
         }
     }
-    if (best < 0)
-        return -1;
-    add(&s->evictions, 1);
-    slot_empty(s, best);
-    return s->free_list[--s->n_free];
+    return -1;
 }
 
 /* ---- the batch of a layer ----------------------------------------------------- */
@@ -275,7 +288,7 @@ static int load(struct xstore *s, int layer, const int32_t *ids, int n, uint64_t
         if (i >= 0 && s->slot[i].held && s->slot[i].hold_step >= step)
             continue; /* a hit of this batch */
         add(&s->layer_misses[layer], 1);
-        if ((i = take_slot(s)) < 0) {
+        if ((i = take_slot(s, e)) < 0) {
             add(&s->overflow, 1);
             s->over_step[key] = step + 1;
             over = true;
@@ -377,6 +390,7 @@ static void xs_free(void *ctx) {
     xs_io_free(s->io);
     if (s->fd >= 0)
         close(s->fd);
+    xs_numa_free(s->numa);
     if (s->mem)
         munmap(s->mem, s->mem_bytes);
     free(s->mat);
@@ -669,7 +683,8 @@ struct experts_source *xstore_init(const struct gguf_file *f, int n_layer, int n
                          (size_t)n_slots * probe.slot_bytes);
         return NULL;
     }
-    if (open_file(s, p.direct, err) ||
+    if (xs_numa_init(s->mem, (int)n_slots, s->slot_bytes, p.pool, p.numa_ops, &s->numa, err) ||
+        open_file(s, p.direct, err) ||
         !(s->io = xs_io_init(s->fd, p.io, p.queue_depth, p.n_threads, p.sys, err))) {
         xs_free(s);
         experts_free(next);
@@ -693,6 +708,10 @@ struct xstore *xstore_of(struct experts_source *chain) {
         if (chain->ops == &xstore_ops)
             return chain->ctx;
     return NULL;
+}
+
+const struct xs_numa *xstore_numa(const struct xstore *s) {
+    return s ? s->numa : NULL;
 }
 
 const char *xstore_mode(const struct xstore *s) {

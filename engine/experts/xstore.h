@@ -64,6 +64,8 @@
 #include "engine/experts/experts.h"
 
 struct profile;
+struct pool;
+struct host_numa_ops;
 
 #define XSTORE_ALIGN 4096
 #define XSTORE_LAT_BUCKETS 16 /* read latency histogram: bucket i < 2^i * 16 us, last: more */
@@ -111,6 +113,10 @@ struct xstore_params {
      * share takes its most picked experts of this routing profile first
      * (a profile of another shape is ignored). */
     const struct profile *warm_profile;
+    /* Borrowed during xstore_init; NULL = none: on a pool with two groups
+     * (--numa split) the slots are laid out per node (xstore-numa.h). */
+    struct pool *pool;
+    const struct host_numa_ops *numa_ops; /* NULL: the real mbind (tests: EPERM) */
 };
 struct xstore_params xstore_params_default(void);
 

@@ -1,5 +1,6 @@
 /* engine/host/numa-topo.c: CPU sets and the hwloc topology as plain data
  * (numa.h). */
+#include <ctype.h>
 #include <hwloc.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -138,7 +139,45 @@ static void add_gpus(hwloc_topology_t t, struct host_numa_topo *out) {
         snprintf(g->name, sizeof g->name, "pci %04x:%02x:%02x.%x", o->attr->pcidev.domain,
                  o->attr->pcidev.bus, o->attr->pcidev.dev, o->attr->pcidev.func);
         g->node = node_of(t, out, o);
+        g->pci = (struct host_numa_pci){o->attr->pcidev.domain, o->attr->pcidev.bus,
+                                        o->attr->pcidev.dev, o->attr->pcidev.func};
     }
+}
+
+int host_numa_pci_parse(const char *text, struct host_numa_pci *out, struct strata_error *err) {
+    const char *p = text ? text : "";
+    int colons = 0;
+    for (const char *q = p; *q; q++)
+        colons += *q == ':';
+    /* fields in order; "bus:dev.fn" (one colon) starts at the bus */
+    static const char seps[4] = {':', ':', '.', '\0'};
+    unsigned long f[4] = {0, 0, 0, 0};
+    bool ok = (colons == 1 || colons == 2) && !strpbrk(p, "xX"); /* no 0x prefixes */
+    for (int i = colons == 2 ? 0 : 1; ok && i < 4; i++) {
+        char *end = (char *)p;
+        ok = isxdigit((unsigned char)*p) && (f[i] = strtoul(p, &end, 16), *end == seps[i]) &&
+             end - p <= 8;
+        p = end + (i < 3);
+    }
+    if (!ok)
+        return strata_error_set(err, STRATA_E_FORMAT,
+                                "numa: \"%.40s\" is not a PCI address (domain:bus:device.function)",
+                                text ? text : "");
+    if (f[0] > 0xffffffffu || f[1] > 0xff || f[2] > 0x1f || f[3] > 7)
+        return strata_error_set(err, STRATA_E_RANGE, "numa: PCI address \"%.40s\" out of range",
+                                text);
+    *out = (struct host_numa_pci){(uint32_t)f[0], (uint32_t)f[1], (uint32_t)f[2], (uint32_t)f[3]};
+    return 0;
+}
+
+int host_numa_gpu_node_by_pci(const struct host_numa_topo *t, const struct host_numa_pci *pci) {
+    for (int i = 0; t && pci && i < t->n_gpus; i++) {
+        const struct host_numa_gpu *g = &t->gpus[i];
+        if (g->pci.domain == pci->domain && g->pci.bus == pci->bus &&
+            g->pci.device == pci->device && g->pci.function == pci->function)
+            return g->node >= 0 && g->node < t->n_nodes ? t->nodes[g->node].os_index : -1;
+    }
+    return -1;
 }
 
 int host_numa_node_index(const struct host_numa_topo *t, int os_index) {

@@ -103,9 +103,17 @@ struct host_numa_node {
     struct host_cpuset primary; /* the first allowed PU of each core (no SMT siblings) */
 };
 
+/* A PCI address: domain:bus:device.function, what VK_EXT_pci_bus_info
+ * gives a Vulkan device (VkPhysicalDevicePCIBusInfoPropertiesEXT's pciDomain,
+ * pciBus, pciDevice, pciFunction). */
+struct host_numa_pci {
+    uint32_t domain, bus, device, function;
+};
+
 struct host_numa_gpu {
-    char name[48]; /* hwloc's OS device name, or "pci 0000:41:00.0" */
-    int node;      /* index into host_numa_topo.nodes; -1 unknown locality */
+    char name[48];            /* hwloc's OS device name, or "pci 0000:41:00.0" */
+    int node;                 /* index into host_numa_topo.nodes; -1 unknown locality */
+    struct host_numa_pci pci; /* its address */
 };
 
 struct host_numa_topo {
@@ -130,6 +138,14 @@ int host_numa_topo_detect(struct host_numa_topo *out, const struct host_cpuset *
 const struct host_numa_topo *host_numa_topo(void);
 /* Index into topo->nodes of the node with kernel number os_index, or -1. */
 int host_numa_node_index(const struct host_numa_topo *t, int os_index);
+/* "0000:41:00.0" or "41:00.0" (domain 0), hex as lspci prints it, into out;
+ * 0, or STRATA_E_FORMAT / STRATA_E_RANGE (a field past PCI's widths: bus 8
+ * bits, device 5, function 3) naming the text. */
+int host_numa_pci_parse(const char *text, struct host_numa_pci *out, struct strata_error *err);
+/* The kernel node number local to the GPU at pci (a display-class PCI
+ * device of t), or -1: no such device, or its locality is unknown. The
+ * gpu_node host_numa_decide takes for a GPU in use. */
+int host_numa_gpu_node_by_pci(const struct host_numa_topo *t, const struct host_numa_pci *pci);
 
 /* ---- the kernel's calls, replaceable by tests ---- */
 struct host_numa_ops {

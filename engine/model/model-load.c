@@ -16,6 +16,7 @@
 #include "engine/gguf/gguf.h"
 #include "engine/kv/kv.h"
 #include "engine/model/model-impl.h"
+#include "engine/host/numa-homes.h"
 #include "engine/host/pool.h"
 #include "engine/experts/profile.h"
 #include "engine/quant/quant.h"
@@ -649,9 +650,10 @@ struct model *model_load(const char *path, const struct model_params *params,
     }
     if (hp->n_expert > 0) {
         m->experts = experts_file_init(m->gguf, hp->n_layer, NULL, err);
+        struct xstore_params xp = m->params.xstore ? *m->params.xstore : xstore_params_default();
+        xp.pool = xp.pool ? xp.pool : m->params.pool; /* --numa split: slots per node */
         if (m->experts && m->params.xstore) /* the store in front, the file for its overflow */
-            m->experts = xstore_init(m->gguf, hp->n_layer, hp->n_expert_used, m->experts,
-                                     m->params.xstore, err);
+            m->experts = xstore_init(m->gguf, hp->n_layer, hp->n_expert_used, m->experts, &xp, err);
         if (!m->experts)
             goto fail;
     }
@@ -716,6 +718,9 @@ void model_free(struct model *m) {
         free(m->owned_vecs[i]);
     free(m->owned_vecs);
     free(m->layers);
+    /* file-mapped experts placed on a node (model-numa.c) */
+    if (m->gguf)
+        host_numa_homes_remove_within(gguf_file_base(m->gguf), gguf_file_size(m->gguf));
     gguf_close(m->gguf);
     free(m);
 }

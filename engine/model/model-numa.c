@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "engine/gguf/gguf.h"
+#include "engine/host/numa-homes.h"
 #include "engine/host/pool.h"
 #include "engine/model/model.h"
 
@@ -67,6 +68,83 @@ int model_numa_prepare(const char *path, const char *mode, struct pool *pool, in
     return 0;
 }
 
+int model_numa_gpu_node(const struct host_numa_pci *pci) {
+    return pci ? host_numa_gpu_node_by_pci(host_numa_topo(), pci) : -1;
+}
+
+/* NUMA_EXPERT_SAMPLES pages of an expert's gate matrix tell where it sits
+ * (a 768 x 2048 Q4_K matrix is 216 pages; 8 per expert keep the pass
+ * under 50k pages for qwen3-30b-a3b's 6144 experts). */
+#define NUMA_EXPERT_SAMPLES 8
+
+/* Where a sample of expert e's gate pages sits under a two-node split: the
+ * group whose node holds >= HOST_NUMA_HOME_SHARE of it, or -1 (not
+ * resident, spread, or one node: logical halves cannot be told apart).
+ * *gate: the layer's gate stack (NULL when ti is not an expert stack). */
+static int sampled_home(const struct gguf_file *g, const struct gguf_tensor_info *ti, int64_t e,
+                        int64_t n_mat, const struct host_numa_plan *plan,
+                        const struct host_numa_ops *ops, const struct gguf_tensor_info **gate) {
+    int layer = -1;
+    char name[96];
+    *gate = NULL;
+    if (plan->logical || plan->node[0] == plan->node[1] || ti->name.len >= sizeof name)
+        return -1;
+    memcpy(name, ti->name.ptr, ti->name.len);
+    name[ti->name.len] = 0;
+    if (sscanf(name, "blk.%d.ffn_", &layer) != 1 || !strstr(name, "_exps"))
+        return -1;
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_exps.weight", layer);
+    const struct gguf_tensor_info *gt = gguf_find_tensor(g, name);
+    if (!gt || gt->n_dims < 3 || gt->ne[2] != n_mat)
+        return -1;
+    *gate = gt;
+    const uint64_t mb = gt->n_bytes / (uint64_t)n_mat;
+    const uint8_t *a = (const uint8_t *)gt->data + (size_t)e * mb;
+    /* the pages wholly inside the expert: an edge page is shared with a
+     * neighbour, which may sit elsewhere (1 of 8 samples would sink the 90%) */
+    const long ps = sysconf(_SC_PAGESIZE);
+    const uintptr_t pg = ps > 0 ? (uintptr_t)ps : 4096, lo = ((uintptr_t)a + pg - 1) & ~(pg - 1);
+    const uintptr_t hi = ((uintptr_t)a + mb) & ~(pg - 1);
+    struct host_numa_share sh;
+    if (host_numa_sample(ops, hi > lo ? (const void *)lo : a, hi > lo ? hi - lo : mb,
+                         NUMA_EXPERT_SAMPLES, &sh, NULL) < 0 ||
+        !sh.resident)
+        return -1;
+    for (int k = 0; k < 2; k++)
+        if (host_numa_share_of(&sh, plan->node[k]) >= HOST_NUMA_HOME_SHARE)
+            return k;
+    return -1;
+}
+
+/* The home group of expert e (taken in id order, cnt[] the homes given so
+ * far in this stack) under a split: where its pages sit (sampled_home),
+ * else the rule (host_numa_home_rule), but never more experts for a group
+ * than its threads' share of the layer (n_mat * threads[g] / all), so a
+ * file first read by one node does not home every expert there (the rest
+ * are moved instead). Each of a layer's three stacks gets the same answers
+ * (the samples are of the gate's pages, taken before anything moves); a
+ * home the rule would not give is registered (numa-homes.h) with the gate,
+ * so the MoE division computes the expert where its pages are. */
+static int expert_home(const struct gguf_file *g, const struct gguf_tensor_info *ti, int64_t e,
+                       int64_t n_mat, const struct host_numa_plan *plan,
+                       const struct host_numa_ops *ops, const int threads[2], int cnt[2]) {
+    const int rule = host_numa_home_rule((int)e, threads);
+    const struct gguf_tensor_info *gate;
+    int home = sampled_home(g, ti, e, n_mat, plan, ops, &gate);
+    home = home < 0 ? rule : home;
+    const int64_t all = (int64_t)threads[0] + threads[1];
+    const int64_t q1 = all > 0 ? n_mat * threads[1] / all : 0, quota[2] = {n_mat - q1, q1};
+    if (cnt[home] >= quota[home])
+        home = 1 - home;
+    cnt[home]++;
+    if (home != rule && gate == ti) {
+        const uint64_t mb = gate->n_bytes / (uint64_t)n_mat;
+        /* refused (an overlap): the division uses the rule's group */
+        (void)host_numa_homes_add((const uint8_t *)gate->data + (size_t)e * mb, mb, home, NULL);
+    }
+    return home;
+}
+
 int model_numa_finish(const struct model *m, struct pool *pool, const struct host_numa_ops *ops,
                       bool force, struct host_numa_report *rep, struct strata_error *err) {
     const char *layout = model_weights_layout(m);
@@ -91,6 +169,9 @@ int model_numa_finish(const struct model *m, struct pool *pool, const struct hos
         const struct gguf_tensor_info *ti = gguf_tensor_at(g, i);
         cap += ti && ti->n_dims >= 3 && ti->ne[2] > 0 ? 2 * (size_t)ti->ne[2] : 2;
     }
+    int threads[2] = {0, 0}; /* per pool group */
+    for (int w = 0; pool && pool_n_groups(pool) == 2 && w < pool_n_threads(pool); w++)
+        threads[pool_group_of(pool, w)]++;
     struct host_numa_span *sp = calloc(cap, sizeof *sp);
     int fd = open(gguf_path(g), O_RDONLY | O_CLOEXEC);
     int rc = 0, k = 0;
@@ -113,10 +194,14 @@ int model_numa_finish(const struct model *m, struct pool *pool, const struct hos
         /* rows [0, cut) are group 0's in every kernel over this matrix */
         const int64_t cut =
             pool && pool_n_groups(pool) == 2 ? pool_group_bound(pool, rows, 0) : rows;
+        int homes[2] = {0, 0}; /* experts of this stack homed per group so far */
         for (int64_t e = 0; e < n_mat; e++) {
             const uint8_t *a = (const uint8_t *)ti->data + (size_t)e * mat_bytes;
             const uint64_t off = (uint64_t)(a - base);
-            const uint64_t b0 = (uint64_t)cut * row_bytes;
+            uint64_t b0 = (uint64_t)cut * row_bytes;
+            if (n_mat > 1 && pool &&
+                pool_n_groups(pool) == 2) /* split: an expert whole on its home's node */
+                b0 = expert_home(g, ti, e, n_mat, &rep->plan, ops, threads, homes) ? 0 : mat_bytes;
             if (b0)
                 sp[k++] = (struct host_numa_span){a, b0, off, 0};
             if (mat_bytes > b0)

@@ -38,6 +38,11 @@ struct pool;
 int model_numa_prepare(const char *path, const char *mode, struct pool *pool, int gpu_node,
                        const struct host_numa_ops *ops, struct host_numa_report *rep,
                        struct strata_error *err);
+/* The gpu_node of model_numa_prepare for the GPU in use at pci (its
+ * VK_EXT_pci_bus_info address): the kernel node local to it in this
+ * process's topology, or -1 (not found, no locality, NULL pci: no GPU).
+ *   model_numa_prepare(path, mode, pool, model_numa_gpu_node(&pci), NULL, &rep, &err); */
+int model_numa_gpu_node(const struct host_numa_pci *pci);
 /* force: re-read every span even when placed (measurement). */
 int model_numa_finish(const struct model *m, struct pool *pool, const struct host_numa_ops *ops,
                       bool force, struct host_numa_report *rep, struct strata_error *err);

@@ -100,6 +100,22 @@ for model in (STORIES, TINY, MOE):
         # 1 CPU a node for 2 threads: auto binds nothing rather than oversubscribe
         check(f"{tag}: simulated auto never fewer CPUs than threads", "nothing bound" in r.stderr, r.stderr[-600:])
 
+# the MoE under split: experts divided whole between the two groups (the
+# division's line), and with the expert store its slots laid out per group
+# (two logical halves here), the greedy ids those of --numa off
+r = run(MOE, "split")
+check("moe split: the MoE division reported", "MoE division:" in r.stderr and " calls; picks " in r.stderr,
+      r.stderr[-800:])
+XS = dict(STRATA_EXPERT_STORE="on", STRATA_EXPERT_RAM=str(6 * 3 * 12288))  # 6 of the 16 experts
+base = run(MOE, "off", env=env_with(**XS))
+check("moe store off: runs", base.returncode == 0 and "expert store" in base.stderr, base.stderr[-600:])
+r = run(MOE, "split", env=env_with(**XS))
+check("moe store split: runs", r.returncode == 0, r.stderr[-600:])
+check("moe store split: identical ids", ids_of(r) == ids_of(base) and ids_of(r), r.stdout[:300])
+check("moe store split: slots per node", "expert store slots 3 / 3 on nodes 0 / 0" in r.stderr,
+      r.stderr[-800:])
+check("moe store split: no sanitizer report", not sd.SANITIZER_RE.search(r.stderr), r.stderr[-600:])
+
 # a binding the kernel refuses (a simulated node whose CPUs this machine does
 # not have: EINVAL, as a container's EPERM): the run goes on unbound, says so,
 # and computes the same ids

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
@@ -514,6 +515,90 @@ START_TEST(affinity_refused_runs_unbound) {
 }
 END_TEST
 
+/* The GPU in use named by its PCI address (what VK_EXT_pci_bus_info gives a
+ * Vulkan device): the XML machine's 3D controller 0000:41:00.0 is local to
+ * node 1, so auto binds every pool thread to node 1's CPUs (8-15) though
+ * the weights sit on node 0; an address the topology lacks gives -1 (the
+ * sample decides). */
+static pthread_mutex_t seen_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct host_cpuset seen_cpus;
+static int seen_affinity(const struct host_cpuset *c) {
+    pthread_mutex_lock(&seen_mu);
+    for (int i = 0; i < HOST_NUMA_MAX_CPUS; i++)
+        if (host_cpuset_has(c, i))
+            host_cpuset_add(&seen_cpus, i);
+    pthread_mutex_unlock(&seen_mu);
+    atomic_fetch_add(&affinity_calls, 1);
+    return 0;
+}
+
+START_TEST(gpu_by_pci_binds_its_node) {
+    struct host_numa_pci pci;
+    struct strata_error err = {0};
+    ck_assert_int_eq(host_numa_pci_parse("0000:41:00.0", &pci, &err), 0);
+    ck_assert(pci.domain == 0 && pci.bus == 0x41 && pci.device == 0 && pci.function == 0);
+    ck_assert_int_eq(host_numa_pci_parse("1:c1:1f.7", &pci, &err), 0);
+    ck_assert(pci.domain == 1 && pci.bus == 0xc1 && pci.device == 0x1f && pci.function == 7);
+    ck_assert_int_eq(host_numa_pci_parse("41:00.0", &pci, &err), 0);
+    ck_assert(pci.domain == 0 && pci.bus == 0x41);
+    static const char *const bad[] = {
+        "",        "41",           "41:00",    "0000:41:00", "0000:41:00.0x",
+        "g0:00.0", "0000:41:00:0", ":41:00.0", "0:0:0:0.0",  "0x41:00.0",
+        " 41:00.0"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ck_assert_msg(host_numa_pci_parse(bad[i], &pci, &err) == STRATA_E_FORMAT, "%s", bad[i]);
+        ck_assert(strstr(err.message, "not a PCI address"));
+    }
+    ck_assert_int_eq(host_numa_pci_parse("0000:41:20.0", &pci, &err), STRATA_E_RANGE);
+    ck_assert_int_eq(host_numa_pci_parse("0000:141:00.0", &pci, &err), STRATA_E_RANGE);
+    ck_assert_int_eq(host_numa_pci_parse("0000:41:00.8", &pci, &err), STRATA_E_RANGE);
+
+    char path[512];
+    snprintf(path, sizeof path, "%s/topo-2node-gpu1.xml", TEST_SRC_DIR);
+    unsetenv("HWLOC_SYNTHETIC");
+    setenv("HWLOC_XMLFILE", path, 1);
+    struct host_numa_topo t;
+    ck_assert_msg(host_numa_topo_detect(&t, NULL, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(t.n_gpus, 1);
+    ck_assert(t.gpus[0].pci.bus == 0x41 && t.gpus[0].pci.device == 0);
+    ck_assert_int_eq(host_numa_pci_parse("0000:41:00.0", &pci, &err), 0);
+    const int gpu_node = host_numa_gpu_node_by_pci(&t, &pci);
+    ck_assert_int_eq(gpu_node, 1);
+    struct host_numa_pci other = pci;
+    other.function = 1;
+    ck_assert_int_eq(host_numa_gpu_node_by_pci(&t, &other), -1);
+    ck_assert_int_eq(host_numa_gpu_node_by_pci(NULL, &pci), -1);
+
+    struct host_numa_mode a = mode_of("auto");
+    struct host_numa_share sh = fake_share(100, 0, 0, 0); /* the weights: node 0 */
+    struct host_numa_plan p;
+    ck_assert_int_eq(host_numa_decide(&t, &a, 4, &sh, gpu_node, &p, &err), 0);
+    ck_assert_int_eq(p.n_groups, 1);
+    ck_assert_int_eq(p.node[0], 1);
+    ck_assert_msg(strstr(p.why, "GPU") && strstr(p.why, "node 1"), "%s", p.why);
+    struct pool_params pp = pool_params_default();
+    pp.n_threads = 4;
+    struct pool *pool = pool_init(&pp, NULL);
+    ck_assert_ptr_nonnull(pool);
+    struct host_numa_ops ops = *host_numa_ops_real();
+    ops.set_affinity = seen_affinity;
+    host_cpuset_clear(&seen_cpus);
+    atomic_store(&affinity_calls, 0);
+    ck_assert_int_eq(host_numa_apply(&p, pool, &ops, &err), 0);
+    ck_assert_int_eq(atomic_load(&affinity_calls), 4);
+    char list[64];
+    host_cpuset_format(&seen_cpus, list, sizeof list);
+    for (int c = 0; c < 16; c++)
+        ck_assert_msg(!host_cpuset_has(&seen_cpus, c) || c >= 8, "CPU %d of node 0 in %s", c, list);
+    ck_assert_int_gt(host_cpuset_count(&seen_cpus), 0);
+    /* no GPU in use: the weights' node */
+    ck_assert_int_eq(
+        host_numa_decide(&t, &a, 4, &sh, host_numa_gpu_node_by_pci(&t, &other), &p, &err), 0);
+    ck_assert_int_eq(p.node[0], 0);
+    pool_free(pool);
+}
+END_TEST
+
 /* ---- pool groups ---- */
 
 struct who {
@@ -677,6 +762,7 @@ static Suite *numa_suite(void) {
     tcase_add_test(tc, real_single_node);
     tcase_add_test(tc, move_pages_refused_uses_numa_maps);
     tcase_add_test(tc, affinity_refused_runs_unbound);
+    tcase_add_test(tc, gpu_by_pci_binds_its_node);
     tcase_add_test(tc, pool_groups_rows);
     tcase_add_test(tc, place_file_pages_moves_only_misplaced);
     suite_add_tcase(s, tc);
