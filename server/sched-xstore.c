@@ -57,8 +57,10 @@ void sched_xstore_loaded(struct sched *s) {
     struct xstore_stats st;
     xstore_stats(x, &st);
     fprintf(stderr,
-            "strata: expert store: %s; %s, %d slots of %.2f MiB, %.1f MiB read at load (%s)\n",
-            s->xs->rule, xstore_mode(x), st.n_slots, (double)st.slot_bytes / (1024.0 * 1024.0),
+            "strata: expert store: %s; %s, queue depth %d (%s), %d slots of %.2f MiB, %.1f MiB "
+            "read at load (%s)\n",
+            s->xs->rule, xstore_mode(x), st.queue_depth, st.queue_rule ? st.queue_rule : "",
+            st.n_slots, (double)st.slot_bytes / (1024.0 * 1024.0),
             (double)st.warm_bytes / (1024.0 * 1024.0),
             from_profile ? "hottest experts of --expert-profile first" : "experts by id");
     xstore_stats_free(&st);
@@ -92,6 +94,8 @@ void sched_xstore_stats(const struct sched *s, struct gen_stats *st) {
     g->warm_bytes = xs.warm_bytes;
     g->lat_sum_us = xs.lat_sum_us;
     g->prefetch_dropped = xs.prefetch_dropped;
+    g->queue_depth = xs.queue_depth;
+    snprintf(g->queue_rule, sizeof g->queue_rule, "%s", xs.queue_rule ? xs.queue_rule : "");
     _Static_assert(sizeof g->lat / sizeof g->lat[0] == XSTORE_LAT_BUCKETS, "histogram buckets");
     memcpy(g->lat, xs.lat, sizeof g->lat);
     for (int l = 0; l < g->n_layer && xs.layer_hits && xs.layer_misses; l++) {

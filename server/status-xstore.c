@@ -49,6 +49,8 @@ json_t *status_xstore_json(const struct gen_stats *st) {
                                   (json_int_t)0, "wasted", (json_int_t)0, "dropped",
                                   (json_int_t)x->prefetch_dropped));
     json_object_set_new(o, "warm_bytes", json_integer((json_int_t)x->warm_bytes));
+    json_object_set_new(o, "queue_depth", json_integer(x->queue_depth));
+    json_object_set_new(o, "queue_rule", json_string(x->queue_rule));
     json_object_set_new(o, "layers", layers ? layers : json_array());
     return o;
 }
@@ -118,6 +120,10 @@ char *status_xstore_metrics(const struct gen_stats *st) {
         (unsigned long long)x->bytes_read, (unsigned long long)x->evictions,
         (unsigned long long)x->overflow, (unsigned long long)x->read_errors,
         (unsigned long long)x->prefetch_dropped);
+    put(&b,
+        "# HELP strata_expert_store_queue_depth Reads in flight at most (io_uring entries).\n"
+        "# TYPE strata_expert_store_queue_depth gauge\nstrata_expert_store_queue_depth %d\n",
+        x->queue_depth);
     put(&b, "# HELP strata_expert_store_picks_total Expert picks by layer and result.\n"
             "# TYPE strata_expert_store_picks_total counter\n");
     for (int l = 0; l < x->n_layer; l++)

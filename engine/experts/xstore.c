@@ -13,12 +13,14 @@
 #include <unistd.h>
 
 #include "engine/experts/profile.h"
+#include "engine/experts/xstore-impl.h"
 #include "engine/experts/xstore-io.h"
 #include "engine/gguf/gguf.h"
 #include "engine/quant/quant.h"
 
 #define ALIGN_DOWN(x) ((x) & ~(uint64_t)(XSTORE_ALIGN - 1))
 #define ALIGN_UP(x) (((x) + XSTORE_ALIGN - 1) & ~(uint64_t)(XSTORE_ALIGN - 1))
+#define XSTORE_HUGE ((size_t)2 << 20) /* the slots' start: a huge-page boundary */
 
 /* One (layer, which) tensor: expert e's bytes are [base + e * bytes, + bytes). */
 struct xs_mat {
@@ -26,6 +28,7 @@ struct xs_mat {
     enum quant_type type;
     int64_t rows, cols;
     size_t row_bytes;
+    bool packed; /* slots hold it in the CPU kernels' 16-row layout (xstore_params.pack) */
 };
 
 struct xs_slot {
@@ -45,11 +48,15 @@ struct xstore {
     struct stat st0; /* the file at init: a change fails the reads */
     struct xs_io *io;
     char mode[32];
+    int queue_depth;
+    char queue_rule[96]; /* "device 254:0 nr_requests 256, rotational", "--expert-queue" */
     int n_layer, n_expert, floor;
     struct xs_mat *mat; /* (n_layer, EXPERTS_WHICH_COUNT) */
     uint64_t sub_off[EXPERTS_WHICH_COUNT], slot_bytes;
-    uint8_t *mem; /* n_slots * slot_bytes, page aligned */
-    size_t mem_bytes;
+    uint8_t *mem; /* n_slots * slot_bytes, 2 MiB aligned (huge pages) */
+    uint8_t *raw; /* the mapping mem lies in */
+    size_t raw_bytes;
+    uint8_t *pack_scratch; /* 16 rows of the widest packed matrix; NULL: nothing packed */
     struct xs_slot *slot;
     int n_slots, n_free;
     int32_t *free_list;           /* (n_slots) */
@@ -61,6 +68,7 @@ struct xstore {
     uint64_t tick;
     struct xs_req *req; /* (n_expert * 3) one batch */
     int32_t *req_slot;
+    int pend_layer, pend_nreq; /* the batch in flight (nreq 0: none) */
     /* counters, read by xstore_stats from any thread */
     _Atomic uint64_t *layer_hits, *layer_misses; /* (n_layer) */
     _Atomic uint64_t overflow, evictions, read_errors, bytes_read, reads, batches, lat_sum;
@@ -216,8 +224,11 @@ static void count_latency(struct xstore *s, uint32_t us) {
     add(&s->lat_sum, us);
 }
 
-/* Runs the batch of nreq reads; a failed expert's slot is emptied. */
-static int run_batch(struct xstore *s, int layer, int nreq, struct strata_error *err) {
+static void pack_filled(struct xstore *s, int layer, int nreq);
+
+/* Starts the batch of nreq reads of layer (s->req): they are in flight
+ * until batch_finish. A file found changed fails it at once. */
+static int batch_submit(struct xstore *s, int layer, int nreq, struct strata_error *err) {
     int rc = file_changed(s, err);
     if (rc) {
         for (int r = 0; r < nreq; r++)
@@ -226,7 +237,21 @@ static int run_batch(struct xstore *s, int layer, int nreq, struct strata_error 
         add(&s->read_errors, 1);
         return rc;
     }
-    xs_io_run(s->io, s->req, nreq);
+    xs_io_submit(s->io, s->req, nreq);
+    s->pend_layer = layer;
+    s->pend_nreq = nreq;
+    return 0;
+}
+
+/* Waits for the batch in flight, if any; a failed expert's slot is emptied,
+ * the others packed (xstore_params.pack). 0, or the first read's error. */
+static int batch_finish(struct xstore *s, struct strata_error *err) {
+    const int layer = s->pend_layer, nreq = s->pend_nreq;
+    int rc = 0;
+    if (nreq <= 0)
+        return 0;
+    s->pend_nreq = 0;
+    xs_io_wait(s->io);
     add(&s->batches, 1);
     for (int r = 0; r < nreq; r++) {
         const struct xs_req *q = &s->req[r];
@@ -251,13 +276,38 @@ static int run_batch(struct xstore *s, int layer, int nreq, struct strata_error 
         }
         slot_empty(s, i); /* its other matrices' reads are ignored: the slot is free */
     }
+    pack_filled(s, layer, nreq);
     return rc;
 }
 
+/* The slots the batch filled (those its errors did not empty), their
+ * matrices put in the kernels' layout where the store packs (xstore-pack.c). */
+static void pack_filled(struct xstore *s, int layer, int nreq) {
+    if (!s->pack_scratch)
+        return;
+    for (int r = 0; r < nreq; r++) {
+        const int i = s->req_slot[r];
+        if ((r > 0 && s->req_slot[r - 1] == i) || s->slot[i].layer != layer)
+            continue; /* the slot's second matrix, or emptied by a failed read */
+        uint8_t *base = s->mem + (size_t)i * s->slot_bytes;
+        for (int w = 0; w < EXPERTS_WHICH_COUNT; w++) {
+            const struct xs_mat *m = &s->mat[(size_t)layer * EXPERTS_WHICH_COUNT + w];
+            if (m->bytes && m->packed)
+                (void)xs_pack_inplace(base + s->sub_off[w] + s->slot[i].data_off[w], m->type,
+                                      m->rows, m->cols, m->row_bytes, s->pack_scratch);
+        }
+    }
+}
+
 /* Makes (layer, ids) resident where slots can be had, holding them for
- * step; reads the cold ones in one batch. */
+ * step; reads the cold ones in one batch. late NULL: returns when they are
+ * read; else late[e] = 1 for each expert whose reads are left in flight
+ * (batch_finish completes them). */
 static int load(struct xstore *s, int layer, const int32_t *ids, int n, uint64_t step,
-                struct strata_error *err) {
+                uint8_t *late, struct strata_error *err) {
+    int rc = batch_finish(s, err); /* the batch before, if its wait never came */
+    if (rc)
+        return rc;
     int nreq = 0;
     bool over = false;
     for (int k = 0; k < n; k++) { /* the hits first: held, no miss of the batch takes them */
@@ -305,8 +355,15 @@ static int load(struct xstore *s, int layer, const int32_t *ids, int n, uint64_t
             s->req_slot[nreq++] = i;
         }
     }
-    if (nreq)
-        return run_batch(s, layer, nreq, err);
+    if (nreq) {
+        if ((rc = batch_submit(s, layer, nreq, err)))
+            return rc;
+        if (!late)
+            return batch_finish(s, err);
+        for (int r = 0; r < nreq; r++)
+            late[s->slot[s->req_slot[r]].expert] = 1;
+        return 0;
+    }
     /* the overflow is read from the mapping, where a truncated file faults:
      * check it first */
     return over ? file_changed(s, err) : 0;
@@ -317,8 +374,28 @@ static int load(struct xstore *s, int layer, const int32_t *ids, int n, uint64_t
 static int xs_need(void *ctx, int layer, const int32_t *ids, int n, uint64_t step,
                    struct strata_error *err) {
     struct xstore *s = ctx;
+    const int rc = batch_finish(s, err);
+    if (rc)
+        return rc;
     unpin(s, step, layer); /* the step's other layers are done (experts.h ops.need) */
-    return load(s, layer, ids, n, step, err);
+    return load(s, layer, ids, n, step, NULL, err);
+}
+
+/* Overlap (xstore.h): the cold experts' reads are left in flight, marked in
+ * late; their gets hand out the slots now, the bytes are there after
+ * xs_need_wait. */
+static int xs_need_start(void *ctx, int layer, const int32_t *ids, int n, uint64_t step,
+                         uint8_t *late, struct strata_error *err) {
+    struct xstore *s = ctx;
+    const int rc = batch_finish(s, err);
+    if (rc)
+        return rc;
+    unpin(s, step, layer);
+    return load(s, layer, ids, n, step, late, err);
+}
+
+static int xs_need_wait(void *ctx, struct strata_error *err) {
+    return batch_finish(ctx, err);
 }
 
 static int xs_get(void *ctx, int layer, int expert, enum experts_which which, uint64_t step,
@@ -333,7 +410,7 @@ static int xs_get(void *ctx, int layer, int expert, enum experts_which which, ui
         return EXPERTS_MISS; /* no slot this step: the next tier serves it */
     if (s->map[key] < 0) {   /* a get without a need: a batch of one */
         const int32_t id = expert;
-        const int rc = load(s, layer, &id, 1, step, err);
+        const int rc = load(s, layer, &id, 1, step, NULL, err);
         if (rc)
             return rc;
         if (s->map[key] < 0)
@@ -347,12 +424,17 @@ static int xs_get(void *ctx, int layer, int expert, enum experts_which which, ui
         .w = NULL,
         .index = 0,
         .host = {s->mem + (size_t)i * s->slot_bytes + s->sub_off[which] + x->data_off[which],
-                 m->type, m->rows, m->cols, m->row_bytes, BACKEND_LAYOUT_ROWS},
+                 m->type, m->rows, m->cols, m->row_bytes,
+                 m->packed ? BACKEND_LAYOUT_PACK16 : BACKEND_LAYOUT_ROWS},
     };
     return 0;
 }
 
 static void xs_release(void *ctx, uint64_t step) {
+    /* reads still in flight write into slots this unpins: they end first (an
+     * error of theirs already failed the step, or fails none: the slots are
+     * emptied either way) */
+    (void)batch_finish(ctx, NULL);
     unpin(ctx, step, -1);
 }
 
@@ -374,11 +456,14 @@ static void xs_free(void *ctx) {
     struct xstore *s = ctx;
     if (!s)
         return;
+    if (s->io)
+        (void)batch_finish(s, NULL);
     xs_io_free(s->io);
     if (s->fd >= 0)
         close(s->fd);
-    if (s->mem)
-        munmap(s->mem, s->mem_bytes);
+    if (s->raw)
+        munmap(s->raw, s->raw_bytes);
+    free(s->pack_scratch);
     free(s->mat);
     free(s->slot);
     free(s->free_list);
@@ -404,9 +489,21 @@ static const struct experts_ops xstore_ops = {
     .stats = xs_stats_op,
     .free = xs_free,
     .need = xs_need,
+    .need_start = xs_need_start,
+    .need_wait = xs_need_wait,
 };
 
 /* ---- init ---------------------------------------------------------------------------- */
+
+static int queue_depth(struct xstore *s, const struct xstore_params *p) {
+    if (p->queue_depth > 0) {
+        s->queue_depth = p->queue_depth;
+        snprintf(s->queue_rule, sizeof s->queue_rule, "asked");
+    } else {
+        s->queue_depth = xs_dev_queue_depth(s->fd, s->queue_rule, sizeof s->queue_rule);
+    }
+    return s->queue_depth;
+}
 
 /* xstore_params.warm: each MoE layer's share of the slots, its most picked
  * experts of prof first (NULL: by id), one batch a layer; then the counters
@@ -445,7 +542,7 @@ static int warm(struct xstore *s, const struct profile *prof, struct strata_erro
         qsort(picks, (size_t)s->n_expert, sizeof *picks, by_count);
         for (int e = 0; e < s->n_expert; e++)
             ids[e] = picks[e].id;
-        rc = load(s, l, ids, k, 0, err);
+        rc = load(s, l, ids, k, 0, NULL, err);
         unpin(s, 0, -1);
         left -= k;
         moe_left--;
@@ -473,7 +570,7 @@ struct xstore_params xstore_params_default(void) {
                                   .io = XSTORE_IO_AUTO,
                                   .direct = XSTORE_DIRECT_AUTO,
                                   .floor = -1,
-                                  .queue_depth = 64,
+                                  .queue_depth = 0,
                                   .n_threads = 4,
                                   .sys = NULL,
                                   .warm = false};
@@ -659,18 +756,38 @@ struct experts_source *xstore_init(const struct gguf_file *f, int n_layer, int n
         n_moe += s->mat[(size_t)l * EXPERTS_WHICH_COUNT].bytes > 0;
     if (n_moe > 0 && s->floor > (int)n_slots / n_moe)
         s->floor = (int)n_slots / n_moe;
-    s->mem_bytes = (size_t)n_slots * s->slot_bytes;
-    s->mem = mmap(NULL, s->mem_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (s->mem == MAP_FAILED) {
-        s->mem = NULL;
+    /* Huge pages, as the weight arena has (cpu-weights.c): a decode step
+     * streams every picked expert's ~0.9 MB, and from 4 KiB pages that is
+     * a TLB miss every 4 KiB (figures: xstore_params.pack in xstore.h). */
+    s->raw_bytes = (size_t)n_slots * s->slot_bytes + XSTORE_HUGE;
+    s->raw = mmap(NULL, s->raw_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (s->raw == MAP_FAILED) {
+        s->raw = NULL;
         xs_free(s);
         experts_free(next);
         strata_error_set(err, STRATA_E_NOMEM, "expert store: cannot map %zu bytes of slots",
                          (size_t)n_slots * probe.slot_bytes);
         return NULL;
     }
+    s->mem = (uint8_t *)(((uintptr_t)s->raw + XSTORE_HUGE - 1) & ~(uintptr_t)(XSTORE_HUGE - 1));
+#ifdef MADV_HUGEPAGE
+    (void)madvise(s->mem, (size_t)n_slots * s->slot_bytes, MADV_HUGEPAGE);
+#endif
+    size_t scratch = 0;
+    for (int i = 0; p.pack && i < n_layer * EXPERTS_WHICH_COUNT; i++) {
+        struct xs_mat *m = &s->mat[i];
+        m->packed = m->bytes && xs_pack_wanted(m->type, m->rows, m->cols);
+        if (m->packed && xs_pack_scratch_bytes(m->row_bytes) > scratch)
+            scratch = xs_pack_scratch_bytes(m->row_bytes);
+    }
+    if (scratch && !(s->pack_scratch = malloc(scratch))) {
+        xs_free(s);
+        experts_free(next);
+        strata_error_set(err, STRATA_E_NOMEM, "expert store: out of memory");
+        return NULL;
+    }
     if (open_file(s, p.direct, err) ||
-        !(s->io = xs_io_init(s->fd, p.io, p.queue_depth, p.n_threads, p.sys, err))) {
+        !(s->io = xs_io_init(s->fd, p.io, queue_depth(s, &p), p.n_threads, p.sys, err))) {
         xs_free(s);
         experts_free(next);
         return NULL;
@@ -736,6 +853,8 @@ void xstore_stats(const struct xstore *cs, struct xstore_stats *out) {
     for (int b = 0; b < XSTORE_LAT_BUCKETS; b++)
         out->lat[b] = ld(&s->lat[b]);
     out->prefetch_dropped = ld(&s->prefetch_dropped);
+    out->queue_depth = s->queue_depth;
+    out->queue_rule = s->queue_rule;
 }
 
 void xstore_stats_free(struct xstore_stats *st) {

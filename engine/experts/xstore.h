@@ -98,7 +98,9 @@ struct xstore_params {
     enum xstore_direct direct;
     int floor;       /* per-layer working-set floor in slots; < 0: n_expert_used; 0: none;
                         at most n_slots / (MoE layers) */
-    int queue_depth; /* io_uring entries (and the most reads in flight at once): default 64 */
+    int queue_depth; /* io_uring entries (and the most reads in flight at once); 0 (default):
+                        from the file's block device (xstore-dev.c: nr_requests, at most 256,
+                        32 when rotational; 64 without a block device) */
     int n_threads;   /* pread pool threads: default 4 (reads in flight in pread mode) */
     const struct xstore_sysops *sys; /* NULL: the real calls */
     /* Fill the slots at init, evenly over the MoE layers (experts by id),
@@ -107,6 +109,13 @@ struct xstore_params {
      * instead of empty. What this reads is xstore_stats.warm_bytes, not
      * bytes_read; hits and misses count from after it. Default false. */
     bool warm;
+    /* Rewrite each slot's Q4_K / Q6_K / Q4_0 matrices after their read in
+     * the CPU kernels' 16-row packed layout where the active ISA has packed
+     * kernels (kernels_pack_wanted at init), as the weight arena does: gets
+     * then hand them out as BACKEND_LAYOUT_PACK16 (xstore-pack.c). For a
+     * consumer of host matrices that is the CPU backend (run and serve:
+     * xstore_plan sets it); default false (the file's rows, byte for byte). */
+    bool pack;
     /* Borrowed during xstore_init; NULL = none: with warm, each layer's
      * share takes its most picked experts of this routing profile first
      * (a profile of another shape is ignored). */
@@ -138,6 +147,8 @@ struct xstore_stats {
     uint64_t lat[XSTORE_LAT_BUCKETS]; /* reads by latency (XSTORE_LAT_BUCKETS) */
     uint64_t lat_sum_us;
     uint64_t prefetch_dropped; /* the store has no prefetch queue: every id asked is dropped */
+    int queue_depth;           /* the reads' io_uring depth (pread: reads in flight at most) */
+    const char *queue_rule;    /* where it came from (owned by the store) */
     /* per layer (n_layer each), owned by the caller after xstore_stats: free() both; NULL when
      * out of memory */
     uint64_t *layer_hits, *layer_misses;

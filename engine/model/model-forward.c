@@ -54,7 +54,12 @@ struct model_fwd {
                                             the previous layer's stays valid until its submit */
     int32_t *table_ids[2];               /* (n_expert): the ids each table names */
     int table_n[2];
-    uint8_t *picked;                  /* (n_expert) */
+    uint8_t *picked;  /* (n_expert) */
+    uint8_t *late[2]; /* (n_expert) each, alternating as table: experts whose reads are in
+                         flight while the others compute (experts_need_start) */
+    bool late_any[2]; /* late[i] marks one */
+    int late_rc;      /* the failed wait of a step's late experts (late_wait), or 0 */
+    struct strata_error late_err;
     int32_t *need_ids;                /* (n_expert) a layer's distinct picks */
     struct backend_expert **resident; /* (n_layer): a resident layer's (n_expert) experts, taken
                                          once at load; NULL: got per pick every step */
@@ -97,6 +102,7 @@ void model_fwd_free(const struct model *m, struct model_fwd *f) {
     for (int i = 0; i < 2; i++)
         free(f->table[i]), free(f->table_ids[i]);
     free(f->picked);
+    free(f->late[0]), free(f->late[1]);
     free(f->need_ids);
     for (int il = 0; f->resident && il < m->hp.n_layer; il++)
         free(f->resident[il]);
@@ -219,6 +225,8 @@ struct model_fwd *model_fwd_init(const struct model *m, struct strata_error *err
             f->table_ids[i] = halloc((size_t)NE, sizeof *f->table_ids[i], &hok);
         }
         f->picked = halloc((size_t)NE, 1, &hok);
+        f->late[0] = halloc((size_t)NE, 1, &hok);
+        f->late[1] = halloc((size_t)NE, 1, &hok);
         f->need_ids = halloc((size_t)NE, sizeof *f->need_ids, &hok);
         f->split = m->params.backend_cold && !(m->be->ops->caps & BACKEND_CAP_HOST_MATS);
     }
@@ -316,6 +324,27 @@ static void ffn_dense(struct model *m, const struct backend_weight *gate,
     be->matmul(m->be->ctx, f->g, n, &d, 1);
 }
 
+/* backend_moe.wait of a layer with late experts: runs inside a later submit
+ * (the thread running the step is the forward thread), so its error is
+ * kept for the forward pass to return after that submit (late_check). */
+static int late_wait(void *arg) {
+    struct model *m = arg;
+    struct model_fwd *f = m->fwd;
+    const int rc = experts_need_wait(m->experts, &f->late_err);
+    if (rc && !f->late_rc)
+        f->late_rc = rc;
+    return rc;
+}
+
+static int late_check(struct model *m, struct strata_error *err) {
+    struct model_fwd *f = m->fwd;
+    const int rc = f->late_rc;
+    if (rc && err)
+        *err = f->late_err;
+    f->late_rc = 0;
+    return rc;
+}
+
 /* Non-resident layer il: reads the picks back (a submit inside the step),
  * counts them in the profile, and gets each picked expert's matrices for
  * this step into f->table[il & 1]. */
@@ -332,7 +361,8 @@ static int pick_experts(struct model *m, int il, int n, struct strata_error *err
             memset(&f->ctable[f->ctable_ids[i]], 0, sizeof *f->ctable);
         f->ctable_n = 0;
     }
-    if ((rc = be->submit(m->be->ctx, err)) || (rc = be->wait(m->be->ctx, err)))
+    if ((rc = be->submit(m->be->ctx, err)) || (rc = be->wait(m->be->ctx, err)) ||
+        (rc = late_check(m, err)))
         return rc;
 
     /* the picks: profile counts, then each picked expert's matrices */
@@ -350,13 +380,21 @@ static int pick_experts(struct model *m, int il, int n, struct strata_error *err
             profile_add(m->params.profile, il, e);
     }
     /* the layer's distinct picks, in one call: a tier that reads (the
-     * expert store) batches the cold ones, each read once for the step */
+     * expert store) batches the cold ones, each read once for the step;
+     * where the backend computes the others first (BACKEND_CAP_MOE_LATE),
+     * they are read while it does (the store's "Overlap", xstore.h) */
     int n_need = 0;
     for (int e = 0; e < NE; e++)
         if (f->picked[e])
             f->need_ids[n_need++] = e;
-    if ((rc = experts_need(m->experts, il, f->need_ids, n_need, m->step, err)))
+    uint8_t *late = !f->split && (be->caps & BACKEND_CAP_MOE_LATE) ? f->late[il & 1] : NULL;
+    if (late)
+        memset(late, 0, (size_t)NE);
+    if ((rc = experts_need_start(m->experts, il, f->need_ids, n_need, m->step, late, err)))
         return rc;
+    f->late_any[il & 1] = false;
+    for (int e = 0; late && e < NE; e++)
+        f->late_any[il & 1] |= late[e] != 0;
     for (int e = 0; e < NE; e++) {
         if (!f->picked[e])
             continue;
@@ -454,6 +492,7 @@ static int ffn_moe(struct model *m, int il, int n, struct strata_error *err) {
                                         .scale = hp->expert_weights_scale};
     be->moe_route(bc, &route);
     struct backend_expert *tab = f->resident[il];
+    const uint8_t *late = NULL;
     if (tab) { /* resident: no read-back inside the step; the profile's comes after it */
         if (m->params.profile && f->h_sel_all)
             be->tensor_read(bc, f->sel, 0, f->h_sel_all + (size_t)il * f->B * K, n);
@@ -461,6 +500,7 @@ static int ffn_moe(struct model *m, int il, int n, struct strata_error *err) {
         if ((rc = pick_experts(m, il, n, err)) || (f->ctable_n > 0 && (rc = moe_cold(m, n, err))))
             return rc;
         tab = f->table[il & 1];
+        late = f->late_any[il & 1] ? f->late[il & 1] : NULL;
     }
     const struct backend_moe moe = {.x = f->xn,
                                     .sel = f->sel,
@@ -472,7 +512,10 @@ static int ffn_moe(struct model *m, int il, int n, struct strata_error *err) {
                                     .n_expert = NE,
                                     .n_embd = E,
                                     .n_ff = hp->n_ff_exp,
-                                    .accumulate = false};
+                                    .accumulate = false,
+                                    .late = late,
+                                    .wait = late_wait,
+                                    .wait_arg = m};
     be->moe_ffn(bc, &moe);
     if (f->split && f->ctable_n > 0 && !f->resident[il]) /* the cold experts' sum */
         be->add(bc, f->tmp, f->part, n, E);
@@ -585,7 +628,7 @@ static int run_step(struct model *m, struct kv_cache *kv, const struct model_bat
         be->rmsnorm(bc, f->tmp, m->output_norm, f->tmp, n_hid, E, hp->norm_eps);
         be->tensor_read(bc, f->tmp, 0, hidden, n_hid);
     }
-    if ((rc = be->submit(bc, err)) || (rc = be->wait(bc, err)))
+    if ((rc = be->submit(bc, err)) || (rc = be->wait(bc, err)) || (rc = late_check(m, err)))
         return rc;
     for (int il = 0; m->params.profile && f->h_sel_all && il < hp->n_layer; il++)
         if (f->resident[il]) /* the resident layers' picks, read back with the logits */
@@ -642,6 +685,7 @@ int model_forward_hidden(struct model *m, struct kv_cache *kv, const struct mode
         if (kv_seq_len(kv, f->h_seq[i]) > f->h_pos[i])
             kv_seq_set_len(kv, f->h_seq[i], f->h_pos[i]);
     m->step++;
+    f->late_rc = 0;
     rc = run_step(m, kv, batch, logits, n_out, hidden, n_hid, max_kv, err);
     if (rc) /* submitted work has finished (the step waits before every get) */
         (void)m->be->ops->wait(m->be->ctx, NULL);
