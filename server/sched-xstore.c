@@ -23,6 +23,7 @@ int sched_xstore_plan(struct sched *s, const struct sched_params *p, struct stra
         .io = p->expert_io ? p->expert_io : "auto",
         .direct = p->expert_direct ? p->expert_direct : "auto",
         .ram = p->expert_ram,
+        .prefetch = p->expert_prefetch,
         .model_bytes = mp.n_bytes,
         .mem_budget = p->mem_budget,
     };
@@ -95,6 +96,12 @@ void sched_xstore_stats(const struct sched *s, struct gen_stats *st) {
     g->lat_sum_us = xs.lat_sum_us;
     g->prefetch_dropped = xs.prefetch_dropped;
     g->queue_depth = xs.queue_depth;
+    g->prefetch_issued = xs.prefetch_issued;
+    g->prefetch_useful = xs.prefetch_useful;
+    g->prefetch_wasted = xs.prefetch_wasted;
+    g->pred_hit = xs.pred_hit;
+    g->pred_used = xs.pred_used;
+    g->pred_n = xs.pred_n;
     snprintf(g->queue_rule, sizeof g->queue_rule, "%s", xs.queue_rule ? xs.queue_rule : "");
     _Static_assert(sizeof g->lat / sizeof g->lat[0] == XSTORE_LAT_BUCKETS, "histogram buckets");
     memcpy(g->lat, xs.lat, sizeof g->lat);

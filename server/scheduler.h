@@ -129,6 +129,7 @@ struct sched_params {
     /* the expert store (engine/experts/xstore.h xstore_plan); NULL strings = "auto" */
     const char *expert_store, *expert_io, *expert_direct; /* borrowed */
     int64_t expert_ram;                                   /* bytes; 0 = from the budget */
+    int expert_prefetch; /* router lookahead depth (xstore_params.prefetch) */
 };
 #define SCHED_PROFILE_INTERVAL_S 60.0
 struct sched_params sched_params_default(void);

@@ -13,6 +13,10 @@
  *   message naming the expert, not at the start, and the store serves the
  *   next need; a release with reads in flight waits for them (no write
  *   into a reused slot: ASan);
+ * - prefetch: experts_prefetch reads the named cold experts ahead, each
+ *   once; the next need counts them useful or wasted and the prediction's
+ *   recall and precision; the model with a
+ *   router lookahead of 1 and 2 layers gives the same bits;
  * - the queue depth: from the device by default (4..256 with the rule that
  *   gave it), or as asked.
  */
@@ -351,6 +355,79 @@ START_TEST(test_queue_depth) {
 }
 END_TEST
 
+/* Router lookahead: the store reads ahead what experts_prefetch names, once,
+ * counts useful / wasted and the prediction's recall and precision at the
+ * next need; the model with prefetch on gives the same bits. */
+START_TEST(test_prefetch) {
+    char path[256];
+    write_model(path, sizeof path);
+    struct strata_error err = {0};
+    struct gguf_file *f = gguf_open(path, &err);
+    ck_assert_msg(f != NULL, "%s", err.message);
+    size_t mat;
+    (void)file_bytes(f, 0, 0, 0, &mat);
+    const uint64_t slot = 3 * (((mat + 4095) & ~4095ull) + 4096) + 3 * 8192;
+    struct xstore_params xp = xstore_params_default();
+    struct experts_source *src = store_over(f, &xp);
+    const int32_t a[1] = {0};
+    ck_assert_int_eq(experts_need(src, 0, a, 1, 1, &err), 0); /* the forward thread's first need */
+    const int32_t p[3] = {2, 5, 2};
+    experts_prefetch(src, 1, p, 3); /* nothing in flight: read now, 2 once */
+    experts_prefetch(src, 1, p, 2); /* queued before: not again */
+    struct xstore_stats st;
+    xstore_stats(xstore_of(src), &st);
+    ck_assert_uint_eq(st.prefetch_issued, 2);
+    xstore_stats_free(&st);
+    const int32_t b[2] = {2, 3};
+    ck_assert_int_eq(experts_need(src, 1, b, 2, 2, &err), 0);
+    for (int w = 0; w < 3; w++) {
+        struct experts_ref r;
+        ck_assert_int_eq(experts_get(src, 1, 2, w, 2, &r, &err), 0);
+        check_bytes(f, &r, 1, 2, w);
+    }
+    xstore_stats(xstore_of(src), &st);
+    ck_assert_uint_eq(st.prefetch_useful, 1); /* 2 */
+    ck_assert_uint_eq(st.prefetch_wasted, 1); /* 5 */
+    ck_assert_uint_eq(st.pred_hit, 1);
+    ck_assert_uint_eq(st.pred_used, 2);
+    ck_assert_uint_eq(st.pred_n, 2);
+    ck_assert_uint_eq(st.layer_hits[1], 1);
+    ck_assert_uint_eq(st.layer_misses[1], 1);
+    xstore_stats_free(&st);
+    xstore_stats(xstore_of(src), &st);
+    ck_assert_uint_eq(st.prefetch_dropped, 0);
+    xstore_stats_free(&st);
+    experts_free(src);
+    gguf_close(f);
+
+    /* the model: prefetch 1 and 2 with a budget that evicts, the same bits */
+    struct backend_cpu_params cp = backend_cpu_params_default();
+    struct backend *be = backend_cpu_init(&cp, &err);
+    int32_t want_tok[N_DEC], got_tok[N_DEC];
+    float *want = run_model(path, be, NULL, want_tok, NULL);
+    const size_t n = (size_t)(N_TOK + N_DEC) * 512 * sizeof(float);
+    for (int depth = 1; depth <= 2; depth++) {
+        xp = xstore_params_default();
+        xp.pack = true;
+        xp.prefetch = depth;
+        xp.ram_bytes = NE * slot;
+        float *got = run_model(path, be, &xp, got_tok, &st);
+        ck_assert_msg(memcmp(got, want, n) == 0, "prefetch %d: logits differ", depth);
+        ck_assert(memcmp(got_tok, want_tok, sizeof want_tok) == 0);
+        ck_assert_uint_gt(st.prefetch_issued, 0);
+        ck_assert_uint_le(st.prefetch_useful + st.prefetch_wasted, st.prefetch_issued);
+        ck_assert_uint_gt(st.pred_used, 0);
+        ck_assert_uint_le(st.pred_hit, st.pred_used);
+        ck_assert_uint_eq(st.read_errors, 0);
+        xstore_stats_free(&st);
+        free(got);
+    }
+    free(want);
+    backend_free(be);
+    unlink(path);
+}
+END_TEST
+
 static Suite *xstore_fast_suite(void) {
     Suite *s = suite_create("xstore-fast");
     TCase *tc = tcase_create("core");
@@ -359,6 +436,7 @@ static Suite *xstore_fast_suite(void) {
     tcase_add_test(tc, test_pack_layout);
     tcase_add_test(tc, test_overlap);
     tcase_add_test(tc, test_pack_same_logits);
+    tcase_add_test(tc, test_prefetch);
     suite_add_tcase(s, tc);
     return s;
 }
