@@ -1,12 +1,16 @@
 /* engine/experts/xstore-impl.h: the expert store's internals shared between
- * its files (private to engine/experts): the packing of a slot's matrices
- * into the CPU kernels' layout (xstore-pack.c), the read queue's depth from
- * the device (xstore-dev.c).
+ * its files (private to engine/experts): the store's struct (slots, the
+ * batch in flight, the prefetch queue, counters) that xstore.c (slots,
+ * batches, prefetch, the tier's ops) and xstore-init.c (index, memory, warm
+ * fill, stats) share; the packing of a slot's matrices into the CPU
+ * kernels' layout (xstore-pack.c); the read queue's depth from the device
+ * (xstore-dev.c).
  *
  *   if (xs_pack_wanted(type, rows, cols))      // at init, per (layer, which)
  *       xs_pack_inplace(mat, type, rows, cols, row_bytes, scratch);   // after its read
  *
- * Threading: the forward thread (the packing runs where the read completed). */
+ * Threading: the forward thread, except what the struct's comments say
+ * (the prefetch queue under pf_mu, the atomic counters). */
 #ifndef STRATA_XSTORE_IMPL_H
 #define STRATA_XSTORE_IMPL_H
 

@@ -59,7 +59,12 @@
  * 2046 samples) instead of the packed ones; all matmuls took 2688 samples
  * against the arena's 2328 (+15%). Packed: 2401 against 2221 (+8%, of which
  * part is run-to-run spread). Decode CPU time a token, 1 thread (gen_cpu_ms
- * of `strata run`, interleaved, 3 rounds): XSTORE_FIGURE_CPU.
+ * of `strata run -n 64 --temp 1 --seed 42 -t 1`, arena and store in turn, 3
+ * rounds, 05:00 2026-12-02 with five other helpers building: wall figures
+ * swung 2x): arena 25.14 / 24.40 / 25.85 ms, store holding every expert
+ * 25.99 / 24.75 / 26.04 ms: 0.967x the arena's rate by medians (0.98x the
+ * mean of the rounds' ratios), where it was 0.90x (wall, bench/offload,
+ * last session). bench/README.md "expert store" has the rows.
  *
  * Overlap (experts_need_start / experts_need_wait, backend_moe.late): a
  * layer's cold experts are submitted, the backend computes the resident
