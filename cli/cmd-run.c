@@ -15,14 +15,17 @@
  *   {"prompt_ids":[...], "ids":[...], "text":"...", "stop":"eog"|"length",
  *    "margins":[top1 - top2 logit at each generated step],
  *    "timings":{"load_ms", "prompt_n", "prompt_ms", "prompt_tok_s",
- *               "gen_n", "gen_ms", "gen_tok_s", "peak_rss_mb"},
+ *               "gen_n", "gen_ms", "gen_tok_s", "gen_cpu_ms", "peak_rss_mb"},
  *    "kernels":{"isa", "detected", "weights_layout", "weights_packed_bytes"},
  *    "backend":"cpu"|"vulkan", "gpu":"the --gpu decision (gpu/gpu-choose.h)"}
  * (the ISA the matmuls ran on, `--isa` or STRATA_ISA, and how the weights
  * were laid out for it at load: engine/model/model.h model_weights_layout).
  * gen_ms times the forward passes of generated tokens (gen_n - 1 decode
  * steps: the first generated token comes from the prefill logits), as
- * llama.cpp's eval time does; gen_tok_s = decode steps / gen_ms.
+ * llama.cpp's eval time does; gen_tok_s = decode steps / gen_ms. gen_cpu_ms
+ * is the CPU time every thread of the process spent over those steps
+ * (CLOCK_PROCESS_CPUTIME_ID): on a machine shared with other work the wall
+ * figure follows the load, the CPU time of a 1-thread run much less.
  *
  * Sampling (engine/sample/sampler.h): --temp 0 is greedy; defaults follow
  * llama-cli (temp 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat-penalty 1).
@@ -71,6 +74,7 @@ struct run_opts {
 
 struct run_stats {
     double load_ms, prompt_ms, gen_ms;
+    double gen_cpu_ms; /* CPU time of the process (every thread) over gen_ms */
     int prompt_n, gen_n, decode_steps;
     const char *layout;  /* model_weights_layout (static) */
     const char *backend; /* "cpu", "vulkan" */
@@ -80,6 +84,12 @@ struct run_stats {
 
 static double now_ms(void) {
     return strata_now() * 1e3;
+}
+
+static double cpu_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
 static void usage(FILE *out) {
@@ -287,12 +297,17 @@ static void print_xstore(struct model *m, FILE *out) {
     const uint64_t picks = st.hits + st.misses;
     fprintf(out,
             "strata run: expert store %s: %d slots (%.1f MiB), hit rate %.3f (%llu picks), "
-            "%llu overflow, %.1f MiB read in %llu reads (mean %.0f us)\n",
+            "%llu overflow, %.1f MiB read in %llu reads (mean %.0f us), queue depth %d (%s); "
+            "prefetch %llu issued, %llu useful, %llu wasted, recall %.3f, precision %.3f\n",
             xstore_mode(x), st.n_slots, (double)st.capacity_bytes / 1048576.0,
             picks ? (double)st.hits / (double)picks : 0.0, (unsigned long long)picks,
             (unsigned long long)st.overflow, (double)st.bytes_read / 1048576.0,
-            (unsigned long long)st.reads,
-            st.reads ? (double)st.lat_sum_us / (double)st.reads : 0.0);
+            (unsigned long long)st.reads, st.reads ? (double)st.lat_sum_us / (double)st.reads : 0.0,
+            st.queue_depth, st.queue_rule ? st.queue_rule : "",
+            (unsigned long long)st.prefetch_issued, (unsigned long long)st.prefetch_useful,
+            (unsigned long long)st.prefetch_wasted,
+            st.pred_used ? (double)st.pred_hit / (double)st.pred_used : 0.0,
+            st.pred_n ? (double)st.pred_hit / (double)st.pred_n : 0.0);
     xstore_stats_free(&st);
 }
 
@@ -316,11 +331,12 @@ static void print_json(const struct tokenizer_ids *prompt, const int32_t *gen, c
         json_array_append_new(gj, json_integer(gen[i]));
         json_array_append_new(mj, json_real(margins[i]));
     }
-    json_t *tj = json_pack("{s:f, s:i, s:f, s:f, s:i, s:i, s:f, s:f, s:f}", "load_ms", st->load_ms,
-                           "prompt_n", st->prompt_n, "prompt_ms", st->prompt_ms, "prompt_tok_s",
-                           per_s(st->prompt_n, st->prompt_ms), "gen_n", st->gen_n, "decode_steps",
-                           st->decode_steps, "gen_ms", st->gen_ms, "gen_tok_s",
-                           per_s(st->decode_steps, st->gen_ms), "peak_rss_mb", peak_rss_mb());
+    json_t *tj = json_pack("{s:f, s:i, s:f, s:f, s:i, s:i, s:f, s:f, s:f, s:f}", "load_ms",
+                           st->load_ms, "prompt_n", st->prompt_n, "prompt_ms", st->prompt_ms,
+                           "prompt_tok_s", per_s(st->prompt_n, st->prompt_ms), "gen_n", st->gen_n,
+                           "decode_steps", st->decode_steps, "gen_ms", st->gen_ms, "gen_tok_s",
+                           per_s(st->decode_steps, st->gen_ms), "gen_cpu_ms", st->gen_cpu_ms,
+                           "peak_rss_mb", peak_rss_mb());
     json_t *kj = json_pack("{s:s, s:s, s:s, s:I}", "isa", kernels_isa_name(kernels_isa_active()),
                            "detected", kernels_isa_name(kernels_isa_detected()), "weights_layout",
                            st->layout ? st->layout : "", "weights_packed_bytes",
@@ -431,6 +447,7 @@ int cli_run_main(int argc, char **argv) {
                                       .io = config_str(cfg, CONFIG_EXPERT_IO),
                                       .direct = config_str(cfg, CONFIG_EXPERT_DIRECT),
                                       .ram = config_int(cfg, CONFIG_EXPERT_RAM),
+                                      .prefetch = (int)config_int(cfg, CONFIG_EXPERT_PREFETCH),
                                       .mem_budget = mem_budget};
         struct model_probe pr;
         struct gguf_file *gf = NULL;
@@ -564,6 +581,7 @@ int cli_run_main(int argc, char **argv) {
     st.prompt_ms = now_ms() - t0;
     st.prompt_n = (int)ids.n;
     t0 = now_ms();
+    const double c0 = cpu_ms();
     for (int i = 0; i < o.n_gen; i++) {
         if (i > 0) { /* decode the previous pick */
             struct model_batch_entry e = {0, (int32_t)ids.n + i - 1, gen[i - 1], true};
@@ -589,6 +607,7 @@ int cli_run_main(int argc, char **argv) {
         }
     }
     st.gen_ms = now_ms() - t0;
+    st.gen_cpu_ms = cpu_ms() - c0;
     struct session_delta d;
     session_flush(sess, &d); /* the length limit: what the detokenizer still holds */
     if (!put_text(&o, &text, &text_len, &text_cap, d.text, d.len)) {

@@ -37,6 +37,7 @@ static struct sched_params params_of(const struct config *cfg) {
     sp.profile_interval_s = (double)config_int(cfg, CONFIG_EXPERT_PROFILE_INTERVAL);
     sp.expert_store = config_str(cfg, CONFIG_EXPERT_STORE);
     sp.expert_ram = config_int(cfg, CONFIG_EXPERT_RAM);
+    sp.expert_prefetch = (int)config_int(cfg, CONFIG_EXPERT_PREFETCH);
     sp.expert_io = config_str(cfg, CONFIG_EXPERT_IO);
     sp.expert_direct = config_str(cfg, CONFIG_EXPERT_DIRECT);
     sp.gpu = config_str(cfg, CONFIG_GPU);

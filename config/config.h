@@ -103,6 +103,9 @@ enum config_type {
     X(EXPERT_DIRECT, "expert-direct", "STRATA_EXPERT_DIRECT", "--expert-direct",                   \
       CONFIG_TYPE_STRING, 0, 0, "auto",                                                            \
       "expert store O_DIRECT: auto|on|off (off: buffered, dropped from the page cache)")           \
+    X(EXPERT_PREFETCH, "expert-prefetch", "STRATA_EXPERT_PREFETCH", "--expert-prefetch",           \
+      CONFIG_TYPE_INT, 0, 4, "0",                                                                  \
+      "expert store router lookahead: layers ahead whose experts are read early (0 = off)")        \
     X(BATCH, "batch", "STRATA_BATCH", "--batch", CONFIG_TYPE_INT, 0, 65536, "0",                   \
       "tokens per scheduler step, decode + prefill chunks (0 = 512)")                              \
     X(REQUEST_TIMEOUT, "request-timeout", "STRATA_REQUEST_TIMEOUT", "--request-timeout",           \

@@ -211,6 +211,10 @@ struct gen_stats {
         uint64_t hits, misses, overflow, evictions, read_errors;
         uint64_t bytes_read, reads, batches, lat_sum_us, prefetch_dropped;
         uint64_t warm_bytes; /* read at load to fill the slots */
+        int queue_depth;     /* the reads' io_uring depth */
+        uint64_t prefetch_issued, prefetch_useful, prefetch_wasted; /* xstore_stats' */
+        uint64_t pred_hit, pred_used, pred_n; /* recall hit/used, precision hit/n */
+        char queue_rule[96]; /* where it came from: "device 254:0 nr_requests 256, ..." */
         uint64_t lat[16];    /* XSTORE_LAT_BUCKETS: reads under 16 us << i, the last: more */
         uint64_t layer_hits[GEN_XSTORE_LAYERS_MAX], layer_misses[GEN_XSTORE_LAYERS_MAX];
     } xstore;

@@ -23,6 +23,7 @@ int sched_xstore_plan(struct sched *s, const struct sched_params *p, struct stra
         .io = p->expert_io ? p->expert_io : "auto",
         .direct = p->expert_direct ? p->expert_direct : "auto",
         .ram = p->expert_ram,
+        .prefetch = p->expert_prefetch,
         .model_bytes = mp.n_bytes,
         .mem_budget = p->mem_budget,
     };
@@ -57,8 +58,10 @@ void sched_xstore_loaded(struct sched *s) {
     struct xstore_stats st;
     xstore_stats(x, &st);
     fprintf(stderr,
-            "strata: expert store: %s; %s, %d slots of %.2f MiB, %.1f MiB read at load (%s)\n",
-            s->xs->rule, xstore_mode(x), st.n_slots, (double)st.slot_bytes / (1024.0 * 1024.0),
+            "strata: expert store: %s; %s, queue depth %d (%s), %d slots of %.2f MiB, %.1f MiB "
+            "read at load (%s)\n",
+            s->xs->rule, xstore_mode(x), st.queue_depth, st.queue_rule ? st.queue_rule : "",
+            st.n_slots, (double)st.slot_bytes / (1024.0 * 1024.0),
             (double)st.warm_bytes / (1024.0 * 1024.0),
             from_profile ? "hottest experts of --expert-profile first" : "experts by id");
     xstore_stats_free(&st);
@@ -92,6 +95,14 @@ void sched_xstore_stats(const struct sched *s, struct gen_stats *st) {
     g->warm_bytes = xs.warm_bytes;
     g->lat_sum_us = xs.lat_sum_us;
     g->prefetch_dropped = xs.prefetch_dropped;
+    g->queue_depth = xs.queue_depth;
+    g->prefetch_issued = xs.prefetch_issued;
+    g->prefetch_useful = xs.prefetch_useful;
+    g->prefetch_wasted = xs.prefetch_wasted;
+    g->pred_hit = xs.pred_hit;
+    g->pred_used = xs.pred_used;
+    g->pred_n = xs.pred_n;
+    snprintf(g->queue_rule, sizeof g->queue_rule, "%s", xs.queue_rule ? xs.queue_rule : "");
     _Static_assert(sizeof g->lat / sizeof g->lat[0] == XSTORE_LAT_BUCKETS, "histogram buckets");
     memcpy(g->lat, xs.lat, sizeof g->lat);
     for (int l = 0; l < g->n_layer && xs.layer_hits && xs.layer_misses; l++) {

@@ -132,6 +132,7 @@ struct sched_params {
     /* the GPU (gpu/gpu-choose.h); NULL strings = "auto", "all" */
     const char *gpu, *gpu_layers; /* borrowed */
     bool gpu_profile;             /* time every dispatch, the table at exit */
+    int expert_prefetch;          /* router lookahead depth (xstore_params.prefetch) */
 };
 #define SCHED_PROFILE_INTERVAL_S 60.0
 struct sched_params sched_params_default(void);

@@ -43,12 +43,18 @@ json_t *status_xstore_json(const struct gen_stats *st) {
                         json_pack("{s:f, s:o}", "mean",
                                   x->reads ? (double)x->lat_sum_us / (double)x->reads : 0.0,
                                   "buckets", buckets ? buckets : json_array()));
-    /* no prefetch thread yet: whatever is asked is dropped */
-    json_object_set_new(o, "prefetch",
-                        json_pack("{s:I, s:I, s:I, s:I}", "issued", (json_int_t)0, "useful",
-                                  (json_int_t)0, "wasted", (json_int_t)0, "dropped",
-                                  (json_int_t)x->prefetch_dropped));
+    /* router lookahead (--expert-prefetch): reads ahead, and how the
+     * predictions compared with the needs that followed */
+    json_object_set_new(
+        o, "prefetch",
+        json_pack("{s:I, s:I, s:I, s:I, s:f, s:f}", "issued", (json_int_t)x->prefetch_issued,
+                  "useful", (json_int_t)x->prefetch_useful, "wasted",
+                  (json_int_t)x->prefetch_wasted, "dropped", (json_int_t)x->prefetch_dropped,
+                  "recall", x->pred_used ? (double)x->pred_hit / (double)x->pred_used : 0.0,
+                  "precision", x->pred_n ? (double)x->pred_hit / (double)x->pred_n : 0.0));
     json_object_set_new(o, "warm_bytes", json_integer((json_int_t)x->warm_bytes));
+    json_object_set_new(o, "queue_depth", json_integer(x->queue_depth));
+    json_object_set_new(o, "queue_rule", json_string(x->queue_rule));
     json_object_set_new(o, "layers", layers ? layers : json_array());
     return o;
 }
@@ -111,13 +117,27 @@ char *status_xstore_metrics(const struct gen_stats *st) {
         "# HELP strata_expert_store_read_errors_total Failed or short reads.\n"
         "# TYPE strata_expert_store_read_errors_total counter\n"
         "strata_expert_store_read_errors_total %llu\n"
-        "# HELP strata_expert_store_prefetch_dropped_total Prefetch ids dropped (no queue).\n"
+        "# HELP strata_expert_store_prefetch_dropped_total Prefetch ids dropped (queue full or "
+        "busy, no slot).\n"
         "# TYPE strata_expert_store_prefetch_dropped_total counter\n"
         "strata_expert_store_prefetch_dropped_total %llu\n",
         x->mode, (unsigned long long)x->capacity_bytes, (unsigned long long)x->used_bytes,
         (unsigned long long)x->bytes_read, (unsigned long long)x->evictions,
         (unsigned long long)x->overflow, (unsigned long long)x->read_errors,
         (unsigned long long)x->prefetch_dropped);
+    put(&b,
+        "# HELP strata_expert_store_prefetch_total Experts read ahead by the router lookahead, "
+        "by outcome.\n"
+        "# TYPE strata_expert_store_prefetch_total counter\n"
+        "strata_expert_store_prefetch_total{result=\"issued\"} %llu\n"
+        "strata_expert_store_prefetch_total{result=\"useful\"} %llu\n"
+        "strata_expert_store_prefetch_total{result=\"wasted\"} %llu\n",
+        (unsigned long long)x->prefetch_issued, (unsigned long long)x->prefetch_useful,
+        (unsigned long long)x->prefetch_wasted);
+    put(&b,
+        "# HELP strata_expert_store_queue_depth Reads in flight at most (io_uring entries).\n"
+        "# TYPE strata_expert_store_queue_depth gauge\nstrata_expert_store_queue_depth %d\n",
+        x->queue_depth);
     put(&b, "# HELP strata_expert_store_picks_total Expert picks by layer and result.\n"
             "# TYPE strata_expert_store_picks_total counter\n");
     for (int l = 0; l < x->n_layer; l++)

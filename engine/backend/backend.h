@@ -223,9 +223,20 @@ struct backend_moe {
     int n_tok, k, n_expert;
     int64_t n_embd, n_ff;
     bool accumulate; /* add into out instead of overwriting it */
+    /* Optional (NULL; only for a backend with BACKEND_CAP_MOE_LATE): late[e]
+     * 1 marks an expert of the table whose weights are still arriving (the
+     * expert store's reads in flight). The others are computed first, then
+     * wait(wait_arg) runs (on the thread running the step) and returns once
+     * the late ones are in memory: 0, or nonzero when they never will be
+     * (their picks are then left out; the caller fails the step with the
+     * error its wait kept). Same results as without late. */
+    const uint8_t *late; /* (n_expert) borrowed until the wait */
+    int (*wait)(void *arg);
+    void *wait_arg;
 };
 
 #define BACKEND_CAP_HOST_MATS 1u /* computes backend_mat.host matrices (host-tier experts) */
+#define BACKEND_CAP_MOE_LATE 2u  /* takes backend_moe.late (computes the present experts first) */
 
 struct backend_ops {
     const char *name; /* "cpu", "vulkan" */

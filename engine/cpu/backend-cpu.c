@@ -465,7 +465,7 @@ static void cpu_free(void *ctx) {
 
 static const struct backend_ops cpu_ops = {
     .name = "cpu",
-    .caps = BACKEND_CAP_HOST_MATS,
+    .caps = BACKEND_CAP_HOST_MATS | BACKEND_CAP_MOE_LATE,
     .supports = cpu_supports,
     .weights_bind = cpu_weights_bind,
     .weights_free = cpu_weights_free,

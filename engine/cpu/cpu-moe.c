@@ -120,6 +120,10 @@ static void gather_act(struct cpu_ctx *c, const struct backend_moe *m, enum quan
 }
 
 void cpu_moe_run(struct cpu_ctx *c, const struct backend_moe *m) {
+    if (m->late) { /* experts still being read: cpu-moe-late.c */
+        cpu_moe_run_late(c, m);
+        return;
+    }
     const int NE = m->n_expert, K = m->k, n = m->n_tok;
     const int64_t E = m->n_embd, FE = m->n_ff;
     const int32_t *sel = cpu_t(m->sel)->data;

@@ -71,6 +71,22 @@ int experts_get(struct experts_source *src, int layer, int expert, enum experts_
 
 int experts_need(struct experts_source *src, int layer, const int32_t *ids, int n, uint64_t step,
                  struct strata_error *err) {
+    return experts_need_start(src, layer, ids, n, step, NULL, err);
+}
+
+int experts_need_wait(struct experts_source *src, struct strata_error *err) {
+    for (struct experts_source *t = src; t; t = t->next)
+        if (t->ops->need_wait) {
+            const int rc = t->ops->need_wait(t->ctx, err);
+            if (rc)
+                return rc;
+        }
+    return 0;
+}
+
+/* late NULL: experts_need (every tier's need). */
+int experts_need_start(struct experts_source *src, int layer, const int32_t *ids, int n,
+                       uint64_t step, uint8_t *late, struct strata_error *err) {
     if (layer < 0 || layer >= src->n_layer || n < 0 || (n > 0 && !ids))
         return strata_error_set(err, STRATA_E_INVALID, "experts: need of layer %d, %d ids", layer,
                                 n);
@@ -78,12 +94,15 @@ int experts_need(struct experts_source *src, int layer, const int32_t *ids, int 
         if (ids[i] < 0 || ids[i] >= src->n_expert)
             return strata_error_set(err, STRATA_E_INVALID, "experts: need of expert %d of %d",
                                     ids[i], src->n_expert);
-    for (struct experts_source *t = src; t; t = t->next)
-        if (t->ops->need) {
-            const int rc = t->ops->need(t->ctx, layer, ids, n, step, err);
-            if (rc)
-                return rc;
-        }
+    for (struct experts_source *t = src; t; t = t->next) {
+        int rc = 0;
+        if (late && t->ops->need_start)
+            rc = t->ops->need_start(t->ctx, layer, ids, n, step, late, err);
+        else if (t->ops->need)
+            rc = t->ops->need(t->ctx, layer, ids, n, step, err);
+        if (rc)
+            return rc;
+    }
     return 0;
 }
 

@@ -114,6 +114,16 @@ struct experts_ops {
      * 0 or STRATA_E_* (the step fails). Forward thread. Optional. */
     int (*need)(void *ctx, int layer, const int32_t *ids, int n, uint64_t step,
                 struct strata_error *err);
+    /* need in two halves, so the caller computes the experts it has while
+     * the others are read: need_start returns once the reads are in flight,
+     * with late[e] = 1 for each id whose bytes are not there yet (late:
+     * n_expert entries, the caller's zeros); gets of those already hand out
+     * where the bytes will be. need_wait returns when they are: 0 or
+     * STRATA_E_* (the step fails). Both forward thread; optional (NULL:
+     * experts_need_start falls back to need, with nothing late). */
+    int (*need_start)(void *ctx, int layer, const int32_t *ids, int n, uint64_t step, uint8_t *late,
+                      struct strata_error *err);
+    int (*need_wait)(void *ctx, struct strata_error *err);
 };
 
 struct experts_source {
@@ -145,6 +155,13 @@ int experts_get(struct experts_source *src, int layer, int expert, enum experts_
  * 0 or the first tier's STRATA_E_*. Forward thread. */
 int experts_need(struct experts_source *src, int layer, const int32_t *ids, int n, uint64_t step,
                  struct strata_error *err);
+/* experts_need in two halves (ops.need_start, ops.need_wait): the ids whose
+ * bytes are still arriving get late[id] = 1 (late: n_expert entries, zeroed
+ * by the caller); their matrices may be read only after experts_need_wait
+ * returned 0. Forward thread. */
+int experts_need_start(struct experts_source *src, int layer, const int32_t *ids, int n,
+                       uint64_t step, uint8_t *late, struct strata_error *err);
+int experts_need_wait(struct experts_source *src, struct strata_error *err);
 /* Ends every get of `step` in every tier. A step without gets is a no-op. */
 void experts_release(struct experts_source *src, uint64_t step);
 /* 1 if every matrix of `layer` is resident along the chain (ops.resident):

@@ -32,6 +32,11 @@ struct xs_io {
     int busy; /* under mu: workers inside pool_take; a batch ends when it is 0 */
     _Atomic int next, left;
     struct timespec t0;
+    /* the batch xs_io_submit started, finished by xs_io_wait */
+    struct xs_req *pend;
+    int pend_n;
+    int pend_sub; /* io_uring: reads of the first round submitted (the round has pend_m) */
+    int pend_m;
 };
 
 static uint32_t us_since(const struct timespec *t0) {
@@ -109,7 +114,7 @@ static void *pool_main(void *arg) {
     return NULL;
 }
 
-static void run_pool(struct xs_io *io, struct xs_req *r, int n) {
+static void pool_publish(struct xs_io *io, struct xs_req *r, int n) {
     pthread_mutex_lock(&io->mu);
     while (io->busy > 0) /* a worker woken late for the last batch, about to find it empty */
         pthread_cond_wait(&io->done_cv, &io->mu);
@@ -122,64 +127,106 @@ static void run_pool(struct xs_io *io, struct xs_req *r, int n) {
     io->job_gen++;
     pthread_cond_broadcast(&io->cv);
     pthread_mutex_unlock(&io->mu);
-    pool_take(io); /* the caller reads too */
+}
+
+static void pool_finish(struct xs_io *io) {
+    pool_take(io); /* the caller reads too (all of it without workers) */
     pthread_mutex_lock(&io->mu);
     while (atomic_load(&io->left) > 0 || io->busy > 0)
         pthread_cond_wait(&io->done_cv, &io->mu);
     pthread_mutex_unlock(&io->mu);
 }
 
-/* In rounds of at most qd reads: each round one io_uring_submit, then its
- * completions. A ring that fails mid-batch finishes the rest with pread. */
-static void run_uring(struct xs_io *io, struct xs_req *r, int n) {
-    int done = 0;
-    while (done < n) {
-        const int m = n - done < (int)io->qd ? n - done : (int)io->qd;
-        int queued = 0;
-        for (int i = 0; i < m; i++) {
-            struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring);
-            if (!sqe)
-                break;
-            struct xs_req *q = &r[done + i];
-            io_uring_prep_read(sqe, io->fd, q->buf, q->len, q->off);
-            io_uring_sqe_set_data64(sqe, (uint64_t)(done + i));
-            queued++;
-        }
-        int sub = queued ? io_uring_submit(&io->ring) : 0;
-        if (sub < 0)
-            sub = 0;
-        for (int got = 0; got < sub; got++) {
-            struct io_uring_cqe *cqe;
-            int rc;
-            do
-                rc = io_uring_wait_cqe(&io->ring, &cqe);
-            while (rc == -EINTR);
-            if (rc < 0) { /* the ring is broken: what is left goes through pread */
-                sub = got;
-                break;
-            }
-            const uint64_t i = io_uring_cqe_get_data64(cqe);
-            const int64_t res = cqe->res;
-            io_uring_cqe_seen(&io->ring, cqe);
-            if (i < (uint64_t)n)
-                finish(io, &r[i], res);
-        }
-        for (int i = sub; i < m; i++) { /* not submitted */
-            struct xs_req *q = &r[done + i];
+/* Reads [done, done + m) of r queued and submitted: how many the ring took. */
+static int uring_submit(struct xs_io *io, struct xs_req *r, int done, int m) {
+    int queued = 0;
+    for (int i = 0; i < m; i++)
+        r[done + i].res = INT64_MIN; /* no result yet */
+    for (int i = 0; i < m; i++) {
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring);
+        if (!sqe)
+            break;
+        struct xs_req *q = &r[done + i];
+        io_uring_prep_read(sqe, io->fd, q->buf, q->len, q->off);
+        io_uring_sqe_set_data64(sqe, (uint64_t)(done + i));
+        queued++;
+    }
+    const int sub = queued ? io_uring_submit(&io->ring) : 0;
+    return sub < 0 ? 0 : sub;
+}
+
+/* The completions of a round of m reads from done, sub of them submitted;
+ * the rest (not submitted, or not completed when the ring broke) through
+ * pread: a read still without a result has res INT64_MIN (uring_submit). */
+static void uring_complete(struct xs_io *io, struct xs_req *r, int n, int done, int m, int sub) {
+    for (int got = 0; got < sub; got++) {
+        struct io_uring_cqe *cqe;
+        int rc;
+        do
+            rc = io_uring_wait_cqe(&io->ring, &cqe);
+        while (rc == -EINTR);
+        if (rc < 0) /* the ring is broken: what is left goes through pread */
+            break;
+        const uint64_t i = io_uring_cqe_get_data64(cqe);
+        const int64_t res = cqe->res;
+        io_uring_cqe_seen(&io->ring, cqe);
+        if (i < (uint64_t)n)
+            finish(io, &r[i], res);
+    }
+    for (int i = 0; i < m; i++) {
+        struct xs_req *q = &r[done + i];
+        if (q->res == INT64_MIN)
             finish(io, q, xs_pread(io->sys, io->fd, q->buf, q->len, q->off));
-        }
+    }
+}
+
+/* In rounds of at most qd reads: each round one io_uring_submit, then its
+ * completions. A ring that fails mid-batch finishes the rest with pread.
+ * The first round is submitted by xs_io_submit, the rest run here. */
+static void uring_finish(struct xs_io *io, struct xs_req *r, int n, int m0, int sub0) {
+    uring_complete(io, r, n, 0, m0, sub0);
+    for (int done = m0; done < n;) {
+        const int m = n - done < (int)io->qd ? n - done : (int)io->qd;
+        uring_complete(io, r, n, done, m, uring_submit(io, r, done, m));
         done += m;
     }
 }
 
-void xs_io_run(struct xs_io *io, struct xs_req *r, int n) {
+void xs_io_submit(struct xs_io *io, struct xs_req *r, int n) {
+    xs_io_wait(io); /* one batch at a time */
     if (n <= 0)
         return;
     clock_gettime(CLOCK_MONOTONIC, &io->t0);
+    io->pend = r;
+    io->pend_n = n;
+    if (io->uring) {
+        io->pend_m = n < (int)io->qd ? n : (int)io->qd;
+        io->pend_sub = uring_submit(io, r, 0, io->pend_m);
+    } else {
+        pool_publish(io, r, n);
+    }
+}
+
+void xs_io_wait(struct xs_io *io) {
+    if (!io->pend)
+        return;
+    struct xs_req *r = io->pend;
+    const int n = io->pend_n;
+    io->pend = NULL;
+    io->pend_n = 0;
     if (io->uring)
-        run_uring(io, r, n);
+        uring_finish(io, r, n, io->pend_m, io->pend_sub);
     else
-        run_pool(io, r, n);
+        pool_finish(io);
+}
+
+bool xs_io_pending(const struct xs_io *io) {
+    return io->pend != NULL;
+}
+
+void xs_io_run(struct xs_io *io, struct xs_req *r, int n) {
+    xs_io_submit(io, r, n);
+    xs_io_wait(io);
 }
 
 const char *xs_io_name(const struct xs_io *io) {
@@ -189,6 +236,7 @@ const char *xs_io_name(const struct xs_io *io) {
 void xs_io_free(struct xs_io *io) {
     if (!io)
         return;
+    xs_io_wait(io); /* the kernel or the workers write into buffers the caller frees next */
     if (io->threads) {
         pthread_mutex_lock(&io->mu);
         io->stop = true;

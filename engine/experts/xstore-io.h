@@ -12,12 +12,13 @@
  * synchronous preads of the rest up to `need`; res is then what was read.
  * Latency: r[i].lat_us, from the batch's submission to the read's completion.
  *
- * Threading: one xs_io_run at a time (the forward thread); the pool's
+ * Threading: one batch at a time (the forward thread); the pool's
  * threads exist from init to free.
  */
 #ifndef STRATA_XSTORE_IO_H
 #define STRATA_XSTORE_IO_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "engine/experts/xstore.h"
@@ -38,6 +39,13 @@ struct xs_io *xs_io_init(int fd, enum xstore_io mode, int queue_depth, int n_thr
                          const struct xstore_sysops *sys,
                          struct strata_error *err); /* owned: xs_io_free() */
 void xs_io_run(struct xs_io *io, struct xs_req *r, int n);
+/* The same in two halves: submit returns once the reads are in flight (the
+ * first qd with io_uring; the pool's workers take them, the caller does
+ * not); wait returns when every r[i].res is set. r must stay valid until
+ * then. A submit with a batch pending waits for it first; free waits too. */
+void xs_io_submit(struct xs_io *io, struct xs_req *r, int n);
+void xs_io_wait(struct xs_io *io);
+bool xs_io_pending(const struct xs_io *io);
 const char *xs_io_name(const struct xs_io *io); /* "io_uring" or "pread" */
 void xs_io_free(struct xs_io *io);              /* NULL is a no-op */
 

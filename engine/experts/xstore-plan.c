@@ -90,6 +90,10 @@ int xstore_plan(const struct xstore_plan_in *in, struct xstore_plan *out,
         ram_rule = "a slot for every expert (no budget known)"; /* xstore_init's 0 */
     }
     out->params.ram_bytes = ram;
+    out->params.prefetch = in->prefetch < 0                     ? 0
+                           : in->prefetch > XSTORE_PREFETCH_MAX ? XSTORE_PREFETCH_MAX
+                                                                : in->prefetch;
+    out->params.pack = true; /* the CPU computes the slots (cpu_moe_run) */
     out->params.warm = true; /* the slots filled at load, not by the first requests' misses */
     snprintf(out->rule, sizeof out->rule, "%s: expert RAM %.0f MiB (%s) for %.0f MiB of experts",
              mode == 1 ? "on (--expert-store on)" : "auto: on (the model does not fit the budget)",

@@ -49,6 +49,30 @@
  * steps (which read again). A file replaced by rename is not an error: the
  * store reads the inode it opened, which is the one the skeleton came from.
  *
+ * Packing (xstore_params.pack, xstore-pack.c): a slot's Q4_K / Q6_K / Q4_0
+ * matrices are rewritten after their read in the CPU kernels' 16-row
+ * layout, as the weight arena has them, and the slots lie on 2 MiB huge
+ * pages as the arena does. Where the store lost 10% to the arena (1 GB
+ * zipf qwen3moe, 16 layers x 64 experts top-8, this 2-vCPU AVX-512 Xeon,
+ * `perf record -e cpu-clock` of `strata run ... -n 128 -t 2`, one run each):
+ * the expert matmuls ran the GGUF-layout kernels (kx_matmul_q4_K / q6_K,
+ * 2046 samples) instead of the packed ones; all matmuls took 2688 samples
+ * against the arena's 2328 (+15%). Packed: 2401 against 2221 (+8%, of which
+ * part is run-to-run spread). Decode CPU time a token, 1 thread (gen_cpu_ms
+ * of `strata run -n 64 --temp 1 --seed 42 -t 1`, arena and store in turn, 3
+ * rounds, 05:00 2026-12-02 with five other helpers building: wall figures
+ * swung 2x): arena 25.14 / 24.40 / 25.85 ms, store holding every expert
+ * 25.99 / 24.75 / 26.04 ms: 0.967x the arena's rate by medians (0.98x the
+ * mean of the rounds' ratios), where it was 0.90x (wall, bench/offload,
+ * last session). bench/README.md "expert store" has the rows.
+ *
+ * Overlap (experts_need_start / experts_need_wait, backend_moe.late): a
+ * layer's cold experts are submitted, the backend computes the resident
+ * ones while they are read, then waits and computes the rest (the forward
+ * pass does this where the backend has BACKEND_CAP_MOE_LATE and no cold
+ * backend splits the layer). Each expert's rows are computed alone and the
+ * weighted sum keeps slot order, so the logits are the same bits.
+ *
  * Threading: get / need / release / free on the forward thread (experts.h);
  * xstore_stats from any thread (counters are relaxed atomics, read without a
  * lock: a snapshot may mix counts from two moments). The pread pool's threads
@@ -68,6 +92,7 @@ struct pool;
 struct host_numa_ops;
 
 #define XSTORE_ALIGN 4096
+#define XSTORE_PREFETCH_MAX 4 /* router lookahead depth at most */
 #define XSTORE_LAT_BUCKETS 16 /* read latency histogram: bucket i < 2^i * 16 us, last: more */
 
 enum xstore_io {
@@ -100,7 +125,9 @@ struct xstore_params {
     enum xstore_direct direct;
     int floor;       /* per-layer working-set floor in slots; < 0: n_expert_used; 0: none;
                         at most n_slots / (MoE layers) */
-    int queue_depth; /* io_uring entries (and the most reads in flight at once): default 64 */
+    int queue_depth; /* io_uring entries (and the most reads in flight at once); 0 (default):
+                        from the file's block device (xstore-dev.c: nr_requests, at most 256,
+                        32 when rotational; 64 without a block device) */
     int n_threads;   /* pread pool threads: default 4 (reads in flight in pread mode) */
     const struct xstore_sysops *sys; /* NULL: the real calls */
     /* Fill the slots at init, evenly over the MoE layers (experts by id),
@@ -109,6 +136,18 @@ struct xstore_params {
      * instead of empty. What this reads is xstore_stats.warm_bytes, not
      * bytes_read; hits and misses count from after it. Default false. */
     bool warm;
+    /* Router lookahead (--expert-prefetch): at each MoE layer l the forward
+     * pass applies the routers of layers l + 1 .. l + prefetch to layer l's
+     * input and passes the picks to experts_prefetch (engine/model
+     * model-forward.c); 0 (default): off; at most XSTORE_PREFETCH_MAX. */
+    int prefetch;
+    /* Rewrite each slot's Q4_K / Q6_K / Q4_0 matrices after their read in
+     * the CPU kernels' 16-row packed layout where the active ISA has packed
+     * kernels (kernels_pack_wanted at init), as the weight arena does: gets
+     * then hand them out as BACKEND_LAYOUT_PACK16 (xstore-pack.c). For a
+     * consumer of host matrices that is the CPU backend (run and serve:
+     * xstore_plan sets it); default false (the file's rows, byte for byte). */
+    bool pack;
     /* Borrowed during xstore_init; NULL = none: with warm, each layer's
      * share takes its most picked experts of this routing profile first
      * (a profile of another shape is ignored). */
@@ -143,7 +182,16 @@ struct xstore_stats {
     uint64_t warm_bytes;              /* read at init (xstore_params.warm) */
     uint64_t lat[XSTORE_LAT_BUCKETS]; /* reads by latency (XSTORE_LAT_BUCKETS) */
     uint64_t lat_sum_us;
-    uint64_t prefetch_dropped; /* the store has no prefetch queue: every id asked is dropped */
+    /* prefetch (experts_prefetch, xstore.c "prefetch"): experts read ahead,
+     * needed before eviction, evicted or passed over unneeded; ids dropped
+     * (queue full or busy, no slot to take) */
+    uint64_t prefetch_issued, prefetch_useful, prefetch_wasted, prefetch_dropped;
+    /* the predictions against the needs that followed: recall = pred_hit /
+     * pred_used (needed ids that were predicted), precision = pred_hit /
+     * pred_n (predicted ids that were needed) */
+    uint64_t pred_hit, pred_used, pred_n;
+    int queue_depth;        /* the reads' io_uring depth (pread: reads in flight at most) */
+    const char *queue_rule; /* where it came from (owned by the store) */
     /* per layer (n_layer each), owned by the caller after xstore_stats: free() both; NULL when
      * out of memory */
     uint64_t *layer_hits, *layer_misses;
@@ -164,6 +212,7 @@ struct xstore_plan_in {
     const char *io;        /* "auto", "io_uring", "pread" */
     const char *direct;    /* "auto", "on", "off" */
     int64_t ram;           /* --expert-ram bytes; 0 = what the budget leaves */
+    int prefetch;          /* --expert-prefetch: router lookahead depth (xstore_params) */
     uint64_t model_bytes;  /* tensor bytes of the file */
     uint64_t expert_bytes; /* of those, the routed experts' (xstore_expert_bytes) */
     int64_t mem_budget;    /* bytes this process may use (sysinfo); <= 0 unknown */

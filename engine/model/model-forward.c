@@ -21,6 +21,7 @@
 #include "engine/kv/kv.h"
 #include "engine/model/model-impl.h"
 #include "engine/experts/profile.h"
+#include "engine/experts/xstore.h"
 
 /* Logits rows allocated at load, grown to a call's outputs when more come:
  * the whole batch's would be 512 x 128k x 4 bytes = 256 MB for llama-3's
@@ -54,8 +55,23 @@ struct model_fwd {
                                             the previous layer's stays valid until its submit */
     int32_t *table_ids[2];               /* (n_expert): the ids each table names */
     int table_n[2];
-    uint8_t *picked;                  /* (n_expert) */
-    int32_t *need_ids;                /* (n_expert) a layer's distinct picks */
+    uint8_t *picked;  /* (n_expert) */
+    uint8_t *late[2]; /* (n_expert) each, alternating as table: experts whose reads are in
+                         flight while the others compute (experts_need_start) */
+    bool late_any[2]; /* late[i] marks one */
+    int late_rc;      /* the failed wait of a step's late experts (late_wait), or 0 */
+    struct strata_error late_err;
+    /* Router lookahead (xstore_params.prefetch): at a non-resident MoE layer,
+     * the routers of the next pred_depth layers applied to its input */
+    int pred_depth;
+    struct backend_tensor *pred_logits;                   /* (B, n_expert) */
+    struct backend_tensor *pred_sel[XSTORE_PREFETCH_MAX]; /* (B, n_expert_used) I32 each */
+    struct backend_tensor *pred_w;                        /* (B, n_expert_used) */
+    int32_t *h_pred;                                      /* (depth, B, n_expert_used) */
+    int pred_layer[XSTORE_PREFETCH_MAX];                  /* the layer each predicts; -1 */
+    int32_t *pred_ids;                                    /* (n_expert) */
+    uint8_t *pred_mark;                                   /* (n_expert) */
+    int32_t *need_ids;                                    /* (n_expert) a layer's distinct picks */
     struct backend_expert **resident; /* (n_layer): a resident layer's (n_expert) experts, taken
                                          once at load; NULL: got per pick every step */
     int32_t *h_sel_all; /* (n_layer, B, n_expert_used) resident layers' picks, for the profile */
@@ -86,6 +102,11 @@ void model_fwd_free(const struct model *m, struct model_fwd *f) {
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         tfree(m, ts[i]);
     tfree(m, f->part);
+    tfree(m, f->pred_logits);
+    tfree(m, f->pred_w);
+    for (int d = 0; d < XSTORE_PREFETCH_MAX; d++)
+        tfree(m, f->pred_sel[d]);
+    free(f->h_pred), free(f->pred_ids), free(f->pred_mark);
     struct backend *cb = m->params.backend_cold;
     struct backend_tensor *cs[] = {f->cx, f->csel, f->csw, f->cout};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
@@ -97,6 +118,7 @@ void model_fwd_free(const struct model *m, struct model_fwd *f) {
     for (int i = 0; i < 2; i++)
         free(f->table[i]), free(f->table_ids[i]);
     free(f->picked);
+    free(f->late[0]), free(f->late[1]);
     free(f->need_ids);
     for (int il = 0; f->resident && il < m->hp.n_layer; il++)
         free(f->resident[il]);
@@ -219,7 +241,23 @@ struct model_fwd *model_fwd_init(const struct model *m, struct strata_error *err
             f->table_ids[i] = halloc((size_t)NE, sizeof *f->table_ids[i], &hok);
         }
         f->picked = halloc((size_t)NE, 1, &hok);
+        f->late[0] = halloc((size_t)NE, 1, &hok);
+        f->late[1] = halloc((size_t)NE, 1, &hok);
         f->need_ids = halloc((size_t)NE, sizeof *f->need_ids, &hok);
+        const struct xstore_params *xp = m->params.xstore; /* borrowed during the load */
+        f->pred_depth =
+            xp && xp->prefetch > 0
+                ? (xp->prefetch < XSTORE_PREFETCH_MAX ? xp->prefetch : XSTORE_PREFETCH_MAX)
+                : 0;
+        if (f->pred_depth > 0) {
+            f->pred_logits = talloc(m, BACKEND_F32, B, NE, &ok, err);
+            for (int d = 0; d < f->pred_depth; d++)
+                f->pred_sel[d] = talloc(m, BACKEND_I32, B, K, &ok, err);
+            f->pred_w = talloc(m, BACKEND_F32, B, K, &ok, err);
+            f->h_pred = halloc((size_t)(f->pred_depth * B * K), sizeof(int32_t), &hok);
+            f->pred_ids = halloc((size_t)NE, sizeof(int32_t), &hok);
+            f->pred_mark = halloc((size_t)NE, 1, &hok);
+        }
         f->split = m->params.backend_cold && !(m->be->ops->caps & BACKEND_CAP_HOST_MATS);
     }
     if (f->split) {
@@ -316,6 +354,27 @@ static void ffn_dense(struct model *m, const struct backend_weight *gate,
     be->matmul(m->be->ctx, f->g, n, &d, 1);
 }
 
+/* backend_moe.wait of a layer with late experts: runs inside a later submit
+ * (the thread running the step is the forward thread), so its error is
+ * kept for the forward pass to return after that submit (late_check). */
+static int late_wait(void *arg) {
+    struct model *m = arg;
+    struct model_fwd *f = m->fwd;
+    const int rc = experts_need_wait(m->experts, &f->late_err);
+    if (rc && !f->late_rc)
+        f->late_rc = rc;
+    return rc;
+}
+
+static int late_check(struct model *m, struct strata_error *err) {
+    struct model_fwd *f = m->fwd;
+    const int rc = f->late_rc;
+    if (rc && err)
+        *err = f->late_err;
+    f->late_rc = 0;
+    return rc;
+}
+
 /* Non-resident layer il: reads the picks back (a submit inside the step),
  * counts them in the profile, and gets each picked expert's matrices for
  * this step into f->table[il & 1]. */
@@ -332,7 +391,8 @@ static int pick_experts(struct model *m, int il, int n, struct strata_error *err
             memset(&f->ctable[f->ctable_ids[i]], 0, sizeof *f->ctable);
         f->ctable_n = 0;
     }
-    if ((rc = be->submit(m->be->ctx, err)) || (rc = be->wait(m->be->ctx, err)))
+    if ((rc = be->submit(m->be->ctx, err)) || (rc = be->wait(m->be->ctx, err)) ||
+        (rc = late_check(m, err)))
         return rc;
 
     /* the picks: profile counts, then each picked expert's matrices */
@@ -350,13 +410,34 @@ static int pick_experts(struct model *m, int il, int n, struct strata_error *err
             profile_add(m->params.profile, il, e);
     }
     /* the layer's distinct picks, in one call: a tier that reads (the
-     * expert store) batches the cold ones, each read once for the step */
+     * expert store) batches the cold ones, each read once for the step;
+     * where the backend computes the others first (BACKEND_CAP_MOE_LATE),
+     * they are read while it does (the store's "Overlap", xstore.h) */
     int n_need = 0;
     for (int e = 0; e < NE; e++)
         if (f->picked[e])
             f->need_ids[n_need++] = e;
-    if ((rc = experts_need(m->experts, il, f->need_ids, n_need, m->step, err)))
+    uint8_t *late = !f->split && (be->caps & BACKEND_CAP_MOE_LATE) ? f->late[il & 1] : NULL;
+    if (late)
+        memset(late, 0, (size_t)NE);
+    if ((rc = experts_need_start(m->experts, il, f->need_ids, n_need, m->step, late, err)))
         return rc;
+    f->late_any[il & 1] = false;
+    for (int e = 0; late && e < NE; e++)
+        f->late_any[il & 1] |= late[e] != 0;
+    for (int d = 0; d < f->pred_depth; d++) { /* the lookahead's picks, read ahead */
+        if (f->pred_layer[d] < 0)
+            continue;
+        const int32_t *ps = f->h_pred + (size_t)d * f->B * K;
+        int np = 0;
+        memset(f->pred_mark, 0, (size_t)NE);
+        for (int i = 0; i < n * K; i++)
+            if (ps[i] >= 0 && ps[i] < NE && !f->pred_mark[ps[i]]) {
+                f->pred_mark[ps[i]] = 1;
+                f->pred_ids[np++] = ps[i];
+            }
+        experts_prefetch(m->experts, f->pred_layer[d], f->pred_ids, np);
+    }
     for (int e = 0; e < NE; e++) {
         if (!f->picked[e])
             continue;
@@ -454,13 +535,30 @@ static int ffn_moe(struct model *m, int il, int n, struct strata_error *err) {
                                         .scale = hp->expert_weights_scale};
     be->moe_route(bc, &route);
     struct backend_expert *tab = f->resident[il];
+    const uint8_t *late = NULL;
     if (tab) { /* resident: no read-back inside the step; the profile's comes after it */
         if (m->params.profile && f->h_sel_all)
             be->tensor_read(bc, f->sel, 0, f->h_sel_all + (size_t)il * f->B * K, n);
     } else {
+        for (int d = 0; d < f->pred_depth; d++) { /* router lookahead: read back with the picks */
+            const int j = il + 1 + d;
+            f->pred_layer[d] = -1;
+            if (j >= hp->n_layer || !m->layers[j].has_moe || f->resident[j])
+                continue;
+            const struct backend_mm pm = {bm(m->layers[j].gate_inp), f->pred_logits};
+            be->matmul(bc, f->xn, n, &pm, 1);
+            struct backend_route pr = route;
+            pr.logits = f->pred_logits;
+            pr.sel = f->pred_sel[d];
+            pr.sel_w = f->pred_w;
+            be->moe_route(bc, &pr);
+            be->tensor_read(bc, f->pred_sel[d], 0, f->h_pred + (size_t)d * f->B * K, n);
+            f->pred_layer[d] = j;
+        }
         if ((rc = pick_experts(m, il, n, err)) || (f->ctable_n > 0 && (rc = moe_cold(m, n, err))))
             return rc;
         tab = f->table[il & 1];
+        late = f->late_any[il & 1] ? f->late[il & 1] : NULL;
     }
     const struct backend_moe moe = {.x = f->xn,
                                     .sel = f->sel,
@@ -472,7 +570,10 @@ static int ffn_moe(struct model *m, int il, int n, struct strata_error *err) {
                                     .n_expert = NE,
                                     .n_embd = E,
                                     .n_ff = hp->n_ff_exp,
-                                    .accumulate = false};
+                                    .accumulate = false,
+                                    .late = late,
+                                    .wait = late_wait,
+                                    .wait_arg = m};
     be->moe_ffn(bc, &moe);
     if (f->split && f->ctable_n > 0 && !f->resident[il]) /* the cold experts' sum */
         be->add(bc, f->tmp, f->part, n, E);
@@ -585,7 +686,7 @@ static int run_step(struct model *m, struct kv_cache *kv, const struct model_bat
         be->rmsnorm(bc, f->tmp, m->output_norm, f->tmp, n_hid, E, hp->norm_eps);
         be->tensor_read(bc, f->tmp, 0, hidden, n_hid);
     }
-    if ((rc = be->submit(bc, err)) || (rc = be->wait(bc, err)))
+    if ((rc = be->submit(bc, err)) || (rc = be->wait(bc, err)) || (rc = late_check(m, err)))
         return rc;
     for (int il = 0; m->params.profile && f->h_sel_all && il < hp->n_layer; il++)
         if (f->resident[il]) /* the resident layers' picks, read back with the logits */
@@ -642,6 +743,7 @@ int model_forward_hidden(struct model *m, struct kv_cache *kv, const struct mode
         if (kv_seq_len(kv, f->h_seq[i]) > f->h_pos[i])
             kv_seq_set_len(kv, f->h_seq[i], f->h_pos[i]);
     m->step++;
+    f->late_rc = 0;
     rc = run_step(m, kv, batch, logits, n_out, hidden, n_hid, max_kv, err);
     if (rc) /* submitted work has finished (the step waits before every get) */
         (void)m->be->ops->wait(m->be->ctx, NULL);

@@ -80,7 +80,7 @@ try {
   for (const [io, direct, mode] of [["io_uring", "on", "io_uring+direct"], ["pread", "off", "pread+buffered"]]) {
     const d = await startDaemon(strata, model, ["--expert-store", "on", "--expert-ram", "1m",
       "--expert-io", io, "--expert-direct", direct, "--parallel", "4"], spawned);
-    check(`${mode}: start-up log names the mode`, new RegExp(`expert store: on .*${mode.replace("+", "\\+")}, 7 slots`).test(d.log()), d.log());
+    check(`${mode}: start-up log names the mode`, new RegExp(`expert store: on .*${mode.replace("+", "\\+")}, queue depth \\d+ \\([^)]+\\), 7 slots`).test(d.log()), d.log());
     const c = new OpenAI({ baseURL: `http://127.0.0.1:${d.port}/v1`, apiKey: "x", maxRetries: 0 });
     for (let round = 0; round < 2; round++) {
       const got = await Promise.all(PROMPTS.map((p) => streamText(c, p)));
@@ -91,11 +91,14 @@ try {
     check(`${mode}: /status expert_store`, st && st.on === true && st.mode === mode && st.slots === 7 &&
       st.slots_used === 7 && st.misses > 0 && st.evictions > 0 && st.read_errors === 0 &&
       st.bytes_read > 0 && st.reads > 0 && st.layers?.length === 4, st);
+    check(`${mode}: /status queue depth from the device`, st && st.queue_depth >= 4 && st.queue_depth <= 256 &&
+      /nr_requests|default 64/.test(st.queue_rule), st && `${st.queue_depth} ${st.queue_rule}`);
     check(`${mode}: per-layer counts add up`, st && st.layers.reduce((a, l) => a + l.hits + l.misses, 0) === st.hits + st.misses, st?.layers);
     check(`${mode}: latency histogram counts every read`, st && st.read_latency_us.buckets.reduce((a, b) => a + b.count, 0) === st.reads, st?.read_latency_us);
     const m = (await getJson(d.port, "/metrics")).body;
     check(`${mode}: /metrics`, new RegExp(`strata_expert_store_capacity_bytes\\{mode="${mode.replace("+", "\\+")}"\\} ${st?.capacity_bytes}`).test(m) &&
       /strata_expert_store_read_seconds_count [1-9]/.test(m) &&
+      new RegExp(`strata_expert_store_queue_depth ${st?.queue_depth}\n`).test(m) &&
       /strata_expert_store_picks_total\{layer="3",result="miss"\} [1-9]/.test(m), m.split("\n").filter((l) => /expert_store/.test(l)).slice(0, 8).join(" | "));
     check(`${mode}: exit 0`, (await stopped(d)) === 0);
   }

@@ -217,11 +217,12 @@ START_TEST(test_floor_and_holds) {
     struct experts_stats es;
     experts_stats(src, &es);
     ck_assert_uint_eq(es.held, 0);
-    /* prefetch is dropped (no queue), not passed to the file tier */
+    /* prefetch is the store's, never passed to the file tier (its readahead
+     * would fill the page cache); experts it holds are not read again */
     experts_prefetch(src, 0, four, 4);
     experts_stats(src, &es);
-    ck_assert_uint_eq(es.prefetch_dropped, 4);
-    ck_assert_uint_eq(es.prefetch_queued, 0);
+    ck_assert_uint_eq(es.prefetch_dropped, 0);
+    ck_assert_uint_le(es.prefetch_queued, 4);
     experts_free(src);
     gguf_close(f);
     unlink(path);
