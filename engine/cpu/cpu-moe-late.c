@@ -34,8 +34,25 @@ static void gather_rows(struct cpu_ctx *c, const struct backend_moe *m, enum qua
 
 /* gate, up, swiglu, down of the experts e with cnt[e] and (late[e] != 0) ==
  * late_phase: rows [r0, r1). */
+/* The kjob_on of a phase's dispatch (cpu_moe_numa_jobs for the experts of
+ * that phase only: their jobs, per_expert each, in expert order), or NULL
+ * off --numa split. */
+static const int8_t *phase_jobs(const int8_t *on, const struct backend_moe *m, const int *cnt,
+                                bool late_phase, int per_expert) {
+    if (!on)
+        return NULL;
+    int8_t *jobs = (int8_t *)on + m->n_expert; /* cpu_moe_numa_jobs' bytes */
+    int n = 0;
+    for (int e = 0; e < m->n_expert; e++)
+        if (cnt[e] && (m->late[e] != 0) == late_phase)
+            for (int k = 0; k < per_expert; k++)
+                jobs[n++] = (int8_t)(1 + on[e]);
+    return jobs;
+}
+
 static void run_phase(struct cpu_ctx *c, const struct backend_moe *m, const int *cnt,
-                      const int *off, const int *row_of, bool late_phase, int r0, int r1) {
+                      const int *off, const int *row_of, const int8_t *on, bool late_phase, int r0,
+                      int r1) {
     const int NE = m->n_expert;
     const int64_t E = m->n_embd, FE = m->n_ff;
     if (r1 <= r0)
@@ -71,6 +88,7 @@ static void run_phase(struct cpu_ctx *c, const struct backend_moe *m, const int 
                                      cnt[e],    u + (size_t)off[e] * FE,  FE};
         nm++;
     }
+    c->kjob_on = phase_jobs(on, m, cnt, late_phase, 2);
     cpu_kjobs_run(c, jobs, nm);
     float *gr = g + (size_t)r0 * FE;
     cpu_swiglu(c, gr, u + (size_t)r0 * FE, gr, r1 - r0, FE);
@@ -86,6 +104,7 @@ static void run_phase(struct cpu_ctx *c, const struct backend_moe *m, const int 
                                      cnt[e],    dn + (size_t)off[e] * E,  E};
         nm++;
     }
+    c->kjob_on = phase_jobs(on, m, cnt, late_phase, 1);
     cpu_kjobs_run(c, jobs, nm);
 }
 
@@ -119,10 +138,13 @@ void cpu_moe_run_late(struct cpu_ctx *c, const struct backend_moe *m) {
         served += row_of[i] >= 0;
     }
     if (c->moe_xq[0].p && c->moe_dn.p) { /* the record reserved the scratch */
-        run_phase(c, m, cnt, off, row_of, false, 0, n_early);
+        /* split: each expert's jobs whole to one group, the division made
+         * once over both phases' picks (cpu-moe-numa.h) */
+        const int8_t *on = served > 0 ? cpu_moe_numa_plan(c, m, cnt) : NULL;
+        run_phase(c, m, cnt, off, row_of, on, false, 0, n_early);
         const bool ok = !m->wait || m->wait(m->wait_arg) == 0;
         if (ok) {
-            run_phase(c, m, cnt, off, row_of, true, n_early, served);
+            run_phase(c, m, cnt, off, row_of, on, true, n_early, served);
         } else { /* the reads failed: the late experts' rows are left out (the step fails) */
             for (int i = 0; i < n * K; i++)
                 row_of[i] = row_of[i] >= n_early ? -1 : row_of[i];
