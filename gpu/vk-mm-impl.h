@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 
+#include "engine/core/error.h"
 #include "gpu/vk-mm.h"
 
 /* The push constants of every mv_*.comp / mm_*.comp (offsets in
@@ -29,13 +30,13 @@ struct vkmm_push {
     uint32_t expert_bytes; /* 48 */
     uint32_t n_pairs;      /* 52 */
     uint32_t pair0;        /* 56 first pair of this dispatch (gl_WorkGroupID.z + pair0) */
-    uint32_t pad;          /* 60 */
+    uint32_t w_base2;      /* 60 byte offset of the up matrix's first row in binding 4 */
 };
 _Static_assert(sizeof(struct vkmm_push) == 64, "mm_common.glsl Push block");
 _Static_assert(offsetof(struct vkmm_push, expert_bytes) == 48, "mm_common.glsl Push block");
 
 /* Kernel kinds per type: the matvec for 1, 2, 4 or 8 tokens a pass, its
- * expert-indexed form, the tiled matmul. */
+ * expert-indexed form, the tiled matmul and its expert-indexed form. */
 enum vkmm_kind {
     VKMM_MV1 = 0,
     VKMM_MV2,
@@ -43,10 +44,11 @@ enum vkmm_kind {
     VKMM_MV8,
     VKMM_MV_ID,
     VKMM_MM,
+    VKMM_MM_ID, /* the tiled matmul over the picks of each expert (MoE prefill) */
     VKMM_KIND_COUNT,
 };
 
-#define VKMM_MV_MAX_TOK 8 /* n_tok above this takes the tiled matmul */
+#define VKMM_MV_MAX_TOK 8 /* n_tok above this takes the tiled matmul (also for matmul_id) */
 
 /* Launch shapes, chosen once from the device (vkmm_init). */
 struct vkmm_tune {
@@ -54,6 +56,17 @@ struct vkmm_tune {
     uint32_t mv_rows; /* rows of a matvec workgroup */
     uint32_t mm_wg;   /* lanes of a matmul workgroup: (bm / tm) * (bn / tn) */
     uint32_t mm_bm, mm_bn, mm_tm, mm_tn;
+    uint32_t mm_lcap; /* picks an expert-indexed matmul workgroup lists at once */
+};
+
+struct vkmm {
+    struct vk_dev *d; /* borrowed */
+    const struct vk_dev_info *info;
+    struct vkmm_tune tune;
+    struct vk_pipe *pipe[QUANT_TYPE_COUNT][VKMM_KIND_COUNT][2]; /* [type][kind][fused gate+up] */
+    bool made_any;
+    int err_code; /* first latched error, 0 when none */
+    char err_msg[STRATA_ERROR_MSG_MAX];
 };
 
 /* The tuning vkmm_init picks for a device (exposed for the tests). */
@@ -62,5 +75,16 @@ void vkmm_tune_for(const struct vk_dev_info *in, struct vkmm_tune *t);
  * second shape with it). Returns STRATA_E_INVALID for a shape the shaders
  * cannot run or once a pipeline exists. */
 int vkmm_set_tune(struct vkmm *mm, const struct vkmm_tune *t, struct strata_error *err);
+
+/* The pipeline of (type, kind, fused), made at first use; NULL and err on
+ * failure. */
+struct vk_pipe *vkmm_pipe(struct vkmm *mm, enum quant_type type, enum vkmm_kind kind, bool glu,
+                          struct strata_error *err);
+const char *vkmm_kind_name(enum vkmm_kind k);
+/* Latches the first error of the record calls (vkmm_status returns it). */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+void vkmm_latch(struct vkmm *mm, int code, const char *fmt, ...);
 
 #endif

@@ -101,6 +101,16 @@ void vkmm_matmul(struct vkmm *mm, const struct vk_wmat *w, int64_t expert, struc
 void vkmm_matmul_id(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x, bool x_per_pick,
                     struct vk_bind sel, int k, int64_t n_tok, struct vk_bind y);
 
+/* The fused feed-forward input: y[t, :] = silu(G x[t, :]) * (U x[t, :])
+ * (silu(g) = g / (1 + exp(-g)), engine/cpu/ops.c's swiglu) in one dispatch
+ * instead of three; gate and up of one type and shape (their pieces may
+ * differ). Otherwise as vkmm_matmul / vkmm_matmul_id. Recorded. */
+void vkmm_matmul_glu(struct vkmm *mm, const struct vk_wmat *gate, const struct vk_wmat *up,
+                     int64_t expert, struct vk_bind x, struct vk_bind y, int64_t n_tok);
+void vkmm_matmul_id_glu(struct vkmm *mm, const struct vk_wmat *gate, const struct vk_wmat *up,
+                        struct vk_bind x, bool x_per_pick, struct vk_bind sel, int k, int64_t n_tok,
+                        struct vk_bind y);
+
 /* 0, or the first error a record call latched (then cleared). */
 int vkmm_status(struct vkmm *mm, struct strata_error *err);
 

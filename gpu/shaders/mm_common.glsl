@@ -8,7 +8,7 @@
 // has 32-bit storage, while 8/16-bit storage is optional (lavapipe has it,
 // some mobile drivers do not), and blocks of 18, 34, 17 or 210 bytes are not
 // word aligned anyway, so each type file picks its bytes out of words with
-// rd8/rd16/rd32. One lane's loads of consecutive units are consecutive words,
+// rd8/rd16/rd32 (first argument: which binding, see wword). One lane's loads of consecutive units are consecutive words,
 // so a subgroup's loads of one row are coalesced (the H200's 32-lane warps
 // read 128-byte lines).
 #extension GL_KHR_shader_subgroup_basic : require
@@ -19,6 +19,12 @@ layout(std430, binding = 0) readonly buffer BufW { uint w[]; };
 layout(std430, binding = 1) readonly buffer BufX { vec4 x4[]; };
 layout(std430, binding = 2) writeonly buffer BufY { float y[]; };
 layout(std430, binding = 3) readonly buffer BufS { int sel[]; };
+// The up matrix of the fused gate + up + SwiGLU forms (GLU = 1); another
+// matrix of the same type in its own buffer. Every reader takes `which`
+// (0: binding 0, 1: binding 4), always a literal at the call, so after
+// inlining each load reads one binding and the plain kernels never touch 4.
+layout(std430, binding = 4) readonly buffer BufU { uint wu[]; };
+uint wword(uint which, uint i) { return which == 0u ? w[i] : wu[i]; }
 
 // Offsets in bytes: struct vkmm_push in gpu/vk-mm-impl.h (64 bytes, pinned).
 layout(push_constant) uniform Push {
@@ -37,22 +43,23 @@ layout(push_constant) uniform Push {
     uint expert_bytes; // 48 ... each this many bytes, from w_base
     uint n_pairs;      // 52 expert-indexed: pairs (n_tok * k)
     uint pair0;        // 56 first pair of the dispatch (gl_WorkGroupID.z + pair0)
-    uint pad;          // 60
+    uint w_base2;      // 60 byte offset of the first row of the up matrix in binding 4
 } p;
 
-uint rd8(uint b) { return bitfieldExtract(w[b >> 2], int((b & 3u) * 8u), 8); }
-int rd8s(uint b) { return bitfieldExtract(int(w[b >> 2]), int((b & 3u) * 8u), 8); }
-uint rd16(uint b) { return bitfieldExtract(w[b >> 2], int((b & 2u) * 8u), 16); } // b even
-float rdh(uint b) { return unpackHalf2x16(rd16(b)).x; }
+uint rd8(uint wh, uint b) { return bitfieldExtract(wword(wh, b >> 2), int((b & 3u) * 8u), 8); }
+int rd8s(uint wh, uint b) { return bitfieldExtract(int(wword(wh, b >> 2)), int((b & 3u) * 8u), 8); }
+uint rd16(uint wh, uint b) { return bitfieldExtract(wword(wh, b >> 2), int((b & 2u) * 8u), 16); } // b even
+float rdh(uint wh, uint b) { return unpackHalf2x16(rd16(wh, b)).x; }
 // Four bytes at any byte offset; the second word is read only when the four
 // bytes straddle it (so never past the end of the binding).
-uint rd32(uint b) {
+uint rd32(uint wh, uint b) {
     uint i = b >> 2, s = (b & 3u) * 8u;
-    uint lo = w[i];
+    uint lo = wword(wh, i);
     if (s == 0u)
         return lo;
-    return (lo >> s) | (w[i + 1u] << (32u - s));
+    return (lo >> s) | (wword(wh, i + 1u) << (32u - s));
 }
+float silu(float g) { return g / (1.0 + exp(-g)); }
 vec4 bytes4(uint q) { return vec4(q & 0xffu, (q >> 8) & 0xffu, (q >> 16) & 0xffu, q >> 24); }
 vec4 nib_lo(uint q) { return bytes4(q & 0x0f0f0f0fu); }
 vec4 nib_hi(uint q) { return bytes4((q >> 4) & 0x0f0f0f0fu); }

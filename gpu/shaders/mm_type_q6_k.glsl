@@ -11,21 +11,21 @@ void unit_pos(uint u, out uint p0, out uint p1) {
     p0 = 256u * (u >> 5) + 128u * (uu >> 4) + 32u * ((uu >> 3) & 1u) + 4u * (uu & 7u);
     p1 = p0 + 64u;
 }
-void unit_load(uint rb, uint u, out vec4 v0, out vec4 v1) {
+void unit_load(uint wh, uint rb, uint u, out vec4 v0, out vec4 v1) {
     uint bb = rb + 210u * (u >> 5), uu = u & 31u, h = uu >> 4, kp = (uu >> 3) & 1u, m = uu & 7u;
-    float d = rdh(bb + 208u);
-    uint ql = rd32(bb + 64u * h + 32u * kp + 4u * m);
-    uint qh = rd32(bb + 128u + 32u * h + 4u * m) >> (2u * kp);
+    float d = rdh(wh, bb + 208u);
+    uint ql = rd32(wh, bb + 64u * h + 32u * kp + 4u * m);
+    uint qh = rd32(wh, bb + 128u + 32u * h + 4u * m) >> (2u * kp);
     uint lo = (ql & 0x0f0f0f0fu) | ((qh & 0x03030303u) << 4);
     uint hi = ((ql >> 4) & 0x0f0f0f0fu) | (((qh >> 4) & 0x03030303u) << 4);
     uint g = 8u * h + 2u * kp + (m >> 2);
-    v0 = (d * float(rd8s(bb + 192u + g))) * (bytes4(lo) - 32.0);
-    v1 = (d * float(rd8s(bb + 196u + g))) * (bytes4(hi) - 32.0);
+    v0 = (d * float(rd8s(wh, bb + 192u + g))) * (bytes4(lo) - 32.0);
+    v1 = (d * float(rd8s(wh, bb + 196u + g))) * (bytes4(hi) - 32.0);
 }
-vec4 deq4(uint rb, uint e) {
+vec4 deq4(uint wh, uint rb, uint e) {
     uint bb = rb + 210u * (e >> 8), j = e & 255u, h = j >> 7, k = (j >> 5) & 3u, l = j & 31u;
-    uint ql = rd32(bb + 64u * h + 32u * (k & 1u) + l) >> (4u * (k >> 1));
-    uint qh = rd32(bb + 128u + 32u * h + l) >> (2u * k);
+    uint ql = rd32(wh, bb + 64u * h + 32u * (k & 1u) + l) >> (4u * (k >> 1));
+    uint qh = rd32(wh, bb + 128u + 32u * h + l) >> (2u * k);
     uint v = (ql & 0x0f0f0f0fu) | ((qh & 0x03030303u) << 4);
-    return (rdh(bb + 208u) * float(rd8s(bb + 192u + (j >> 4)))) * (bytes4(v) - 32.0);
+    return (rdh(wh, bb + 208u) * float(rd8s(wh, bb + 192u + (j >> 4)))) * (bytes4(v) - 32.0);
 }

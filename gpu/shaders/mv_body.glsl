@@ -13,20 +13,27 @@
 // then, when the workgroup has several subgroups (lavapipe's are 8 wide),
 // a shared-memory sum. The row split never depends on the subgroup size the
 // driver picks, only on NR (the host's dispatch): correct on any device.
+//
+// GLU = 1: the fused feed-forward input, y = silu(G x) * (U x) with G in
+// binding 0 and U in binding 4 (same type and shape): one dispatch instead
+// of three (gate, up, swiglu) per layer, x loaded once for both; decode is
+// launch-bound on big GPUs, so fewer dispatches per token count.
 layout(constant_id = 0) const uint WG = 32; // lanes per workgroup
 layout(constant_id = 1) const uint NR = 2;  // rows per workgroup
 layout(constant_id = 2) const uint NT = 1;  // tokens per pass (accumulators)
 layout(constant_id = 3) const uint ID = 0;  // 1: expert-indexed (sel, one token per pair)
+layout(constant_id = 4) const uint GLU = 0; // 1: silu(gate) * up, up in binding 4
 layout(local_size_x_id = 0) in;
 
-shared float red[NR * NT * WG];
+const uint NM = GLU != 0u ? 2u : 1u; // matrices
+shared float red[NM * NR * NT * WG];
 
 void main() {
     const uint grp = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     const uint r0 = grp * NR;
     if (r0 >= p.n_rows)
         return; // the whole workgroup: no barrier is skipped by part of it
-    uint wb = p.w_base, xr = 0u, yr = 0u;
+    uint wb = p.w_base, wb2 = p.w_base2, xr = 0u, yr = 0u;
     if (ID != 0u) {
         const uint pair = gl_WorkGroupID.z + p.pair0;
         if (pair >= p.n_pairs)
@@ -35,17 +42,18 @@ void main() {
         if (e < int(p.e0) || e >= int(p.e1))
             return; // another piece holds this expert (or a bad id: nothing written)
         wb += uint(e - int(p.e0)) * p.expert_bytes;
+        wb2 += uint(e - int(p.e0)) * p.expert_bytes;
         xr = p.x_per_pick != 0u ? pair : pair / p.k;
         yr = pair;
     }
     const uint tid = gl_LocalInvocationID.x;
     const uint nu = p.n_cols / UNIT, xs4 = p.x_stride >> 2, nt = p.n_tok;
-    float acc[NR * NT];
-    [[unroll]] for (uint i = 0u; i < NR * NT; i++)
+    float acc[NM * NR * NT]; // [matrix][row][token]
+    [[unroll]] for (uint i = 0u; i < NM * NR * NT; i++)
         acc[i] = 0.0;
-    uint rb[NR];
+    uint ro[NR];
     [[unroll]] for (uint r = 0u; r < NR; r++)
-        rb[r] = wb + min(r0 + r, p.n_rows - 1u) * p.row_bytes; // a row past the end repeats the last
+        ro[r] = min(r0 + r, p.n_rows - 1u) * p.row_bytes; // a row past the end repeats the last
 
     for (uint u = tid; u < nu; u += WG) {
         uint q0, q1;
@@ -59,36 +67,48 @@ void main() {
         }
         [[unroll]] for (uint r = 0u; r < NR; r++) {
             vec4 v0, v1;
-            unit_load(rb[r], u, v0, v1);
+            unit_load(0u, wb + ro[r], u, v0, v1);
             [[unroll]] for (uint t = 0u; t < NT; t++) {
                 acc[r * NT + t] += dot(v0, a0[t]);
                 if (NV == 2u)
                     acc[r * NT + t] += dot(v1, a1[t]);
             }
+            if (GLU != 0u) {
+                unit_load(1u, wb2 + ro[r], u, v0, v1);
+                [[unroll]] for (uint t = 0u; t < NT; t++) {
+                    acc[(NR + r) * NT + t] += dot(v0, a0[t]);
+                    if (NV == 2u)
+                        acc[(NR + r) * NT + t] += dot(v1, a1[t]);
+                }
+            }
         }
     }
 
-    [[unroll]] for (uint i = 0u; i < NR * NT; i++)
+    [[unroll]] for (uint i = 0u; i < NM * NR * NT; i++)
         acc[i] = subgroupAdd(acc[i]);
     if (gl_NumSubgroups > 1u) {
         if (subgroupElect()) {
-            [[unroll]] for (uint i = 0u; i < NR * NT; i++)
+            [[unroll]] for (uint i = 0u; i < NM * NR * NT; i++)
                 red[i * WG + gl_SubgroupID] = acc[i];
         }
         barrier();
         for (uint i = tid; i < NR * NT; i += WG) {
-            float s = 0.0;
-            for (uint g = 0u; g < gl_NumSubgroups; g++)
+            float s = 0.0, s2 = 0.0;
+            for (uint g = 0u; g < gl_NumSubgroups; g++) {
                 s += red[i * WG + g];
+                if (GLU != 0u)
+                    s2 += red[(NR * NT + i) * WG + g];
+            }
             const uint r = i / NT, t = i % NT;
             if (r0 + r < p.n_rows && t < nt)
-                y[(yr + t) * p.y_stride + p.y_col0 + r0 + r] = s;
+                y[(yr + t) * p.y_stride + p.y_col0 + r0 + r] = GLU != 0u ? silu(s) * s2 : s;
         }
     } else if (tid == 0u) {
         [[unroll]] for (uint i = 0u; i < NR * NT; i++) {
             const uint r = i / NT, t = i % NT;
             if (r0 + r < p.n_rows && t < nt)
-                y[(yr + t) * p.y_stride + p.y_col0 + r0 + r] = acc[i];
+                y[(yr + t) * p.y_stride + p.y_col0 + r0 + r] =
+                    GLU != 0u ? silu(acc[i]) * acc[NR * NT + i] : acc[i];
         }
     }
 }

@@ -3,8 +3,10 @@
  * type x n_tok {1, 2, 3, 5, 8, 17, 64} (the matvec for 1..8 tokens in its
  * 1/2/4/8-token forms, the tiled matmul above) x odd row counts; ggml's own
  * quantized blocks (../shared/fixtures/quant); the expert-indexed matvec
- * (x shared or per pick, ids outside the stack) against per-expert
- * reference products; one expert of a stack; matrices split over several
+ * and tiled matmul (x shared or per pick, ids outside the stack, several
+ * tiles of one expert) against per-expert reference products; one expert
+ * of a stack; the fused gate + up + SwiGLU forms (plain and
+ * expert-indexed, gate and up split differently); matrices split over several
  * buffer ranges (pieces of whole rows, of whole experts) giving the same
  * bits as one range; a second launch shape; bad calls latching an error
  * and recording nothing. Exit 77 only when no Vulkan device exists.
@@ -237,26 +239,10 @@ START_TEST(test_types) {
     ck_assert(vkmm_supports(t, cols_of(t)));
     struct gpu g = gpu_open();
     struct strata_error err = {0};
-    ck_assert_msg(vkmm_prepare(g.mm, t, &err) == 0, "prepare %s: %s", quant_type_name(t),
-                  err.message);
+    if (t == QUANT_Q4_0) /* every pipeline of one type up front (the others at first use) */
+        ck_assert_msg(vkmm_prepare(g.mm, t, &err) == 0, "prepare %s: %s", quant_type_name(t),
+                      err.message);
     check_type_shapes(&g, t);
-    gpu_close(&g);
-}
-END_TEST
-
-/* A second launch shape: 8-lane matvec workgroups of 3 rows (one lavapipe
- * subgroup: the sum skips shared memory), 32 x 32 matmul tiles. */
-START_TEST(test_tune) {
-    static const enum quant_type tt[] = {QUANT_Q4_0, QUANT_Q6_K, QUANT_F16};
-    struct gpu g = gpu_open();
-    struct strata_error err = {0};
-    struct vkmm_tune tu = {
-        .mv_wg = 8, .mv_rows = 3, .mm_wg = 128, .mm_bm = 32, .mm_bn = 32, .mm_tm = 2, .mm_tn = 4};
-    ck_assert_msg(vkmm_set_tune(g.mm, &tu, &err) == 0, "%s", err.message);
-    for (int i = 0; i < 3; i++)
-        check_type_shapes(&g, tt[i]);
-    /* once pipelines exist the shape is fixed */
-    ck_assert_int_eq(vkmm_set_tune(g.mm, &tu, &err), STRATA_E_INVALID);
     gpu_close(&g);
 }
 END_TEST
@@ -405,9 +391,8 @@ static float *check_id(struct gpu *g, const struct hmat *m, const struct dstack 
     return y;
 }
 
-START_TEST(test_experts) {
-    enum quant_type t = types[_i];
-    struct gpu g = gpu_open();
+static void check_experts(struct gpu *gp, enum quant_type t) {
+    struct gpu g = *gp;
     struct hmat m;
     hmat_random(&m, t, N_EXP * EXP_ROWS, cols_of(t));
     struct dstack one, two;
@@ -427,6 +412,19 @@ START_TEST(test_experts) {
     for (int i = 0; i < 17; i++)
         sel2[i] = i % 7 - 1; /* -1 .. 5 */
     free(check_id(&g, &m, &two, sel2, 1, 17, false));
+    /* 70 tokens x 2 picks (the tiled form): expert 2 picked 84 times, more
+     * than one tile of tokens; both x layouts, both piece splits */
+    int32_t sel3[140];
+    for (int i = 0; i < 70; i++) {
+        sel3[2 * i] = 2;
+        sel3[2 * i + 1] = i % N_EXP;
+    }
+    for (int pp = 0; pp < 2; pp++) {
+        float *y1 = check_id(&g, &m, &one, sel3, 2, 70, pp);
+        float *y2 = check_id(&g, &m, &two, sel3, 2, 70, pp);
+        free(y2);
+        free(y1);
+    }
 
     /* one expert of the stack, through vkmm_matmul (matvec and tiled) */
     for (int64_t nt = 3; nt <= 17; nt += 14) {
@@ -452,6 +450,157 @@ START_TEST(test_experts) {
     stack_free(&g, &two);
     stack_free(&g, &one);
     hmat_free(&m);
+}
+
+START_TEST(test_experts) {
+    struct gpu g = gpu_open();
+    check_experts(&g, types[_i]);
+    gpu_close(&g);
+}
+END_TEST
+
+/* A second launch shape: 8-lane matvec workgroups of 3 rows (one lavapipe
+ * subgroup: the sum skips shared memory), 32 x 32 matmul tiles, pick lists
+ * of 16 (the expert-indexed matmul scans sel in several windows). */
+START_TEST(test_tune) {
+    static const enum quant_type tt[] = {QUANT_Q4_0, QUANT_Q6_K, QUANT_F16};
+    struct gpu g = gpu_open();
+    struct strata_error err = {0};
+    struct vkmm_tune tu = {.mv_wg = 8,
+                           .mv_rows = 3,
+                           .mm_wg = 128,
+                           .mm_bm = 32,
+                           .mm_bn = 32,
+                           .mm_tm = 2,
+                           .mm_tn = 4,
+                           .mm_lcap = 16};
+    ck_assert_msg(vkmm_set_tune(g.mm, &tu, &err) == 0, "%s", err.message);
+    for (int i = 0; i < 3; i++) {
+        check_type_shapes(&g, tt[i]);
+        check_experts(&g, tt[i]);
+    }
+    /* once pipelines exist the shape is fixed */
+    ck_assert_int_eq(vkmm_set_tune(g.mm, &tu, &err), STRATA_E_INVALID);
+    gpu_close(&g);
+}
+END_TEST
+
+/* ---- fused gate + up + SwiGLU ------------------------------------------------------ */
+
+static struct vk_wmat upload_split(struct gpu *g, const struct hmat *m, int64_t n_expert,
+                                   int64_t cut, struct vk_wpiece pc[2], struct vk_buf *b[2]) {
+    int n = cut > 0 ? 2 : 1;
+    b[1] = NULL;
+    for (int i = 0; i < n; i++) {
+        int64_t r0 = i ? cut : 0, nr = n == 1 ? m->rows : i ? m->rows - cut : cut;
+        uint64_t bytes = (uint64_t)nr * m->rb;
+        b[i] = buf_with(g, m->bytes + (size_t)r0 * m->rb, bytes, round16(bytes));
+        pc[i] = (struct vk_wpiece){b[i], 0, r0, nr};
+    }
+    return (struct vk_wmat){m->type, m->rows, m->cols, m->rb, n_expert, n, pc};
+}
+
+static float silu_ref(double g) {
+    return (float)(g / (1.0 + exp(-g)));
+}
+
+START_TEST(test_glu) {
+    enum quant_type t = types[_i];
+    struct gpu g = gpu_open();
+    struct hmat gm, um;
+    hmat_random(&gm, t, N_EXP * EXP_ROWS, cols_of(t));
+    hmat_random(&um, t, N_EXP * EXP_ROWS, cols_of(t));
+    struct vk_wpiece gpc[2], upc[2];
+    struct vk_buf *gb[2], *ub[2];
+    /* gate in one range, up in two (cut after 2 experts): the dispatches
+     * follow the overlaps */
+    struct vk_wmat gw = upload_split(&g, &gm, 0, 0, gpc, gb);
+    struct vk_wmat uw = upload_split(&g, &um, 0, 2 * EXP_ROWS, upc, ub);
+    const int64_t rows = gm.rows, er = EXP_ROWS;
+    for (int64_t nt = 1; nt <= 17; nt += 16) { /* the matvec, the tiled matmul */
+        float *x = rand_vec(nt * gm.cols);
+        float *y = malloc(sizeof(float) * (size_t)(nt * rows));
+        float *rg = malloc(sizeof(float) * (size_t)(nt * rows));
+        float *ru = malloc(sizeof(float) * (size_t)(nt * rows));
+        uint64_t xn = sizeof(float) * (size_t)(nt * gm.cols);
+        struct vk_buf *xb = buf_with(&g, x, xn, round16(xn));
+        struct vk_buf *yb = buf_with(&g, NULL, 0, round16(sizeof(float) * (uint64_t)(nt * rows)));
+        begin(&g);
+        vkmm_matmul_glu(g.mm, &gw, &uw, -1, (struct vk_bind){xb, 0, 0}, (struct vk_bind){yb, 0, 0},
+                        nt);
+        run_and_read(&g, yb, y, nt * rows);
+        ref_rows(&gm, 0, rows, x, nt, rg, rows);
+        ref_rows(&um, 0, rows, x, nt, ru, rows);
+        for (int64_t i = 0; i < nt * rows; i++)
+            rg[i] = silu_ref(rg[i]) * ru[i];
+        double e = nmse(y, rg, nt * rows);
+        ck_assert_msg(e < NMSE_MAX, "%s glu n_tok %lld: nmse %.3g", quant_type_name(t),
+                      (long long)nt, e);
+        vk_buf_free(g.d, yb);
+        vk_buf_free(g.d, xb);
+        free(ru);
+        free(rg);
+        free(y);
+        free(x);
+    }
+    /* the same matrices as stacks of N_EXP experts, expert-indexed */
+    gw.n_expert = uw.n_expert = N_EXP;
+    for (int64_t nt = 3; nt <= 20; nt += 17) { /* the matvec, the tiled matmul */
+        const int k = 2;
+        int64_t np = nt * k;
+        int32_t sel[40];
+        for (int64_t i = 0; i < np; i++)
+            sel[i] = (int32_t)((i * 3 + i / 5) % N_EXP);
+        float *x = rand_vec(nt * gm.cols);
+        float *y = malloc(sizeof(float) * (size_t)(np * er));
+        uint64_t xn = sizeof(float) * (size_t)(nt * gm.cols);
+        struct vk_buf *xb = buf_with(&g, x, xn, round16(xn));
+        struct vk_buf *yb = buf_with(&g, NULL, 0, round16(sizeof(float) * (uint64_t)(np * er)));
+        struct vk_buf *sb =
+            buf_with(&g, sel, sizeof(int32_t) * (size_t)np, round16(4 * (uint64_t)np));
+        begin(&g);
+        vkmm_matmul_id_glu(g.mm, &gw, &uw, (struct vk_bind){xb, 0, 0}, false,
+                           (struct vk_bind){sb, 0, 0}, k, nt, (struct vk_bind){yb, 0, 0});
+        run_and_read(&g, yb, y, np * er);
+        float rg[EXP_ROWS], ru[EXP_ROWS];
+        for (int64_t pi = 0; pi < np; pi++) {
+            const float *xr = x + (pi / k) * gm.cols;
+            ref_rows(&gm, sel[pi] * er, er, xr, 1, rg, er);
+            ref_rows(&um, sel[pi] * er, er, xr, 1, ru, er);
+            for (int r = 0; r < EXP_ROWS; r++)
+                rg[r] = silu_ref(rg[r]) * ru[r];
+            double e = nmse(y + pi * er, rg, er);
+            ck_assert_msg(e < NMSE_MAX, "%s glu id n_tok %lld pick %lld: nmse %.3g",
+                          quant_type_name(t), (long long)nt, (long long)pi, e);
+        }
+        vk_buf_free(g.d, sb);
+        vk_buf_free(g.d, yb);
+        vk_buf_free(g.d, xb);
+        free(y);
+        free(x);
+    }
+    /* gate and up of different types: latched, nothing recorded */
+    struct hmat om;
+    hmat_random(&om, t == QUANT_Q8_0 ? QUANT_Q4_0 : QUANT_Q8_0, 4, 256);
+    struct vk_wpiece opc[2];
+    struct vk_buf *ob[2];
+    struct vk_wmat ow = upload_split(&g, &om, 0, 0, opc, ob);
+    struct strata_error err = {0};
+    begin(&g);
+    vkmm_matmul_glu(g.mm, &gw, &ow, -1, (struct vk_bind){ob[0], 0, 0},
+                    (struct vk_bind){ob[0], 0, 0}, 1);
+    vkmm_matmul_glu(g.mm, &gw, NULL, -1, (struct vk_bind){ob[0], 0, 0},
+                    (struct vk_bind){ob[0], 0, 0}, 1);
+    ck_assert_int_eq(vk_rec_submit(g.d, &err), 0);
+    ck_assert_int_eq(vk_rec_wait(g.d, &err), 0);
+    ck_assert_int_eq(vkmm_status(g.mm, &err), STRATA_E_INVALID);
+    vk_buf_free(g.d, ob[0]);
+    hmat_free(&om);
+    vk_buf_free(g.d, ub[1]);
+    vk_buf_free(g.d, ub[0]);
+    vk_buf_free(g.d, gb[0]);
+    hmat_free(&um);
+    hmat_free(&gm);
     gpu_close(&g);
 }
 END_TEST
@@ -531,6 +680,7 @@ static Suite *vk_mm_suite(void) {
     tcase_add_test(tc, test_fixtures);
     tcase_add_test(tc, test_pieces);
     tcase_add_loop_test(tc, test_experts, 0, N_TYPES);
+    tcase_add_loop_test(tc, test_glu, 0, N_TYPES);
     tcase_add_test(tc, test_bad_calls);
     suite_add_tcase(s, tc);
     return s;

@@ -1,0 +1,302 @@
+/* gpu/vk-mm-rec.c: the record functions of the matrix kernels (gpu/vk-mm.h):
+ * checks, the split of a matrix (or a gate/up pair) into one dispatch per
+ * buffer range, workgroup counts within the device's limits.
+ *
+ * A fused gate/up pair may come in different pieces; each dispatch covers
+ * rows where one piece of each overlaps (a two-pointer walk over both
+ * lists), so any split of either gives the same rows the same work.
+ */
+#include "gpu/vk-mm-impl.h"
+
+/* Rows of one expert (the whole matrix when it is not a stack). */
+static int64_t expert_rows(const struct vk_wmat *w) {
+    return w->n_expert > 1 ? w->n_rows / w->n_expert : w->n_rows;
+}
+
+/* 0 when w can be recorded: a supported type and shape, pieces in row order
+ * covering every row (whole experts of a stack), each a binding the device
+ * allows. Else latches the reason. */
+static int check_wmat(struct vkmm *mm, const struct vk_wmat *w, const char *what) {
+    const struct vk_dev_info *in = mm->info;
+    if (!w || !vkmm_supports(w->type, w->n_cols)) {
+        vkmm_latch(mm, STRATA_E_UNSUPPORTED, "vkmm %s: no GPU kernel for %s rows of %lld", what,
+                   w ? quant_type_name(w->type) : "?", w ? (long long)w->n_cols : 0LL);
+        return -1;
+    }
+    if (w->n_rows < 1 || w->n_rows > UINT32_MAX ||
+        w->row_bytes != quant_row_size(w->type, w->n_cols) ||
+        (w->n_expert > 1 && w->n_rows % w->n_expert != 0) || w->n_piece < 1 || !w->piece) {
+        vkmm_latch(mm, STRATA_E_INVALID,
+                   "vkmm %s: bad matrix (%lld rows, %zu bytes a row, %lld experts)", what,
+                   (long long)w->n_rows, w->row_bytes, (long long)w->n_expert);
+        return -1;
+    }
+    const int64_t er = expert_rows(w);
+    const uint64_t align = in->min_storage_align ? in->min_storage_align : 1;
+    int64_t next = 0;
+    for (int i = 0; i < w->n_piece; i++) {
+        const struct vk_wpiece *pc = &w->piece[i];
+        uint64_t bytes = (uint64_t)pc->n_rows * w->row_bytes, range = (bytes + 3) & ~3ull;
+        if (!pc->buf || pc->row0 != next || pc->n_rows < 1 || pc->n_rows > w->n_rows - next ||
+            (w->n_expert > 1 && (pc->row0 % er || pc->n_rows % er)) ||
+            range > in->max_storage_range || range > UINT32_MAX || pc->off % align ||
+            pc->off + range > vk_buf_size(pc->buf)) {
+            vkmm_latch(mm, STRATA_E_INVALID,
+                       "vkmm %s: piece %d (rows %lld + %lld at byte %llu) is not a binding of "
+                       "whole rows (experts) after the previous piece",
+                       what, i, (long long)pc->row0, (long long)pc->n_rows,
+                       (unsigned long long)pc->off);
+            return -1;
+        }
+        next += pc->n_rows;
+    }
+    if (next != w->n_rows) {
+        vkmm_latch(mm, STRATA_E_INVALID, "vkmm %s: pieces cover %lld of %lld rows", what,
+                   (long long)next, (long long)w->n_rows);
+        return -1;
+    }
+    return 0;
+}
+
+/* Both matrices recordable, and for a fused pair of one type and shape. */
+static int check_pair(struct vkmm *mm, const struct vk_wmat *g, const struct vk_wmat *u,
+                      const char *what) {
+    if (check_wmat(mm, g, what) || (u && check_wmat(mm, u, what)))
+        return -1;
+    if (u && (u->type != g->type || u->n_rows != g->n_rows || u->n_cols != g->n_cols ||
+              expert_rows(u) != expert_rows(g))) {
+        vkmm_latch(mm, STRATA_E_INVALID, "vkmm %s: gate and up differ in type or shape", what);
+        return -1;
+    }
+    return 0;
+}
+
+static struct vk_bind piece_bind(const struct vk_wmat *w, const struct vk_wpiece *pc) {
+    uint64_t bytes = (uint64_t)pc->n_rows * w->row_bytes;
+    return (struct vk_bind){pc->buf, pc->off, (bytes + 3) & ~3ull};
+}
+
+static struct vk_pipe *pipe_or_latch(struct vkmm *mm, enum quant_type type, enum vkmm_kind kind,
+                                     bool glu) {
+    struct strata_error e = {0};
+    struct vk_pipe *p = vkmm_pipe(mm, type, kind, glu, &e);
+    if (!p)
+        vkmm_latch(mm, e.code ? e.code : STRATA_E_INTERNAL, "vkmm: pipeline %s.%s: %s",
+                   quant_type_name(type), vkmm_kind_name(kind), e.message);
+    return p;
+}
+
+/* Workgroups for `groups` row groups as gx * gy (gx within the device's
+ * first limit: 65,535 on lavapipe, so a 151,936-row output matrix still
+ * fits); the matvec flattens them back. */
+static int split_groups(struct vkmm *mm, uint64_t groups, uint32_t *gx, uint32_t *gy) {
+    uint64_t mx = mm->info->max_wg_count[0] ? mm->info->max_wg_count[0] : 65535;
+    uint64_t my = mm->info->max_wg_count[1] ? mm->info->max_wg_count[1] : 65535;
+    *gx = (uint32_t)(groups < mx ? groups : mx);
+    uint64_t y = (groups + *gx - 1) / *gx;
+    if (y > my) {
+        vkmm_latch(mm, STRATA_E_RANGE, "vkmm: %llu row groups exceed the device's workgroup counts",
+                   (unsigned long long)groups);
+        return -1;
+    }
+    *gy = (uint32_t)y;
+    return 0;
+}
+
+/* What one dispatch of a call binds besides the push constants. */
+struct rec_call {
+    enum quant_type type;
+    bool glu;
+    struct vk_bind x, y, sel;
+};
+
+/* One plain dispatch over rows [0, pu->n_rows) of binding w (from w_base),
+ * and of u (from w_base2) when fused. */
+static void record_rows(struct vkmm *mm, const struct rec_call *c, struct vk_bind w,
+                        struct vk_bind u, const struct vkmm_push *pu) {
+    const struct vkmm_tune *t = &mm->tune;
+    struct vk_bind binds[5] = {w, c->x, c->y, c->x, c->glu ? u : w}; /* sel unused: any buffer */
+    uint32_t gx, gy;
+    if (pu->n_tok <= VKMM_MV_MAX_TOK) {
+        enum vkmm_kind kind = pu->n_tok == 1   ? VKMM_MV1
+                              : pu->n_tok == 2 ? VKMM_MV2
+                              : pu->n_tok <= 4 ? VKMM_MV4
+                                               : VKMM_MV8;
+        struct vk_pipe *p = pipe_or_latch(mm, c->type, kind, c->glu);
+        if (!p || split_groups(mm, (pu->n_rows + t->mv_rows - 1) / t->mv_rows, &gx, &gy))
+            return;
+        vk_dispatch(mm->d, p, binds, pu, gx, gy, 1);
+        return;
+    }
+    struct vk_pipe *p = pipe_or_latch(mm, c->type, VKMM_MM, c->glu);
+    if (!p)
+        return;
+    uint64_t bx = (pu->n_rows + t->mm_bm - 1) / t->mm_bm,
+             by = (pu->n_tok + t->mm_bn - 1) / t->mm_bn;
+    if (bx > mm->info->max_wg_count[0] || by > mm->info->max_wg_count[1]) {
+        vkmm_latch(mm, STRATA_E_RANGE,
+                   "vkmm: %u rows x %u tokens exceed the device's workgroup counts", pu->n_rows,
+                   pu->n_tok);
+        return;
+    }
+    vk_dispatch(mm->d, p, binds, pu, (uint32_t)bx, (uint32_t)by, 1);
+}
+
+static void push_common(const struct vk_wmat *g, struct vkmm_push *pu) {
+    *pu = (struct vkmm_push){0};
+    pu->n_cols = (uint32_t)g->n_cols;
+    pu->row_bytes = (uint32_t)g->row_bytes;
+    pu->x_stride = (uint32_t)g->n_cols;
+}
+
+/* The piece of w holding row r (pieces were checked to cover every row). */
+static const struct vk_wpiece *piece_at(const struct vk_wmat *w, int64_t r) {
+    for (int i = 0; i < w->n_piece; i++)
+        if (r >= w->piece[i].row0 && r < w->piece[i].row0 + w->piece[i].n_rows)
+            return &w->piece[i];
+    return &w->piece[w->n_piece - 1];
+}
+
+static void matmul(struct vkmm *mm, const struct vk_wmat *g, const struct vk_wmat *u,
+                   int64_t expert, struct vk_bind x, struct vk_bind y, int64_t n_tok) {
+    const char *what = u ? "matmul_glu" : "matmul";
+    if (check_pair(mm, g, u, what))
+        return;
+    const int64_t n_exp = g->n_expert > 1 ? g->n_expert : 1;
+    if (n_tok < 1 || (uint64_t)n_tok > UINT32_MAX / (uint64_t)g->n_cols || expert >= n_exp ||
+        expert < -1) {
+        vkmm_latch(mm, STRATA_E_INVALID, "vkmm %s: bad call (%lld tokens, expert %lld of %lld)",
+                   what, (long long)n_tok, (long long)expert, (long long)n_exp);
+        return;
+    }
+    const struct vk_wmat *u2 = u ? u : g;
+    const struct rec_call c = {g->type, u != NULL, x, y, x};
+    struct vkmm_push pu;
+    push_common(g, &pu);
+    pu.n_tok = (uint32_t)n_tok;
+    if (expert >= 0 && n_exp > 1) { /* one expert: its rows lie in one piece of each */
+        const int64_t er = expert_rows(g), r0 = expert * er;
+        const struct vk_wpiece *gp = piece_at(g, r0), *up = piece_at(u2, r0);
+        pu.n_rows = (uint32_t)er;
+        pu.y_stride = (uint32_t)er;
+        pu.w_base = (uint32_t)((uint64_t)(r0 - gp->row0) * g->row_bytes);
+        pu.w_base2 = (uint32_t)((uint64_t)(r0 - up->row0) * g->row_bytes);
+        record_rows(mm, &c, piece_bind(g, gp), piece_bind(u2, up), &pu);
+        return;
+    }
+    pu.y_stride = (uint32_t)g->n_rows;
+    for (int i = 0, j = 0; i < g->n_piece && j < u2->n_piece;) {
+        const struct vk_wpiece *gp = &g->piece[i], *up = &u2->piece[j];
+        int64_t ge = gp->row0 + gp->n_rows, ue = up->row0 + up->n_rows;
+        int64_t a = gp->row0 > up->row0 ? gp->row0 : up->row0, b = ge < ue ? ge : ue;
+        if (a < b) {
+            pu.n_rows = (uint32_t)(b - a);
+            pu.y_col0 = (uint32_t)a;
+            pu.w_base = (uint32_t)((uint64_t)(a - gp->row0) * g->row_bytes);
+            pu.w_base2 = (uint32_t)((uint64_t)(a - up->row0) * g->row_bytes);
+            record_rows(mm, &c, piece_bind(g, gp), piece_bind(u2, up), &pu);
+        }
+        if (ge <= ue)
+            i++;
+        else
+            j++;
+    }
+}
+
+static void matmul_id(struct vkmm *mm, const struct vk_wmat *g, const struct vk_wmat *u,
+                      struct vk_bind x, bool x_per_pick, struct vk_bind sel, int k, int64_t n_tok,
+                      struct vk_bind y) {
+    const char *what = u ? "matmul_id_glu" : "matmul_id";
+    if (check_pair(mm, g, u, what))
+        return;
+    const int64_t n_pairs = n_tok >= 1 && n_tok <= INT32_MAX ? n_tok * (int64_t)k : 0;
+    if (k < 1 || n_pairs < 1 || (uint64_t)n_pairs > UINT32_MAX / (uint64_t)g->n_cols) {
+        vkmm_latch(mm, STRATA_E_INVALID, "vkmm %s: bad call (%lld tokens, k %d)", what,
+                   (long long)n_tok, k);
+        return;
+    }
+    const bool tiled = n_tok > VKMM_MV_MAX_TOK, glu = u != NULL;
+    struct vk_pipe *p = pipe_or_latch(mm, g->type, tiled ? VKMM_MM_ID : VKMM_MV_ID, glu);
+    if (!p)
+        return;
+    const int64_t er = expert_rows(g);
+    uint32_t gx, gy;
+    if (tiled) {
+        gx = (uint32_t)((er + mm->tune.mm_bm - 1) / mm->tune.mm_bm);
+        gy = 1;
+        if (gx > mm->info->max_wg_count[0]) {
+            vkmm_latch(mm, STRATA_E_RANGE, "vkmm %s: %lld rows exceed the workgroup counts", what,
+                       (long long)er);
+            return;
+        }
+    } else if (split_groups(mm, (uint64_t)(er + mm->tune.mv_rows - 1) / mm->tune.mv_rows, &gx,
+                            &gy)) {
+        return;
+    }
+    const uint32_t mz = mm->info->max_wg_count[2] ? mm->info->max_wg_count[2] : 65535;
+    struct vkmm_push pu;
+    push_common(g, &pu);
+    pu.n_rows = (uint32_t)er;
+    pu.n_tok = 1;
+    pu.y_stride = (uint32_t)er;
+    pu.k = (uint32_t)k;
+    pu.x_per_pick = x_per_pick;
+    pu.expert_bytes = (uint32_t)((uint64_t)er * g->row_bytes);
+    pu.n_pairs = (uint32_t)n_pairs;
+    const struct vk_wmat *u2 = u ? u : g;
+    for (int i = 0, j = 0; i < g->n_piece && j < u2->n_piece;) {
+        const struct vk_wpiece *gp = &g->piece[i], *up = &u2->piece[j];
+        int64_t ge = gp->row0 + gp->n_rows, ue = up->row0 + up->n_rows;
+        int64_t a = gp->row0 > up->row0 ? gp->row0 : up->row0, b = ge < ue ? ge : ue;
+        if (a < b) { /* experts [a / er, b / er) lie in both pieces */
+            pu.e0 = (uint32_t)(a / er);
+            pu.e1 = (uint32_t)(b / er);
+            pu.w_base = (uint32_t)((uint64_t)(a - gp->row0) * g->row_bytes);
+            pu.w_base2 = (uint32_t)((uint64_t)(a - up->row0) * g->row_bytes);
+            struct vk_bind wb = piece_bind(g, gp);
+            struct vk_bind binds[5] = {wb, x, y, sel, glu ? piece_bind(u2, up) : wb};
+            if (tiled) { /* a workgroup row per expert; each scans every pick */
+                vk_dispatch(mm->d, p, binds, &pu, gx, pu.e1 - pu.e0, 1);
+            } else {
+                for (int64_t p0 = 0; p0 < n_pairs; p0 += mz) { /* gz within the third limit */
+                    pu.pair0 = (uint32_t)p0;
+                    int64_t nz = n_pairs - p0 < mz ? n_pairs - p0 : mz;
+                    vk_dispatch(mm->d, p, binds, &pu, gx, gy, (uint32_t)nz);
+                }
+            }
+        }
+        if (ge <= ue)
+            i++;
+        else
+            j++;
+    }
+}
+
+void vkmm_matmul(struct vkmm *mm, const struct vk_wmat *w, int64_t expert, struct vk_bind x,
+                 struct vk_bind y, int64_t n_tok) {
+    matmul(mm, w, NULL, expert, x, y, n_tok);
+}
+
+void vkmm_matmul_glu(struct vkmm *mm, const struct vk_wmat *gate, const struct vk_wmat *up,
+                     int64_t expert, struct vk_bind x, struct vk_bind y, int64_t n_tok) {
+    if (!up) {
+        vkmm_latch(mm, STRATA_E_INVALID, "vkmm matmul_glu: no up matrix");
+        return;
+    }
+    matmul(mm, gate, up, expert, x, y, n_tok);
+}
+
+void vkmm_matmul_id(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x, bool x_per_pick,
+                    struct vk_bind sel, int k, int64_t n_tok, struct vk_bind y) {
+    matmul_id(mm, w, NULL, x, x_per_pick, sel, k, n_tok, y);
+}
+
+void vkmm_matmul_id_glu(struct vkmm *mm, const struct vk_wmat *gate, const struct vk_wmat *up,
+                        struct vk_bind x, bool x_per_pick, struct vk_bind sel, int k, int64_t n_tok,
+                        struct vk_bind y) {
+    if (!up) {
+        vkmm_latch(mm, STRATA_E_INVALID, "vkmm matmul_id_glu: no up matrix");
+        return;
+    }
+    matmul_id(mm, gate, up, x, x_per_pick, sel, k, n_tok, y);
+}
