@@ -120,9 +120,15 @@ int vk_rec_begin(struct vk_dev *d, struct strata_error *err) {
     if (rc)
         return rc;
     if (d->recording) { /* an unsubmitted recording is dropped */
-        vkEndCommandBuffer(d->cmd);
+        if (d->cmd)
+            vkEndCommandBuffer(d->cmd);
         d->recording = false;
+        if (d->part > 0) /* its first parts run: no fence covers them */
+            vkQueueWaitIdle(d->queue);
     }
+    d->part = 0;
+    d->n_since_split = 0;
+    d->cmd = d->cmds[0];
     if (d->lost)
         return strata_error_set(err, STRATA_E_IO, "vulkan: device lost");
     for (int i = 0; i < d->dpool_used; i++)
@@ -192,7 +198,35 @@ static const VkMemoryBarrier vk_barrier = {
                      VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT |
                      VK_ACCESS_HOST_READ_BIT};
 
+/* Submits the part recorded so far (no fence) and opens the next. */
+static void vk_rec_split(struct vk_dev *d) {
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                   .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
+                       .commandBufferCount = 1,
+                       .pCommandBuffers = &d->cmd};
+    VkResult r = vkEndCommandBuffer(d->cmd);
+    if (r == VK_SUCCESS)
+        r = vkQueueSubmit(d->queue, 1, &si, VK_NULL_HANDLE);
+    if (r == VK_SUCCESS) {
+        d->part++;
+        d->cmd = d->cmds[d->part];
+        r = vkResetCommandBuffer(d->cmd, 0);
+        if (r == VK_SUCCESS)
+            r = vkBeginCommandBuffer(d->cmd, &bi);
+    }
+    d->n_since_split = 0;
+    if (r != VK_SUCCESS) {
+        struct strata_error e = {0};
+        vk_check(d, r, "a recording's part", &e);
+        vk_rec_fail(d, e.code, e.message); /* submit reports it; nothing more is recorded */
+        d->cmd = VK_NULL_HANDLE;
+    }
+}
+
 static void vk_barrier_after(struct vk_dev *d) {
+    if (!d->cmd)
+        return; /* a part failed to open (the recording's error says so) */
     if (d->group) {
         d->group_dirty = true;
         return;
@@ -270,6 +304,10 @@ void vk_dispatch(struct vk_dev *d, const struct vk_pipe *p, const struct vk_bind
         d->prof_pipe[d->prof_n++] = p;
     }
     vk_barrier_after(d);
+    d->n_since_split++;
+    if (!d->group && !d->rec_err && d->part + 1 < VK_REC_PARTS &&
+        d->n_since_split >= (d->part == 0 ? VK_REC_SPLIT_FIRST : VK_REC_SPLIT_EVERY))
+        vk_rec_split(d);
 }
 
 void vk_copy(struct vk_dev *d, const struct vk_buf *src, uint64_t soff, const struct vk_buf *dst,
@@ -317,11 +355,16 @@ int vk_rec_submit(struct vk_dev *d, struct strata_error *err) {
         return strata_error_set(err, STRATA_E_INVALID, "vulkan: submit without a recording");
     vk_rec_group(d, false);
     d->recording = false;
+    if (d->rec_err) {
+        if (d->cmd)
+            vkEndCommandBuffer(d->cmd);
+        if (d->part > 0) /* the parts that ran: nothing may be pending after an error */
+            vkQueueWaitIdle(d->queue);
+        return strata_error_set(err, d->rec_err, "%s", d->rec_msg);
+    }
     int rc = vk_check(d, vkEndCommandBuffer(d->cmd), "vkEndCommandBuffer", err);
     if (rc)
         return rc;
-    if (d->rec_err)
-        return strata_error_set(err, d->rec_err, "%s", d->rec_msg);
     VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
                        .commandBufferCount = 1,
                        .pCommandBuffers = &d->cmd};

@@ -246,6 +246,27 @@ START_TEST(test_group) {
         ck_assert(zm[i] == 2.0f * (float)i + 1.0f);
         ck_assert(zm[n + i] == -(float)i);
     }
+    /* a long chain of dependent dispatches: the recording goes to the
+     * device in parts (VK_REC_SPLIT_FIRST, VK_REC_SPLIT_EVERY), in order */
+    struct axpb_push inc = {.n = 1, .a = 1.0f, .b = 1.0f};
+    xm[0] = 0.0f;
+    const int n_chain = VK_REC_SPLIT_FIRST + VK_REC_PARTS * VK_REC_SPLIT_EVERY + 7;
+    ck_assert_int_eq(vk_rec_begin(d, &err), 0);
+    for (int i = 0; i < n_chain; i++)
+        vk_dispatch(d, p, (struct vk_bind[]){{x, 0, 0}, {x, 0, 0}}, &inc, 1, 1, 1);
+    ck_assert_int_eq(vk_rec_submit(d, &err), 0);
+    ck_assert_int_eq(vk_rec_wait(d, &err), 0);
+    ck_assert_msg(xm[0] == (float)n_chain, "%g after %d", xm[0], n_chain);
+    /* dropped after parts ran: the next recording starts clean */
+    ck_assert_int_eq(vk_rec_begin(d, &err), 0);
+    for (int i = 0; i < 2 * VK_REC_SPLIT_FIRST; i++)
+        vk_dispatch(d, p, (struct vk_bind[]){{x, 0, 0}, {x, 0, 0}}, &inc, 1, 1, 1);
+    ck_assert_int_eq(vk_rec_begin(d, &err), 0);
+    vk_dispatch(d, p, (struct vk_bind[]){{x, 0, 0}, {x, 0, 0}}, &inc, 1, 1, 1);
+    ck_assert_int_eq(vk_rec_submit(d, &err), 0);
+    ck_assert_int_eq(vk_rec_wait(d, &err), 0);
+    /* the first part (VK_REC_SPLIT_FIRST) of the dropped one ran, then one */
+    ck_assert_msg(xm[0] == (float)(n_chain + VK_REC_SPLIT_FIRST + 1), "%g", xm[0]);
     vk_buf_free(d, z);
     vk_buf_free(d, y);
     vk_buf_free(d, x);
