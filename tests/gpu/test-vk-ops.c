@@ -171,7 +171,8 @@ END_TEST
 
 START_TEST(test_rmsnorm_softmax) {
     strata_rng_seed(&rng, 13);
-    const int64_t shapes[][2] = {{3, 1000}, {5, 37}, {2, 4099}, {1, 1}};
+    /* vec4 rows (1000, 5000: past the 4096 kept in registers) and the scalar path */
+    const int64_t shapes[][2] = {{3, 1000}, {2, 5000}, {5, 37}, {2, 4099}, {1, 1}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int64_t nr = shapes[s][0], nc = shapes[s][1];
         const size_t n = (size_t)(nr * nc);
