@@ -1,6 +1,6 @@
 /* gpu/vk-ops-attn.c: KV writes into the paged cache and causal attention
  * over it (gpu/vk-ops.h; shaders op_kv_write, op_attn_split,
- * op_attn_combine). The geometry of engine/kv/kv.h's blocks goes to the
+ * op_attn_prefill). The geometry of engine/kv/kv.h's blocks goes to the
  * shaders as words (two f16 each), which is why every row length must be
  * even. */
 #include "gpu/vk-ops-impl.h"
@@ -18,16 +18,22 @@ struct push_attn_split {
 };
 _Static_assert(sizeof(struct push_attn_split) == 72, "op_attn_split.comp");
 
-struct push_attn_combine {
-    uint32_t n_rows, hdv, n_chunk;
+struct push_attn_prefill {
+    struct vkops_kv_geom g;
+    uint32_t layer, n_tok, n_head, n_head_kv, hdk, hdv, tq;
+    float scale;
 };
-_Static_assert(sizeof(struct push_attn_combine) == 12, "op_attn_combine.comp");
+_Static_assert(sizeof(struct push_attn_prefill) == 64, "op_attn_prefill.comp");
 
 /* Workgroups the split aims for: two per SM of an H200 (132 SMs), so a
  * single decoding sequence still fills the device; on smaller devices the
  * extra chunks cost one partial row of (head_dim_v + 2) floats each. */
 #define ATTN_TARGET_WG 264
 #define ATTN_TILE 64 /* positions of a tile (op_attn_split.comp TILE) */
+/* op_attn_split.comp ATTN_COUNTERS: the (token, KV head) counters at the
+ * head of the scratch; a fixed area, so every dispatch finds its counters
+ * zero whatever shape the one before had. */
+#define ATTN_COUNTERS 65536
 
 void vkops_kv_geom(const struct vkops_kv *kv, struct vkops_kv_geom *g) {
     STRATA_ASSERT(kv->n_piece >= 1 && kv->n_piece <= VKOPS_KV_PIECES && kv->blocks_per_piece >= 1);
@@ -107,12 +113,47 @@ static int attn_chunks(int n_tok, int n_head_kv, int n_kv_max, int *chunk) {
     return (n_kv_max + c - 1) / c;
 }
 
+/* The prefill kernel for many tokens, when the device has it; with the
+ * host's sequence ids, only where runs of one sequence are long enough
+ * (>= 4 tokens on average) to share its K/V tiles: a batch of single
+ * decoding tokens is split-K's case however many there are. */
+static bool use_prefill(const struct vkops *o, const struct vkops_attn *a) {
+    if (!o->attn_prefill || a->n_tok <= VKOPS_ATTN_DECODE_MAX)
+        return false;
+    if (!a->host_seq)
+        return true;
+    int runs = 1;
+    for (int t = 1; t < a->n_tok; t++)
+        runs += a->host_seq[t] != a->host_seq[t - 1];
+    return a->n_tok >= 4 * runs;
+}
+
+static void attn_prefill(struct vkops *o, const struct vkops_kv *kv, const struct vkops_attn *a) {
+    const int group = a->n_head / a->n_head_kv;
+    struct push_attn_prefill push = {
+        .layer = (uint32_t)a->layer,
+        .n_tok = (uint32_t)a->n_tok,
+        .n_head = (uint32_t)a->n_head,
+        .n_head_kv = (uint32_t)a->n_head_kv,
+        .hdk = (uint32_t)a->head_dim_k,
+        .hdv = (uint32_t)a->head_dim_v,
+        .tq = (uint32_t)(16 / group), /* rows of a workgroup: tq * group <= 16 */
+        .scale = a->scale,
+    };
+    vkops_kv_geom(kv, &push.g);
+    struct vk_bind b[9] = {a->q, a->seq, a->pos, a->out};
+    kv_binds(kv, b + 4);
+    const uint32_t n_tiles = (uint32_t)((a->n_tok + (int)push.tq - 1) / (int)push.tq);
+    vk_dispatch(o->dev, o->attn_prefill, b, &push, n_tiles, (uint32_t)a->n_head_kv, 1);
+}
+
 uint64_t vkops_attn_scratch_bytes(int n_tok, int n_head, int head_dim_v, int n_kv_max) {
     int chunk;
     const int n_chunk = attn_chunks(n_tok, 1, n_kv_max, &chunk);
     if (n_chunk <= 1)
         return 0;
-    return (uint64_t)n_tok * n_head * n_chunk * (head_dim_v + 2) * sizeof(float);
+    return ATTN_COUNTERS * sizeof(uint32_t) +
+           (uint64_t)n_tok * n_head * n_chunk * (head_dim_v + 2) * sizeof(float);
 }
 
 void vkops_attention(struct vkops *o, const struct vkops_kv *kv, const struct vkops_attn *a) {
@@ -122,6 +163,10 @@ void vkops_attention(struct vkops *o, const struct vkops_kv *kv, const struct vk
     check_heads(kv, a->n_head_kv, a->head_dim_k, a->head_dim_v);
     if (a->n_tok == 0)
         return;
+    if (use_prefill(o, a)) {
+        attn_prefill(o, kv, a);
+        return;
+    }
     int chunk;
     const int n_chunk = attn_chunks(a->n_tok, a->n_head_kv, a->n_kv_max, &chunk);
     struct push_attn_split push = {
@@ -137,21 +182,16 @@ void vkops_attention(struct vkops *o, const struct vkops_kv *kv, const struct vk
         .scale = a->scale,
     };
     vkops_kv_geom(kv, &push.g);
-    struct vk_bind b[9] = {a->q, a->seq, a->pos, n_chunk == 1 ? a->out : a->scratch};
+    struct vk_bind b[10] = {a->q, a->seq, a->pos, a->out};
     kv_binds(kv, b + 4);
-    if (n_chunk > 1) /* a caller bug: scratch from vkops_attn_scratch_bytes */
+    b[9] = n_chunk == 1 ? a->out : a->scratch; /* unused when direct */
+    if (n_chunk > 1) { /* a caller bug: scratch from vkops_attn_scratch_bytes */
+        STRATA_ASSERT(a->n_tok * a->n_head_kv <= ATTN_COUNTERS);
         STRATA_ASSERT(a->scratch.buf &&
                       (a->scratch.range == 0 ||
                        a->scratch.range >= vkops_attn_scratch_bytes(a->n_tok, a->n_head,
                                                                     a->head_dim_v, a->n_kv_max)));
+    }
     vk_dispatch(o->dev, o->attn_split, b, &push, (uint32_t)n_chunk, (uint32_t)a->n_head_kv,
                 (uint32_t)a->n_tok);
-    if (n_chunk == 1)
-        return;
-    const struct push_attn_combine cp = {(uint32_t)(a->n_tok * a->n_head), (uint32_t)a->head_dim_v,
-                                         (uint32_t)n_chunk};
-    const struct vk_bind cb[2] = {a->scratch, a->out};
-    uint32_t gx, gy;
-    vkops_grid(cp.n_rows, &gx, &gy);
-    vk_dispatch(o->dev, o->attn_combine, cb, &cp, gx, gy, 1);
 }

@@ -18,6 +18,9 @@ static const uint32_t spv_copy_rows[] =
 static const uint32_t spv_rows[] =
 #include "gpu/shaders/op_rows.spv.h"
     ;
+static const uint32_t spv_rmsnorm[] =
+#include "gpu/shaders/op_rmsnorm.spv.h"
+    ;
 static const uint32_t spv_rope[] =
 #include "gpu/shaders/op_rope.spv.h"
     ;
@@ -39,8 +42,8 @@ static const uint32_t spv_kv_write[] =
 static const uint32_t spv_attn_split[] =
 #include "gpu/shaders/op_attn_split.spv.h"
     ;
-static const uint32_t spv_attn_combine[] =
-#include "gpu/shaders/op_attn_combine.spv.h"
+static const uint32_t spv_attn_prefill[] =
+#include "gpu/shaders/op_attn_prefill.spv.h"
     ;
 
 /* Push blocks, in the order of each shader's `layout(push_constant)`. */
@@ -58,6 +61,12 @@ struct push_rows {
     uint32_t n_rows;
 };
 _Static_assert(sizeof(struct push_rows) == 20, "op_rows.comp");
+struct push_rmsnorm {
+    uint32_t n4, has_w;
+    float eps;
+    uint32_t n_rows;
+};
+_Static_assert(sizeof(struct push_rmsnorm) == 16, "op_rmsnorm.comp");
 struct push_rope {
     uint32_t n_head, head_dim, n_rot, mode;
     float theta_scale, freq_scale, ext_factor, mscale, corr0, corr1;
@@ -90,7 +99,7 @@ _Static_assert(sizeof(struct push_sample) == 24, "op_sample.comp");
 /* Push sizes of the KV kernels (their structs are in gpu/vk-ops-attn.c). */
 #define PUSH_KV_WRITE 56
 #define PUSH_ATTN_SPLIT 72
-#define PUSH_ATTN_COMBINE 12
+#define PUSH_ATTN_PREFILL 64
 
 void vkops_grid(uint64_t n, uint32_t *gx, uint32_t *gy) {
     STRATA_ASSERT(n >= 1 && n <= 65535ull * 65535ull);
@@ -122,14 +131,14 @@ int vkops_init(struct vk_dev *d, struct vkops **out, struct strata_error *err) {
         PIPE(eltwise, spv_eltwise, 3, sizeof(struct push_eltwise)),
         PIPE(copy_rows, spv_copy_rows, 3, sizeof(struct push_copy_rows)),
         PIPE(rows, spv_rows, 3, sizeof(struct push_rows)),
+        PIPE(rmsnorm, spv_rmsnorm, 3, sizeof(struct push_rmsnorm)),
         PIPE(rope, spv_rope, 3, sizeof(struct push_rope)),
         PIPE(embed, spv_embed, 3, sizeof(struct push_embed)),
         PIPE(moe_route, spv_moe_route, 3, sizeof(struct push_route)),
         PIPE(argmax, spv_argmax, 2, sizeof(struct push_argmax)),
         PIPE(sample, spv_sample, 3, sizeof(struct push_sample)),
         PIPE(kv_write, spv_kv_write, 9, PUSH_KV_WRITE),
-        PIPE(attn_split, spv_attn_split, 9, PUSH_ATTN_SPLIT),
-        PIPE(attn_combine, spv_attn_combine, 2, PUSH_ATTN_COMBINE),
+        PIPE(attn_split, spv_attn_split, 10, PUSH_ATTN_SPLIT),
     };
     *out = NULL;
     const struct vk_dev_info *in = vk_dev_info(d);
@@ -137,19 +146,42 @@ int vkops_init(struct vk_dev *d, struct vkops **out, struct strata_error *err) {
         return strata_error_set(err, STRATA_E_UNSUPPORTED,
                                 "vkops: %s has no subgroup arithmetic in compute shaders",
                                 in->name);
+    /* the reductions keep one shared slot per subgroup, 128 at most
+     * (op_common.glsl): 256 invocations need subgroups of 2 or more */
+    if (in->subgroup_size < 2 || in->max_wg_invocations < 256)
+        return strata_error_set(err, STRATA_E_UNSUPPORTED,
+                                "vkops: %s has subgroups of %u and workgroups of %u invocations "
+                                "(needs 2 and 256)",
+                                in->name, in->subgroup_size, in->max_wg_invocations);
     struct vkops *o = calloc(1, sizeof *o);
     if (!o)
         return strata_error_set(err, STRATA_E_NOMEM, "vkops: out of memory");
     o->dev = d;
     for (size_t i = 0; i < sizeof pipes / sizeof pipes[0]; i++) {
         const struct pipe_desc *p = &pipes[i];
-        struct vk_pipe *pp =
-            vk_pipe_create(d, p->name, p->spv, p->bytes, p->n_bind, p->push, NULL, 0, err);
+        /* the vocabulary kernels' workgroup size (constant_id 0) */
+        const uint32_t wide =
+            in->max_wg_invocations >= 1024 && in->max_wg_size[0] >= 1024 && in->subgroup_size >= 8
+                ? 1024
+                : 256;
+        const bool vocab = p->spv == spv_argmax || p->spv == spv_sample;
+        struct vk_pipe *pp = vk_pipe_create(d, p->name, p->spv, p->bytes, p->n_bind, p->push,
+                                            vocab ? &wide : NULL, vocab ? 1 : 0, err);
         if (!pp) {
             vkops_free(o);
             return err ? err->code : STRATA_E_IO;
         }
         *(struct vk_pipe **)((char *)o + p->field) = pp;
+    }
+    /* the prefill kernel sums a row's score over 8 lanes by shuffles */
+    if (in->subgroup_size >= 8 && in->subgroup_size % 8 == 0) {
+        o->attn_prefill =
+            vk_pipe_create(d, "op_attn_prefill", spv_attn_prefill, sizeof spv_attn_prefill, 9,
+                           PUSH_ATTN_PREFILL, NULL, 0, err);
+        if (!o->attn_prefill) {
+            vkops_free(o);
+            return err ? err->code : STRATA_E_IO;
+        }
     }
     *out = o;
     return 0;
@@ -159,7 +191,7 @@ void vkops_free(struct vkops *o) {
     if (!o)
         return;
     /* reverse creation order */
-    vk_pipe_free(o->dev, o->attn_combine);
+    vk_pipe_free(o->dev, o->attn_prefill);
     vk_pipe_free(o->dev, o->attn_split);
     vk_pipe_free(o->dev, o->kv_write);
     vk_pipe_free(o->dev, o->sample);
@@ -167,6 +199,7 @@ void vkops_free(struct vkops *o) {
     vk_pipe_free(o->dev, o->moe_route);
     vk_pipe_free(o->dev, o->embed);
     vk_pipe_free(o->dev, o->rope);
+    vk_pipe_free(o->dev, o->rmsnorm);
     vk_pipe_free(o->dev, o->rows);
     vk_pipe_free(o->dev, o->copy_rows);
     vk_pipe_free(o->dev, o->eltwise);
@@ -274,7 +307,17 @@ static void rows(struct vkops *o, uint32_t mode, struct vk_bind x, struct vk_bin
 
 void vkops_rmsnorm(struct vkops *o, struct vk_bind x, struct vk_bind w, bool has_w,
                    struct vk_bind y, int64_t n_rows, int64_t n_cols, float eps) {
-    rows(o, 0, x, w, has_w, y, n_rows, n_cols, eps);
+    /* vec4 rows (op_rmsnorm.comp) where the width and the bindings allow */
+    const bool v4 =
+        n_cols % 4 == 0 && x.off % 16 == 0 && y.off % 16 == 0 && (!has_w || w.off % 16 == 0);
+    if (!v4 || n_rows == 0) {
+        rows(o, 0, x, w, has_w, y, n_rows, n_cols, eps);
+        return;
+    }
+    STRATA_ASSERT(n_rows > 0 && (uint64_t)(n_rows * n_cols) <= UINT32_MAX);
+    const struct push_rmsnorm push = {(uint32_t)(n_cols / 4), has_w, eps, (uint32_t)n_rows};
+    const struct vk_bind b[3] = {x, has_w ? w : x, y};
+    dispatch_linear(o, o->rmsnorm, b, &push, (uint64_t)n_rows);
 }
 
 void vkops_softmax(struct vkops *o, struct vk_bind x, int64_t n_rows, int64_t n_cols) {
@@ -320,7 +363,9 @@ void vkops_rope(struct vkops *o, struct vk_bind x, int n_tok, int n_head, int he
         push.corr1 = end < (float)(cfg->n_rot - 1) ? end : (float)(cfg->n_rot - 1);
     }
     const struct vk_bind b[3] = {x, pos, cfg->has_freq_factors ? cfg->freq_factors : pos};
-    dispatch_linear(o, o->rope, b, &push, (uint64_t)n_tok);
+    const uint64_t n_pairs = (uint64_t)n_tok * n_head * (cfg->n_rot / 2);
+    STRATA_ASSERT(n_pairs <= UINT32_MAX);
+    dispatch_linear(o, o->rope, b, &push, (n_pairs + 255) / 256);
 }
 
 /* ---- routing and sampling ------------------------------------------------ */

@@ -42,15 +42,25 @@
  * token t attends positions 0 .. pos[t] of seq[t]. Two kernels:
  *   decode (split-K): one workgroup per (token, KV head, chunk of positions)
  *     computes all query heads of the KV head's group over its chunk with
- *     an online softmax and writes a partial (max, sum, weighted V); a
- *     combine pass merges the chunks per (token, head). The number of chunks
+ *     an online softmax and writes a partial (max, sum, weighted V); the
+ *     workgroup that finishes a (token, KV head) last merges the chunks
+ *     (a counter per pair in the scratch), so there is no second launch and
+ *     no second barrier per layer. The number of chunks
  *     grows with n_kv_max, so a long context fills the device instead of
  *     serialising over positions in one workgroup (an H200 has 132 SMs:
  *     one sequence's 8 KV heads alone would use 8 of them).
- *   prefill (n_tok above VKOPS_ATTN_DECODE_MAX): tiles of query tokens of
- *     one sequence share each K/V tile loaded into shared memory.
- * The decode pass needs scratch (vkops_attn_scratch_bytes); the caller
- * passes a device buffer of at least that size.
+ *   prefill (n_tok above VKOPS_ATTN_DECODE_MAX, and with host_seq given,
+ *     runs of one sequence of 4 tokens or more on average): one workgroup
+ *     per (tile of 16 / G consecutive tokens, KV head), so each K/V tile
+ *     loaded into shared memory serves up to 16 query rows; a tile spanning
+ *     several sequences is processed once per sequence. Needs subgroups of
+ *     a multiple of 8 (all real devices); otherwise the split serves all.
+ * The split needs scratch (vkops_attn_scratch_bytes, an upper bound over
+ * n_head_kv and the kernel choice: 0 when the split has one chunk, which
+ * writes the output directly); the caller passes a device buffer of at
+ * least that size, zeroed when allocated (vk_buf_alloc zeroes) and used
+ * for nothing else: its first 256 KiB are the merge counters, which every
+ * attention leaves zero again.
  *
  * Sampling (vkops_argmax, vkops_sample): on one row of logits per token;
  * the uniform random number comes from the host (engine/core/rng.h), so the
@@ -115,7 +125,8 @@ bool vkops_embed_supports(enum quant_type type, int64_t n_cols);
  * outside [0, n_rows) gives a zero row. */
 void vkops_embed(struct vkops *o, const struct vkops_rows *w, struct vk_bind ids, int n,
                  struct vk_bind out);
-/* dst row i = src row ids[i] for i < n; rows of n_cols f32. */
+/* dst row i = src row ids[i] for i < n; rows of n_cols f32. An id whose
+ * row lies outside src's binding gives a zero row. */
 void vkops_copy_rows(struct vkops *o, struct vk_bind src, struct vk_bind ids, int n, int64_t n_cols,
                      struct vk_bind dst);
 
@@ -187,12 +198,15 @@ struct vkops_attn {
     int head_dim_k, head_dim_v;
     int n_kv_max; /* the step's largest pos + 1 (backend_step.n_kv_max) */
     float scale;  /* 1 / sqrt(head_dim_k) */
+    /* Optional (NULL: unknown): (n_tok) host copy of seq (backend_step.seq),
+     * borrowed during the call; it picks the kernel (below). */
+    const int32_t *host_seq;
 };
 
 /* True when the shape is within the limits above. */
 bool vkops_attn_supported(int n_head, int n_head_kv, int head_dim_k, int head_dim_v);
-/* Scratch the decode split of an attention of this shape needs (0 when it
- * takes the prefill kernel). */
+/* Scratch an attention of this shape may need (the split's partials;
+ * 0 when the split would have one chunk). */
 uint64_t vkops_attn_scratch_bytes(int n_tok, int n_head, int head_dim_v, int n_kv_max);
 /* Causal attention over the paged cache (the kernels above). */
 void vkops_attention(struct vkops *o, const struct vkops_kv *kv, const struct vkops_attn *a);
@@ -231,9 +245,14 @@ struct vkops_sample {
  * from the host's RNG): the first candidate whose running sum of
  * exp((logit - max) / T) exceeds u * the total. Differences from
  * sampler.c: top_k must be set (the device never sorts the whole
- * vocabulary: top_k = 0 with temperature > 0 stays on the host), and the
- * sums are f32 where sampler.c sums in double (a draw whose u lies within
- * ~1e-6 of a boundary may pick the neighbour). */
+ * vocabulary: top_k = 0 with temperature > 0 stays on the host); with
+ * fewer finite logits than top_k and top_p off, sampler.c draws in id
+ * order and this in sorted order (same distribution, another pick for the
+ * same u); and the sums are f32 where sampler.c sums in double (the top_p
+ * prefix sum is compensated, so only a draw whose u lies within ~1e-6 of
+ * a boundary may pick the neighbour). Selection: a radix select (five
+ * passes over the vocabulary for any top_k), or top_k argmax passes when
+ * more than 512 logits tie at the k-th value. */
 void vkops_sample(struct vkops *o, struct vk_bind logits, int n_rows, int64_t n_vocab,
                   const struct vkops_sample *p, struct vk_bind u, struct vk_bind ids);
 

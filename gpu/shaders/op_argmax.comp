@@ -6,7 +6,9 @@
  * pick a single launch with no second pass. */
 #include "op_common.glsl"
 
-layout(local_size_x = 256) in;
+/* 1024 invocations where the device allows (gpu/vk-ops.c), else 256: one
+ * workgroup streams the whole vocabulary, so wider is faster */
+layout(local_size_x_id = 0) in;
 
 layout(std430, binding = 0) readonly buffer L { float logits[]; };
 layout(std430, binding = 1) writeonly buffer I { int ids[]; };
@@ -23,7 +25,7 @@ void main() {
     const uint base = row * p.n_vocab;
     float bv = -1.0 / 0.0;
     uint bi = 0xffffffffu;
-    for (uint i = lid; i < p.n_vocab; i += 256u) {
+    for (uint i = lid; i < p.n_vocab; i += gl_WorkGroupSize.x) {
         const float v = logits[base + i];
         if (!isnan(v) && !isinf(v) && (bi == 0xffffffffu || v > bv)) {
             bv = v;

@@ -4,8 +4,10 @@
  * (chunk of positions, KV head, token) = (x, y, z): it computes every query
  * head of the KV head's GQA group over the chunk, so each K and V word is
  * read once for up to 8 query heads, and writes the unnormalised partial
- * (running max m, sum l, weighted V sum) per (token, head, chunk) for
- * op_attn_combine, or, with one chunk (direct), the normalised output.
+ * (running max m, sum l, weighted V sum) per (token, head, chunk) to
+ * scratch; the workgroup that finishes a (token, KV head) last merges its
+ * chunks into the output (below). With one chunk (direct) the output is
+ * written at once.
  *
  * Why split-K: decode has one query row per sequence and head, so without
  * a split one workgroup would walk the whole context alone: on an H200
@@ -32,7 +34,12 @@ layout(local_size_x = 128) in;
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
 layout(std430, binding = 1) readonly buffer Seq { int seq[]; };
 layout(std430, binding = 2) readonly buffer Pos { int pos[]; };
-layout(std430, binding = 3) writeonly buffer Dst { float dst[]; };
+layout(std430, binding = 3) writeonly buffer Out { float out_[]; };
+/* scratch: ATTN_COUNTERS uint counters, one per (token, KV head), then the
+ * partials (m, l, acc[hdv]) per ((token, head), chunk), as uint bits */
+layout(std430, binding = 9) coherent buffer Scr { uint scr[]; };
+
+#define ATTN_COUNTERS 65536u
 
 layout(push_constant) uniform P {
     kv_geom g;
@@ -41,13 +48,14 @@ layout(push_constant) uniform P {
     uint hdk, hdv;
     uint chunk;   /* positions a chunk, a multiple of TILE */
     uint n_chunk; /* chunks per (token, head) in dst */
-    uint direct;  /* 1: one chunk, write out (n_tok, n_head * hdv) normalised */
+    uint direct;  /* 1: one chunk: no partials, out written at once */
     float scale;
 } p;
 
 shared float s_q[GMAX * HDMAX];
 shared float s_sc[GMAX * TILE];
 shared float s_m[GMAX], s_l[GMAX], s_alpha[GMAX];
+shared bool s_last;
 
 void main() {
     const uint c = gl_WorkGroupID.x, hk = gl_WorkGroupID.y, t = gl_WorkGroupID.z;
@@ -152,18 +160,55 @@ void main() {
             if (p.direct != 0u) {
                 const vec2 o = acc[k] / s_l[gh];
                 const uint oi = (t * p.n_head + h) * p.hdv + 2u * dp;
-                dst[oi] = o.x;
-                dst[oi + 1u] = o.y;
+                out_[oi] = o.x;
+                out_[oi + 1u] = o.y;
             } else {
-                const uint oi = ((t * p.n_head + h) * p.n_chunk + c) * (p.hdv + 2u) + 2u + 2u * dp;
-                dst[oi] = acc[k].x;
-                dst[oi + 1u] = acc[k].y;
+                const uint oi = ATTN_COUNTERS +
+                                ((t * p.n_head + h) * p.n_chunk + c) * (p.hdv + 2u) + 2u + 2u * dp;
+                scr[oi] = floatBitsToUint(acc[k].x);
+                scr[oi + 1u] = floatBitsToUint(acc[k].y);
             }
         }
     }
-    if (p.direct == 0u && lid < G) {
-        const uint oi = ((t * p.n_head + h0 + lid) * p.n_chunk + c) * (p.hdv + 2u);
-        dst[oi] = s_m[lid];
-        dst[oi + 1u] = s_l[lid];
+    if (p.direct != 0u)
+        return;
+    if (lid < G) {
+        const uint oi = ATTN_COUNTERS + ((t * p.n_head + h0 + lid) * p.n_chunk + c) * (p.hdv + 2u);
+        scr[oi] = floatBitsToUint(s_m[lid]);
+        scr[oi + 1u] = floatBitsToUint(s_l[lid]);
     }
+
+    /* The last of the (token, KV head)'s chunks to finish merges them all
+     * (a counter per pair, reset for the next dispatch): no second launch,
+     * and no barrier between two dispatches, per layer. Partials go out
+     * before the count (memoryBarrierBuffer on a coherent buffer), and the
+     * last one reads them after it. */
+    memoryBarrierBuffer();
+    barrier();
+    if (lid == 0u)
+        s_last = atomicAdd(scr[t * p.n_head_kv + hk], 1u) == p.n_chunk - 1u;
+    barrier();
+    if (!s_last)
+        return;
+    memoryBarrierBuffer();
+    const uint stride = p.hdv + 2u;
+    for (uint i = lid; i < G * p.hdv; i += WG) {
+        const uint gh = i / p.hdv, d = i % p.hdv;
+        const uint base = ATTN_COUNTERS + (t * p.n_head + h0 + gh) * p.n_chunk * stride;
+        float M = -1.0 / 0.0;
+        for (uint cc = 0u; cc < p.n_chunk; cc++)
+            M = max(M, uintBitsToFloat(scr[base + cc * stride]));
+        float L = 0.0, o = 0.0;
+        for (uint cc = 0u; cc < p.n_chunk; cc++) {
+            const float m = uintBitsToFloat(scr[base + cc * stride]);
+            if (m > -1.0 / 0.0) { /* chunks past pos[t] are empty: m = -inf */
+                const float e = exp(m - M);
+                L += e * uintBitsToFloat(scr[base + cc * stride + 1u]);
+                o += e * uintBitsToFloat(scr[base + cc * stride + 2u + d]);
+            }
+        }
+        out_[(t * p.n_head + h0 + gh) * p.hdv + d] = o / L;
+    }
+    if (lid == 0u)
+        scr[t * p.n_head_kv + hk] = 0u;
 }

@@ -7,12 +7,12 @@
  *
  * Workgroup reductions: subgroupAdd / subgroupMax inside each subgroup, then
  * one shared slot per subgroup that every invocation sums in index order
- * (at most OPS_MAX_SUBGROUPS slots: 256 invocations / subgroup 4), so the
+ * (at most OPS_MAX_SUBGROUPS slots: 1024 invocations / subgroup 8), so the
  * result is the same in every invocation and does not depend on timing. */
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 
-#define OPS_MAX_SUBGROUPS 64
+#define OPS_MAX_SUBGROUPS 128
 
 shared float ops_red[OPS_MAX_SUBGROUPS];
 

@@ -20,5 +20,8 @@ void main() {
     const uint r = g / p.n_tiles, col = (g % p.n_tiles) * 256u + gl_LocalInvocationID.x;
     if (r >= p.n || col >= p.n_cols)
         return;
-    dst[r * p.n_cols + col] = src[uint(ids[r]) * p.n_cols + col];
+    /* an id outside src (its bound length) gives a zero row, never a stray read */
+    const int id = ids[r];
+    const bool ok = id >= 0 && (uint(id) + 1u) * p.n_cols <= uint(src.length());
+    dst[r * p.n_cols + col] = ok ? src[uint(id) * p.n_cols + col] : 0.0;
 }

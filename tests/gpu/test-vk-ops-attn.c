@@ -5,7 +5,8 @@
  * (so block ids are not in position order and positions cross blocks of
  * 16), the pool in four device buffers, both part layouts (whole rows and
  * one part per KV head), GQA groups of 1, 3 and 8, head_dim_k 48 and
- * head_dim_v 32. Part of test-vk-ops (its main and device fixture). */
+ * head_dim_v 32, and heads of 256 (the widest the kernels take). Part of test-vk-ops (its main and
+ * device fixture). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,9 @@ void vkops_attn_use(struct vk_dev **d, struct vkops **o) {
     ops = *o;
 }
 
-enum { N_LAYER = 3, N_SEQ = 3, N_CTX = 256, NB = 16, HKV = 2, HDK = 48, HDV = 32, PIECES = 4 };
+enum { N_LAYER = 3, N_SEQ = 3, N_CTX = 256, NB = 16, HKV = 2, PIECES = 4 };
+/* head dims of the cache under test (test_attention_wide widens them) */
+static int HDK = 48, HDV = 32;
 static const int lens[N_SEQ] = {1, 37, 150};
 
 struct fixture {
@@ -243,9 +246,12 @@ START_TEST(test_kv_write) {
 END_TEST
 
 /* Attention of n_tok queries (seq[t], pos[t]) at layer `layer` on the GPU
- * against ops_attn_head on the host cache. */
+ * against ops_attn_head on the host cache; `kernel` names the pipeline that
+ * must have run (read from the device's profile, where it has timestamps),
+ * host_seq whether the kernel choice sees the sequence ids. */
 static void check_attn(struct fixture *f, int layer, int n_head, int n_tok, const int32_t *seq,
-                       const int32_t *pos, struct strata_rng *r) {
+                       const int32_t *pos, bool host_seq, const char *kernel,
+                       struct strata_rng *r) {
     const int n_q = n_tok * n_head * HDK;
     float *q = malloc((size_t)n_q * 4), *got = malloc((size_t)n_tok * n_head * HDV * 4);
     float *want = malloc((size_t)n_tok * n_head * HDV * 4);
@@ -270,12 +276,40 @@ static void check_attn(struct fixture *f, int layer, int n_head, int n_tok, cons
                                  .head_dim_k = HDK,
                                  .head_dim_v = HDV,
                                  .n_kv_max = n_kv_max,
-                                 .scale = 1.0f / sqrtf((float)HDK)};
+                                 .scale = 1.0f / sqrtf((float)HDK),
+                                 .host_seq = host_seq ? seq : NULL};
     struct strata_error err = {0};
+    const bool prof = vk_dev_info(dev)->timestamp_period_ns > 0;
+    vk_prof_enable(dev, prof);
+    /* out starts as NaN: every value must be written; the attention runs
+     * twice in one recording over the same scratch, which needs the merge
+     * counters back at zero after the first */
+    ck_assert_int_eq(vk_buf_fill(dev, bo, 0, (uint64_t)n_tok * n_head * HDV * 4, 0x7fc00000u, &err),
+                     0);
     ck_assert_int_eq(vk_rec_begin(dev, &err), 0);
     vkops_attention(ops, &f->gkv, &a);
+    vk_fill(dev, bo, 0, (uint64_t)n_tok * n_head * HDV * 4, 0x7fc00000u);
+    vkops_attention(ops, &f->gkv, &a);
     run();
+    vk_prof_enable(dev, false);
+    if (prof) {
+        char *rep = NULL;
+        size_t rep_n = 0;
+        FILE *mf = open_memstream(&rep, &rep_n);
+        vk_prof_report(dev, mf);
+        fclose(mf);
+        ck_assert_msg(strstr(rep, kernel) != NULL, "n_tok %d: %s did not run:\n%s", n_tok, kernel,
+                      rep);
+        free(rep);
+    }
     ck_assert_int_eq(vk_buf_download(dev, bo, 0, got, (size_t)n_tok * n_head * HDV * 4, &err), 0);
+    if (sb > 0) { /* the counters: zero again */
+        uint32_t *cnt = malloc(sb);
+        ck_assert_int_eq(vk_buf_download(dev, bsc, 0, cnt, sb, &err), 0);
+        for (int i = 0; i < n_tok * HKV; i++)
+            ck_assert_msg(cnt[i] == 0, "merge counter %d left at %u", i, cnt[i]);
+        free(cnt);
+    }
     const uint16_t **kr = malloc(N_CTX * sizeof *kr), **vr = malloc(N_CTX * sizeof *vr);
     float *sc = malloc(N_CTX * sizeof *sc);
     const int group = n_head / HKV;
@@ -314,16 +348,29 @@ START_TEST(test_attention) {
         gpu_write(&f);
         cpu_write(&f);
         const int n_heads[] = {HKV, 3 * HKV, 8 * HKV}; /* groups of 1, 3, 8 */
-        for (int hi = 0; hi < 3; hi++) {
+        for (int hi = n_part == 1 ? 1 : 0; hi < (n_part == 1 ? 2 : 3); hi++) { /* lavapipe time */
             const int nh = n_heads[hi];
-            /* decode: each sequence's last position (split into chunks, combined) */
+            /* decode: each sequence's last position (split into chunks, merged) */
             const int32_t ds[] = {0, 1, 2}, dpos[] = {0, 36, 149};
-            check_attn(&f, hi % 2, nh, 3, ds, dpos, &r);
+            check_attn(&f, hi % 2, nh, 3, ds, dpos, false, "op_attn_split", &r);
             /* one long sequence alone: the most chunks */
             const int32_t s1[] = {2}, p1[] = {149};
-            check_attn(&f, 1, nh, 1, s1, p1, &r);
-            /* a prefill: every position of every sequence (one chunk, direct) */
-            check_attn(&f, 0, nh, f.n_tok, f.seq, f.pos, &r);
+            check_attn(&f, 1, nh, 1, s1, p1, false, "op_attn_split", &r);
+            /* a prefill: every position of every sequence, in turns (tiles of
+             * several sequences) */
+            check_attn(&f, 0, nh, f.n_tok, f.seq, f.pos, false, "op_attn_prefill", &r);
+            /* a prefill chunk of one sequence: positions 40 .. 149 of seq 2 */
+            int32_t cs[110], cp[110];
+            for (int i = 0; i < 110; i++)
+                cs[i] = 2, cp[i] = 40 + i;
+            check_attn(&f, 1, nh, 110, cs, cp, true, "op_attn_prefill", &r);
+            /* 12 decoding tokens of three sequences in turns: with the host's
+             * ids the split (runs of 1), without them the prefill kernel */
+            int32_t bs[12], bp[12];
+            for (int i = 0; i < 12; i++)
+                bs[i] = i % 3, bp[i] = lens[i % 3] - 1 - i / 3 * (i % 3 ? 5 : 0);
+            check_attn(&f, 0, nh, 12, bs, bp, true, "op_attn_split", &r);
+            check_attn(&f, 0, nh, 12, bs, bp, false, "op_attn_prefill", &r);
         }
         fixture_free(&f);
     }
@@ -334,10 +381,33 @@ START_TEST(test_attention) {
 }
 END_TEST
 
+/* The widest heads the kernels take (256: every word of the prefill's
+ * 16-word slices and the split's q tile in use), llama's group of 4. */
+START_TEST(test_attention_wide) {
+    struct strata_rng r;
+    strata_rng_seed(&r, 32);
+    HDK = HDV = VKOPS_HEAD_DIM_MAX;
+    struct fixture f;
+    fixture_init(&f, HKV);
+    gpu_write(&f);
+    cpu_write(&f);
+    check_rows(&f, "wide");
+    const int32_t ds[] = {0, 1, 2}, dpos[] = {0, 36, 149};
+    check_attn(&f, 1, 4 * HKV, 3, ds, dpos, false, "op_attn_split", &r);
+    int32_t cs[40], cp[40];
+    for (int i = 0; i < 40; i++)
+        cs[i] = 2, cp[i] = 110 + i;
+    check_attn(&f, 0, 4 * HKV, 40, cs, cp, true, "op_attn_prefill", &r);
+    fixture_free(&f);
+    HDK = 48, HDV = 32;
+}
+END_TEST
+
 TCase *vkops_attn_tcase(void) {
     TCase *tc = tcase_create("attention");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_kv_write);
     tcase_add_test(tc, test_attention);
+    tcase_add_test(tc, test_attention_wide);
     return tc;
 }
