@@ -2,7 +2,7 @@
  * suite; built as bench/gpu-bench, driven by bench/gpu).
  *
  *   gpu-bench MODEL [device=-1] [n_decode=128] [n_prefill=512] [batches=8,32]
- *             [profile=0] [hbm_gbs=4300]
+ *             [profile=0] [hbm_gbs=4300] [pipeline_cache=FILE]
  *
  * Prints, one line each (and one JSON line at the end):
  *   tg: n_decode greedy decode steps of one sequence after a 1-token prompt
@@ -85,6 +85,7 @@ int main(int argc, char **argv) {
     const char *batches = argc > 5 ? argv[5] : "8,32";
     const bool profile = argc > 6 && atoi(argv[6]) != 0;
     const double hbm_gbs = argc > 7 ? atof(argv[7]) : 4300.0;
+    const char *pcache = argc > 8 && *argv[8] ? argv[8] : NULL;
     int nb[8], n_nb = 0;
     for (const char *p = batches; *p && n_nb < 8;) {
         int v = atoi(p);
@@ -102,7 +103,10 @@ int main(int argc, char **argv) {
     struct strata_error err = {0};
     struct backend_vk_params vp = backend_vk_params_default();
     vp.device = device;
+    vp.pipeline_cache = pcache;
+    double t_init = now_s();
     struct backend *be = backend_vk_init(&vp, &err);
+    t_init = now_s() - t_init;
     if (!be) {
         fprintf(stderr, "gpu-bench: %s\n", err.message);
         return 1;
@@ -121,7 +125,9 @@ int main(int argc, char **argv) {
         backend_free(be);
         return 1;
     }
-    printf("load: %.2f s, %.2f GiB on the device\n", now_s() - t0,
+    printf("init: %.2f s (device, op pipelines%s); load: %.2f s (matmul pipelines, upload), "
+           "%.2f GiB on the device\n",
+           t_init, pcache ? ", pipeline cache" : "", now_s() - t0,
            (double)backend_vk_device_bytes(be) / (1 << 30));
     const int V = model_n_vocab(m);
     const int n_seq = max_seq > 1 ? max_seq : 1;

@@ -134,6 +134,9 @@ enum config_type {
       "all", "layers on the GPU: all, or a count (below the model's: the CPU, no split yet)")      \
     X(GPU_PROFILE, "gpu-profile", "STRATA_GPU_PROFILE", "--gpu-profile", CONFIG_TYPE_BOOL, 0, 1,   \
       "false", "time every GPU dispatch; the table per kernel is printed at exit")                 \
+    X(GPU_PIPELINE_CACHE, "gpu-pipeline-cache", "STRATA_GPU_PIPELINE_CACHE",                       \
+      "--gpu-pipeline-cache", CONFIG_TYPE_PATH, 0, 0, "",                                          \
+      "file keeping compiled GPU pipelines between starts (empty = compile every start)")          \
     X(LOG_LEVEL, "log-level", "STRATA_LOG_LEVEL", "--log-level", CONFIG_TYPE_LEVEL, 0, 3, "info",  \
       "error|warn|info|debug")                                                                     \
     X(SYS_ROOT, "sys-root", "STRATA_SYS_ROOT", "--sys-root", CONFIG_TYPE_PATH, 0, 0, "/",          \

@@ -678,8 +678,11 @@ struct backend *backend_vk_init(const struct backend_vk_params *p, struct strata
         goto fail;
     }
     c->params = p ? *p : backend_vk_params_default();
-    if (vk_dev_open(c->params.device, &c->dev, err) || vkmm_init(c->dev, &c->mm, err) ||
-        vkops_init(c->dev, &c->ops, err))
+    c->params.pipeline_cache = NULL; /* borrowed for init only */
+    const char *pcache = p ? p->pipeline_cache : NULL;
+    if (vk_dev_open(c->params.device, &c->dev, err) ||
+        (pcache && *pcache && vk_dev_pipeline_cache(c->dev, pcache, err)) ||
+        vkmm_init(c->dev, &c->mm, err) || vkops_init(c->dev, &c->ops, err))
         goto fail;
     if (!(c->moe_sum = vk_pipe_create(c->dev, "moe_sum", spv_moe_sum, sizeof spv_moe_sum, 3,
                                       sizeof(struct bvk_moe_sum_push), NULL, 0, err)))

@@ -52,8 +52,9 @@
 #include "gpu/vk.h"
 
 struct backend_vk_params {
-    int device;   /* physical device index, -1: the best (vk_dev_open) */
-    bool profile; /* time every dispatch (STRATA_GPU_PROFILE=1) */
+    int device;                 /* physical device index, -1: the best (vk_dev_open) */
+    bool profile;               /* time every dispatch (STRATA_GPU_PROFILE=1) */
+    const char *pipeline_cache; /* borrowed during init: the pipeline cache file, or NULL */
     /* Tests: caps on one weight piece and one KV piece in bytes (0: the
      * device's binding limit), so small models cross binding boundaries. */
     uint64_t piece_bytes, kv_piece_bytes;

@@ -39,11 +39,12 @@
 #define GPU_FIT_SHARE 0.90 /* of the device-local heap the weights may take */
 
 struct gpu_choice_in {
-    const char *gpu;        /* "auto" (NULL), "off", or a device index */
-    const char *gpu_layers; /* "all" (NULL) or a count */
-    bool profile;           /* STRATA_GPU_PROFILE: time each dispatch */
-    uint64_t model_bytes;   /* the weights' bytes (model_probe n_bytes) */
-    int n_layer;            /* the model's layers */
+    const char *gpu;            /* "auto" (NULL), "off", or a device index */
+    const char *gpu_layers;     /* "all" (NULL) or a count */
+    bool profile;               /* STRATA_GPU_PROFILE: time each dispatch */
+    const char *pipeline_cache; /* --gpu-pipeline-cache file; NULL or "": none */
+    uint64_t model_bytes;       /* the weights' bytes (model_probe n_bytes) */
+    int n_layer;                /* the model's layers */
     /* the shapes the kernels have limits for (gpu/vk-ops.h); 0: unchecked */
     int n_head, n_head_kv, head_dim_k, head_dim_v, n_rot, n_expert, n_expert_used;
 };

@@ -2,6 +2,7 @@
  * compute queue (gpu/vk.h). */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpu/vk-impl.h"
 
@@ -366,11 +367,72 @@ uint64_t vk_dev_allocated(const struct vk_dev *d, int device_memory) {
     return device_memory ? d->alloc_dev : d->alloc_host;
 }
 
+int vk_dev_pipeline_cache(struct vk_dev *d, const char *path, struct strata_error *err) {
+    void *data = NULL;
+    size_t n = 0;
+    FILE *f = path && *path ? fopen(path, "rb") : NULL;
+    if (f) {
+        if (fseek(f, 0, SEEK_END) == 0) {
+            long sz = ftell(f);
+            if (sz > 0 && sz < (1l << 30) && fseek(f, 0, SEEK_SET) == 0 &&
+                (data = malloc((size_t)sz)))
+                n = fread(data, 1, (size_t)sz, f) == (size_t)sz ? (size_t)sz : 0;
+        }
+        fclose(f);
+    }
+    VkPipelineCacheCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO,
+                                    .initialDataSize = n,
+                                    .pInitialData = n ? data : NULL};
+    VkPipelineCache c = VK_NULL_HANDLE;
+    VkResult r = vkCreatePipelineCache(d->dev, &ci, NULL, &c);
+    if (r != VK_SUCCESS && n) { /* data the driver refuses outright: start empty */
+        ci.initialDataSize = 0;
+        ci.pInitialData = NULL;
+        r = vkCreatePipelineCache(d->dev, &ci, NULL, &c);
+    }
+    free(data);
+    if (r != VK_SUCCESS)
+        return vk_check(d, r, "vkCreatePipelineCache", err);
+    if (d->pcache)
+        vkDestroyPipelineCache(d->dev, d->pcache, NULL);
+    d->pcache = c;
+    free(d->pcache_path);
+    d->pcache_path = path && *path ? strdup(path) : NULL;
+    return 0;
+}
+
+/* Writes the pipeline cache to its file (best effort: a cache). */
+static void vk_pcache_save(struct vk_dev *d) {
+    size_t n = 0;
+    if (!d->pcache || !d->pcache_path ||
+        vkGetPipelineCacheData(d->dev, d->pcache, &n, NULL) != VK_SUCCESS || n == 0)
+        return;
+    void *data = malloc(n);
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", d->pcache_path, (int)getpid());
+    FILE *f = data ? fopen(tmp, "wb") : NULL;
+    if (f && vkGetPipelineCacheData(d->dev, d->pcache, &n, data) == VK_SUCCESS &&
+        fwrite(data, 1, n, f) == n && fclose(f) == 0) {
+        f = NULL;
+        if (rename(tmp, d->pcache_path) != 0)
+            unlink(tmp);
+    } else {
+        if (f)
+            fclose(f);
+        unlink(tmp);
+    }
+    free(data);
+}
+
 void vk_dev_close(struct vk_dev *d) {
     if (!d)
         return;
     if (d->dev) {
         vkDeviceWaitIdle(d->dev);
+        vk_pcache_save(d);
+        if (d->pcache)
+            vkDestroyPipelineCache(d->dev, d->pcache, NULL);
+        free(d->pcache_path);
         vk_rec_free(d);
         vk_buf_free(d, d->staging);
         if (d->fence)

@@ -49,6 +49,8 @@ struct vk_dev {
     VkCommandBuffer xfer; /* synchronous uploads, downloads, fills */
     VkFence xfer_fence;
     PFN_vkCmdPushDescriptorSetKHR push_desc; /* NULL: descriptor pools */
+    VkPipelineCache pcache;                  /* every pipeline's; VK_NULL_HANDLE: none */
+    char *pcache_path;                       /* owned: where vk_dev_close writes it; NULL: not */
     bool lost;
     bool recording, pending;
     bool group;               /* vk_rec_group: no barrier after each command */

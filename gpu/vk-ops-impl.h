@@ -13,7 +13,8 @@
 
 struct vkops {
     struct vk_dev *dev; /* borrowed */
-    struct vk_pipe *eltwise, *copy_rows, *rows, *rope, *embed, *moe_route, *argmax, *sample;
+    struct vk_pipe *eltwise, *copy_rows, *rows, *rmsnorm, *rope, *embed, *moe_route, *argmax,
+        *sample;
     struct vk_pipe *kv_write, *attn_split;
     struct vk_pipe *attn_prefill; /* NULL on subgroups narrower than 8 (the split serves all) */
 };

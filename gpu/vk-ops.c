@@ -18,6 +18,9 @@ static const uint32_t spv_copy_rows[] =
 static const uint32_t spv_rows[] =
 #include "gpu/shaders/op_rows.spv.h"
     ;
+static const uint32_t spv_rmsnorm[] =
+#include "gpu/shaders/op_rmsnorm.spv.h"
+    ;
 static const uint32_t spv_rope[] =
 #include "gpu/shaders/op_rope.spv.h"
     ;
@@ -58,6 +61,12 @@ struct push_rows {
     uint32_t n_rows;
 };
 _Static_assert(sizeof(struct push_rows) == 20, "op_rows.comp");
+struct push_rmsnorm {
+    uint32_t n4, has_w;
+    float eps;
+    uint32_t n_rows;
+};
+_Static_assert(sizeof(struct push_rmsnorm) == 16, "op_rmsnorm.comp");
 struct push_rope {
     uint32_t n_head, head_dim, n_rot, mode;
     float theta_scale, freq_scale, ext_factor, mscale, corr0, corr1;
@@ -122,6 +131,7 @@ int vkops_init(struct vk_dev *d, struct vkops **out, struct strata_error *err) {
         PIPE(eltwise, spv_eltwise, 3, sizeof(struct push_eltwise)),
         PIPE(copy_rows, spv_copy_rows, 3, sizeof(struct push_copy_rows)),
         PIPE(rows, spv_rows, 3, sizeof(struct push_rows)),
+        PIPE(rmsnorm, spv_rmsnorm, 3, sizeof(struct push_rmsnorm)),
         PIPE(rope, spv_rope, 3, sizeof(struct push_rope)),
         PIPE(embed, spv_embed, 3, sizeof(struct push_embed)),
         PIPE(moe_route, spv_moe_route, 3, sizeof(struct push_route)),
@@ -189,6 +199,7 @@ void vkops_free(struct vkops *o) {
     vk_pipe_free(o->dev, o->moe_route);
     vk_pipe_free(o->dev, o->embed);
     vk_pipe_free(o->dev, o->rope);
+    vk_pipe_free(o->dev, o->rmsnorm);
     vk_pipe_free(o->dev, o->rows);
     vk_pipe_free(o->dev, o->copy_rows);
     vk_pipe_free(o->dev, o->eltwise);
@@ -296,7 +307,17 @@ static void rows(struct vkops *o, uint32_t mode, struct vk_bind x, struct vk_bin
 
 void vkops_rmsnorm(struct vkops *o, struct vk_bind x, struct vk_bind w, bool has_w,
                    struct vk_bind y, int64_t n_rows, int64_t n_cols, float eps) {
-    rows(o, 0, x, w, has_w, y, n_rows, n_cols, eps);
+    /* vec4 rows (op_rmsnorm.comp) where the width and the bindings allow */
+    const bool v4 =
+        n_cols % 4 == 0 && x.off % 16 == 0 && y.off % 16 == 0 && (!has_w || w.off % 16 == 0);
+    if (!v4 || n_rows == 0) {
+        rows(o, 0, x, w, has_w, y, n_rows, n_cols, eps);
+        return;
+    }
+    STRATA_ASSERT(n_rows > 0 && (uint64_t)(n_rows * n_cols) <= UINT32_MAX);
+    const struct push_rmsnorm push = {(uint32_t)(n_cols / 4), has_w, eps, (uint32_t)n_rows};
+    const struct vk_bind b[3] = {x, has_w ? w : x, y};
+    dispatch_linear(o, o->rmsnorm, b, &push, (uint64_t)n_rows);
 }
 
 void vkops_softmax(struct vkops *o, struct vk_bind x, int64_t n_rows, int64_t n_cols) {
@@ -342,7 +363,9 @@ void vkops_rope(struct vkops *o, struct vk_bind x, int n_tok, int n_head, int he
         push.corr1 = end < (float)(cfg->n_rot - 1) ? end : (float)(cfg->n_rot - 1);
     }
     const struct vk_bind b[3] = {x, pos, cfg->has_freq_factors ? cfg->freq_factors : pos};
-    dispatch_linear(o, o->rope, b, &push, (uint64_t)n_tok);
+    const uint64_t n_pairs = (uint64_t)n_tok * n_head * (cfg->n_rot / 2);
+    STRATA_ASSERT(n_pairs <= UINT32_MAX);
+    dispatch_linear(o, o->rope, b, &push, (n_pairs + 255) / 256);
 }
 
 /* ---- routing and sampling ------------------------------------------------ */

@@ -245,9 +245,14 @@ struct vkops_sample {
  * from the host's RNG): the first candidate whose running sum of
  * exp((logit - max) / T) exceeds u * the total. Differences from
  * sampler.c: top_k must be set (the device never sorts the whole
- * vocabulary: top_k = 0 with temperature > 0 stays on the host), and the
- * sums are f32 where sampler.c sums in double (a draw whose u lies within
- * ~1e-6 of a boundary may pick the neighbour). */
+ * vocabulary: top_k = 0 with temperature > 0 stays on the host); with
+ * fewer finite logits than top_k and top_p off, sampler.c draws in id
+ * order and this in sorted order (same distribution, another pick for the
+ * same u); and the sums are f32 where sampler.c sums in double (the top_p
+ * prefix sum is compensated, so only a draw whose u lies within ~1e-6 of
+ * a boundary may pick the neighbour). Selection: a radix select (five
+ * passes over the vocabulary for any top_k), or top_k argmax passes when
+ * more than 512 logits tie at the k-th value. */
 void vkops_sample(struct vkops *o, struct vk_bind logits, int n_rows, int64_t n_vocab,
                   const struct vkops_sample *p, struct vk_bind u, struct vk_bind ids);
 

@@ -66,7 +66,7 @@ struct vk_pipe *vk_pipe_create(struct vk_dev *d, const char *name, const uint32_
                   .pName = "main",
                   .pSpecializationInfo = n_spec ? &si : NULL},
         .layout = p->layout};
-    if (vk_check(d, vkCreateComputePipelines(d->dev, VK_NULL_HANDLE, 1, &cci, NULL, &p->pipe),
+    if (vk_check(d, vkCreateComputePipelines(d->dev, d->pcache, 1, &cci, NULL, &p->pipe),
                  "compute pipeline", err))
         goto fail;
     return p;
@@ -191,12 +191,18 @@ static VkDescriptorSet vk_set_alloc(struct vk_dev *d, const struct vk_pipe *p) {
     }
 }
 
+/* Between commands: device writes before, device reads and writes after.
+ * The host's view comes once, at the end of the recording (vk_host_barrier),
+ * not after every command. */
 static const VkMemoryBarrier vk_barrier = {
     .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
     .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
     .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
-                     VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT |
-                     VK_ACCESS_HOST_READ_BIT};
+                     VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT};
+static const VkMemoryBarrier vk_host_barrier = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                                                .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT |
+                                                                 VK_ACCESS_TRANSFER_WRITE_BIT,
+                                                .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
 
 /* Submits the part recorded so far (no fence) and opens the next. */
 static void vk_rec_split(struct vk_dev *d) {
@@ -233,9 +239,8 @@ static void vk_barrier_after(struct vk_dev *d) {
     }
     vkCmdPipelineBarrier(d->cmd,
                          VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
-                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
-                             VK_PIPELINE_STAGE_HOST_BIT,
-                         0, 1, &vk_barrier, 0, NULL, 0, NULL);
+                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0,
+                         1, &vk_barrier, 0, NULL, 0, NULL);
 }
 
 void vk_dispatch(struct vk_dev *d, const struct vk_pipe *p, const struct vk_bind *binds,
@@ -362,6 +367,9 @@ int vk_rec_submit(struct vk_dev *d, struct strata_error *err) {
             vkQueueWaitIdle(d->queue);
         return strata_error_set(err, d->rec_err, "%s", d->rec_msg);
     }
+    vkCmdPipelineBarrier(d->cmd,
+                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                         VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &vk_host_barrier, 0, NULL, 0, NULL);
     int rc = vk_check(d, vkEndCommandBuffer(d->cmd), "vkEndCommandBuffer", err);
     if (rc)
         return rc;

@@ -111,6 +111,13 @@ const struct vk_dev_info *vk_dev_info(const struct vk_dev *d); /* borrowed */
 /* Waits for the queue, frees what the device made. NULL is a no-op. Every
  * buffer and pipeline must be freed first. */
 void vk_dev_close(struct vk_dev *d);
+/* Keeps compiled pipelines in the file at path (loaded now when it exists
+ * and the driver accepts it: the driver checks its own header, a foreign or
+ * stale file is ignored; written back at vk_dev_close, through a temporary
+ * file renamed over it). Call before the first vk_pipe_create. A driver
+ * compiles a dequantizing matmul in ~0.1-1 s; a model needs ~30-60 of them.
+ * 0, or STRATA_E_NOMEM. */
+int vk_dev_pipeline_cache(struct vk_dev *d, const char *path, struct strata_error *err);
 /* 1 once the device was lost (every later call fails). */
 bool vk_dev_lost(const struct vk_dev *d);
 /* Bytes allocated through vk_buf_alloc now, per kind (for /status, leaks). */

@@ -23,6 +23,7 @@ int sched_gpu_choose(struct sched *s, const struct sched_params *p, struct strat
     const struct gpu_choice_in in = {.gpu = p->gpu,
                                      .gpu_layers = p->gpu_layers,
                                      .profile = p->gpu_profile,
+                                     .pipeline_cache = p->gpu_pipeline_cache,
                                      .model_bytes = mp.n_bytes,
                                      .n_layer = mp.hp.n_layer,
                                      .n_head = mp.hp.n_head,

@@ -130,9 +130,10 @@ struct sched_params {
     const char *expert_store, *expert_io, *expert_direct; /* borrowed */
     int64_t expert_ram;                                   /* bytes; 0 = from the budget */
     /* the GPU (gpu/gpu-choose.h); NULL strings = "auto", "all" */
-    const char *gpu, *gpu_layers; /* borrowed */
-    bool gpu_profile;             /* time every dispatch, the table at exit */
-    int expert_prefetch;          /* router lookahead depth (xstore_params.prefetch) */
+    const char *gpu, *gpu_layers;   /* borrowed */
+    bool gpu_profile;               /* time every dispatch, the table at exit */
+    const char *gpu_pipeline_cache; /* borrowed: compiled pipelines' file; NULL: none */
+    int expert_prefetch;            /* router lookahead depth (xstore_params.prefetch) */
 };
 #define SCHED_PROFILE_INTERVAL_S 60.0
 struct sched_params sched_params_default(void);

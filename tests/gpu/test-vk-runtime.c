@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpu/vk-impl.h"
 #include "tests/harness.h"
@@ -315,6 +316,32 @@ START_TEST(test_profile) {
 }
 END_TEST
 
+/* The pipeline cache file: written at close, read at the next open; a
+ * file of garbage is ignored, not an error. */
+START_TEST(test_pipeline_cache) {
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/strata-test-vk-pcache-%d.bin", (int)getpid());
+    struct strata_error err = {0};
+    for (int round = 0; round < 3; round++) {
+        if (round == 2) { /* garbage where the cache was */
+            FILE *f = fopen(path, "wb");
+            fputs("not a pipeline cache", f);
+            fclose(f);
+        }
+        struct vk_dev *d = open_dev();
+        ck_assert_int_eq(vk_dev_pipeline_cache(d, path, &err), 0);
+        run_axpb(d, 64);
+        vk_dev_close(d);
+        FILE *f = fopen(path, "rb");
+        ck_assert_msg(f != NULL, "round %d: no cache file", round);
+        fseek(f, 0, SEEK_END);
+        ck_assert_int_gt(ftell(f), 16);
+        fclose(f);
+    }
+    unlink(path);
+}
+END_TEST
+
 static Suite *vk_runtime_suite(void) {
     Suite *s = suite_create("vk-runtime");
     TCase *tc = tcase_create("core");
@@ -324,6 +351,7 @@ static Suite *vk_runtime_suite(void) {
     tcase_add_test(tc, test_dispatch);
     tcase_add_test(tc, test_desc_pools);
     tcase_add_test(tc, test_group);
+    tcase_add_test(tc, test_pipeline_cache);
     tcase_add_test(tc, test_profile);
     suite_add_tcase(s, tc);
     return s;
