@@ -16,7 +16,8 @@
  *    "margins":[top1 - top2 logit at each generated step],
  *    "timings":{"load_ms", "prompt_n", "prompt_ms", "prompt_tok_s",
  *               "gen_n", "gen_ms", "gen_tok_s", "peak_rss_mb"},
- *    "kernels":{"isa", "detected", "weights_layout", "weights_packed_bytes"}}
+ *    "kernels":{"isa", "detected", "weights_layout", "weights_packed_bytes"},
+ *    "backend":"cpu"|"vulkan", "gpu":"the --gpu decision (gpu/gpu-choose.h)"}
  * (the ISA the matmuls ran on, `--isa` or STRATA_ISA, and how the weights
  * were laid out for it at load: engine/model/model.h model_weights_layout).
  * gen_ms times the forward passes of generated tokens (gen_n - 1 decode
@@ -49,6 +50,7 @@
 #include "engine/model/model-numa.h"
 #include "engine/model/model.h"
 #include "engine/session/session.h"
+#include "gpu/gpu-choose.h"
 
 struct run_opts {
     const char *model;
@@ -60,14 +62,17 @@ struct run_opts {
     int n_ctx;       /* 0 = prompt + n_gen */
     int n_batch;     /* prefill chunk; 0 = model default */
     bool chat, json, ignore_eos, no_prefault, no_repack;
-    const char *numa; /* --numa; NULL = STRATA_NUMA / the config file, else auto */
+    const char *numa;             /* --numa; NULL = STRATA_NUMA / the config file, else auto */
+    const char *gpu, *gpu_layers; /* --gpu, --gpu-layers; NULL = STRATA_GPU... / config */
     struct sampler_params sp;
 };
 
 struct run_stats {
     double load_ms, prompt_ms, gen_ms;
     int prompt_n, gen_n, decode_steps;
-    const char *layout; /* model_weights_layout (static) */
+    const char *layout;  /* model_weights_layout (static) */
+    const char *backend; /* "cpu", "vulkan" */
+    const char *gpu;     /* the --gpu decision's line */
     uint64_t packed_bytes;
 };
 
@@ -84,6 +89,7 @@ static void usage(FILE *out) {
             "[--json]\n"
             "         [--no-prefault]   (do not map the weight pages at load)\n"
             "         [--numa auto|off|node:N|split]\n"
+            "         [--gpu auto|off|N] [--gpu-layers all|N]   (Vulkan; auto: a GPU that fits)\n"
             "         [--no-repack]     (read the weights from the file's pages, unpacked)\n"
             "         [--isa NAME]      (auto|avx512-vnni|avx512|avx2|ref: the CPU kernels)\n");
 }
@@ -132,6 +138,10 @@ static int parse_args(int argc, char **argv, struct run_opts *o) {
             ok = (o->isa = v) != NULL;
         else if (!strcmp(a, "--numa"))
             ok = (o->numa = v) != NULL;
+        else if (!strcmp(a, "--gpu"))
+            ok = (o->gpu = v) != NULL;
+        else if (!strcmp(a, "--gpu-layers"))
+            ok = (o->gpu_layers = v) != NULL;
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
             ok = v && arg_int(v, 0, 1 << 20, &o->n_gen);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
@@ -313,9 +323,10 @@ static void print_json(const struct tokenizer_ids *prompt, const int32_t *gen, c
                            "detected", kernels_isa_name(kernels_isa_detected()), "weights_layout",
                            st->layout ? st->layout : "", "weights_packed_bytes",
                            (json_int_t)st->packed_bytes);
-    json_t *root = json_pack("{s:o, s:o, s:s%, s:s, s:o, s:o, s:o}", "prompt_ids", pj, "ids", gj,
-                             "text", text ? text : "", text_len, "stop", eog ? "eog" : "length",
-                             "margins", mj, "timings", tj, "kernels", kj);
+    json_t *root = json_pack(
+        "{s:o, s:o, s:s%, s:s, s:o, s:o, s:o, s:s, s:s}", "prompt_ids", pj, "ids", gj, "text",
+        text ? text : "", text_len, "stop", eog ? "eog" : "length", "margins", mj, "timings", tj,
+        "kernels", kj, "backend", st->backend ? st->backend : "cpu", "gpu", st->gpu ? st->gpu : "");
     char *s = root ? json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
     if (s)
         printf("%s\n", s);
@@ -364,6 +375,9 @@ int cli_run_main(int argc, char **argv) {
      * capped at 32 either way. */
     struct pool_params pp = pool_params_default();
     char numa_mode[64] = "auto";
+    char gpu_mode[32] = "auto", gpu_layers[32] = "all";
+    bool gpu_profile = false;
+    struct gpu_choice gch = {0};
     int64_t mem_budget = 0; /* model_params.mem_budget, from sysinfo as in serve */
     struct xstore_plan xs = {0};
     struct xstore_plan_in xin = {0};
@@ -377,6 +391,10 @@ int cli_run_main(int argc, char **argv) {
         pp.spin = (int)config_int(cfg, CONFIG_POOL_SPIN);
         /* the config's string dies with cfg: keep a copy */
         snprintf(numa_mode, sizeof numa_mode, "%s", o.numa ? o.numa : config_str(cfg, CONFIG_NUMA));
+        snprintf(gpu_mode, sizeof gpu_mode, "%s", o.gpu ? o.gpu : config_str(cfg, CONFIG_GPU));
+        snprintf(gpu_layers, sizeof gpu_layers, "%s",
+                 o.gpu_layers ? o.gpu_layers : config_str(cfg, CONFIG_GPU_LAYERS));
+        gpu_profile = config_bool(cfg, CONFIG_GPU_PROFILE);
         /* the ISA before the model: the weight layout follows it (kernels.h) */
         const char *isa_name = o.isa ? o.isa : config_str(cfg, CONFIG_ISA);
         enum kernels_isa isa;
@@ -431,9 +449,34 @@ int cli_run_main(int argc, char **argv) {
     if (!(pool = pool_init(&pp, &err)))
         goto done;
     double t0 = now_ms();
+    {
+        /* --gpu: the Vulkan backend when the rule takes a device (gpu-choose.h) */
+        struct model_probe gpr = {0};
+        const bool probed = model_probe(o.model, &gpr, NULL) == 0;
+        struct gpu_choice_in gin = {.gpu = gpu_mode,
+                                    .gpu_layers = gpu_layers,
+                                    .profile = gpu_profile,
+                                    .model_bytes = probed ? gpr.n_bytes : 0,
+                                    .n_layer = probed ? gpr.hp.n_layer : 0,
+                                    .n_head = probed ? gpr.hp.n_head : 0,
+                                    .n_head_kv = gpr.hp.n_head_kv,
+                                    .head_dim_k = gpr.hp.head_dim_k,
+                                    .head_dim_v = gpr.hp.head_dim_v,
+                                    .n_rot = gpr.hp.n_rot,
+                                    .n_expert = gpr.hp.n_expert,
+                                    .n_expert_used = gpr.hp.n_expert_used};
+        if (!probed) /* the load says what is wrong with the file */
+            snprintf(gch.rule, sizeof gch.rule, "the model could not be probed: the CPU");
+        else if (gpu_choose(&gin, &gch, &err)) {
+            rc = 2;
+            goto done;
+        }
+        fprintf(stderr, "strata run: gpu: %s\n", gch.rule);
+        be = gch.be;
+    }
     struct backend_cpu_params cp = backend_cpu_params_default();
     cp.pool = pool;
-    if (!(be = backend_cpu_init(&cp, &err)))
+    if (!be && !(be = backend_cpu_init(&cp, &err)))
         goto done;
     struct model_params mp = model_params_default();
     mp.backend = be;
@@ -446,9 +489,24 @@ int cli_run_main(int argc, char **argv) {
         rc = 2;
         goto done;
     }
-    mp.xstore = xs.on ? &xs.params : NULL;
-    if (!(m = model_load(o.model, &mp, &err)))
+    mp.xstore = xs.on && !gch.be ? &xs.params : NULL; /* a GPU holds every expert */
+    if (!(m = model_load(o.model, &mp, &err)) && gch.be) {
+        /* out of device memory, a lost device: say so and load on the CPU */
+        fprintf(stderr, "strata run: gpu: loading on the GPU failed (%s): the CPU\n", err.message);
+        snprintf(gch.rule, sizeof gch.rule, "loading on the GPU failed: the CPU");
+        backend_free(be);
+        gch.be = NULL;
+        strata_error_clear(&err);
+        if (!(be = backend_cpu_init(&cp, &err)))
+            goto done;
+        mp.backend = be;
+        mp.xstore = xs.on ? &xs.params : NULL;
+        m = model_load(o.model, &mp, &err);
+    }
+    if (!m)
         goto done;
+    st.backend = be->ops->name;
+    st.gpu = gch.rule;
     if (model_numa_finish(m, pool, NULL, false, &numa_rep, &err) < 0)
         goto done;
     if (o.numa) { /* asked for on the command line: say what it did */

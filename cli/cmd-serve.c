@@ -39,6 +39,9 @@ static struct sched_params params_of(const struct config *cfg) {
     sp.expert_ram = config_int(cfg, CONFIG_EXPERT_RAM);
     sp.expert_io = config_str(cfg, CONFIG_EXPERT_IO);
     sp.expert_direct = config_str(cfg, CONFIG_EXPERT_DIRECT);
+    sp.gpu = config_str(cfg, CONFIG_GPU);
+    sp.gpu_layers = config_str(cfg, CONFIG_GPU_LAYERS);
+    sp.gpu_profile = config_bool(cfg, CONFIG_GPU_PROFILE);
     /* without --kv-mem the KV pool takes at most half the memory budget */
     struct sysinfo_params sip = sysinfo_params_default();
     sip.root = config_str(cfg, CONFIG_SYS_ROOT);

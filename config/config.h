@@ -124,6 +124,13 @@ enum config_type {
       "NUMA: auto (bind to the weights' node), off, node:N, split (both nodes, rows by node)")     \
     X(POOL_SPIN, "pool-spin", "STRATA_POOL_SPIN", "--pool-spin", CONFIG_TYPE_INT, 0, 100000000,    \
       "4000", "worker spin iterations before parking (DESIGN.md: 4000 best)")                      \
+    X(GPU, "gpu", "STRATA_GPU", "--gpu", CONFIG_TYPE_STRING, 0, 0, "auto",                         \
+      "Vulkan device: auto (a GPU that holds the weights; never a CPU implementation), off, "      \
+      "or a device index")                                                                         \
+    X(GPU_LAYERS, "gpu-layers", "STRATA_GPU_LAYERS", "--gpu-layers", CONFIG_TYPE_STRING, 0, 0,     \
+      "all", "layers on the GPU: all, or a count (below the model's: the CPU, no split yet)")      \
+    X(GPU_PROFILE, "gpu-profile", "STRATA_GPU_PROFILE", "--gpu-profile", CONFIG_TYPE_BOOL, 0, 1,   \
+      "false", "time every GPU dispatch; the table per kernel is printed at exit")                 \
     X(LOG_LEVEL, "log-level", "STRATA_LOG_LEVEL", "--log-level", CONFIG_TYPE_LEVEL, 0, 3, "info",  \
       "error|warn|info|debug")                                                                     \
     X(SYS_ROOT, "sys-root", "STRATA_SYS_ROOT", "--sys-root", CONFIG_TYPE_PATH, 0, 0, "/",          \

@@ -332,15 +332,17 @@ int vk_dev_open(int index, struct vk_dev **out, struct strata_error *err) {
                                    .queueFamilyIndex = d->queue_family};
     if ((rc = vk_check(d, vkCreateCommandPool(d->dev, &pci, NULL, &d->pool), "command pool", err)))
         goto fail;
-    VkCommandBuffer cb[2];
+    VkCommandBuffer cb[VK_REC_PARTS + 1];
     VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
                                       .commandPool = d->pool,
                                       .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-                                      .commandBufferCount = 2};
+                                      .commandBufferCount = VK_REC_PARTS + 1};
     if ((rc = vk_check(d, vkAllocateCommandBuffers(d->dev, &ai, cb), "command buffers", err)))
         goto fail;
+    for (int i = 0; i < VK_REC_PARTS; i++)
+        d->cmds[i] = cb[i];
     d->cmd = cb[0];
-    d->xfer = cb[1];
+    d->xfer = cb[VK_REC_PARTS];
     VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     if ((rc = vk_check(d, vkCreateFence(d->dev, &fci, NULL, &d->fence), "fence", err)) ||
         (rc = vk_check(d, vkCreateFence(d->dev, &fci, NULL, &d->xfer_fence), "fence", err)))

@@ -15,6 +15,16 @@
 #define VK_PROF_MAX 4096               /* timed dispatches per recording (2 queries each) */
 #define VK_DESC_POOL_SETS 1024         /* sets per descriptor pool (no push descriptors) */
 #define VK_BIND_MAX 16                 /* storage buffers per pipeline */
+/* A recording is submitted in parts as it grows, so the device starts on
+ * the first layers while the host records the rest: the first part after
+ * VK_REC_SPLIT_FIRST dispatches, then every VK_REC_SPLIT_EVERY, at most
+ * VK_REC_PARTS parts (then one part to the end). Recording costs ~1 us a
+ * dispatch on the host (push descriptors, push constants, barrier) and a
+ * 7B decode step is ~450 dispatches, ~0.5 ms the device would otherwise
+ * sit idle for; a submit costs ~10-20 us. */
+#define VK_REC_PARTS 8
+#define VK_REC_SPLIT_FIRST 32
+#define VK_REC_SPLIT_EVERY 128
 
 struct vk_prof_row {
     char name[48];
@@ -31,13 +41,18 @@ struct vk_dev {
     uint32_t queue_family;
     VkPhysicalDeviceMemoryProperties mem_props;
     VkCommandPool pool;
-    VkCommandBuffer cmd;  /* the recording */
+    VkCommandBuffer cmds[VK_REC_PARTS]; /* the recording's parts */
+    VkCommandBuffer cmd;                /* the part being recorded: cmds[part] */
+    int part;             /* parts submitted before cmd (no fence: the last's covers them) */
+    int n_since_split;    /* dispatches recorded into cmd */
     VkFence fence;        /* signalled when cmd's submission has run */
     VkCommandBuffer xfer; /* synchronous uploads, downloads, fills */
     VkFence xfer_fence;
     PFN_vkCmdPushDescriptorSetKHR push_desc; /* NULL: descriptor pools */
     bool lost;
     bool recording, pending;
+    bool group;               /* vk_rec_group: no barrier after each command */
+    bool group_dirty;         /* a command was recorded in the open group */
     int rec_err;              /* first error of the recording (STRATA_E_*) */
     char rec_msg[160];        /* its message */
     struct vk_buf *staging;   /* VK_STAGING_BYTES host-visible, made at first use */

@@ -243,3 +243,18 @@ int vk_buf_fill(struct vk_dev *d, struct vk_buf *dst, uint64_t off, uint64_t n, 
                          NULL);
     return vk_xfer_end(d, err);
 }
+
+int vk_buf_copy(struct vk_dev *d, const struct vk_buf *src, uint64_t soff, struct vk_buf *dst,
+                uint64_t doff, uint64_t n, struct strata_error *err) {
+    int rc = vk_range_ok(src, soff, n, err);
+    if (rc || (rc = vk_range_ok(dst, doff, n, err)) || n == 0)
+        return rc;
+    if ((rc = vk_xfer_begin(d, err)))
+        return rc;
+    VkBufferCopy bc = {.srcOffset = soff, .dstOffset = doff, .size = n};
+    vkCmdCopyBuffer(d->xfer, src->buf, dst->buf, 1, &bc);
+    vkCmdPipelineBarrier(d->xfer, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                         VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, 0, 1, &vk_xfer_barrier, 0, NULL, 0,
+                         NULL);
+    return vk_xfer_end(d, err);
+}

@@ -120,9 +120,15 @@ int vk_rec_begin(struct vk_dev *d, struct strata_error *err) {
     if (rc)
         return rc;
     if (d->recording) { /* an unsubmitted recording is dropped */
-        vkEndCommandBuffer(d->cmd);
+        if (d->cmd)
+            vkEndCommandBuffer(d->cmd);
         d->recording = false;
+        if (d->part > 0) /* its first parts run: no fence covers them */
+            vkQueueWaitIdle(d->queue);
     }
+    d->part = 0;
+    d->n_since_split = 0;
+    d->cmd = d->cmds[0];
     if (d->lost)
         return strata_error_set(err, STRATA_E_IO, "vulkan: device lost");
     for (int i = 0; i < d->dpool_used; i++)
@@ -137,6 +143,7 @@ int vk_rec_begin(struct vk_dev *d, struct strata_error *err) {
         (rc = vk_check(d, vkBeginCommandBuffer(d->cmd, &bi), "vkBeginCommandBuffer", err)))
         return rc;
     d->recording = true;
+    d->group = d->group_dirty = false;
     if (d->prof_on && d->info.timestamp_period_ns > 0) {
         if (!d->qpool) {
             VkQueryPoolCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
@@ -191,7 +198,39 @@ static const VkMemoryBarrier vk_barrier = {
                      VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT |
                      VK_ACCESS_HOST_READ_BIT};
 
+/* Submits the part recorded so far (no fence) and opens the next. */
+static void vk_rec_split(struct vk_dev *d) {
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                   .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
+                       .commandBufferCount = 1,
+                       .pCommandBuffers = &d->cmd};
+    VkResult r = vkEndCommandBuffer(d->cmd);
+    if (r == VK_SUCCESS)
+        r = vkQueueSubmit(d->queue, 1, &si, VK_NULL_HANDLE);
+    if (r == VK_SUCCESS) {
+        d->part++;
+        d->cmd = d->cmds[d->part];
+        r = vkResetCommandBuffer(d->cmd, 0);
+        if (r == VK_SUCCESS)
+            r = vkBeginCommandBuffer(d->cmd, &bi);
+    }
+    d->n_since_split = 0;
+    if (r != VK_SUCCESS) {
+        struct strata_error e = {0};
+        vk_check(d, r, "a recording's part", &e);
+        vk_rec_fail(d, e.code, e.message); /* submit reports it; nothing more is recorded */
+        d->cmd = VK_NULL_HANDLE;
+    }
+}
+
 static void vk_barrier_after(struct vk_dev *d) {
+    if (!d->cmd)
+        return; /* a part failed to open (the recording's error says so) */
+    if (d->group) {
+        d->group_dirty = true;
+        return;
+    }
     vkCmdPipelineBarrier(d->cmd,
                          VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                          VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
@@ -265,6 +304,10 @@ void vk_dispatch(struct vk_dev *d, const struct vk_pipe *p, const struct vk_bind
         d->prof_pipe[d->prof_n++] = p;
     }
     vk_barrier_after(d);
+    d->n_since_split++;
+    if (!d->group && !d->rec_err && d->part + 1 < VK_REC_PARTS &&
+        d->n_since_split >= (d->part == 0 ? VK_REC_SPLIT_FIRST : VK_REC_SPLIT_EVERY))
+        vk_rec_split(d);
 }
 
 void vk_copy(struct vk_dev *d, const struct vk_buf *src, uint64_t soff, const struct vk_buf *dst,
@@ -291,6 +334,15 @@ void vk_fill(struct vk_dev *d, const struct vk_buf *dst, uint64_t off, uint64_t 
     vk_barrier_after(d);
 }
 
+void vk_rec_group(struct vk_dev *d, bool on) {
+    if (on == d->group)
+        return;
+    d->group = on;
+    if (!on && d->group_dirty && d->recording)
+        vk_barrier_after(d);
+    d->group_dirty = false;
+}
+
 bool vk_rec_active(const struct vk_dev *d) {
     return d->recording;
 }
@@ -301,12 +353,18 @@ bool vk_rec_pending(const struct vk_dev *d) {
 int vk_rec_submit(struct vk_dev *d, struct strata_error *err) {
     if (!d->recording)
         return strata_error_set(err, STRATA_E_INVALID, "vulkan: submit without a recording");
+    vk_rec_group(d, false);
     d->recording = false;
+    if (d->rec_err) {
+        if (d->cmd)
+            vkEndCommandBuffer(d->cmd);
+        if (d->part > 0) /* the parts that ran: nothing may be pending after an error */
+            vkQueueWaitIdle(d->queue);
+        return strata_error_set(err, d->rec_err, "%s", d->rec_msg);
+    }
     int rc = vk_check(d, vkEndCommandBuffer(d->cmd), "vkEndCommandBuffer", err);
     if (rc)
         return rc;
-    if (d->rec_err)
-        return strata_error_set(err, d->rec_err, "%s", d->rec_msg);
     VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
                        .commandBufferCount = 1,
                        .pCommandBuffers = &d->cmd};

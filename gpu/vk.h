@@ -140,6 +140,10 @@ int vk_buf_upload(struct vk_dev *d, struct vk_buf *dst, uint64_t off, const void
                   struct strata_error *err);
 int vk_buf_download(struct vk_dev *d, const struct vk_buf *src, uint64_t off, void *dst, uint64_t n,
                     struct strata_error *err);
+/* Synchronous copy of n bytes between device buffers (regions must not
+ * overlap when src == dst). */
+int vk_buf_copy(struct vk_dev *d, const struct vk_buf *src, uint64_t soff, struct vk_buf *dst,
+                uint64_t doff, uint64_t n, struct strata_error *err);
 /* Synchronous fill with a 32-bit pattern (off, n multiples of 4). */
 int vk_buf_fill(struct vk_dev *d, struct vk_buf *dst, uint64_t off, uint64_t n, uint32_t value,
                 struct strata_error *err);
@@ -176,6 +180,13 @@ void vk_copy(struct vk_dev *d, const struct vk_buf *src, uint64_t soff, const st
              uint64_t doff, uint64_t n);
 /* Fills n bytes of dst at off with a 32-bit pattern (multiples of 4), recorded. */
 void vk_fill(struct vk_dev *d, const struct vk_buf *dst, uint64_t off, uint64_t n, uint32_t value);
+/* Independent commands: between vk_rec_group(d, true) and vk_rec_group(d,
+ * false) dispatches, copies and fills get no barrier after each (they must
+ * not read what another of the group writes: the Q, K and V matmuls of one
+ * input); closing the group records the one barrier. Saves a pipeline
+ * drain per command (~2-5 us each on a big GPU, where a decode step is a
+ * few hundred dispatches). */
+void vk_rec_group(struct vk_dev *d, bool on);
 bool vk_rec_active(const struct vk_dev *d);  /* between vk_rec_begin and vk_rec_submit */
 bool vk_rec_pending(const struct vk_dev *d); /* submitted, not waited for */
 /* Queues the recording (0, or the first recording error: nothing runs). */

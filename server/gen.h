@@ -214,6 +214,17 @@ struct gen_stats {
         uint64_t lat[16];    /* XSTORE_LAT_BUCKETS: reads under 16 us << i, the last: more */
         uint64_t layer_hits[GEN_XSTORE_LAYERS_MAX], layer_misses[GEN_XSTORE_LAYERS_MAX];
     } xstore;
+    /* the GPU (appended; on false: the CPU computes, rule says why) */
+    struct gen_gpu {
+        bool on;
+        char rule[384]; /* gpu/gpu-choose.h's decision line */
+        char name[256]; /* the device */
+        char driver[256];
+        char features[160];                /* "fp16 int8 int-dot ..." */
+        uint64_t vram_bytes, device_bytes; /* the heap; what the backend holds (weights, KV) */
+        uint32_t subgroup_size;
+        int index, n_layer_gpu, n_layer;
+    } gpu;
 };
 
 struct gen_ops {

@@ -137,6 +137,7 @@ struct sched {
     struct sched_params p;
     struct xstore_plan *xs; /* owned: the expert store's start-up decision (sched-xstore.c) */
     bool xs_logged;         /* its start-up line was printed */
+    struct gpu_choice *gpu; /* owned: the --gpu decision (sched-gpu.c); be is s->be when on */
     char model_id[128];
     struct pool *pool;
     struct backend *be; /* owned: backend_free after the model */
@@ -290,5 +291,19 @@ int sched_xstore_plan(struct sched *s, const struct sched_params *p, struct stra
 void sched_xstore_loaded(struct sched *s);
 /* The store's counters into st->xstore (any thread: they are atomics). */
 void sched_xstore_stats(const struct sched *s, struct gen_stats *st);
+
+/* ---- the GPU (sched-gpu.c) ------------------------------------------------------ */
+/* Decides --gpu / --gpu-layers into s->gpu (allocated) and logs the line;
+ * s->be is the Vulkan backend when a device was taken, else NULL. 0 or
+ * STRATA_E_CONFIG (a bad option value). */
+int sched_gpu_choose(struct sched *s, const struct sched_params *p, struct strata_error *err);
+/* The model did not load on the GPU: logs why, frees the backend (s->be
+ * NULL), so the caller loads again on the CPU. */
+void sched_gpu_load_failed(struct sched *s, const struct strata_error *why);
+/* The KV pool's cap in bytes on the GPU (device memory left after the
+ * weights, the store's bindings); 0 when on the CPU. */
+int64_t sched_gpu_kv_cap(const struct sched *s);
+/* The GPU's part of the stats (st->gpu). */
+void sched_gpu_stats(const struct sched *s, struct gen_stats *st);
 
 #endif

@@ -20,6 +20,7 @@
 #include "engine/kv/prefix.h"
 #include "server/openai-ext.h"
 #include "server/openai-tools.h"
+#include "gpu/gpu-choose.h"
 #include "server/sched-impl.h"
 
 struct sched_params sched_params_default(void) {
@@ -105,6 +106,7 @@ static void publish_stats(struct sched *s, int n_waiting) {
     s->stats.st.step_idle_s = s->t_idle;
     sched_profile_stats(s, &s->stats.st);
     sched_xstore_stats(s, &s->stats.st);
+    sched_gpu_stats(s, &s->stats.st);
     pthread_mutex_unlock(&s->stats.mu);
 }
 
@@ -817,9 +819,11 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     struct host_numa_report numa_rep;
     if (model_numa_prepare(params->model_path, params->numa, s->pool, -1, NULL, &numa_rep, err) < 0)
         goto fail;
+    if (sched_gpu_choose(s, params, err)) /* s->be: the Vulkan backend, or NULL */
+        goto fail;
     struct backend_cpu_params cp = backend_cpu_params_default();
     cp.pool = s->pool;
-    if (!(s->be = backend_cpu_init(&cp, err)))
+    if (!s->be && !(s->be = backend_cpu_init(&cp, err)))
         goto fail;
     struct model_params mp = model_params_default();
     mp.backend = s->be;
@@ -831,8 +835,17 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     mp.progress = params->progress;
     if (sched_xstore_plan(s, params, err))
         goto fail;
-    mp.xstore = s->xs->on ? &s->xs->params : NULL;
+    mp.xstore = s->xs->on && !s->gpu->be ? &s->xs->params : NULL; /* a GPU holds every expert */
     s->model = model_load(params->model_path, &mp, err);
+    if (!s->model && s->gpu->be) { /* out of device memory, a lost device: the CPU */
+        sched_gpu_load_failed(s, err);
+        strata_error_clear(err);
+        if (!(s->be = backend_cpu_init(&cp, err)))
+            goto fail;
+        mp.backend = s->be;
+        mp.xstore = s->xs->on ? &s->xs->params : NULL;
+        s->model = model_load(params->model_path, &mp, err);
+    }
     sched_xstore_loaded(s); /* the warm profile freed; the log line */
     if (!s->model)
         goto fail;
@@ -840,7 +853,11 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
         goto fail;
     s->n_vocab = model_n_vocab(s->model);
     const struct model_hparams *hp = model_hparams(s->model);
-    if (sched_plan(params, hp, model_n_batch_max(s->model), &s->plan, err) < 0)
+    struct sched_params plp = *params; /* on the GPU the pool lives in device memory */
+    const int64_t gpu_cap = sched_gpu_kv_cap(s);
+    if (gpu_cap > 0 && (plp.kv_mem_max <= 0 || plp.kv_mem_max > gpu_cap))
+        plp.kv_mem_max = gpu_cap;
+    if (sched_plan(&plp, hp, model_n_batch_max(s->model), &s->plan, err) < 0)
         goto fail;
     s->n_batch = s->plan.n_batch;
     s->p.parallel = s->plan.parallel;
@@ -938,6 +955,7 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     st->kv_blocks_free = kv_blocks_free(s->kv);
     sched_profile_stats(s, st);
     sched_xstore_stats(s, st);
+    sched_gpu_stats(s, st);
     if (pthread_create(&s->thread, NULL, sched_thread, s) != 0) {
         strata_error_set(err, STRATA_E_INTERNAL, "sched: cannot start the scheduler thread");
         goto fail;
@@ -966,6 +984,7 @@ void sched_free(struct sched *s) {
     free(s->seq_used);
     sched_xstore_loaded(s);
     free(s->xs);
+    free(s->gpu); /* its backend is s->be */
     free(s->blk_tmp);
     prefix_free(s->pc);
     free(s->hid_job);

@@ -129,6 +129,9 @@ struct sched_params {
     /* the expert store (engine/experts/xstore.h xstore_plan); NULL strings = "auto" */
     const char *expert_store, *expert_io, *expert_direct; /* borrowed */
     int64_t expert_ram;                                   /* bytes; 0 = from the budget */
+    /* the GPU (gpu/gpu-choose.h); NULL strings = "auto", "all" */
+    const char *gpu, *gpu_layers; /* borrowed */
+    bool gpu_profile;             /* time every dispatch, the table at exit */
 };
 #define SCHED_PROFILE_INTERVAL_S 60.0
 struct sched_params sched_params_default(void);

@@ -14,6 +14,7 @@
 #include "engine/cpu/kernels.h"
 #include "engine/host/numa.h"
 #include "server/server-impl.h"
+#include "server/status-gpu.h"
 #include "server/status-xstore.h"
 
 static void gen_stats_of(struct server *s, struct gen_stats *st) {
@@ -265,6 +266,8 @@ enum MHD_Result status_status(struct exchange *ex) {
     set_or_note(o, notes, "numa", NULL, numa_json(numa_note, sizeof(numa_note)), numa_note);
     set_or_note(o, notes, "expert_store", NULL, status_xstore_json(&st),
                 st.xstore.rule[0] ? st.xstore.rule : "the expert store is off");
+    set_or_note(o, notes, "gpu", NULL, status_gpu_json(&st),
+                st.gpu.rule[0] ? st.gpu.rule : "the CPU computes");
     set_or_note(o, notes, "arena", NULL, NULL, "no arena module yet");
     set_or_note(o, notes, "expert_profile", NULL, profile_json(&st),
                 "no --expert-profile (the routing profile is not recorded)");

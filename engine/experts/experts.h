@@ -191,4 +191,18 @@ struct experts_source *experts_ram_init(struct experts_source *next,
 int experts_ram_place(struct experts_source *src, int layer, enum experts_which which,
                       const struct backend_host_mat *stack);
 
+/* ---- the device tier (experts-device.c) ---------------------------------------- */
+
+/* A device tier in front of next (stolen): it serves the expert stacks the
+ * compute backend bound into its own memory (a GPU's: no host view), as the
+ * bound weight and the expert's index (tier DEVICE), and passes the rest on.
+ * Resident for what is placed. */
+struct experts_source *experts_device_init(struct experts_source *next,
+                                           struct strata_error *err); /* owned: experts_free() */
+/* Serves (layer, which) from `stack` (a bound weight of n_expert experts;
+ * borrowed, must outlive the source) from now on. Call before any get of
+ * that tensor, from the forward thread. 0 or STRATA_E_INVALID. */
+int experts_device_place(struct experts_source *src, int layer, enum experts_which which,
+                         const struct backend_weight *stack);
+
 #endif

@@ -518,6 +518,22 @@ static int model_bind_weights(struct model *m, bool copy, struct strata_error *e
                                         exps[w]);
         }
     }
+    /* a backend that keeps the stacks where no host view reaches them (a GPU):
+     * a device tier in front serves them as bound weights */
+    for (int il = 0; m->experts && !be->weight_host && il < m->hp.n_layer; il++) {
+        const struct model_layer *L = &m->layers[il];
+        for (int w = 0; w < EXPERTS_WHICH_COUNT; w++) {
+            if (!L->exps[w])
+                continue;
+            if (experts_device_place(m->experts, il, w, L->exps[w]) == 0)
+                continue; /* the head is the device tier already */
+            if (!(m->experts = experts_device_init(m->experts, err)))
+                return err ? err->code : STRATA_E_NOMEM;
+            if (experts_device_place(m->experts, il, w, L->exps[w]))
+                return strata_error_set(err, STRATA_E_INTERNAL, "model: blk.%d: no device tier",
+                                        il);
+        }
+    }
     if (m->experts && m->params.experts_front) {
         m->experts = m->params.experts_front(m->params.experts_front_arg, m->experts, err);
         if (!m->experts)

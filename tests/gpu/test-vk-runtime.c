@@ -88,6 +88,13 @@ START_TEST(test_buffers) {
     for (int i = 0; i < 16; i++)
         ck_assert(f[i] == 1.0f);
     ck_assert_int_eq(vk_buf_fill(d, b, 2, 64, 0, &err), STRATA_E_INVALID);
+    /* synchronous device copy */
+    struct vk_buf *b2 = vk_buf_alloc(d, 8192, VK_MEM_DEVICE, &err);
+    ck_assert_int_eq(vk_buf_copy(d, b, 1000, b2, 4096, 4096, &err), 0);
+    ck_assert_int_eq(vk_buf_download(d, b2, 4096, dst, 4096, &err), 0);
+    ck_assert(memcmp(src + 7, dst, 4096) == 0);
+    ck_assert_int_eq(vk_buf_copy(d, b, 0, b2, 4097, 4096, &err), STRATA_E_RANGE);
+    vk_buf_free(d, b2);
     /* host buffers map */
     struct vk_buf *h = vk_buf_alloc(d, 4096, VK_MEM_HOST, &err);
     ck_assert_msg(h, "%s", err.message);
@@ -210,6 +217,64 @@ START_TEST(test_desc_pools) {
 }
 END_TEST
 
+/* A group of independent dispatches gets one barrier at its end: what
+ * follows sees both writes. */
+START_TEST(test_group) {
+    struct vk_dev *d = open_dev();
+    struct strata_error err = {0};
+    struct vk_pipe *p = vk_pipe_create(d, "axpb", spv_axpb, sizeof spv_axpb, 2,
+                                       sizeof(struct axpb_push), (uint32_t[]){64}, 1, &err);
+    ck_assert(p);
+    const uint32_t n = 256;
+    struct vk_buf *x = vk_buf_alloc(d, n * 4, VK_MEM_HOST, &err);
+    struct vk_buf *y = vk_buf_alloc(d, 2 * n * 4, VK_MEM_DEVICE, &err);
+    struct vk_buf *z = vk_buf_alloc(d, 2 * n * 4, VK_MEM_HOST, &err);
+    float *xm = vk_buf_map(x);
+    for (uint32_t i = 0; i < n; i++)
+        xm[i] = (float)i;
+    struct axpb_push a = {.n = n, .a = 2.0f, .b = 1.0f}, b = {.n = n, .a = -1.0f, .b = 0.0f};
+    ck_assert_int_eq(vk_rec_begin(d, &err), 0);
+    vk_rec_group(d, true);
+    vk_dispatch(d, p, (struct vk_bind[]){{x, 0, 0}, {y, 0, n * 4}}, &a, n / 64, 1, 1);
+    vk_dispatch(d, p, (struct vk_bind[]){{x, 0, 0}, {y, n * 4, n * 4}}, &b, n / 64, 1, 1);
+    vk_rec_group(d, false);
+    vk_copy(d, y, 0, z, 0, 2 * n * 4);
+    ck_assert_int_eq(vk_rec_submit(d, &err), 0);
+    ck_assert_int_eq(vk_rec_wait(d, &err), 0);
+    const float *zm = vk_buf_map(z);
+    for (uint32_t i = 0; i < n; i++) {
+        ck_assert(zm[i] == 2.0f * (float)i + 1.0f);
+        ck_assert(zm[n + i] == -(float)i);
+    }
+    /* a long chain of dependent dispatches: the recording goes to the
+     * device in parts (VK_REC_SPLIT_FIRST, VK_REC_SPLIT_EVERY), in order */
+    struct axpb_push inc = {.n = 1, .a = 1.0f, .b = 1.0f};
+    xm[0] = 0.0f;
+    const int n_chain = VK_REC_SPLIT_FIRST + VK_REC_PARTS * VK_REC_SPLIT_EVERY + 7;
+    ck_assert_int_eq(vk_rec_begin(d, &err), 0);
+    for (int i = 0; i < n_chain; i++)
+        vk_dispatch(d, p, (struct vk_bind[]){{x, 0, 0}, {x, 0, 0}}, &inc, 1, 1, 1);
+    ck_assert_int_eq(vk_rec_submit(d, &err), 0);
+    ck_assert_int_eq(vk_rec_wait(d, &err), 0);
+    ck_assert_msg(xm[0] == (float)n_chain, "%g after %d", xm[0], n_chain);
+    /* dropped after parts ran: the next recording starts clean */
+    ck_assert_int_eq(vk_rec_begin(d, &err), 0);
+    for (int i = 0; i < 2 * VK_REC_SPLIT_FIRST; i++)
+        vk_dispatch(d, p, (struct vk_bind[]){{x, 0, 0}, {x, 0, 0}}, &inc, 1, 1, 1);
+    ck_assert_int_eq(vk_rec_begin(d, &err), 0);
+    vk_dispatch(d, p, (struct vk_bind[]){{x, 0, 0}, {x, 0, 0}}, &inc, 1, 1, 1);
+    ck_assert_int_eq(vk_rec_submit(d, &err), 0);
+    ck_assert_int_eq(vk_rec_wait(d, &err), 0);
+    /* the first part (VK_REC_SPLIT_FIRST) of the dropped one ran, then one */
+    ck_assert_msg(xm[0] == (float)(n_chain + VK_REC_SPLIT_FIRST + 1), "%g", xm[0]);
+    vk_buf_free(d, z);
+    vk_buf_free(d, y);
+    vk_buf_free(d, x);
+    vk_pipe_free(d, p);
+    vk_dev_close(d);
+}
+END_TEST
+
 START_TEST(test_profile) {
     struct vk_dev *d = open_dev();
     struct strata_error err = {0};
@@ -258,6 +323,7 @@ static Suite *vk_runtime_suite(void) {
     tcase_add_test(tc, test_buffers);
     tcase_add_test(tc, test_dispatch);
     tcase_add_test(tc, test_desc_pools);
+    tcase_add_test(tc, test_group);
     tcase_add_test(tc, test_profile);
     suite_add_tcase(s, tc);
     return s;

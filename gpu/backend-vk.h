@@ -1,0 +1,79 @@
+/* gpu/backend-vk.h: the Vulkan implementation of the backend seam
+ * (engine/backend/backend.h) over the runtime (gpu/vk.h) and the kernels
+ * (gpu/vk-mm.h: matrix products; gpu/vk-ops.h: every other op).
+ *
+ *   struct backend_vk_params vp = backend_vk_params_default();
+ *   vp.device = -1;                                  // the best device (--gpu auto)
+ *   struct backend *be = backend_vk_init(&vp, &err); // NULL + err: use the CPU
+ *   struct model_params mp = model_params_default();
+ *   mp.backend = be;                                 // borrowed by the model
+ *   ... model_load / model_forward / model_free ...
+ *   backend_free(be);
+ *
+ * What it does with the seam:
+ *   - weights_bind uploads each weight through staging into device buffers
+ *     (a few large ones, sub-allocated), as pieces of whole rows (whole
+ *     experts of a stack) of at most max_storage_range bytes each, so a
+ *     matrix bigger than one binding (128 MiB on lavapipe) is several
+ *     bindings (struct vk_wmat for the matrix kernels, struct vkops_rows for
+ *     the embedding gather). The same host bytes bound twice (a tied
+ *     output) are uploaded once.
+ *   - tensors are device buffers; tensor_write copies the host rows into a
+ *     host-visible staging chunk when it is recorded and records a copy
+ *     into the tensor, tensor_read records a copy into a staging chunk and
+ *     the host copy lands at the wait: a dense step is one command buffer
+ *     with no host round trip.
+ *   - kv_store_init gives blocks in device memory: up to VKOPS_KV_PIECES
+ *     buffers, each of whole blocks within max_storage_range, grown by
+ *     doubling as blocks are first used (block_host NULL; block_copy is a
+ *     synchronous device copy, called between steps by copy-on-write).
+ *   - begin uploads the block tables of the step's sequences (recorded);
+ *     every op records the kernels' dispatches; submit queues the command
+ *     buffer; wait waits for it and copies the reads out.
+ *   - moe_ffn computes the routed experts of a resident stack on the device
+ *     (expert-indexed matmuls, SwiGLU, the weighted sum); a table that
+ *     names experts outside one resident stack fails the step
+ *     (STRATA_E_UNSUPPORTED).
+ *
+ * Profile: params.profile makes every dispatch timed (gpu/vk.h); the table
+ * per kernel is printed to stderr when the backend is freed, or on
+ * backend_vk_profile_report.
+ *
+ * Threading: one thread records, submits and waits (the forward thread), as
+ * backend.h says; nothing here is shared between backends.
+ */
+#ifndef STRATA_BACKEND_VK_H
+#define STRATA_BACKEND_VK_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "engine/backend/backend.h"
+#include "gpu/vk.h"
+
+struct backend_vk_params {
+    int device;   /* physical device index, -1: the best (vk_dev_open) */
+    bool profile; /* time every dispatch (STRATA_GPU_PROFILE=1) */
+    /* Tests: caps on one weight piece and one KV piece in bytes (0: the
+     * device's binding limit), so small models cross binding boundaries. */
+    uint64_t piece_bytes, kv_piece_bytes;
+};
+
+struct backend_vk_params backend_vk_params_default(void);
+
+/* Opens the device and creates the kernels' pipelines. NULL with err:
+ * STRATA_E_NOT_FOUND without a device, STRATA_E_UNSUPPORTED, STRATA_E_NOMEM,
+ * STRATA_E_IO. Owned: free with backend_free. */
+struct backend *backend_vk_init(const struct backend_vk_params *p, struct strata_error *err);
+
+/* The device of a backend made by backend_vk_init (borrowed), or NULL for
+ * any other backend. */
+const struct vk_dev_info *backend_vk_info(const struct backend *be);
+/* Device memory the backend holds now: weights, tensors and scratch, KV blocks. */
+uint64_t backend_vk_device_bytes(const struct backend *be);
+/* Times every dispatch from the next recording on (or stops). */
+void backend_vk_profile_enable(const struct backend *be, bool on);
+/* Prints the profile table so far (and resets it); nothing when empty. */
+void backend_vk_profile_report(const struct backend *be, FILE *out);
+
+#endif

@@ -1,0 +1,37 @@
+/* gpu/vk-ops-impl.h: internals shared by gpu/vk-ops.c (gather, elementwise,
+ * rows, rope, routing, sampling) and gpu/vk-ops-attn.c (KV writes,
+ * attention): the pipelines and the push-constant blocks, each pinned to its
+ * shader's layout (std430 push blocks: 4-byte fields in declaration order).
+ * Not for callers: they use gpu/vk-ops.h.
+ *
+ * Threading: as gpu/vk.h (the device's thread).
+ */
+#ifndef STRATA_VK_OPS_IMPL_H
+#define STRATA_VK_OPS_IMPL_H
+
+#include "gpu/vk-ops.h"
+
+struct vkops {
+    struct vk_dev *dev; /* borrowed */
+    struct vk_pipe *eltwise, *copy_rows, *rows, *rmsnorm, *rope, *embed, *moe_route, *argmax,
+        *sample;
+    struct vk_pipe *kv_write, *attn_split;
+    struct vk_pipe *attn_prefill; /* NULL on subgroups narrower than 8 (the split serves all) */
+};
+
+/* gx, gy for n workgroups of a linear grid (ops_group_id in op_common.glsl):
+ * x at most 65535, the floor of maxComputeWorkGroupCount; the shaders
+ * return from the surplus groups of the last row. */
+void vkops_grid(uint64_t n, uint32_t *gx, uint32_t *gy);
+
+/* op_kv.glsl struct kv_geom */
+struct vkops_kv_geom {
+    uint32_t table_stride, blocks_per_piece, block_words, n_block, n_part, n_embd_k, n_embd_v,
+        k_words;
+};
+_Static_assert(sizeof(struct vkops_kv_geom) == 32, "op_kv.glsl kv_geom");
+
+/* Fills g from kv (checks the layout's assumptions: even rows, word sizes). */
+void vkops_kv_geom(const struct vkops_kv *kv, struct vkops_kv_geom *g);
+
+#endif

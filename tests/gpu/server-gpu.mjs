@@ -1,0 +1,142 @@
+// tests/gpu/server-gpu.mjs: `strata serve --gpu 0` serves from the Vulkan
+// backend (lavapipe in CI) through the official openai SDK, with the same
+// greedy text as the CPU daemon (`--gpu off`) on the same requests:
+//   - /status has a gpu object (name, driver, memory, subgroup size,
+//     features, every layer on the GPU) and the start-up log its line;
+//   - one streaming chat completion, the SDK reading the SSE stream;
+//   - the batched scheduler: six streaming completions at once (--parallel 4:
+//     decode steps of several sequences plus prefill chunks in one step, two
+//     requests queued), each equal to the CPU daemon's text for its prompt;
+//   - after the load the pool is fully accounted for (no KV block in use);
+//   - SIGTERM exits 0 (ASan's leak check runs at exit);
+//   - `strata run --gpu 0 --json` generates the ids `--gpu off` does, and
+//     says which backend ran.
+// stories260K has f32 weights: greedy text agrees exactly (tests/gpu/
+// test-vk-model.c checks the logits themselves). Exit 77 (skipped) only when
+// the daemon finds no Vulkan device at all.
+// Usage: node server-gpu.mjs <strata binary>
+// Prints `RESULT server-gpu: N passed, M failed`.
+import OpenAI from "openai";
+import { spawnSync } from "node:child_process";
+import { startDaemon } from "../peers/strata-daemon.mjs";
+
+const strata = process.argv[2];
+const shared = process.env.STRATA_SHARED_DIR || "../shared";
+const modelPath = `${shared}/models/stories260K.gguf`;
+const MODEL = "stories260K";
+
+let passed = 0, failed = 0;
+function check(name, ok, detail = "") {
+  if (ok) passed++;
+  else { failed++; console.log(`FAIL ${name} ${detail}`); }
+}
+
+const spawned = [];
+process.on("exit", () => { for (const p of spawned) try { p.kill("SIGKILL"); } catch {} });
+
+const PROMPTS = ["Once upon a time", "Lily saw a big dog", "The sun was hot and",
+  "Tom had a red ball. He", "One day, a little bird", "Mom said to Ben"];
+
+async function chatStream(client) {
+  const stream = await client.chat.completions.create({ model: MODEL, stream: true,
+    messages: [{ role: "user", content: "Tell me a story about a cat." }],
+    max_tokens: 24, temperature: 0 });
+  let text = "", chunks = 0, finish = null;
+  for await (const c of stream) {
+    chunks++;
+    text += c.choices?.[0]?.delta?.content ?? "";
+    finish = c.choices?.[0]?.finish_reason ?? finish;
+  }
+  return { text, chunks, finish };
+}
+
+async function completionStream(client, prompt) {
+  const stream = await client.completions.create({ model: MODEL, prompt, stream: true,
+    max_tokens: 20, temperature: 0 });
+  let text = "";
+  for await (const c of stream) text += c.choices?.[0]?.text ?? "";
+  return text;
+}
+
+async function stop(d) {
+  const code = await new Promise((r) => { d.p.on("exit", (c) => r(c)); d.p.kill("SIGTERM"); });
+  return code;
+}
+
+async function main() {
+  const cpu = await startDaemon(strata, modelPath, ["--gpu", "off", "--parallel", "4"], spawned);
+  let gpu;
+  try {
+    gpu = await startDaemon(strata, modelPath, ["--gpu", "0", "--parallel", "4"], spawned);
+  } catch (e) {
+    await stop(cpu);
+    throw e;
+  }
+  const line = gpu.log().split("\n").find((l) => l.startsWith("strata: gpu: ")) || "";
+  if (/no Vulkan device/.test(line)) {
+    await stop(gpu);
+    await stop(cpu);
+    console.log("RESULT server-gpu: no Vulkan device: skipped");
+    process.exit(77);
+  }
+  check("start-up line names the device", /device 0 .*subgroup \d+.*all \d+ layers on the GPU/.test(line), line);
+  const cpuLine = cpu.log().split("\n").find((l) => l.startsWith("strata: gpu: ")) || "";
+  check("--gpu off says so", /off \(--gpu off\)/.test(cpuLine), cpuLine);
+
+  const st = await (await fetch(`http://127.0.0.1:${gpu.port}/status`)).json();
+  const g = st.gpu;
+  check("/status gpu", g && g.on === true && typeof g.name === "string" && g.name.length > 0 &&
+    typeof g.driver === "string" && g.memory_bytes > 0 && g.device_bytes > 0 &&
+    g.subgroup_size >= 1 && Array.isArray(g.features) && g.layers > 0 &&
+    g.layers_gpu === g.layers, JSON.stringify(g));
+  const sc = await (await fetch(`http://127.0.0.1:${cpu.port}/status`)).json();
+  check("/status gpu null on the CPU, with a note", sc.gpu === null &&
+    /--gpu off/.test(sc.notes?.gpu ?? ""), JSON.stringify({ gpu: sc.gpu, note: sc.notes?.gpu }));
+
+  const cg = new OpenAI({ baseURL: `http://127.0.0.1:${gpu.port}/v1`, apiKey: "unused" });
+  const cc = new OpenAI({ baseURL: `http://127.0.0.1:${cpu.port}/v1`, apiKey: "unused" });
+
+  // one streaming chat request
+  const [sg, scpu] = [await chatStream(cg), await chatStream(cc)];
+  check("chat stream from the GPU", sg.chunks > 2 && sg.text.length > 0 && sg.finish === "length",
+    JSON.stringify(sg));
+  check("chat stream: GPU text = CPU text", sg.text === scpu.text,
+    `gpu ${JSON.stringify(sg.text)} cpu ${JSON.stringify(scpu.text)}`);
+
+  // the batched scheduler: six at once against --parallel 4
+  const want = [];
+  for (const p of PROMPTS) want.push(await completionStream(cc, p));
+  const got = await Promise.all(PROMPTS.map((p) => completionStream(cg, p)));
+  for (let i = 0; i < PROMPTS.length; i++)
+    check(`batched stream ${i}: GPU text = CPU text`, got[i] === want[i] && got[i].length > 0,
+      `gpu ${JSON.stringify(got[i])} cpu ${JSON.stringify(want[i])}`);
+  const st2 = await (await fetch(`http://127.0.0.1:${gpu.port}/status`)).json();
+  const kb = st2.kv_blocks ?? {};
+  check("no KV block in use after the streams (the pool accounted for)", kb.used === 0 &&
+    kb.total > 0 && kb.free + kb.cached === kb.total, JSON.stringify(kb));
+
+  // strata run on both paths
+  const run = (gpuArg) => spawnSync(strata, ["run", "-m", modelPath, "--ids", "1", "-n", "24",
+    "--temp", "0", "--json", "-t", "1", "--gpu", gpuArg], { encoding: "utf8" });
+  const rg = run("0"), rc = run("off");
+  let jg = {}, jc = {};
+  try { jg = JSON.parse(rg.stdout); jc = JSON.parse(rc.stdout); } catch {}
+  check("strata run --gpu 0 runs on vulkan", rg.status === 0 && jg.backend === "vulkan" &&
+    /device 0 /.test(jg.gpu ?? ""), `${rg.status} ${rg.stderr.slice(-500)}`);
+  check("strata run --gpu off runs on the CPU", rc.status === 0 && jc.backend === "cpu",
+    `${rc.status} ${rc.stderr.slice(-500)}`);
+  check("strata run: GPU ids = CPU ids", JSON.stringify(jg.ids) === JSON.stringify(jc.ids) &&
+    (jg.ids?.length ?? 0) === 24, `gpu ${JSON.stringify(jg.ids)} cpu ${JSON.stringify(jc.ids)}`);
+
+  check("GPU daemon exits 0 on SIGTERM", (await stop(gpu)) === 0, gpu.log().slice(-2000));
+  check("CPU daemon exits 0 on SIGTERM", (await stop(cpu)) === 0, cpu.log().slice(-2000));
+}
+
+main().then(() => {
+  console.log(`RESULT server-gpu: ${passed} passed, ${failed} failed`);
+  process.exit(failed ? 1 : 0);
+}).catch((e) => {
+  console.log(`FAIL server-gpu: ${e.stack || e}`);
+  console.log(`RESULT server-gpu: ${passed} passed, ${failed + 1} failed`);
+  process.exit(1);
+});

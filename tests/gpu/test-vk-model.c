@@ -1,0 +1,523 @@
+/* tests/gpu/test-vk-model.c: whole models on the Vulkan backend
+ * (gpu/backend-vk.h) on whatever device exists (lavapipe in CI):
+ * stories260K's greedy ids equal the golden file the CPU tests use; tiny
+ * synthesized llama, qwen3, qwen3moe (and the other architectures the model
+ * binds) give the CPU backend's greedy tokens under the teacher-forced
+ * near-tie rule, for single-sequence decode, a prefill chunk, and three
+ * sequences interleaved in one batch; weights and the KV pool split over
+ * several bindings; the backend's own step semantics (reads land at the
+ * wait, several submits in one step, a begin drops the unsubmitted part).
+ * Exit 77 (skipped) only when no Vulkan device exists. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/host/pool.h"
+#include "engine/kv/kv.h"
+#include "engine/model/model.h"
+#include "gpu/backend-vk.h"
+#include "gpu/gpu-choose.h"
+#include "tests/engine/model/model-helper.h"
+#include "tests/engine/model/model-spec.h"
+#include "tests/harness.h"
+
+/* Teacher-forced near-tie rule: where the GPU's argmax differs from the
+ * CPU's token, the GPU's own logit gap between its top token and the CPU's
+ * must be below this (two correct implementations may pick either of two
+ * near-tied tokens: another summation order). f32 weights: both sides sum
+ * in f32; quantized: the CPU quantizes activations to the weights' 8-bit
+ * block format (ggml's vec_dot), the GPU may not, which moves logits by
+ * ~1e-2 (tests/peers/model-llamacpp.mjs measured the same floor against
+ * llama.cpp). */
+#define NEAR_TIE_F32 2e-3f
+#define NEAR_TIE_QUANT 6e-2f
+/* and every logit within this share of the row's largest magnitude */
+#define LOGIT_TOL_F32 2e-3f
+#define LOGIT_TOL_QUANT 6e-2f
+
+static struct backend *gpu_backend(uint64_t piece_bytes, uint64_t kv_piece_bytes) {
+    struct strata_error err = {0};
+    struct backend_vk_params vp = backend_vk_params_default();
+    vp.piece_bytes = piece_bytes;
+    vp.kv_piece_bytes = kv_piece_bytes;
+    struct backend *be = backend_vk_init(&vp, &err);
+    ck_assert_msg(be != NULL, "backend_vk_init: %s", err.message);
+    ck_assert_ptr_nonnull(backend_vk_info(be));
+    return be;
+}
+
+static struct model *load_on(const char *path, struct backend *be, int n_ctx) {
+    struct strata_error err = {0};
+    struct model_params mp = model_params_default();
+    mp.backend = be;
+    mp.n_ctx_max = n_ctx;
+    mp.n_batch_max = 32;
+    struct model *m = model_load(path, &mp, &err);
+    ck_assert_msg(m != NULL, "model_load %s on %s: %s", path, be->ops->name, err.message);
+    return m;
+}
+
+static int argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+/* Parses "greedy ids from BOS: [a, b, ...]" (tests/engine/model's format). */
+static int read_golden(const char *rel, int32_t *ids, int cap) {
+    char path[1024];
+    char *txt = test_read_file(test_shared_path(path, sizeof path, rel), NULL);
+    ck_assert_msg(txt != NULL, "missing %s", path);
+    char *p = strstr(txt, "greedy ids from BOS: [");
+    ck_assert_msg(p != NULL, "%s: no id list", path);
+    p = strchr(p, '[') + 1;
+    int n = 0;
+    while (n < cap) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        ids[n++] = (int32_t)v;
+        p = end;
+        while (*p == ',' || *p == ' ')
+            p++;
+        if (*p == ']')
+            break;
+    }
+    free(txt);
+    return n;
+}
+
+#define N_GOLDEN 60
+
+static void golden(const char *model_rel, const char *golden_rel, uint64_t piece_bytes,
+                   uint64_t kv_piece_bytes) {
+    int32_t want[N_GOLDEN + 8];
+    ck_assert_int_eq(read_golden(golden_rel, want, N_GOLDEN + 8), N_GOLDEN);
+    char path[1024];
+    struct backend *be = gpu_backend(piece_bytes, kv_piece_bytes);
+    struct model *m = load_on(test_shared_path(path, sizeof path, model_rel), be, 256);
+    struct strata_error err = {0};
+    struct kv_cache *kv = model_kv_init(m, 1, 0, &err);
+    ck_assert_msg(kv != NULL, "%s", err.message);
+    const int V = model_n_vocab(m);
+    float *logits = malloc((size_t)V * sizeof(float));
+    int32_t tok = model_hparams(m)->bos_token_id;
+    for (int i = 0; i < N_GOLDEN; i++) {
+        struct model_batch_entry e = {.seq_id = 0, .pos = i, .token = tok, .want_logits = true};
+        struct model_batch b = {.entries = &e, .n_entries = 1};
+        ck_assert_msg(model_forward(m, kv, &b, logits, &err) == 0, "%s", err.message);
+        tok = argmax(logits, V);
+        ck_assert_msg(tok == want[i], "%s on the GPU: step %d: got %d want %d", model_rel, i, tok,
+                      want[i]);
+    }
+    free(logits);
+    kv_free(kv);
+    model_free(m);
+    backend_free(be);
+}
+
+START_TEST(test_golden_stories260k) {
+    golden("models/stories260K.gguf", "models/golden_stories260K_gguf_greedy.txt", 0, 0);
+}
+END_TEST
+
+/* The same with every weight cut into pieces of at most 16 KiB (the
+ * embedding and output into several bindings) and the KV pool into pieces
+ * of one block (60 positions: 4 blocks of 16, VKOPS_KV_PIECES). */
+START_TEST(test_golden_stories260k_pieces) {
+    golden("models/stories260K.gguf", "models/golden_stories260K_gguf_greedy.txt", 16384, 1);
+}
+END_TEST
+
+START_TEST(test_golden_llama2_tiny_random) {
+    golden("models/llama-2-tiny-random.gguf", "models/golden_llama2_tiny_random_greedy.txt", 0, 0);
+}
+END_TEST
+
+/* One side's step: n entries of (seq, pos, token), logits of all. */
+static void step(struct model *m, struct kv_cache *kv, const struct model_batch_entry *e, int n,
+                 float *logits) {
+    struct strata_error err = {0};
+    struct model_batch b = {(struct model_batch_entry *)e, n};
+    ck_assert_msg(model_forward(m, kv, &b, logits, &err) == 0, "%s", err.message);
+}
+
+struct cmp_stats {
+    int steps, mismatches;
+    float max_gap, max_err;
+};
+
+/* Compares one logits row: the CPU's pick against the GPU's under the
+ * near-tie rule, and every logit within tol of the row's scale. Returns the
+ * CPU's pick (the teacher). */
+static int compare_row(const float *lc, const float *lg, int V, float near_tie, float tol,
+                       struct cmp_stats *st, const char *what, int at) {
+    const int tc = argmax(lc, V), tg = argmax(lg, V);
+    float scale = 0, err = 0;
+    for (int i = 0; i < V; i++) {
+        ck_assert_msg(isfinite(lg[i]), "%s step %d: logit %d is %g", what, at, i, lg[i]);
+        scale = fabsf(lc[i]) > scale ? fabsf(lc[i]) : scale;
+        err = fabsf(lc[i] - lg[i]) > err ? fabsf(lc[i] - lg[i]) : err;
+    }
+    err /= scale > 0 ? scale : 1;
+    st->max_err = err > st->max_err ? err : st->max_err;
+    ck_assert_msg(err <= tol, "%s step %d: logits differ by %.3g of their scale (tol %.3g)", what,
+                  at, err, tol);
+    st->steps++;
+    if (tc != tg) {
+        const float gap = lg[tg] - lg[tc];
+        st->mismatches++;
+        st->max_gap = gap > st->max_gap ? gap : st->max_gap;
+        ck_assert_msg(gap < near_tie,
+                      "%s step %d: the GPU picks %d, the CPU %d, %.4g apart on the GPU (near-tie "
+                      "rule %.3g)",
+                      what, at, tg, tc, gap, near_tie);
+    }
+    return tc;
+}
+
+/* A synthesized model on both backends, teacher-forced on the CPU's greedy
+ * tokens: a 9-token prompt as one chunk (past the decode attention's
+ * VKOPS_ATTN_DECODE_MAX = 8 tokens: the prefill kernel), then 12 decode steps
+ * of three sequences in one batch (one of them one position behind). */
+static void arch_vs_cpu(const char *which, uint64_t piece_bytes, int kv_piece_blocks) {
+    struct spec s = spec_of(which);
+    const struct kv_params kp = {.n_layer = s.n_layer,
+                                 .n_embd_k = s.n_head_kv * s.head_dim,
+                                 .n_embd_v = s.n_head_kv * s.head_dim,
+                                 .n_block = 16};
+    const uint64_t kv_piece_bytes = (uint64_t)kv_piece_blocks * kv_block_bytes(&kp);
+    char path[256];
+    tmp_path(path, sizeof path, which);
+    write_model(path, &s);
+    const bool quant = s.mat_type != QUANT_F32 && s.mat_type != QUANT_F16;
+    const float near_tie = quant ? NEAR_TIE_QUANT : NEAR_TIE_F32;
+    const float tol = quant ? LOGIT_TOL_QUANT : LOGIT_TOL_F32;
+
+    struct strata_error err = {0};
+    struct model_params mp = model_params_default();
+    mp.n_ctx_max = 64;
+    mp.n_batch_max = 32;
+    struct model *mc = test_model_load(path, &mp, &err);
+    ck_assert_msg(mc != NULL, "%s on the CPU: %s", which, err.message);
+    struct backend *be = gpu_backend(piece_bytes, kv_piece_bytes);
+    struct model *mg = load_on(path, be, 64);
+    struct kv_cache *kc = model_kv_init(mc, 3, 0, &err);
+    struct kv_cache *kg = model_kv_init(mg, 3, 0, &err);
+    ck_assert_msg(kc && kg, "%s", err.message);
+    const int V = model_n_vocab(mc);
+    float *lc = malloc((size_t)16 * V * sizeof(float)),
+          *lg = malloc((size_t)16 * V * sizeof(float));
+    struct cmp_stats st = {0};
+    char what[64];
+
+    /* prefill: 9 prompt tokens of seq 0 in one step, every position's logits */
+    struct model_batch_entry e[16];
+    const int n_prompt = 9;
+    for (int i = 0; i < n_prompt; i++)
+        e[i] = (struct model_batch_entry){0, i, (int32_t)((i * 37 + 11) % V), true};
+    step(mc, kc, e, n_prompt, lc);
+    step(mg, kg, e, n_prompt, lg);
+    snprintf(what, sizeof what, "%s prefill", which);
+    int32_t next[3] = {0};
+    for (int i = 0; i < n_prompt; i++)
+        next[0] =
+            compare_row(lc + (size_t)i * V, lg + (size_t)i * V, V, near_tie, tol, &st, what, i);
+    /* seqs 1, 2 start from one token each; then all three decode together */
+    next[1] = 5 % V;
+    next[2] = 17 % V;
+    int pos[3] = {n_prompt, 0, 0};
+    snprintf(what, sizeof what, "%s batched decode", which);
+    for (int t = 0; t < 12; t++) {
+        int n = 0;
+        for (int q = 0; q < 3; q++) {
+            if (q == 2 && t == 0)
+                continue; /* seq 2 joins a step later */
+            e[n++] = (struct model_batch_entry){q, pos[q], next[q], true};
+        }
+        step(mc, kc, e, n, lc);
+        step(mg, kg, e, n, lg);
+        for (int i = 0; i < n; i++) {
+            const int q = e[i].seq_id;
+            next[q] =
+                compare_row(lc + (size_t)i * V, lg + (size_t)i * V, V, near_tie, tol, &st, what, t);
+            pos[q]++;
+        }
+    }
+    /* a rewind: seq 1 goes back 3 positions and takes another token */
+    ck_assert_int_eq(kv_seq_truncate(kc, 1, pos[1] - 3, &err), 0);
+    ck_assert_int_eq(kv_seq_truncate(kg, 1, pos[1] - 3, &err), 0);
+    e[0] = (struct model_batch_entry){1, pos[1] - 3, 3 % V, true};
+    step(mc, kc, e, 1, lc);
+    step(mg, kg, e, 1, lg);
+    snprintf(what, sizeof what, "%s after a rewind", which);
+    compare_row(lc, lg, V, near_tie, tol, &st, what, 0);
+    /* a copy-on-write fork: seq 2 shares seq 0's prefix, then diverges */
+    ck_assert_int_eq(kv_seq_copy(kc, 2, 0, 5, &err), 0);
+    ck_assert_int_eq(kv_seq_copy(kg, 2, 0, 5, &err), 0);
+    e[0] = (struct model_batch_entry){2, 5, 7 % V, true};
+    step(mc, kc, e, 1, lc);
+    step(mg, kg, e, 1, lg);
+    snprintf(what, sizeof what, "%s after a fork", which);
+    compare_row(lc, lg, V, near_tie, tol, &st, what, 0);
+    printf("%s: %d rows, %d near-tie mismatches (largest gap %.3g), logit error %.3g of scale\n",
+           which, st.steps, st.mismatches, st.max_gap, st.max_err);
+    free(lc);
+    free(lg);
+    kv_free(kc);
+    kv_free(kg);
+    model_free(mg);
+    backend_free(be);
+    test_model_free(mc);
+    unlink(path);
+}
+
+START_TEST(test_llama) {
+    arch_vs_cpu("llama", 0, 0);
+}
+END_TEST
+START_TEST(test_llama_q8) {
+    arch_vs_cpu("llama-q8", 0, 0);
+}
+END_TEST
+START_TEST(test_llama_yarn) {
+    arch_vs_cpu("llama-yarn", 0, 0);
+}
+END_TEST
+START_TEST(test_qwen2) {
+    arch_vs_cpu("qwen2", 0, 0);
+}
+END_TEST
+START_TEST(test_qwen3) {
+    arch_vs_cpu("qwen3", 0, 0);
+}
+END_TEST
+START_TEST(test_qwen3moe) {
+    arch_vs_cpu("qwen3moe", 0, 0);
+}
+END_TEST
+START_TEST(test_qwen2moe) {
+    arch_vs_cpu("qwen2moe", 0, 0);
+}
+END_TEST
+START_TEST(test_mixtral) {
+    arch_vs_cpu("mixtral", 0, 0);
+}
+END_TEST
+
+/* Weights in pieces of at most 4 KiB (an expert stack: whole experts per
+ * piece) and the KV pool in pieces of 3 blocks (its 12 blocks in
+ * VKOPS_KV_PIECES bindings): every kernel reads across bindings. */
+START_TEST(test_qwen3moe_pieces) {
+    arch_vs_cpu("qwen3moe", 4096, 3);
+}
+END_TEST
+START_TEST(test_llama_pieces) {
+    arch_vs_cpu("llama", 4096, 3);
+}
+END_TEST
+
+/* The backend's step: a write, an op and a read; a read lands only at the
+ * wait; two submits in one step; a begin drops what was not submitted;
+ * errors of bad use are reported at submit. */
+START_TEST(test_step_semantics) {
+    struct backend *be = gpu_backend(0, 0);
+    const struct backend_ops *o = be->ops;
+    void *c = be->ctx;
+    struct strata_error err = {0};
+    struct backend_tensor *a = o->tensor_alloc(c, BACKEND_F32, 4, 8, &err);
+    struct backend_tensor *b = o->tensor_alloc(c, BACKEND_F32, 4, 8, &err);
+    ck_assert(a && b);
+    float ha[32], hb[32], out[32], out2[32];
+    for (int i = 0; i < 32; i++)
+        ha[i] = (float)i, hb[i] = 0.5f * (float)i;
+    const struct backend_step st = {.n_tok = 4, .n_kv_max = 1};
+    ck_assert_int_eq(o->begin(c, &st, &err), 0);
+    o->tensor_write(c, a, 0, ha, 4);
+    o->tensor_write(c, b, 1, hb + 8, 2); /* rows 1, 2 only */
+    o->add(c, a, b, 4, 8);
+    memset(out, 0, sizeof out);
+    o->tensor_read(c, a, 0, out, 4);
+    ck_assert_int_eq(o->submit(c, &err), 0);
+    ck_assert_int_eq(o->wait(c, &err), 0);
+    for (int i = 0; i < 32; i++) {
+        const float want = ha[i] + (i >= 8 && i < 24 ? hb[i] : 0.0f);
+        ck_assert_msg(out[i] == want, "out[%d] = %g, want %g", i, out[i], want);
+    }
+    /* two submits in one step: the second part sees the first's writes */
+    ck_assert_int_eq(o->begin(c, &st, &err), 0);
+    o->add(c, a, a, 4, 8); /* a = 2a */
+    memset(out2, 0, sizeof out2);
+    o->tensor_read(c, a, 0, out2, 4);
+    ck_assert_int_eq(o->submit(c, &err), 0);
+    ck_assert_int_eq(o->wait(c, &err), 0);
+    for (int i = 0; i < 32; i++)
+        ck_assert(out2[i] == 2 * out[i]);
+    o->add(c, a, a, 4, 8); /* 4 a */
+    o->tensor_read(c, a, 0, out2, 1);
+    ck_assert_int_eq(o->submit(c, &err), 0);
+    ck_assert_int_eq(o->wait(c, &err), 0);
+    for (int i = 0; i < 8; i++)
+        ck_assert(out2[i] == 4 * out[i]);
+    /* a begin drops the unsubmitted recording (and its read) */
+    o->add(c, a, a, 4, 8);
+    float untouched[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+    o->tensor_read(c, a, 0, untouched, 1);
+    ck_assert_int_eq(o->begin(c, &st, &err), 0);
+    o->tensor_read(c, a, 0, out2, 1);
+    ck_assert_int_eq(o->submit(c, &err), 0);
+    ck_assert_int_eq(o->wait(c, &err), 0);
+    for (int i = 0; i < 8; i++) {
+        ck_assert(out2[i] == 4 * out[i]);
+        ck_assert(untouched[i] == -1);
+    }
+    /* a KV cache of another backend's store is refused at begin */
+    struct kv_params kp = {.n_layer = 1, .n_seq_max = 1, .n_ctx = 16, .n_embd_k = 8, .n_embd_v = 8};
+    struct kv_cache *host_kv = kv_init(&kp, &err);
+    ck_assert_ptr_nonnull(host_kv);
+    int32_t seq = 0, pos = 0;
+    const struct backend_step st2 = {1, 1, host_kv, &seq, &pos};
+    ck_assert_int_eq(o->begin(c, &st2, &err), STRATA_E_INVALID);
+    ck_assert(strstr(err.message, "host") != NULL);
+    kv_free(host_kv);
+    ck_assert_uint_gt(backend_vk_device_bytes(be), 0);
+    o->tensor_free(c, a);
+    o->tensor_free(c, b);
+    backend_free(be);
+}
+END_TEST
+
+/* Weight binding: a type the kernels do not take is refused with its name;
+ * tied bytes are uploaded once. */
+START_TEST(test_bind) {
+    struct backend *be = gpu_backend(0, 0);
+    const struct backend_ops *o = be->ops;
+    struct strata_error err = {0};
+    float v[64];
+    for (int i = 0; i < 64; i++)
+        v[i] = (float)i;
+    struct backend_weight_desc d[3] = {
+        {.name = "m",
+         .host = {v, QUANT_F32, 2, 32, 128, BACKEND_LAYOUT_ROWS},
+         .use = BACKEND_USE_MATMUL},
+        {.name = "m-again",
+         .host = {v, QUANT_F32, 2, 32, 128, BACKEND_LAYOUT_ROWS},
+         .use = BACKEND_USE_ROWS},
+        {.name = "vec",
+         .host = {v, QUANT_F32, 1, 64, 256, BACKEND_LAYOUT_ROWS},
+         .use = BACKEND_USE_VEC},
+    };
+    struct backend_weight *h[3];
+    struct backend_bind_info info;
+    struct backend_weights *set = o->weights_bind(be->ctx, d, 3, NULL, h, &info, &err);
+    ck_assert_msg(set != NULL, "%s", err.message);
+    ck_assert_uint_eq(info.copied_bytes, 256 + 256); /* the tied matrix once */
+    o->weights_free(be->ctx, set);
+    /* a VEC of f16 is not a type the backend takes */
+    d[2].host.type = QUANT_F16;
+    d[2].host.row_bytes = 128;
+    ck_assert_ptr_null(o->weights_bind(be->ctx, d, 3, NULL, h, NULL, &err));
+    ck_assert_int_eq(err.code, STRATA_E_UNSUPPORTED);
+    ck_assert(strstr(err.message, "vec") != NULL);
+    backend_free(be);
+}
+END_TEST
+
+/* --gpu / --gpu-layers (gpu/gpu-choose.h) on the devices present. */
+START_TEST(test_choose) {
+    struct strata_error err = {0};
+    struct gpu_choice ch;
+    struct gpu_choice_in in = {.gpu = "off", .model_bytes = 1 << 20, .n_layer = 4};
+    ck_assert_int_eq(gpu_choose(&in, &ch, &err), 0);
+    ck_assert_ptr_null(ch.be);
+    ck_assert(strstr(ch.rule, "--gpu off") != NULL);
+    in.gpu = "0";
+    in.gpu_layers = "0";
+    ck_assert_int_eq(gpu_choose(&in, &ch, &err), 0);
+    ck_assert_ptr_null(ch.be);
+    ck_assert(strstr(ch.rule, "--gpu-layers 0") != NULL);
+    in.gpu_layers = "3"; /* fewer than the 4 layers: no split yet, the CPU */
+    ck_assert_int_eq(gpu_choose(&in, &ch, &err), 0);
+    ck_assert_ptr_null(ch.be);
+    ck_assert_msg(strstr(ch.rule, "not supported") != NULL, "%s", ch.rule);
+    in.gpu_layers = "4";
+    ck_assert_int_eq(gpu_choose(&in, &ch, &err), 0);
+    ck_assert_msg(ch.be != NULL, "%s", ch.rule);
+    ck_assert_int_eq(ch.n_layer_gpu, 4);
+    ck_assert_msg(strstr(ch.rule, "device 0 ") == ch.rule && strstr(ch.rule, "all 4 layers"), "%s",
+                  ch.rule);
+    ck_assert_str_eq(ch.be->ops->name, "vulkan");
+    backend_free(ch.be);
+    in.gpu_layers = "all";
+    in.gpu = "99"; /* no such device: a line and the CPU, not an error */
+    ck_assert_int_eq(gpu_choose(&in, &ch, &err), 0);
+    ck_assert_ptr_null(ch.be);
+    ck_assert_msg(strstr(ch.rule, "no device 99") != NULL, "%s", ch.rule);
+    in.gpu = "auto"; /* never a CPU implementation; else the best device */
+    ck_assert_int_eq(gpu_choose(&in, &ch, &err), 0);
+    struct vk_dev *d = NULL;
+    ck_assert_int_eq(vk_dev_open(-1, &d, &err), 0);
+    const bool best_is_cpu = vk_dev_info(d)->cpu;
+    vk_dev_close(d);
+    if (best_is_cpu) {
+        ck_assert_ptr_null(ch.be);
+        ck_assert_msg(strstr(ch.rule, "CPU implementation") != NULL, "%s", ch.rule);
+    } else {
+        ck_assert_msg(ch.be != NULL, "%s", ch.rule);
+        backend_free(ch.be);
+        in.model_bytes = 1ull << 50; /* a model no device holds */
+        ck_assert_int_eq(gpu_choose(&in, &ch, &err), 0);
+        ck_assert_ptr_null(ch.be);
+        ck_assert_msg(strstr(ch.rule, "do not fit") != NULL, "%s", ch.rule);
+    }
+    in.gpu = "gpu1"; /* not a form it takes: a configuration error */
+    ck_assert_int_eq(gpu_choose(&in, &ch, &err), STRATA_E_CONFIG);
+    in.gpu = "0";
+    in.gpu_layers = "half";
+    ck_assert_int_eq(gpu_choose(&in, &ch, &err), STRATA_E_CONFIG);
+    ck_assert(strstr(err.message, "--gpu-layers half") != NULL);
+}
+END_TEST
+
+static Suite *vk_model_suite(void) {
+    Suite *s = suite_create("vk-model");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_step_semantics);
+    tcase_add_test(tc, test_bind);
+    tcase_add_test(tc, test_choose);
+    tcase_add_test(tc, test_golden_stories260k);
+    tcase_add_test(tc, test_golden_stories260k_pieces);
+    tcase_add_test(tc, test_golden_llama2_tiny_random);
+    tcase_add_test(tc, test_llama);
+    tcase_add_test(tc, test_llama_q8);
+    tcase_add_test(tc, test_llama_yarn);
+    tcase_add_test(tc, test_qwen2);
+    tcase_add_test(tc, test_qwen3);
+    tcase_add_test(tc, test_qwen3moe);
+    tcase_add_test(tc, test_qwen2moe);
+    tcase_add_test(tc, test_mixtral);
+    tcase_add_test(tc, test_qwen3moe_pieces);
+    tcase_add_test(tc, test_llama_pieces);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+/* Exit 77 (skipped) only when no Vulkan device exists at all. */
+int main(void) {
+    if (vk_dev_count() == 0) {
+        printf("RESULT vk-model: no Vulkan device: skipped\n");
+        return 77;
+    }
+    SRunner *sr = srunner_create(vk_model_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int n_run = srunner_ntests_run(sr), n_fail = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    printf("RESULT vk-model: %d passed, %d failed\n", n_run - n_fail, n_fail);
+    return n_fail ? 1 : 0;
+}
