@@ -26,7 +26,7 @@ layout(std430, binding = 3) readonly buffer BufS { int sel[]; };
 layout(std430, binding = 4) readonly buffer BufU { uint wu[]; };
 uint wword(uint which, uint i) { return which == 0u ? w[i] : wu[i]; }
 
-// Offsets in bytes: struct vkmm_push in gpu/vk-mm-impl.h (64 bytes, pinned).
+// Offsets in bytes: struct vkmm_push in gpu/vk-mm-impl.h (80 bytes, pinned).
 layout(push_constant) uniform Push {
     uint n_rows;       //  0 rows this dispatch computes
     uint n_cols;       //  4 elements per row
@@ -44,6 +44,8 @@ layout(push_constant) uniform Push {
     uint n_pairs;      // 52 expert-indexed: pairs (n_tok * k)
     uint pair0;        // 56 first pair of the dispatch (gl_WorkGroupID.z + pair0)
     uint w_base2;      // 60 byte offset of the first row of the up matrix in binding 4
+    uint tok0;         // 64 matvec: first token (row of x and y) of the dispatch
+    uint pad0, pad1, pad2; // 68
 } p;
 
 uint rd8(uint wh, uint b) { return bitfieldExtract(wword(wh, b >> 2), int((b & 3u) * 8u), 8); }
