@@ -61,6 +61,11 @@ uint rd32(uint wh, uint b) {
         return lo;
     return (lo >> s) | (wword(wh, i + 1u) << (32u - s));
 }
+// Four bytes at an even offset as two 16-bit halves: always two loads and no
+// branch. Q4_0 / Q8_0 / IQ4_NL blocks (18 and 34 bytes) alternate between
+// word-aligned and not from one lane to the next, so rd32's branch would
+// split every subgroup and issue both paths.
+uint rd32e(uint wh, uint b) { return rd16(wh, b) | (rd16(wh, b + 2u) << 16); }
 float silu(float g) { return g / (1.0 + exp(-g)); }
 vec4 bytes4(uint q) { return vec4(q & 0xffu, (q >> 8) & 0xffu, (q >> 16) & 0xffu, q >> 24); }
 vec4 nib_lo(uint q) { return bytes4(q & 0x0f0f0f0fu); }
