@@ -31,8 +31,10 @@ struct vkmm_push {
     uint32_t n_pairs;      /* 52 */
     uint32_t pair0;        /* 56 first pair of this dispatch (gl_WorkGroupID.z + pair0) */
     uint32_t w_base2;      /* 60 byte offset of the up matrix's first row in binding 4 */
+    uint32_t tok0;         /* 64 matvec: first token (row of x and y) of this dispatch */
+    uint32_t pad[3];       /* 68 */
 };
-_Static_assert(sizeof(struct vkmm_push) == 64, "mm_common.glsl Push block");
+_Static_assert(sizeof(struct vkmm_push) == 80, "mm_common.glsl Push block");
 _Static_assert(offsetof(struct vkmm_push, expert_bytes) == 48, "mm_common.glsl Push block");
 
 /* Kernel kinds per type: the matvec for 1, 2, 4 or 8 tokens a pass, its
@@ -48,13 +50,20 @@ enum vkmm_kind {
     VKMM_KIND_COUNT,
 };
 
-#define VKMM_MV_MAX_TOK 8 /* n_tok above this takes the tiled matmul (also for matmul_id) */
+#define VKMM_MV_MAX_TOK 8 /* tokens of one matvec pass; above: the tiled matmul_id */
+/* Plain matmuls of up to this many tokens run as 8-token matvec passes (the
+ * weights read once per 8 tokens), above it the tiled matmul: on the H200
+ * (lead's run of a39bda8, 7B Q4_0) batched decode of 8 sequences gave 596
+ * tok/s through the matvec and of 32 only 362 through 64 x 64 tiles that
+ * were half empty. */
+#define VKMM_MV_CHUNK_TOK 32
 
 /* Launch shapes, chosen once from the device (vkmm_init). */
 struct vkmm_tune {
-    uint32_t mv_wg;   /* lanes of a matvec workgroup */
-    uint32_t mv_rows; /* rows of a matvec workgroup */
-    uint32_t mm_wg;   /* lanes of a matmul workgroup: (bm / tm) * (bn / tn) */
+    uint32_t mv_wg;    /* lanes of a matvec workgroup */
+    uint32_t mv_rows;  /* rows of a matvec workgroup of 4 or 8 tokens */
+    uint32_t mv_rows1; /* of 1 or 2 tokens, and of the expert-indexed matvec */
+    uint32_t mm_wg;    /* lanes of a matmul workgroup: (bm / tm) * (bn / tn) */
     uint32_t mm_bm, mm_bn, mm_tm, mm_tn;
     uint32_t mm_lcap; /* picks an expert-indexed matmul workgroup lists at once */
 };
@@ -68,6 +77,11 @@ struct vkmm {
     int err_code; /* first latched error, 0 when none */
     char err_msg[STRATA_ERROR_MSG_MAX];
 };
+
+/* Rows of one workgroup of a matvec kind. */
+static inline uint32_t vkmm_mv_rows(const struct vkmm_tune *t, enum vkmm_kind k) {
+    return k == VKMM_MV1 || k == VKMM_MV2 || k == VKMM_MV_ID ? t->mv_rows1 : t->mv_rows;
+}
 
 /* The tuning vkmm_init picks for a device (exposed for the tests). */
 void vkmm_tune_for(const struct vk_dev_info *in, struct vkmm_tune *t);

@@ -117,15 +117,22 @@ static void record_rows(struct vkmm *mm, const struct rec_call *c, struct vk_bin
     const struct vkmm_tune *t = &mm->tune;
     struct vk_bind binds[5] = {w, c->x, c->y, c->x, c->glu ? u : w}; /* sel unused: any buffer */
     uint32_t gx, gy;
-    if (pu->n_tok <= VKMM_MV_MAX_TOK) {
-        enum vkmm_kind kind = pu->n_tok == 1   ? VKMM_MV1
-                              : pu->n_tok == 2 ? VKMM_MV2
-                              : pu->n_tok <= 4 ? VKMM_MV4
-                                               : VKMM_MV8;
-        struct vk_pipe *p = pipe_or_latch(mm, c->type, kind, c->glu);
-        if (!p || split_groups(mm, (pu->n_rows + t->mv_rows - 1) / t->mv_rows, &gx, &gy))
-            return;
-        vk_dispatch(mm->d, p, binds, pu, gx, gy, 1);
+    if (pu->n_tok <= VKMM_MV_CHUNK_TOK) { /* matvec passes of up to 8 tokens */
+        struct vkmm_push pc = *pu;
+        for (uint32_t t0 = 0; t0 < pu->n_tok; t0 += VKMM_MV_MAX_TOK) {
+            uint32_t nt = pu->n_tok - t0 < VKMM_MV_MAX_TOK ? pu->n_tok - t0 : VKMM_MV_MAX_TOK;
+            enum vkmm_kind kind = nt == 1   ? VKMM_MV1
+                                  : nt == 2 ? VKMM_MV2
+                                  : nt <= 4 ? VKMM_MV4
+                                            : VKMM_MV8;
+            struct vk_pipe *p = pipe_or_latch(mm, c->type, kind, c->glu);
+            const uint32_t nr = vkmm_mv_rows(t, kind);
+            if (!p || split_groups(mm, (pu->n_rows + nr - 1) / nr, &gx, &gy))
+                return;
+            pc.tok0 = t0;
+            pc.n_tok = nt;
+            vk_dispatch(mm->d, p, binds, &pc, gx, gy, 1);
+        }
         return;
     }
     struct vk_pipe *p = pipe_or_latch(mm, c->type, VKMM_MM, c->glu);
@@ -229,7 +236,7 @@ static void matmul_id(struct vkmm *mm, const struct vk_wmat *g, const struct vk_
                        (long long)er);
             return;
         }
-    } else if (split_groups(mm, (uint64_t)(er + mm->tune.mv_rows - 1) / mm->tune.mv_rows, &gx,
+    } else if (split_groups(mm, (uint64_t)(er + mm->tune.mv_rows1 - 1) / mm->tune.mv_rows1, &gx,
                             &gy)) {
         return;
     }

@@ -125,15 +125,6 @@ static uint32_t clamp_u32(uint32_t v, uint32_t lo, uint32_t hi) {
     return v < lo ? lo : v > hi ? hi : v;
 }
 
-/* Matvec: WG = 4 subgroups (128 lanes on NVIDIA's 32-wide subgroups, clamped
- * to 32..256) over NR = 2 rows. For the 7B's 4096 x 4096 Q4_0 projections on
- * the H200 that is 2048 workgroups of 128 lanes: 262,144 lanes, about what
- * its 132 SMs keep resident (2,048 each), each lane 4 units of a row, so the
- * loads in flight cover HBM latency; 32-lane workgroups would leave the SMs
- * a quarter full (Hopper runs at most 32 workgroups an SM). Two rows share
- * each x load. Matmul: 64 x 64 tiles, 256 lanes of 4 x 4 outputs, 16.6 KB
- * of shared memory; half the tile where a device offers less than that or
- * fewer than 256 lanes. */
 /* Shared memory of the matmul's tiles: two weight tiles (the fused form's
  * gate and up) and the activation tile, 32 x (rows + 1) floats each. */
 static uint32_t tile_bytes(const struct vkmm_tune *t) {
@@ -152,6 +143,15 @@ static uint32_t lcap_for(const struct vk_dev_info *in, const struct vkmm_tune *t
     return (uint32_t)(n ? n : 0);
 }
 
+/* Matvec: WG = 4 subgroups (128 lanes on NVIDIA's 32-wide subgroups, clamped
+ * to 32..256) over NR rows (2 for 4 or 8 tokens a pass, 4 for 1 or 2: see
+ * mv_rows1). For the 7B's 4096 x 4096 Q4_0 projections on the H200 that is
+ * 1,024 to 2,048 workgroups of 128 lanes, about what its 132 SMs keep
+ * resident (2,048 lanes each), so the loads in flight cover HBM latency;
+ * 32-lane workgroups would leave the SMs a quarter full (Hopper runs at most
+ * 32 workgroups an SM). Matmul: 64 x 64 tiles, 256 lanes of 4 x 4 outputs,
+ * 24.9 KB of shared memory with the fused form's second weight tile; half
+ * the tile where a device offers less than that or fewer than 256 lanes. */
 void vkmm_tune_for(const struct vk_dev_info *in, struct vkmm_tune *t) {
     uint32_t maxwg = in->max_wg_invocations ? in->max_wg_invocations : 128;
     uint32_t sg = in->subgroup_size ? in->subgroup_size : 32;
@@ -159,6 +159,13 @@ void vkmm_tune_for(const struct vk_dev_info *in, struct vkmm_tune *t) {
     if (t->mv_wg > maxwg)
         t->mv_wg = maxwg;
     t->mv_rows = 2;
+    /* one token: 4 rows share each x load. The H200 run of a39bda8 (7B
+     * Q4_0 decode, lead's profile) had the 1-token matvec at 18.4 us for
+     * 9.4 MB (~510 GB/s) with 2 rows: per 6 bytes of weights a lane loaded
+     * 32 bytes of x (two vec4) for 2 rows, so the SM's load unit, not HBM,
+     * was the limit; 4 rows halve the x loads per weight byte and keep as
+     * many weight bytes in flight per lane (1,024 workgroups of 128). */
+    t->mv_rows1 = 4;
     t->mm_bm = 64;
     t->mm_bn = 64;
     t->mm_tm = 4;
@@ -201,11 +208,12 @@ int vkmm_set_tune(struct vkmm *mm, const struct vkmm_tune *t, struct strata_erro
     const struct vk_dev_info *in = mm->info;
     uint32_t maxwg = in->max_wg_invocations;
     bool ok = t->mv_wg >= 1 && t->mv_wg <= maxwg && t->mv_rows >= 1 && t->mv_rows <= 8 &&
-              t->mm_tm >= 1 && t->mm_tn >= 1 && t->mm_bm % t->mm_tm == 0 &&
-              t->mm_bn % t->mm_tn == 0 &&
+              t->mv_rows1 >= 1 && t->mv_rows1 <= 8 && t->mm_tm >= 1 && t->mm_tn >= 1 &&
+              t->mm_bm % t->mm_tm == 0 && t->mm_bn % t->mm_tn == 0 &&
               t->mm_wg == (t->mm_bm / t->mm_tm) * (t->mm_bn / t->mm_tn) && t->mm_wg <= maxwg &&
               tile_bytes(t) + 4ull * t->mm_lcap + 64 <= in->max_shared_bytes && t->mm_lcap >= 1 &&
-              4ull * 2 * t->mv_rows * VKMM_MV_MAX_TOK * t->mv_wg <= in->max_shared_bytes;
+              4ull * 2 * t->mv_rows * VKMM_MV_MAX_TOK * t->mv_wg <= in->max_shared_bytes &&
+              4ull * 2 * t->mv_rows1 * 2 * t->mv_wg <= in->max_shared_bytes;
     if (!ok)
         return strata_error_set(err, STRATA_E_INVALID, "vkmm: tuning the shaders cannot run");
     mm->tune = *t;
@@ -255,7 +263,7 @@ static struct vk_pipe *make_pipe(struct vkmm *mm, enum quant_type type, enum vkm
                               sizeof(struct vkmm_push), spec, 8, err);
     }
     static const uint32_t nt[] = {1, 2, 4, 8, 1};
-    uint32_t spec[5] = {t->mv_wg, t->mv_rows, nt[kind], kind == VKMM_MV_ID, glu};
+    uint32_t spec[5] = {t->mv_wg, vkmm_mv_rows(t, kind), nt[kind], kind == VKMM_MV_ID, glu};
     return vk_pipe_create(mm->d, name, sh->mv, sh->mv_bytes, VKMM_N_BIND, sizeof(struct vkmm_push),
                           spec, 5, err);
 }

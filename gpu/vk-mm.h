@@ -12,11 +12,11 @@
  *   vk_rec_submit(dev, &err); vk_rec_wait(dev, &err);
  *   if (vkmm_status(mm, &err)) ...                 // a matmul that could not be recorded
  *
- * Kernels: n_tok <= 8 takes the matvec (mv_<type>.comp: each workgroup a few
- * whole rows, its lanes across the row, every weight unit dequantized once
- * for all tokens of the step, subgroup sums); n_tok > 8 the tiled matmul
- * (mm_<type>.comp: 64 x 64 tiles of rows x tokens, the weight tile
- * dequantized once per K step into shared memory). Activations and results
+ * Kernels: n_tok <= 32 takes the matvec in passes of up to 8 tokens (mv_<type>.comp: each workgroup
+ * a few whole rows, its lanes across the row, every weight unit dequantized once for all tokens of
+ * the pass, subgroup sums); n_tok > 32 the tiled matmul (mm_<type>.comp: 64 x 64 tiles of rows x
+ * tokens, the weight tile dequantized once per K step into shared memory); the expert-indexed forms
+ * switch at 8 tokens (mm_id lists each expert's picks). Activations and results
  * are f32; nothing on the activation side is quantized, so the results are
  * those of the dequantized weights times x up to float summation order.
  * No integer dot product or cooperative matrix path yet (lavapipe has

@@ -26,7 +26,7 @@ layout(std430, binding = 3) readonly buffer BufS { int sel[]; };
 layout(std430, binding = 4) readonly buffer BufU { uint wu[]; };
 uint wword(uint which, uint i) { return which == 0u ? w[i] : wu[i]; }
 
-// Offsets in bytes: struct vkmm_push in gpu/vk-mm-impl.h (64 bytes, pinned).
+// Offsets in bytes: struct vkmm_push in gpu/vk-mm-impl.h (80 bytes, pinned).
 layout(push_constant) uniform Push {
     uint n_rows;       //  0 rows this dispatch computes
     uint n_cols;       //  4 elements per row
@@ -44,6 +44,8 @@ layout(push_constant) uniform Push {
     uint n_pairs;      // 52 expert-indexed: pairs (n_tok * k)
     uint pair0;        // 56 first pair of the dispatch (gl_WorkGroupID.z + pair0)
     uint w_base2;      // 60 byte offset of the first row of the up matrix in binding 4
+    uint tok0;         // 64 matvec: first token (row of x and y) of the dispatch
+    uint pad0, pad1, pad2; // 68
 } p;
 
 uint rd8(uint wh, uint b) { return bitfieldExtract(wword(wh, b >> 2), int((b & 3u) * 8u), 8); }
@@ -59,6 +61,11 @@ uint rd32(uint wh, uint b) {
         return lo;
     return (lo >> s) | (wword(wh, i + 1u) << (32u - s));
 }
+// Four bytes at an even offset as two 16-bit halves: always two loads and no
+// branch. Q4_0 / Q8_0 / IQ4_NL blocks (18 and 34 bytes) alternate between
+// word-aligned and not from one lane to the next, so rd32's branch would
+// split every subgroup and issue both paths.
+uint rd32e(uint wh, uint b) { return rd16(wh, b) | (rd16(wh, b + 2u) << 16); }
 float silu(float g) { return g / (1.0 + exp(-g)); }
 vec4 bytes4(uint q) { return vec4(q & 0xffu, (q >> 8) & 0xffu, (q >> 16) & 0xffu, q >> 24); }
 vec4 nib_lo(uint q) { return bytes4(q & 0x0f0f0f0fu); }

@@ -11,12 +11,12 @@ void unit_pos(uint u, out uint p0, out uint p1) {
 void unit_load(uint wh, uint rb, uint u, out vec4 v0, out vec4 v1) {
     uint bb = rb + 18u * (u >> 2);
     float d = rdh(wh, bb);
-    uint q = rd32(wh, bb + 2u + 4u * (u & 3u));
+    uint q = rd32e(wh, bb + 2u + 4u * (u & 3u));
     v0 = (nib_lo(q) - 8.0) * d;
     v1 = (nib_hi(q) - 8.0) * d;
 }
 vec4 deq4(uint wh, uint rb, uint e) {
     uint bb = rb + 18u * (e >> 5), j = e & 31u;
-    uint q = rd32(wh, bb + 2u + (j & 15u));
+    uint q = rd32e(wh, bb + 2u + (j & 15u));
     return ((j < 16u ? nib_lo(q) : nib_hi(q)) - 8.0) * rdh(wh, bb);
 }

@@ -10,10 +10,10 @@ void unit_pos(uint u, out uint p0, out uint p1) {
 void unit_load(uint wh, uint rb, uint u, out vec4 v0, out vec4 v1) {
     uint bb = rb + 34u * (u >> 2), o = bb + 2u + 8u * (u & 3u);
     float d = rdh(wh, bb);
-    v0 = sbytes4(rd32(wh, o)) * d;
-    v1 = sbytes4(rd32(wh, o + 4u)) * d;
+    v0 = sbytes4(rd32e(wh, o)) * d;
+    v1 = sbytes4(rd32e(wh, o + 4u)) * d;
 }
 vec4 deq4(uint wh, uint rb, uint e) {
     uint bb = rb + 34u * (e >> 5);
-    return sbytes4(rd32(wh, bb + 2u + (e & 31u))) * rdh(wh, bb);
+    return sbytes4(rd32e(wh, bb + 2u + (e & 31u))) * rdh(wh, bb);
 }

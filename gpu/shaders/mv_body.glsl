@@ -33,7 +33,7 @@ void main() {
     const uint r0 = grp * NR;
     if (r0 >= p.n_rows)
         return; // the whole workgroup: no barrier is skipped by part of it
-    uint wb = p.w_base, wb2 = p.w_base2, xr = 0u, yr = 0u;
+    uint wb = p.w_base, wb2 = p.w_base2, xr = p.tok0, yr = p.tok0;
     if (ID != 0u) {
         const uint pair = gl_WorkGroupID.z + p.pair0;
         if (pair >= p.n_pairs)
