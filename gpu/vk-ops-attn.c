@@ -29,7 +29,11 @@ _Static_assert(sizeof(struct push_attn_prefill) == 64, "op_attn_prefill.comp");
  * single decoding sequence still fills the device; on smaller devices the
  * extra chunks cost one partial row of (head_dim_v + 2) floats each. */
 #define ATTN_TARGET_WG 264
-#define ATTN_TILE 64 /* positions of a tile (op_attn_split.comp TILE) */
+/* Chunks are whole multiples of 16 positions (a pass of the split's 16
+ * position groups), so a short context still spreads over several
+ * workgroups: 64 positions of llama-2-7b's 32 KV heads make 4 chunks each,
+ * 128 workgroups for 132 SMs, where whole 64-position tiles made 32. */
+#define ATTN_TILE 16
 /* op_attn_split.comp ATTN_COUNTERS: the (token, KV head) counters at the
  * head of the scratch; a fixed area, so every dispatch finds its counters
  * zero whatever shape the one before had. */

@@ -146,12 +146,14 @@ int vkops_init(struct vk_dev *d, struct vkops **out, struct strata_error *err) {
         return strata_error_set(err, STRATA_E_UNSUPPORTED,
                                 "vkops: %s has no subgroup arithmetic in compute shaders",
                                 in->name);
-    /* the reductions keep one shared slot per subgroup, 128 at most
-     * (op_common.glsl): 256 invocations need subgroups of 2 or more */
-    if (in->subgroup_size < 2 || in->max_wg_invocations < 256)
+    /* the attention kernels sum a K row's dot over 8 lanes by shuffles, and
+     * the reductions keep one shared slot per subgroup, 128 at most
+     * (op_common.glsl): subgroups of a multiple of 8 (lavapipe 8, NVIDIA 32,
+     * AMD 32/64) and workgroups of 256 */
+    if (in->subgroup_size < 8 || in->subgroup_size % 8 != 0 || in->max_wg_invocations < 256)
         return strata_error_set(err, STRATA_E_UNSUPPORTED,
                                 "vkops: %s has subgroups of %u and workgroups of %u invocations "
-                                "(needs 2 and 256)",
+                                "(needs a multiple of 8 and 256)",
                                 in->name, in->subgroup_size, in->max_wg_invocations);
     struct vkops *o = calloc(1, sizeof *o);
     if (!o)

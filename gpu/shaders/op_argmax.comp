@@ -25,11 +25,21 @@ void main() {
     const uint base = row * p.n_vocab;
     float bv = -1.0 / 0.0;
     uint bi = 0xffffffffu;
-    for (uint i = lid; i < p.n_vocab; i += gl_WorkGroupSize.x) {
-        const float v = logits[base + i];
-        if (!isnan(v) && !isinf(v) && (bi == 0xffffffffu || v > bv)) {
-            bv = v;
-            bi = i;
+    /* four loads in flight an invocation (ids ascending within a thread, so
+     * the first of equal values stays): a loop of one dependent load after
+     * another is bound by the load latency, not by bandwidth */
+    const uint wg = gl_WorkGroupSize.x;
+    for (uint i0 = lid; i0 < p.n_vocab; i0 += 4u * wg) {
+        float v[4];
+        for (uint u = 0u; u < 4u; u++) {
+            const uint i = i0 + u * wg;
+            v[u] = i < p.n_vocab ? logits[base + i] : -1.0 / 0.0;
+        }
+        for (uint u = 0u; u < 4u; u++) {
+            if (!isnan(v[u]) && !isinf(v[u]) && (bi == 0xffffffffu || v[u] > bv)) {
+                bv = v[u];
+                bi = i0 + u * wg;
+            }
         }
     }
     ops_wg_argmax(bv, bi);

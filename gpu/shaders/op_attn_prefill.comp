@@ -44,6 +44,7 @@ layout(push_constant) uniform P {
 } p;
 
 shared uint s_k[TK * HWMAX], s_v[TK * HWMAX];
+shared uint s_kb[TK], s_vb[TK], s_pc[TK]; /* a tile row's first K, V word and piece */
 
 void main() {
     const uint hk = gl_WorkGroupID.y, lid = gl_LocalInvocationID.x;
@@ -89,21 +90,44 @@ void main() {
             acc[i] = vec2(0.0);
         for (uint k0 = 0u; k0 <= uint(max_pos); k0 += TK) {
             barrier(); /* the previous tile's readers are done */
-            const uint hwm = max(hwk, hwv);
-            for (uint i = lid; i < TK * hwm; i += WG) {
-                const uint j = i / hwm, w = i % hwm;
-                const int ps = int(k0 + j);
-                uint kw = 0u, vw = 0u;
+            /* the tile's rows: one table lookup a position, then every
+             * word's load is independent of the others (4 in flight an
+             * invocation) instead of a lookup and a load after another */
+            if (lid < TK) {
+                const int ps = int(k0 + lid);
+                uint kb = 0xffffffffu, vb = 0u, pc = 0u;
                 if (ps <= max_pos) {
                     const uint blk = kv_block(p.g, sq, ps);
-                    const uint pc = blk / p.g.blocks_per_piece;
-                    if (w < hwk)
-                        kw = kv_load(pc, kv_word_index(p.g, blk, p.layer, ps, hk, p.hdk, false, w));
-                    if (w < hwv)
-                        vw = kv_load(pc, kv_word_index(p.g, blk, p.layer, ps, hk, p.hdv, true, w));
+                    pc = blk / p.g.blocks_per_piece;
+                    kb = kv_word_index(p.g, blk, p.layer, ps, hk, p.hdk, false, 0u);
+                    vb = kv_word_index(p.g, blk, p.layer, ps, hk, p.hdv, true, 0u);
                 }
-                s_k[j * HWMAX + w] = kw;
-                s_v[j * HWMAX + w] = vw;
+                s_kb[lid] = kb;
+                s_vb[lid] = vb;
+                s_pc[lid] = pc;
+            }
+            barrier();
+            const uint hwm = max(hwk, hwv);
+            for (uint i0 = lid; i0 < TK * hwm; i0 += 4u * WG) {
+                uint kw[4], vw[4];
+                for (uint u = 0u; u < 4u; u++) {
+                    const uint i = i0 + u * WG, j = i / hwm, w = i % hwm;
+                    kw[u] = 0u;
+                    vw[u] = 0u;
+                    if (i < TK * hwm && s_kb[j] != 0xffffffffu) {
+                        if (w < hwk)
+                            kw[u] = kv_load(s_pc[j], s_kb[j] + w);
+                        if (w < hwv)
+                            vw[u] = kv_load(s_pc[j], s_vb[j] + w);
+                    }
+                }
+                for (uint u = 0u; u < 4u; u++) {
+                    const uint i = i0 + u * WG, j = i / hwm, w = i % hwm;
+                    if (i < TK * hwm) {
+                        s_k[j * HWMAX + w] = kw[u];
+                        s_v[j * HWMAX + w] = vw[u];
+                    }
+                }
             }
             barrier();
             float sc[TK];

@@ -14,12 +14,15 @@
  * (132 SMs) a single sequence with 8 KV heads would keep 8 SMs busy. The
  * host sizes chunks so (chunks x KV heads x tokens) is at least ~2 per SM.
  *
- * Inside a workgroup, tiles of 64 positions: each subgroup takes positions
- * and its lanes split the head's words (coalesced reads of a K row, then
- * one subgroupAdd per query head); then a subgroup per head updates the
- * online softmax (max, rescale factor, sum); then each invocation owns one
- * f16 pair of the V row for some heads and accumulates p * v over the tile.
+ * Inside a workgroup, tiles of up to 64 positions: 8 lanes a position
+ * split the K row's words (16 positions at once, each lane's loads issued
+ * before its arithmetic, the dot summed by 3 shuffles per query head); then
+ * a subgroup per head updates the online softmax (max, rescale factor,
+ * sum); then each invocation owns one f16 pair of the V row for every head
+ * of the group and a share of the tile's positions (4 loads in flight), the
+ * shares summed through shared memory at the end.
  * q is rounded to f16 first, as ops_attn_head does (ggml's F16 K x F32 Q). */
+#extension GL_KHR_shader_subgroup_shuffle : require
 #define KV_BIND 4
 #include "op_common.glsl"
 #include "op_kv.glsl"
@@ -28,6 +31,7 @@
 #define TILE 64u
 #define GMAX 8u
 #define HDMAX 256u
+#define SLW 16u /* words of a K row a lane loads: HDMAX / 2 / 8 */
 
 layout(local_size_x = 128) in;
 
@@ -56,6 +60,7 @@ shared float s_q[GMAX * HDMAX];
 shared float s_sc[GMAX * TILE];
 shared float s_m[GMAX], s_l[GMAX], s_alpha[GMAX];
 shared bool s_last;
+shared vec2 s_red[GMAX * HDMAX / 2u];
 
 void main() {
     const uint c = gl_WorkGroupID.x, hk = gl_WorkGroupID.y, t = gl_WorkGroupID.z;
@@ -72,7 +77,9 @@ void main() {
         s_m[lid] = -1.0 / 0.0;
         s_l[lid] = 0.0;
     }
-    /* V ownership: pair dp of the row, heads r, r + reps, ... */
+    /* V ownership: pair dp of the row for every head of the group; the
+     * reps = WG / npair invocations of a pair take every reps-th position
+     * of a tile and are summed at the end (s_red) */
     const uint npair = p.hdv / 2u;
     const uint reps = max(1u, WG / npair);
     const uint dp = lid % npair, r = lid / npair;
@@ -85,25 +92,47 @@ void main() {
     const uint hw = p.hdk / 2u, sg = gl_SubgroupSize, lane = gl_SubgroupInvocationID;
     for (uint tile0 = p_begin; tile0 < p_end; tile0 += TILE) {
         const uint nt = min(TILE, p_end - tile0);
-        for (uint pp = gl_SubgroupID; pp < nt; pp += gl_NumSubgroups) {
-            const int ps = int(tile0 + pp);
-            const uint blk = kv_block(p.g, st, ps);
-            const uint piece = blk / p.g.blocks_per_piece;
-            const uint base = kv_word_index(p.g, blk, p.layer, ps, hk, p.hdk, false, 0u);
+        /* 8 lanes a position, 16 positions at once: each lane loads its
+         * (up to 16) words of the K row before any arithmetic, so the loads
+         * overlap; a subgroup per position walked the tile one row at a time
+         * and was latency-bound (15 us a call on the H200 at ~64 positions,
+         * lead's 7B decode profile) */
+        const uint grp = lid / 8u, l8 = lid % 8u;
+        for (uint pp0 = 0u; pp0 < nt; pp0 += WG / 8u) {
+            const uint pp = pp0 + grp;
+            const bool okp = pp < nt;
             float dot[GMAX];
             for (uint k = 0u; k < GMAX; k++)
                 dot[k] = 0.0;
-            for (uint w = lane; w < hw; w += sg) {
-                const vec2 kk = unpackHalf2x16(kv_load(piece, base + w));
-                for (uint k = 0u; k < GMAX; k++)
-                    if (k < G)
-                        dot[k] += s_q[k * p.hdk + 2u * w] * kk.x + s_q[k * p.hdk + 2u * w + 1u] * kk.y;
+            if (okp) {
+                const int ps = int(tile0 + pp);
+                const uint blk = kv_block(p.g, st, ps);
+                const uint piece = blk / p.g.blocks_per_piece;
+                const uint base = kv_word_index(p.g, blk, p.layer, ps, hk, p.hdk, false, 0u);
+                uint kw[SLW];
+                for (uint i = 0u; i < SLW; i++) {
+                    const uint w = l8 + 8u * i;
+                    kw[i] = w < hw ? kv_load(piece, base + w) : 0u;
+                }
+                for (uint i = 0u; i < SLW; i++) {
+                    const uint w = l8 + 8u * i;
+                    if (w < hw) {
+                        const vec2 kk = unpackHalf2x16(kw[i]);
+                        for (uint k = 0u; k < GMAX; k++)
+                            if (k < G)
+                                dot[k] += s_q[k * p.hdk + 2u * w] * kk.x +
+                                          s_q[k * p.hdk + 2u * w + 1u] * kk.y;
+                    }
+                }
             }
             for (uint k = 0u; k < GMAX; k++) {
                 if (k < G) {
-                    const float s = subgroupAdd(dot[k]);
-                    if (subgroupElect())
-                        s_sc[k * TILE + pp] = s * p.scale;
+                    float d = dot[k];
+                    d += subgroupShuffleXor(d, 1u);
+                    d += subgroupShuffleXor(d, 2u);
+                    d += subgroupShuffleXor(d, 4u);
+                    if (okp && l8 == 0u)
+                        s_sc[k * TILE + pp] = d * p.scale;
                 }
             }
         }
@@ -130,30 +159,50 @@ void main() {
         }
         barrier();
         if (own) {
-            for (uint k = 0u; k < GMAX; k++) {
-                const uint gh = r + k * reps;
-                if (gh < G)
-                    acc[k] *= s_alpha[gh];
-            }
-            for (uint pp = 0u; pp < nt; pp++) {
-                const int ps = int(tile0 + pp);
-                const uint blk = kv_block(p.g, st, ps);
-                const vec2 vv = unpackHalf2x16(kv_load(
-                    blk / p.g.blocks_per_piece,
-                    kv_word_index(p.g, blk, p.layer, ps, hk, p.hdv, true, dp)));
-                for (uint k = 0u; k < GMAX; k++) {
-                    const uint gh = r + k * reps;
-                    if (gh < G)
-                        acc[k] += s_sc[gh * TILE + pp] * vv;
+            for (uint k = 0u; k < GMAX; k++)
+                if (k < G)
+                    acc[k] *= s_alpha[k];
+            for (uint pp0 = r; pp0 < nt; pp0 += 4u * reps) { /* 4 loads in flight */
+                vec2 vv[4];
+                for (uint u = 0u; u < 4u; u++) {
+                    const uint pp = pp0 + u * reps;
+                    vv[u] = vec2(0.0);
+                    if (pp < nt) {
+                        const int ps = int(tile0 + pp);
+                        const uint blk = kv_block(p.g, st, ps);
+                        vv[u] = unpackHalf2x16(kv_load(
+                            blk / p.g.blocks_per_piece,
+                            kv_word_index(p.g, blk, p.layer, ps, hk, p.hdv, true, dp)));
+                    }
+                }
+                for (uint u = 0u; u < 4u; u++) {
+                    const uint pp = pp0 + u * reps;
+                    if (pp < nt)
+                        for (uint k = 0u; k < GMAX; k++)
+                            if (k < G)
+                                acc[k] += s_sc[k * TILE + pp] * vv[u];
                 }
             }
         }
         barrier();
     }
 
-    if (own) {
+    /* sum the reps' partial V sums of each pair into r == 0 */
+    for (uint rr = 1u; rr < reps; rr++) {
+        if (own && r == rr)
+            for (uint k = 0u; k < GMAX; k++)
+                if (k < G)
+                    s_red[k * HDMAX / 2u + dp] = acc[k];
+        barrier();
+        if (own && r == 0u)
+            for (uint k = 0u; k < GMAX; k++)
+                if (k < G)
+                    acc[k] += s_red[k * HDMAX / 2u + dp];
+        barrier();
+    }
+    if (own && r == 0u) {
         for (uint k = 0u; k < GMAX; k++) {
-            const uint gh = r + k * reps;
+            const uint gh = k;
             if (gh >= G)
                 continue;
             const uint h = h0 + gh;

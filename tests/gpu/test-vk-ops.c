@@ -453,6 +453,22 @@ START_TEST(test_argmax) {
     vk_buf_free(dev, bi);
     vk_buf_free(dev, bl);
     free(lg);
+    /* a vocabulary of several loads a lane (9001 > 4 x 1024): a tie between
+     * ids an iteration apart, and the best in the last partial round */
+    const int64_t nw = 9001;
+    float *lw = frand_vec((size_t)(2 * nw), 5.0f);
+    lw[8000] = lw[5000] = 9.0f;
+    lw[nw + 9000] = 9.5f;
+    struct vk_buf *bw = buf_of(lw, (size_t)(2 * nw) * 4), *bj = buf_of(NULL, 8);
+    rec_begin();
+    vkops_argmax(ops, bd(bw), 2, nw, bd(bj));
+    rec_run();
+    buf_get(bj, got, 8);
+    ck_assert_int_eq(got[0], 5000);
+    ck_assert_int_eq(got[1], 9000);
+    vk_buf_free(dev, bj);
+    vk_buf_free(dev, bw);
+    free(lw);
 }
 END_TEST
 
