@@ -12,7 +12,7 @@
  * dword per 4 columns, and its scale is one lane-wise multiply-add per
  * sub-block (kernels-x86-pk.inc has the measurements).
  *
- * Q4_0 on AVX2 (kernels-avx2-pk.inc, which also computes the Q4_K layout
+ * Q4_0 on AVX2 (kernels-avx2-pk.inc, which also computes the Q4_K and Q6_K layouts
  * below): a Q4_0 block has one float scale per 32
  * weights, so in the GGUF layout every 32 products of a row need their own
  * int32 widening, conversion and multiply-add; with 16 rows interleaved,

@@ -88,13 +88,11 @@ void kernels_matmul(const struct kern_mat *w, const void *xq, size_t xq_stride, 
  * can be reordered once at load into 16-row groups (same size, layout in
  * kernels-pack.c), which the packed kernels compute faster in batches:
  * Q4_K / Q6_K on AVX-512 (~1.7x, kernels-x86-pk.inc), Q4_0 / Q4_K on AVX2
- * (~2-3x, kernels-avx2-pk.inc). A packed kern_mat has packed = 1 and the same type,
- * shape and row_bytes as the GGUF one; kernels_matmul takes it like any
- * other (any row range; results never depend on the row split or on n_tok,
- * as for GGUF rows, but differ from the GGUF layout's in the last bits: the
- * sums are added in another order). Which types an ISA packs:
- * kernels_pack_wanted.
- *   if (kernels_pack_wanted(w.type, w.n_rows, w.n_cols)) {
+ * (~2-3x, kernels-avx2-pk.inc; Q8_0, IQ4_NL, MXFP4 and Q6_K there too). A packed kern_mat has
+ * packed = 1 and the same type, shape and row_bytes as the GGUF one; kernels_matmul takes it like
+ * any other (any row range; results never depend on the row split or on n_tok, as for GGUF rows,
+ * but differ from the GGUF layout's in the last bits: the sums are added in another order). Which
+ * types an ISA packs: kernels_pack_wanted. if (kernels_pack_wanted(w.type, w.n_rows, w.n_cols)) {
  *       void *p = malloc(w.n_rows * w.row_bytes);
  *       kernels_pack(&w, p, 0, w.n_rows / KERNELS_PACK_ROWS);
  *       w.data = p; w.packed = 1;

@@ -106,7 +106,7 @@ static int isa_packs(enum kernels_isa isa, enum quant_type t) {
     switch (isa) {
     case KERNELS_ISA_AVX2:
         return t == QUANT_Q4_0 || t == QUANT_Q8_0 || t == QUANT_IQ4_NL || t == QUANT_MXFP4 ||
-               t == QUANT_Q4_K;
+               t == QUANT_Q4_K || t == QUANT_Q6_K;
     case KERNELS_ISA_AVX512:
     case KERNELS_ISA_AVX512_VNNI:
         return t == QUANT_Q4_K || t == QUANT_Q6_K;
