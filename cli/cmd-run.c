@@ -506,7 +506,11 @@ int cli_run_main(int argc, char **argv) {
     mp.repack = !o.no_repack;
     mp.mem_budget = mem_budget;
     struct host_numa_report numa_rep;
-    if (model_numa_prepare(o.model, numa_mode, pool, -1, NULL, &numa_rep, &err) < 0) {
+    /* with the GPU in use, --numa auto binds to the node local to it */
+    const struct host_numa_pci gpci = {gch.pci_domain, gch.pci_bus, gch.pci_device,
+                                       gch.pci_function};
+    const int gpu_node = gch.be && gch.has_pci ? model_numa_gpu_node(&gpci) : -1;
+    if (model_numa_prepare(o.model, numa_mode, pool, gpu_node, NULL, &numa_rep, &err) < 0) {
         rc = 2;
         goto done;
     }

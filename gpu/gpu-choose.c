@@ -127,6 +127,11 @@ int gpu_choose(const struct gpu_choice_in *in, struct gpu_choice *out, struct st
         return 0;
     }
     out->n_layer_gpu = in->n_layer;
+    out->has_pci = info.has_pci;
+    out->pci_domain = info.pci_domain;
+    out->pci_bus = info.pci_bus;
+    out->pci_device = info.pci_device;
+    out->pci_function = info.pci_function;
     snprintf(out->rule, sizeof out->rule, "%.340s; all %d layers on the GPU", line, in->n_layer);
     return 0;
 }

@@ -53,6 +53,11 @@ struct gpu_choice {
     struct backend *be; /* owned by the caller (backend_free); NULL: the CPU */
     int n_layer_gpu;    /* layers on the GPU (0 or n_layer) */
     char rule[384];     /* why: the device line, or why the CPU */
+    /* the chosen device's PCI address (VK_EXT_pci_bus_info), when be is set
+     * and the driver gives it: the NUMA node --numa auto binds to
+     * (model_numa_gpu_node) */
+    bool has_pci;
+    uint32_t pci_domain, pci_bus, pci_device, pci_function;
 };
 
 /* Decides and opens. 0, or STRATA_E_CONFIG for a value that is not one of

@@ -117,12 +117,27 @@ static void vk_fill_info(struct vk_dev *d, const VkExtensionProperties *ext, uin
         dot.pNext = m3.pNext;
         m3.pNext = &dot;
     }
+    /* the PCI address: which NUMA node the device is local to (--numa auto
+     * binds the pool there: engine/model/model-numa.h model_numa_gpu_node) */
+    VkPhysicalDevicePCIBusInfoPropertiesEXT pci = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PCI_BUS_INFO_PROPERTIES_EXT};
+    in->has_pci = vk_has_ext(ext, n_ext, VK_EXT_PCI_BUS_INFO_EXTENSION_NAME);
+    if (in->has_pci) {
+        pci.pNext = m3.pNext;
+        m3.pNext = &pci;
+    }
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
                                       .pNext = &m3};
     vkGetPhysicalDeviceProperties2(d->phys, &p2);
     const VkPhysicalDeviceProperties *p = &p2.properties;
     const VkPhysicalDeviceLimits *lim = &p->limits;
     snprintf(in->name, sizeof in->name, "%s", p->deviceName);
+    if (in->has_pci) {
+        in->pci_domain = pci.pciDomain;
+        in->pci_bus = pci.pciBus;
+        in->pci_device = pci.pciDevice;
+        in->pci_function = pci.pciFunction;
+    }
     if (drv.driverName[0])
         snprintf(in->driver, sizeof in->driver, "%.120s %.120s", drv.driverName, drv.driverInfo);
     else

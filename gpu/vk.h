@@ -98,6 +98,8 @@ struct vk_dev_info {
     bool subgroup_arith;        /* subgroup arithmetic ops in compute */
     uint32_t max_wg_size[3], max_wg_invocations, max_wg_count[3];
     float timestamp_period_ns; /* ns per timestamp tick; 0: no timestamps on the queue */
+    bool has_pci;              /* VK_EXT_pci_bus_info: the address below (NUMA locality) */
+    uint32_t pci_domain, pci_bus, pci_device, pci_function;
 };
 
 /* The number of physical devices (0 without a loader or an ICD). */

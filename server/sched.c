@@ -816,10 +816,15 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
         goto fail;
     /* --numa: bind the pool before the load, so the arena is first-touched
      * on the node that computes it (engine/model/model-numa.h) */
-    struct host_numa_report numa_rep;
-    if (model_numa_prepare(params->model_path, params->numa, s->pool, -1, NULL, &numa_rep, err) < 0)
-        goto fail;
     if (sched_gpu_choose(s, params, err)) /* s->be: the Vulkan backend, or NULL */
+        goto fail;
+    /* with the GPU in use, --numa auto binds to the node local to it */
+    const struct host_numa_pci gpci = {s->gpu->pci_domain, s->gpu->pci_bus, s->gpu->pci_device,
+                                       s->gpu->pci_function};
+    const int gpu_node = s->gpu->be && s->gpu->has_pci ? model_numa_gpu_node(&gpci) : -1;
+    struct host_numa_report numa_rep;
+    if (model_numa_prepare(params->model_path, params->numa, s->pool, gpu_node, NULL, &numa_rep,
+                           err) < 0)
         goto fail;
     struct backend_cpu_params cp = backend_cpu_params_default();
     cp.pool = s->pool;
