@@ -104,7 +104,7 @@ enum config_type {
       CONFIG_TYPE_STRING, 0, 0, "auto",                                                            \
       "expert store O_DIRECT: auto|on|off (off: buffered, dropped from the page cache)")           \
     X(EXPERT_PREFETCH, "expert-prefetch", "STRATA_EXPERT_PREFETCH", "--expert-prefetch",           \
-      CONFIG_TYPE_INT, 0, 4, "0",                                                                  \
+      CONFIG_TYPE_INT, 0, 4, "1",                                                                  \
       "expert store router lookahead: layers ahead whose experts are read early (0 = off)")        \
     X(BATCH, "batch", "STRATA_BATCH", "--batch", CONFIG_TYPE_INT, 0, 65536, "0",                   \
       "tokens per scheduler step, decode + prefill chunks (0 = 512)")                              \
