@@ -66,9 +66,15 @@ struct bvk_ctx {
     struct vk_pipe *moe_sum; /* the routed experts' weighted sum (be_moe_sum.comp) */
     /* the step */
     bool in_step;
-    int err_code;             /* first recording error (STRATA_E_*), reported at submit */
-    char err_msg[256];        /* its message */
-    int io_group;             /* an open barrier group of consecutive writes (1) or reads (2) */
+    int err_code;      /* first recording error (STRATA_E_*), reported at submit */
+    char err_msg[256]; /* its message */
+    int io_group;      /* an open barrier group of consecutive writes (1) or reads (2) */
+    /* a two-job matmul (gate, up) held back: a swiglu over its outputs next
+     * makes it one fused dispatch (vkmm_matmul_glu); any other op records it */
+    bool pend_on;
+    const struct backend_tensor *pend_x;
+    int64_t pend_rows;
+    struct backend_mm pend_jobs[2];
     uint64_t n_sub;           /* submits so far */
     uint64_t n_waited;        /* submits whose reads have landed */
     struct bvk_chunk *chunks; /* (n_chunk) staging, reset at begin */

@@ -30,7 +30,19 @@ void bvk_fail(struct bvk_ctx *c, int code, const char *fmt, ...) {
     va_end(ap);
 }
 
+static void bvk_matmul_now(struct bvk_ctx *c, const struct backend_tensor *x, int64_t n_rows,
+                           const struct backend_mm *jobs, int n_jobs);
+
+/* Records a held-back matmul as it was asked for. */
+static void bvk_pend_flush(struct bvk_ctx *c) {
+    if (!c->pend_on)
+        return;
+    c->pend_on = false;
+    bvk_matmul_now(c, c->pend_x, c->pend_rows, c->pend_jobs, 2);
+}
+
 bool bvk_rec(struct bvk_ctx *c) {
+    bvk_pend_flush(c);
     if (c->err_code)
         return false;
     if (c->io_group) { /* the writes (reads) before this op: one barrier after them */
@@ -289,6 +301,7 @@ static int bvk_begin(void *ctx, const struct backend_step *s, struct strata_erro
     c->cur_chunk = 0;
     c->in_step = false;
     c->io_group = 0;
+    c->pend_on = false;
     c->kv = NULL;
     c->n_kv_max = s->n_kv_max;
     if ((rc = vk_rec_begin(c->dev, err)))
@@ -310,6 +323,8 @@ static int bvk_submit(void *ctx, struct strata_error *err) {
         c->in_step = false; /* the next begin drops the recording */
         return strata_error_set(err, rc, "%s", c->err_msg);
     }
+    if (c->in_step && vk_rec_active(c->dev))
+        bvk_pend_flush(c);
     int rc = vkmm_status(c->mm, err);
     if (rc) {
         c->in_step = false;
@@ -409,12 +424,40 @@ static void bvk_rmsnorm(void *ctx, const struct backend_tensor *x, const struct 
                       n_rows, n_cols, eps);
 }
 
+/* Whether jobs are a gate and an up of one type and shape (bound, plain
+ * matrices): the pair vkmm_matmul_glu fuses. */
+static bool glu_pair(const struct backend_mm *jobs, int n_jobs) {
+    if (n_jobs != 2 || !jobs[0].w.w || !jobs[1].w.w)
+        return false;
+    const struct bvk_weight *g = bvk_w(jobs[0].w.w), *u = bvk_w(jobs[1].w.w);
+    return g->use == BACKEND_USE_MATMUL && u->use == BACKEND_USE_MATMUL && g->n_expert == 1 &&
+           u->n_expert == 1 && g->type == u->type && g->n_rows == u->n_rows &&
+           g->n_cols == u->n_cols && jobs[0].y != jobs[1].y;
+}
+
 static void bvk_matmul(void *ctx, const struct backend_tensor *x, int64_t n_rows,
                        const struct backend_mm *jobs, int n_jobs) {
     struct bvk_ctx *c = ctx;
     STRATA_ASSERT(n_jobs >= 1 && n_jobs <= BACKEND_MM_MAX);
-    if (!bvk_rec(c))
+    if (!bvk_rec(c)) /* records what was held back before */
         return;
+    if (glu_pair(jobs, n_jobs)) { /* held: a swiglu over g and u may follow */
+        for (int j = 0; j < 2; j++) {
+            fits(x, n_rows, bvk_w(jobs[j].w.w)->n_cols);
+            fits(jobs[j].y, n_rows, bvk_w(jobs[j].w.w)->rows_per);
+        }
+        c->pend_on = true;
+        c->pend_x = x;
+        c->pend_rows = n_rows;
+        c->pend_jobs[0] = jobs[0];
+        c->pend_jobs[1] = jobs[1];
+        return;
+    }
+    bvk_matmul_now(c, x, n_rows, jobs, n_jobs);
+}
+
+static void bvk_matmul_now(struct bvk_ctx *c, const struct backend_tensor *x, int64_t n_rows,
+                           const struct backend_mm *jobs, int n_jobs) {
     /* the jobs (and a matrix's pieces) read x and write their own y: one
      * barrier after them all */
     vk_rec_group(c->dev, true);
@@ -528,6 +571,15 @@ static void bvk_swiglu(void *ctx, const struct backend_tensor *g, const struct b
     fits(g, n_rows, n_cols);
     fits(u, n_rows, n_cols);
     fits(y, n_rows, n_cols);
+    if (c->pend_on && c->pend_jobs[0].y == g && c->pend_jobs[1].y == u && c->pend_rows == n_rows &&
+        bvk_w(c->pend_jobs[0].w.w)->n_rows == n_cols && (y == g || y == u) && !c->err_code) {
+        /* gate, up and SwiGLU in one dispatch: y = silu(G x) * (U x). The
+         * other of g and u keeps what it held (backend-vk.h) */
+        c->pend_on = false;
+        const struct bvk_weight *gw = bvk_w(c->pend_jobs[0].w.w), *uw = bvk_w(c->pend_jobs[1].w.w);
+        vkmm_matmul_glu(c->mm, &gw->mat, &uw->mat, -1, bvk_bind(c->pend_x), bvk_bind(y), n_rows);
+        return;
+    }
     if (bvk_rec(c))
         vkops_swiglu(c->ops, bvk_bind(g), bvk_bind(u), bvk_bind(y), n_rows, n_cols);
 }
@@ -583,11 +635,17 @@ static void bvk_moe_ffn(void *ctx, const struct backend_moe *m) {
         !bvk_scratch(c, &c->moe_d, n_pick * (uint64_t)m->n_embd * 4))
         return;
     const struct vk_bind g = {c->moe_g, 0, 0}, u = {c->moe_u, 0, 0}, d = {c->moe_d, 0, 0};
-    vk_rec_group(c->dev, true); /* gate and up: the same input, their own outputs */
-    vkmm_matmul_id(c->mm, &gw->mat, bvk_bind(m->x), false, bvk_bind(m->sel), m->k, m->n_tok, g);
-    vkmm_matmul_id(c->mm, &uw->mat, bvk_bind(m->x), false, bvk_bind(m->sel), m->k, m->n_tok, u);
-    vk_rec_group(c->dev, false);
-    vkops_swiglu(c->ops, g, u, g, (int64_t)n_pick, m->n_ff);
+    if (gw->type == uw->type && gw->n_rows == uw->n_rows && gw->n_cols == uw->n_cols) {
+        /* gate, up and SwiGLU of every pick in one dispatch */
+        vkmm_matmul_id_glu(c->mm, &gw->mat, &uw->mat, bvk_bind(m->x), false, bvk_bind(m->sel), m->k,
+                           m->n_tok, g);
+    } else {
+        vk_rec_group(c->dev, true); /* gate and up: the same input, their own outputs */
+        vkmm_matmul_id(c->mm, &gw->mat, bvk_bind(m->x), false, bvk_bind(m->sel), m->k, m->n_tok, g);
+        vkmm_matmul_id(c->mm, &uw->mat, bvk_bind(m->x), false, bvk_bind(m->sel), m->k, m->n_tok, u);
+        vk_rec_group(c->dev, false);
+        vkops_swiglu(c->ops, g, u, g, (int64_t)n_pick, m->n_ff);
+    }
     vkmm_matmul_id(c->mm, &dw->mat, g, true, bvk_bind(m->sel), m->k, m->n_tok, d);
     const struct bvk_moe_sum_push pc = {(uint32_t)m->n_tok, (uint32_t)m->k, (uint32_t)m->n_embd,
                                         m->accumulate ? 1u : 0u};

@@ -30,6 +30,12 @@
  *   - begin uploads the block tables of the step's sequences (recorded);
  *     every op records the kernels' dispatches; submit queues the command
  *     buffer; wait waits for it and copies the reads out.
+ *   - a matmul of two jobs of one type and shape (a gate and an up) is
+ *     held back; when the next op is a swiglu over its two outputs into one
+ *     of them, the three are one dispatch (vkmm_matmul_glu) and the other
+ *     output tensor is not written (it keeps what it held: the forward pass
+ *     never reads the up product after the SwiGLU, engine/model's
+ *     ffn_dense); any other next op records the matmul as asked.
  *   - moe_ffn computes the routed experts of a resident stack on the device
  *     (expert-indexed matmuls, SwiGLU, the weighted sum); a table that
  *     names experts outside one resident stack fails the step
