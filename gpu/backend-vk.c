@@ -426,6 +426,8 @@ static void bvk_rmsnorm(void *ctx, const struct backend_tensor *x, const struct 
 
 /* Whether jobs are a gate and an up of one type and shape (bound, plain
  * matrices): the pair vkmm_matmul_glu fuses. */
+#define BVK_GLU_MAX_ROWS 32
+
 static bool glu_pair(const struct backend_mm *jobs, int n_jobs) {
     if (n_jobs != 2 || !jobs[0].w.w || !jobs[1].w.w)
         return false;
@@ -441,7 +443,12 @@ static void bvk_matmul(void *ctx, const struct backend_tensor *x, int64_t n_rows
     STRATA_ASSERT(n_jobs >= 1 && n_jobs <= BACKEND_MM_MAX);
     if (!bvk_rec(c)) /* records what was held back before */
         return;
-    if (glu_pair(jobs, n_jobs)) { /* held: a swiglu over g and u may follow */
+    /* Fused only where the matvec runs (<= 32 rows: 8-token passes). The
+     * H200 (2026-12-02, bench/gpu, llama-2-7b Q4_0): fused, tg128 138.9 ->
+     * 145.8 tok/s, but the fused tiled form took pp512 from 1397 to 320
+     * tok/s (qwen3-0.6b Q8_0 11741 -> 4136), so prefill keeps two tiled
+     * matmuls and the SwiGLU op. */
+    if (n_rows <= BVK_GLU_MAX_ROWS && glu_pair(jobs, n_jobs)) { /* held: a swiglu may follow */
         for (int j = 0; j < 2; j++) {
             fits(x, n_rows, bvk_w(jobs[j].w.w)->n_cols);
             fits(jobs[j].y, n_rows, bvk_w(jobs[j].w.w)->rows_per);
