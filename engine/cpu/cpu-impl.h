@@ -220,6 +220,8 @@ void cpu_moe_record(struct cpu_ctx *c, const struct backend_moe *m);
 void cpu_moe_run(struct cpu_ctx *c, const struct backend_moe *m);
 /* cpu-moe-late.c: cpu_moe_run for a moe with late experts (backend_moe.late) */
 void cpu_moe_run_late(struct cpu_ctx *c, const struct backend_moe *m);
+/* The MoE call's weighted sum of its down rows (cpu-moe.c), shared by both paths. */
+void cpu_moe_sum(struct cpu_ctx *c, const struct backend_moe *m, const int *row_of, int served);
 
 /* cpu-weights.c */
 int cpu_supports(void *ctx, enum quant_type type, int64_t n_cols, enum backend_use use);

@@ -110,10 +110,7 @@ static void run_phase(struct cpu_ctx *c, const struct backend_moe *m, const int 
 
 void cpu_moe_run_late(struct cpu_ctx *c, const struct backend_moe *m) {
     const int NE = m->n_expert, K = m->k, n = m->n_tok;
-    const int64_t E = m->n_embd;
     const int32_t *sel = cpu_t(m->sel)->data;
-    const float *sel_w = cpu_t(m->sel_w)->data;
-    float *out = cpu_t(m->out)->data;
     int *cnt = c->moe_idx.p, *off = cnt + NE, *fill = off + NE, *row_of = fill + NE;
     memset(cnt, 0, (size_t)NE * sizeof *cnt);
     for (int i = 0; i < n * K; i++)
@@ -150,20 +147,5 @@ void cpu_moe_run_late(struct cpu_ctx *c, const struct backend_moe *m) {
                 row_of[i] = row_of[i] >= n_early ? -1 : row_of[i];
         }
     }
-    const float *dn = c->moe_dn.p;
-    for (int t = 0; t < n; t++) {
-        float *ot = out + (size_t)t * E;
-        if (!m->accumulate)
-            for (int64_t i = 0; i < E; i++)
-                ot[i] = 0.0f;
-        for (int j = 0; j < K && served > 0; j++) {
-            const int r = row_of[t * K + j];
-            if (r < 0)
-                continue;
-            const float w = sel_w[t * K + j];
-            const float *d = dn + (size_t)r * E;
-            for (int64_t i = 0; i < E; i++)
-                ot[i] += w * d[i];
-        }
-    }
+    cpu_moe_sum(c, m, row_of, served);
 }

@@ -127,8 +127,6 @@ void cpu_moe_run(struct cpu_ctx *c, const struct backend_moe *m) {
     const int NE = m->n_expert, K = m->k, n = m->n_tok;
     const int64_t E = m->n_embd, FE = m->n_ff;
     const int32_t *sel = cpu_t(m->sel)->data;
-    const float *sel_w = cpu_t(m->sel_w)->data;
-    float *out = cpu_t(m->out)->data;
     const struct backend_expert *first = first_named(m);
     int *cnt = c->moe_idx.p, *off = cnt + NE, *fill = off + NE, *row_of = fill + NE;
     int served = 0;
@@ -199,9 +197,19 @@ void cpu_moe_run(struct cpu_ctx *c, const struct backend_moe *m) {
         c->kjob_on = cpu_moe_numa_jobs(c, on, cnt, NE, 1);
         cpu_kjobs_run(c, jobs, nm);
     }
-    /* Weighted sum per token in slot order (independent of batch grouping). */
+    cpu_moe_sum(c, m, row_of, served);
+}
+
+/* Weighted sum per token in slot order (independent of batch grouping and
+ * of which group computed a row): out[t] (+)= sum_j sel_w[t, j] * down row
+ * row_of[t * k + j] of the scratch; rows < 0 add nothing. */
+void cpu_moe_sum(struct cpu_ctx *c, const struct backend_moe *m, const int *row_of, int served) {
+    const int K = m->k;
+    const int64_t E = m->n_embd;
+    const float *sel_w = cpu_t(m->sel_w)->data;
+    float *out = cpu_t(m->out)->data;
     const float *dn = c->moe_dn.p;
-    for (int t = 0; t < n; t++) {
+    for (int t = 0; t < m->n_tok; t++) {
         float *o = out + (size_t)t * E;
         if (!m->accumulate)
             for (int64_t i = 0; i < E; i++)
