@@ -2,12 +2,13 @@
  * suite; built as bench/gpu-bench, driven by bench/gpu).
  *
  *   gpu-bench MODEL [device=-1] [n_decode=128] [n_prefill=512] [batches=8,32]
- *             [profile=0] [hbm_gbs=4300] [pipeline_cache=FILE]
+ *             [profile=0] [hbm_gbs=4300] [pipeline_cache=FILE] [mm=auto]
  *
  * Prints, one line each (and one JSON line at the end):
  *   tg: n_decode greedy decode steps of one sequence after a 1-token prompt
  *       (llama-bench's tg128), tok/s;
- *   pp: one chunk of n_prefill tokens (pp512), tok/s;
+ *   pp: one chunk of n_prefill tokens (pp512), tok/s: the best of 3 after
+ *       a first chunk (its first-use allocations; printed as pp first);
  *   bN: N sequences decoding together, n_decode / 4 steps of N entries each
  *       after a 1-token prompt each, tok/s over every sequence's tokens;
  *   the weight bytes one decode token reads (every tensor but token_embd,
@@ -17,7 +18,9 @@
  *   (4300 GB/s: the H200's ~4.3 TB/s the issue's roofline uses; pass the
  *   device's own figure elsewhere).
  * profile=1 times every dispatch of an extra 16 decode steps
- * (STRATA_GPU_PROFILE's table) and prints it per kernel. The model loads
+ * (STRATA_GPU_PROFILE's table) and prints it per kernel; profile=2 that of
+ * one more prefill chunk. mm: the prefill matmul's path (vkmm_configure:
+ * auto, f32, int-dot, coopmat[:tile]). The model loads
  * with the context n_prefill + n_decode + 8. */
 #include <math.h>
 #include <stdio.h>
@@ -75,7 +78,7 @@ static double bytes_per_token(const char *path) {
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: gpu-bench MODEL [device=-1] [n_decode=128] [n_prefill=512] "
-                        "[batches=8,32] [profile=0] [hbm_gbs=4300]\n");
+                        "[batches=8,32] [profile=0] [hbm_gbs=4300] [pipeline_cache] [mm=auto]\n");
         return 2;
     }
     const char *path = argv[1];
@@ -83,9 +86,11 @@ int main(int argc, char **argv) {
     const int n_decode = argc > 3 ? atoi(argv[3]) : 128;
     const int n_prefill = argc > 4 ? atoi(argv[4]) : 512;
     const char *batches = argc > 5 ? argv[5] : "8,32";
-    const bool profile = argc > 6 && atoi(argv[6]) != 0;
+    const int prof_mode = argc > 6 ? atoi(argv[6]) : 0;
+    const bool profile = prof_mode == 1;
     const double hbm_gbs = argc > 7 ? atof(argv[7]) : 4300.0;
     const char *pcache = argc > 8 && *argv[8] ? argv[8] : NULL;
+    const char *mm_path = argc > 9 && *argv[9] ? argv[9] : "auto";
     int nb[8], n_nb = 0;
     for (const char *p = batches; *p && n_nb < 8;) {
         int v = atoi(p);
@@ -104,6 +109,7 @@ int main(int argc, char **argv) {
     struct backend_vk_params vp = backend_vk_params_default();
     vp.device = device;
     vp.pipeline_cache = pcache;
+    vp.mm_path = mm_path;
     double t_init = now_s();
     struct backend *be = backend_vk_init(&vp, &err);
     t_init = now_s() - t_init;
@@ -112,8 +118,12 @@ int main(int argc, char **argv) {
         return 1;
     }
     const struct vk_dev_info *in = backend_vk_info(be);
-    printf("device: %s (%s), %.1f GiB, subgroup %u\n", in->name, in->driver,
-           (double)in->vram_bytes / (1 << 30), in->subgroup_size);
+    char mmd[256];
+    backend_vk_mm_describe(be, mmd, sizeof mmd);
+    printf("device: %s (%s), %.1f GiB, subgroup %u%s%s\nprefill matmul (mm=%s): %s\n", in->name,
+           in->driver, (double)in->vram_bytes / (1 << 30), in->subgroup_size,
+           in->coopmat_nv ? ", coopmat-nv" : "", in->int_dot_accel ? ", int-dot-accel" : "",
+           mm_path, mmd);
     struct model_params mp = model_params_default();
     mp.backend = be;
     mp.n_ctx_max = n_prefill + n_decode + 8;
@@ -170,10 +180,25 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n_prefill; i++)
         e[i] = (struct model_batch_entry){0, i, (int32_t)(1 + (i * 7919) % (V - 1)),
                                           i == n_prefill - 1};
-    t0 = now_s();
-    FWD(n_prefill);
-    const double pp = n_prefill / (now_s() - t0);
-    kv_seq_clear(kv, 0, NULL);
+    double pp = 0, pp_first = 0;
+    for (int r = 0; r < 4; r++) {
+        t0 = now_s();
+        FWD(n_prefill);
+        const double v = n_prefill / (now_s() - t0);
+        kv_seq_clear(kv, 0, NULL);
+        if (r == 0)
+            pp_first = v;
+        else if (v > pp)
+            pp = v;
+    }
+    if (prof_mode == 2) { /* one more chunk, every dispatch timed */
+        backend_vk_profile_enable(be, true);
+        FWD(n_prefill);
+        backend_vk_profile_enable(be, false);
+        kv_seq_clear(kv, 0, NULL);
+        printf("-- profile of one %d-token prefill chunk --\n", n_prefill);
+        backend_vk_profile_report(be, stdout);
+    }
 
     /* batched decode */
     double bt[8] = {0};
@@ -198,7 +223,7 @@ int main(int argc, char **argv) {
     const double bpt = bytes_per_token(path);
     const double share = bpt * tg / (hbm_gbs * 1e9);
     printf("tg%d: %.1f tok/s (%.3f ms a token)\n", n_decode, tg, 1e3 / tg);
-    printf("pp%d: %.1f tok/s\n", n_prefill, pp);
+    printf("pp%d: %.1f tok/s (best of 3; first chunk %.1f)\n", n_prefill, pp, pp_first);
     for (int k = 0; k < n_nb; k++)
         printf("b%d: %.1f tok/s (%d steps of %d sequences)\n", nb[k], bt[k], b_steps, nb[k]);
     printf("weights read a token: %.3f GiB; decode at %.1f%% of %.0f GB/s\n", bpt / (1 << 30),

@@ -744,10 +744,12 @@ struct backend *backend_vk_init(const struct backend_vk_params *p, struct strata
     }
     c->params = p ? *p : backend_vk_params_default();
     c->params.pipeline_cache = NULL; /* borrowed for init only */
+    c->params.mm_path = NULL;
     const char *pcache = p ? p->pipeline_cache : NULL;
     if (vk_dev_open(c->params.device, &c->dev, err) ||
         (pcache && *pcache && vk_dev_pipeline_cache(c->dev, pcache, err)) ||
-        vkmm_init(c->dev, &c->mm, err) || vkops_init(c->dev, &c->ops, err))
+        vkmm_init(c->dev, &c->mm, err) || vkmm_configure(c->mm, p ? p->mm_path : NULL, err) ||
+        vkops_init(c->dev, &c->ops, err))
         goto fail;
     if (!(c->moe_sum = vk_pipe_create(c->dev, "moe_sum", spv_moe_sum, sizeof spv_moe_sum, 3,
                                       sizeof(struct bvk_moe_sum_push), NULL, 0, err)))
@@ -773,6 +775,13 @@ uint64_t backend_vk_device_bytes(const struct backend *be) {
         return 0;
     const struct bvk_ctx *c = be->ctx;
     return c->weight_bytes + c->tensor_bytes + c->kv_bytes;
+}
+
+void backend_vk_mm_describe(const struct backend *be, char *buf, size_t cap) {
+    if (cap)
+        buf[0] = '\0';
+    if (be && be->ops == &bvk_ops && cap)
+        vkmm_describe(((struct bvk_ctx *)be->ctx)->mm, buf, cap);
 }
 
 void backend_vk_profile_enable(const struct backend *be, bool on) {

@@ -61,6 +61,9 @@ struct backend_vk_params {
     int device;                 /* physical device index, -1: the best (vk_dev_open) */
     bool profile;               /* time every dispatch (STRATA_GPU_PROFILE=1) */
     const char *pipeline_cache; /* borrowed during init: the pipeline cache file, or NULL */
+    /* borrowed during init: the prefill matmul's path, vkmm_configure's spec
+     * ("auto", "f32", "int-dot", "coopmat[:tile]"); NULL: auto. Benchmarks. */
+    const char *mm_path;
     /* Tests: caps on one weight piece and one KV piece in bytes (0: the
      * device's binding limit), so small models cross binding boundaries. */
     uint64_t piece_bytes, kv_piece_bytes;
@@ -78,6 +81,8 @@ struct backend *backend_vk_init(const struct backend_vk_params *p, struct strata
 const struct vk_dev_info *backend_vk_info(const struct backend *be);
 /* Device memory the backend holds now: weights, tensors and scratch, KV blocks. */
 uint64_t backend_vk_device_bytes(const struct backend *be);
+/* The prefill matmul's path per type (vkmm_describe), "" for another backend. */
+void backend_vk_mm_describe(const struct backend *be, char *buf, size_t cap);
 /* Times every dispatch from the next recording on (or stops). */
 void backend_vk_profile_enable(const struct backend *be, bool on);
 /* Prints the profile table so far (and resets it); nothing when empty. */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "gpu/backend-vk.h"
+#include "gpu/vk-mm.h"
 #include "gpu/vk-ops.h"
 
 void gpu_features(const struct vk_dev_info *in, char *buf, size_t cap) {
@@ -18,6 +19,9 @@ void gpu_features(const struct vk_dev_info *in, char *buf, size_t cap) {
              {in->int_dot, "int-dot"},
              {in->int_dot_accel, "int-dot-accel"},
              {in->coopmat, "coopmat"},
+             {in->coopmat_nv, "coopmat-nv"},
+             /* the prefill matmul runs on them (built with the extension too) */
+             {in->coopmat_nv && vkmm_coop_built(), "mm-coopmat"},
              {in->push_descriptor, "push-descriptor"},
              {in->subgroup_arith, "subgroup-arith"},
              {in->timestamp_period_ns > 0, "timestamps"}};

@@ -66,7 +66,9 @@ int gpu_choose(const struct gpu_choice_in *in, struct gpu_choice *out, struct st
 /* "NAME (DRIVER), 80.0 GiB, subgroup 32, fp16 int8 int-dot ..." */
 void gpu_info_line(const struct vk_dev_info *in, char *buf, size_t cap);
 /* The features as a space-separated list: "fp16 int8 int-dot int-dot-accel
- * coopmat push-descriptor subgroup-arith" (those present). */
+ * coopmat coopmat-nv mm-coopmat push-descriptor subgroup-arith" (those
+ * present; coopmat: the KHR extension, coopmat-nv: the NV one with f16
+ * 16x16x16 shapes, enabled; mm-coopmat: the prefill matmul runs on it). */
 void gpu_features(const struct vk_dev_info *in, char *buf, size_t cap);
 
 #endif

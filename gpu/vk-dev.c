@@ -176,8 +176,38 @@ static void vk_fill_info(struct vk_dev *d, const VkExtensionProperties *ext, uin
     in->int_dot = int_dot_feat;
     in->int_dot_accel = int_dot_feat && dot.integerDotProduct4x8BitPackedSignedAccelerated;
     in->coopmat = vk_has_ext(ext, n_ext, "VK_KHR_cooperative_matrix");
+    in->coopmat_nv = false; /* vk_coopmat_nv_probe decides */
     in->push_descriptor = vk_has_ext(ext, n_ext, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
     (void)f10;
+}
+
+/* Whether the device runs gpu/shaders/mm_coop.comp: VK_NV_cooperative_matrix
+ * with its feature, f16 (shaderFloat16) and a 16 x 16 x 16 f16 x f16 + f32
+ * subgroup-scope shape among the properties it lists. */
+static bool vk_coopmat_nv_probe(struct vk_dev *d, bool ext_present, bool feature, bool fp16) {
+    if (!ext_present || !feature || !fp16)
+        return false;
+    PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV get =
+        (PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)vkGetInstanceProcAddr(
+            d->instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV");
+    uint32_t n = 0;
+    if (!get || get(d->phys, &n, NULL) != VK_SUCCESS || n == 0)
+        return false;
+    VkCooperativeMatrixPropertiesNV *pr = calloc(n, sizeof *pr);
+    if (!pr)
+        return false;
+    for (uint32_t i = 0; i < n; i++)
+        pr[i].sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV;
+    bool ok = false;
+    if (get(d->phys, &n, pr) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n && !ok; i++)
+            ok = pr[i].MSize == 16 && pr[i].NSize == 16 && pr[i].KSize == 16 &&
+                 pr[i].AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+                 pr[i].BType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+                 pr[i].CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+                 pr[i].DType == VK_COMPONENT_TYPE_FLOAT32_NV && pr[i].scope == VK_SCOPE_SUBGROUP_NV;
+    free(pr);
+    return ok;
 }
 
 /* Creates the logical device over d->phys with what strata's shaders use. */
@@ -203,11 +233,20 @@ static int vk_device_make(struct vk_dev *d, uint32_t api, struct strata_error *e
         f12.pNext = &f13;
     else if (dot_ext)
         f12.pNext = &dotf;
+    const bool coop_ext = vk_has_ext(ext, n_ext, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV coopf = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+    if (coop_ext) {
+        coopf.pNext = f11.pNext;
+        f11.pNext = &coopf;
+    }
     VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
                                     .pNext = &f11};
     vkGetPhysicalDeviceFeatures2(d->phys, &f2);
     bool int_dot = has13 ? f13.shaderIntegerDotProduct : (dot_ext && dotf.shaderIntegerDotProduct);
     vk_fill_info(d, ext, n_ext, &f11, &f12, int_dot, &f2.features);
+    d->info.coopmat_nv =
+        vk_coopmat_nv_probe(d, coop_ext, coopf.cooperativeMatrix, f12.shaderFloat16);
 
     /* enable only what shaders use (and the device has) */
     VkPhysicalDeviceFeatures2 e2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
@@ -240,6 +279,13 @@ static int vk_device_make(struct vk_dev *d, uint32_t api, struct strata_error *e
         e12.pNext = &e13;
     else if (dot_ext)
         e12.pNext = &edot;
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV ecoop = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
+        .cooperativeMatrix = VK_TRUE};
+    if (d->info.coopmat_nv) {
+        ecoop.pNext = e11.pNext;
+        e11.pNext = &ecoop;
+    }
 
     const char *want[4];
     uint32_t n_want = 0;
@@ -247,6 +293,8 @@ static int vk_device_make(struct vk_dev *d, uint32_t api, struct strata_error *e
         want[n_want++] = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
     if (dot_ext)
         want[n_want++] = "VK_KHR_shader_integer_dot_product";
+    if (d->info.coopmat_nv)
+        want[n_want++] = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
     free(ext);
 
     float prio = 1.0f;

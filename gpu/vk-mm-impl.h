@@ -46,8 +46,29 @@ enum vkmm_kind {
     VKMM_MV8,
     VKMM_MV_ID,
     VKMM_MM,
-    VKMM_MM_ID, /* the tiled matmul over the picks of each expert (MoE prefill) */
+    VKMM_MM_ID,      /* the tiled matmul over the picks of each expert (MoE prefill) */
+    VKMM_MM_DOT,     /* the tiled matmul on 8-bit integer dot products (mm_dot.comp) */
+    VKMM_MM_ID_DOT,  /* its expert-indexed form */
+    VKMM_MM_COOP,    /* the tiled matmul on cooperative matrices (mm_coop.comp) */
+    VKMM_MM_ID_COOP, /* its expert-indexed form */
     VKMM_KIND_COUNT,
+};
+
+/* The tiled matmul's paths (prefill): f32 FMA tiles (mm_<type>.comp, every
+ * device), 8-bit integer dot products on q8 activations (the block types
+ * with an integer form, vkmm_dot_type), f16 cooperative matrices (devices
+ * with vk_dev_info coopmat_nv, when glslc had GL_NV_cooperative_matrix). */
+enum vkmm_path {
+    VKMM_PATH_F32 = 0,
+    VKMM_PATH_DOT,
+    VKMM_PATH_COOP,
+    VKMM_PATH_COUNT,
+};
+
+/* A cooperative-matrix tile: wg lanes as (wg / subgroup) subgroups in an
+ * sgm x (the rest) grid over bm rows x bn tokens, K steps of bk. */
+struct vkmm_coop_tile {
+    uint32_t wg, bm, bn, bk, sgm;
 };
 
 #define VKMM_MV_MAX_TOK 8 /* tokens of one matvec pass; above: the tiled matmul_id */
@@ -65,7 +86,10 @@ struct vkmm_tune {
     uint32_t mv_rows1; /* of 1 or 2 tokens, and of the expert-indexed matvec */
     uint32_t mm_wg;    /* lanes of a matmul workgroup: (bm / tm) * (bn / tn) */
     uint32_t mm_bm, mm_bn, mm_tm, mm_tn;
-    uint32_t mm_lcap; /* picks an expert-indexed matmul workgroup lists at once */
+    uint32_t mm_lcap;               /* picks an expert-indexed matmul workgroup lists at once */
+    uint8_t path[QUANT_TYPE_COUNT]; /* enum vkmm_path of each type's tiled matmul */
+    struct vkmm_coop_tile coop, coop_id; /* plain and expert-indexed coopmat tiles */
+    uint32_t coop_lcap, dot_lcap;        /* mm_lcap of the coopmat and integer-dot forms */
 };
 
 struct vkmm {
@@ -89,6 +113,26 @@ void vkmm_tune_for(const struct vk_dev_info *in, struct vkmm_tune *t);
  * second shape with it). Returns STRATA_E_INVALID for a shape the shaders
  * cannot run or once a pipeline exists. */
 int vkmm_set_tune(struct vkmm *mm, const struct vkmm_tune *t, struct strata_error *err);
+
+/* ---- the fast tiled paths (gpu/vk-mm-coop.c) ---- */
+
+/* True when `type` has an integer form (mm_dot.comp): Q8_0, Q4_0, Q4_K,
+ * Q5_K, Q6_K. */
+bool vkmm_dot_type(enum quant_type type);
+/* Whether the device (and this build) can run `path` for `type`. */
+bool vkmm_path_ok(const struct vk_dev_info *in, enum quant_type type, enum vkmm_path path);
+const char *vkmm_path_name(enum vkmm_path path);
+/* The paths, coopmat tiles and pick-list sizes vkmm_tune_for picks. */
+void vkmm_tune_paths(const struct vk_dev_info *in, struct vkmm_tune *t);
+/* Whether t's coopmat and integer-dot shapes can run on the device. */
+bool vkmm_tune_paths_ok(const struct vk_dev_info *in, const struct vkmm_tune *t);
+/* The tiled kind (plain or expert-indexed) of `type` under the tuning. */
+enum vkmm_kind vkmm_tiled_kind(const struct vkmm_tune *t, enum quant_type type, bool id);
+/* Rows and tokens of one workgroup's tile of a tiled kind. */
+void vkmm_tile_shape(const struct vkmm_tune *t, enum vkmm_kind kind, uint32_t *bm, uint32_t *bn);
+/* Makes the pipeline of a VKMM_MM_DOT .. VKMM_MM_ID_COOP kind. */
+struct vk_pipe *vkmm_make_fast(struct vkmm *mm, enum quant_type type, enum vkmm_kind kind, bool glu,
+                               struct strata_error *err);
 
 /* The pipeline of (type, kind, fused), made at first use; NULL and err on
  * failure. */

@@ -135,11 +135,13 @@ static void record_rows(struct vkmm *mm, const struct rec_call *c, struct vk_bin
         }
         return;
     }
-    struct vk_pipe *p = pipe_or_latch(mm, c->type, VKMM_MM, c->glu);
+    const enum vkmm_kind kind = vkmm_tiled_kind(t, c->type, false);
+    struct vk_pipe *p = pipe_or_latch(mm, c->type, kind, c->glu);
     if (!p)
         return;
-    uint64_t bx = (pu->n_rows + t->mm_bm - 1) / t->mm_bm,
-             by = (pu->n_tok + t->mm_bn - 1) / t->mm_bn;
+    uint32_t bm, bn;
+    vkmm_tile_shape(t, kind, &bm, &bn);
+    uint64_t bx = (pu->n_rows + bm - 1) / bm, by = (pu->n_tok + bn - 1) / bn;
     if (bx > mm->info->max_wg_count[0] || by > mm->info->max_wg_count[1]) {
         vkmm_latch(mm, STRATA_E_RANGE,
                    "vkmm: %u rows x %u tokens exceed the device's workgroup counts", pu->n_rows,
@@ -223,13 +225,16 @@ static void matmul_id(struct vkmm *mm, const struct vk_wmat *g, const struct vk_
         return;
     }
     const bool tiled = n_tok > VKMM_MV_MAX_TOK, glu = u != NULL;
-    struct vk_pipe *p = pipe_or_latch(mm, g->type, tiled ? VKMM_MM_ID : VKMM_MV_ID, glu);
+    const enum vkmm_kind kind = tiled ? vkmm_tiled_kind(&mm->tune, g->type, true) : VKMM_MV_ID;
+    struct vk_pipe *p = pipe_or_latch(mm, g->type, kind, glu);
     if (!p)
         return;
     const int64_t er = expert_rows(g);
     uint32_t gx, gy;
     if (tiled) {
-        gx = (uint32_t)((er + mm->tune.mm_bm - 1) / mm->tune.mm_bm);
+        uint32_t bm, bn;
+        vkmm_tile_shape(&mm->tune, kind, &bm, &bn);
+        gx = (uint32_t)((er + bm - 1) / bm);
         gy = 1;
         if (gx > mm->info->max_wg_count[0]) {
             vkmm_latch(mm, STRATA_E_RANGE, "vkmm %s: %lld rows exceed the workgroup counts", what,

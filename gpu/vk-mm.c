@@ -178,6 +178,7 @@ void vkmm_tune_for(const struct vk_dev_info *in, struct vkmm_tune *t) {
     }
     t->mm_wg = (t->mm_bm / t->mm_tm) * (t->mm_bn / t->mm_tn);
     t->mm_lcap = lcap_for(in, t);
+    vkmm_tune_paths(in, t);
 }
 
 int vkmm_init(struct vk_dev *d, struct vkmm **out, struct strata_error *err) {
@@ -213,7 +214,8 @@ int vkmm_set_tune(struct vkmm *mm, const struct vkmm_tune *t, struct strata_erro
               t->mm_wg == (t->mm_bm / t->mm_tm) * (t->mm_bn / t->mm_tn) && t->mm_wg <= maxwg &&
               tile_bytes(t) + 4ull * t->mm_lcap + 64 <= in->max_shared_bytes && t->mm_lcap >= 1 &&
               4ull * 2 * t->mv_rows * VKMM_MV_MAX_TOK * t->mv_wg <= in->max_shared_bytes &&
-              4ull * 2 * t->mv_rows1 * 2 * t->mv_wg <= in->max_shared_bytes;
+              4ull * 2 * t->mv_rows1 * 2 * t->mv_wg <= in->max_shared_bytes &&
+              vkmm_tune_paths_ok(in, t);
     if (!ok)
         return strata_error_set(err, STRATA_E_INVALID, "vkmm: tuning the shaders cannot run");
     mm->tune = *t;
@@ -239,8 +241,9 @@ bool vkmm_supports(enum quant_type type, int64_t n_cols) {
 }
 
 const char *vkmm_kind_name(enum vkmm_kind k) {
-    static const char *names[VKMM_KIND_COUNT] = {"mv1",   "mv2", "mv4",  "mv8",
-                                                 "mv_id", "mm",  "mm_id"};
+    static const char *names[VKMM_KIND_COUNT] = {"mv1",       "mv2",     "mv4",       "mv8",
+                                                 "mv_id",     "mm",      "mm_id",     "mm_dot",
+                                                 "mm_id_dot", "mm_coop", "mm_id_coop"};
     return names[k];
 }
 
@@ -255,6 +258,8 @@ static struct vk_pipe *make_pipe(struct vkmm *mm, enum quant_type type, enum vkm
     snprintf(name, sizeof name, "%s.%s%s", quant_type_name(type), vkmm_kind_name(kind),
              glu ? ".glu" : "");
     const struct vkmm_tune *t = &mm->tune;
+    if (kind > VKMM_MM_ID)
+        return vkmm_make_fast(mm, type, kind, glu, err);
     if (kind == VKMM_MM || kind == VKMM_MM_ID) {
         bool id = kind == VKMM_MM_ID;
         uint32_t spec[8] = {
@@ -283,10 +288,16 @@ int vkmm_prepare(struct vkmm *mm, enum quant_type type, struct strata_error *err
     if (!shader_of(type))
         return strata_error_set(err, STRATA_E_UNSUPPORTED, "vkmm: no GPU kernel for type %s",
                                 quant_type_name(type));
-    for (int k = 0; k < VKMM_KIND_COUNT; k++)
+    /* the matvec kinds and the tiled kinds of the type's path */
+    const enum vkmm_kind tiled[2] = {vkmm_tiled_kind(&mm->tune, type, false),
+                                     vkmm_tiled_kind(&mm->tune, type, true)};
+    for (int k = 0; k < VKMM_KIND_COUNT; k++) {
+        if (k >= VKMM_MM && k != (int)tiled[0] && k != (int)tiled[1])
+            continue;
         for (int g = 0; g < 2; g++)
             if (!vkmm_pipe(mm, type, (enum vkmm_kind)k, g, err))
                 return err ? err->code : STRATA_E_INTERNAL;
+    }
     return 0;
 }
 

@@ -17,10 +17,13 @@
  * the pass, subgroup sums); n_tok > 32 the tiled matmul (mm_<type>.comp: 64 x 64 tiles of rows x
  * tokens, the weight tile dequantized once per K step into shared memory); the expert-indexed forms
  * switch at 8 tokens (mm_id lists each expert's picks). Activations and results
- * are f32; nothing on the activation side is quantized, so the results are
- * those of the dequantized weights times x up to float summation order.
- * No integer dot product or cooperative matrix path yet (lavapipe has
- * neither; see the report in the branch history).
+ * are f32; the matvec and the f32 tiles quantize nothing on the activation
+ * side, so their results are those of the dequantized weights times x up to
+ * float summation order. Above 32 tokens (8 expert-indexed) the tiled matmul takes one of three
+ * paths per type (vkmm_configure, gpu/vk-mm-coop.c): f32 FMA tiles, 8-bit integer dot products on
+ * activations quantized to q8 blocks inside the kernel, or f16 cooperative matrices (tensor cores)
+ * with f32 sums; the last two round the activations (q8 or f16), so their results differ from the
+ * f32 tiles' by that rounding (tests/gpu/test-vk-mm.c bounds it).
  *
  * Matrices over several buffer ranges: one binding spans at most
  * vk_dev_info()->max_storage_range bytes (128 MiB on lavapipe), so a bigger
@@ -110,6 +113,22 @@ void vkmm_matmul_glu(struct vkmm *mm, const struct vk_wmat *gate, const struct v
 void vkmm_matmul_id_glu(struct vkmm *mm, const struct vk_wmat *gate, const struct vk_wmat *up,
                         struct vk_bind x, bool x_per_pick, struct vk_bind sel, int k, int64_t n_tok,
                         struct vk_bind y);
+
+/* The tiled matmul's path (prefill, n_tok > 32), before any pipeline is
+ * made: "auto" (or NULL: per device and type, gpu/vk-mm-coop.c), "f32"
+ * (f32 FMA tiles), "int-dot" (8-bit integer dot products on activations
+ * quantized to q8 blocks, for Q8_0, Q4_0, Q4_K, Q5_K, Q6_K; the f32 tiles for
+ * the rest) or "coopmat[:BMxBNxBKxSGM[xSGN][/...]]" (f16 cooperative matrices
+ * for every type, optionally with the tile shape of the plain / the
+ * expert-indexed form). STRATA_E_CONFIG for a bad spec, STRATA_E_UNSUPPORTED
+ * for a path the device (or this build) cannot run. For benchmarks and tests. */
+int vkmm_configure(struct vkmm *mm, const char *spec, struct strata_error *err);
+/* True when this build has the cooperative-matrix kernels (glslc had
+ * GL_NV_cooperative_matrix); they run where vk_dev_info coopmat_nv. */
+bool vkmm_coop_built(void);
+/* The path of each type the kernels compute, e.g. "coopmat: f16 q8_0 q4_0
+ * ...; f32: f32 bf16" (the start-up log). */
+void vkmm_describe(const struct vkmm *mm, char *buf, size_t cap);
 
 /* 0, or the first error a record call latched (then cleared). */
 int vkmm_status(struct vkmm *mm, struct strata_error *err);

@@ -94,8 +94,12 @@ struct vk_dev_info {
     bool int_dot;               /* VK_KHR_shader_integer_dot_product (or 1.3) */
     bool int_dot_accel;         /* integerDotProduct4x8BitPackedSignedAccelerated */
     bool coopmat;               /* VK_KHR_cooperative_matrix supported by the driver */
-    bool push_descriptor;       /* VK_KHR_push_descriptor */
-    bool subgroup_arith;        /* subgroup arithmetic ops in compute */
+    /* VK_NV_cooperative_matrix enabled, with 16 x 16 x 16 f16 A/B and f32 C/D
+     * at subgroup scope (what gpu/shaders/mm_coop.comp uses; Debian 12's
+     * glslc compiles GL_NV_cooperative_matrix but not the KHR form) */
+    bool coopmat_nv;
+    bool push_descriptor; /* VK_KHR_push_descriptor */
+    bool subgroup_arith;  /* subgroup arithmetic ops in compute */
     uint32_t max_wg_size[3], max_wg_invocations, max_wg_count[3];
     float timestamp_period_ns; /* ns per timestamp tick; 0: no timestamps on the queue */
     bool has_pci;              /* VK_EXT_pci_bus_info: the address below (NUMA locality) */

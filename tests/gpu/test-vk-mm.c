@@ -25,6 +25,18 @@
  * lavapipe is ~1e-14 for every type; the threshold 1e-9 is far above that
  * and far below what any wrong element gives (a single flipped 4-bit level
  * in a 67 x 512 Q4_0 product is ~1e-5).
+ *
+ * The tiled matmul's other paths (test_paths, each forced by vkmm_configure
+ * on every type it computes; skipped, saying so, only where the device lacks
+ * the feature: lavapipe has no cooperative matrix) run the same shape, expert,
+ * fused and piece checks on their tiled calls. Integer dot (q8 activations):
+ * the reference takes x through the kernel's q8 rule (d = max|x| / 127 per
+ * 32, q = round(x / d)), so only f32 rounding and the odd q that lands on the
+ * other side of a rounding tie (1 / d to a few ulp: one such q in a 40 x 320
+ * x is ~1.5e-8) remain: NMSE_DOT 1e-7; against the unquantized x the error
+ * is the q8 rounding, ~1.5e-5 (< 1e-4 checked). Cooperative matrix (f16
+ * weights and activations, f32 sums): ~1e-7 expected from two 11-bit
+ * roundings, NMSE_COOP 2e-6, still 5x below one flipped 4-bit level.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -34,6 +46,19 @@
 #include "tests/harness.h"
 
 #define NMSE_MAX 1e-9
+#define NMSE_DOT 1e-7
+#define NMSE_COOP 2e-6
+#define NMSE_Q8_ROUNDING 1e-4
+
+/* The tiled matmul's path under test (test_paths sets it; the matvec never
+ * depends on it) and the tolerance of a call that is tiled or not. */
+static enum vkmm_path cur_path = VKMM_PATH_F32;
+
+static double tol(bool tiled) {
+    if (!tiled || cur_path == VKMM_PATH_F32)
+        return NMSE_MAX;
+    return cur_path == VKMM_PATH_DOT ? NMSE_DOT : NMSE_COOP;
+}
 
 static const enum quant_type types[] = {QUANT_F32,   QUANT_F16,   QUANT_BF16, QUANT_Q8_0,
                                         QUANT_Q4_0,  QUANT_Q4_K,  QUANT_Q5_K, QUANT_Q6_K,
@@ -117,6 +142,36 @@ static void ref_rows(const struct hmat *m, int64_t r0, int64_t n, const float *x
         }
 }
 
+/* One pick's rows (19 outputs of one x row): on the integer-dot path a
+ * single q on the other side of a rounding tie moves that pick alone by up to
+ * ~2e-6 (the H200 run of test_paths: 1.6e-6 at pick 75 for Q4_K, Q5_K, Q6_K),
+ * so a pick is held to NMSE_DOT_PICK and the call as a whole to NMSE_DOT; a
+ * wrong expert or row is ~1. */
+#define NMSE_DOT_PICK 2e-5
+static double tol_pick(bool tiled) {
+    return tiled && cur_path == VKMM_PATH_DOT ? NMSE_DOT_PICK : tol(tiled);
+}
+
+/* x (n_tok, cols) as the kernel of a call computes with it: through
+ * mm_dot_body.glsl's q8 rule for a tiled call on the integer-dot path, else
+ * as it is. Owned by the caller (free). */
+static float *ref_x(const float *x, int64_t n_tok, int64_t cols, bool tiled) {
+    float *o = malloc(sizeof(float) * (size_t)(n_tok * cols));
+    memcpy(o, x, sizeof(float) * (size_t)(n_tok * cols));
+    if (!tiled || cur_path != VKMM_PATH_DOT)
+        return o;
+    ck_assert_int_eq(cols % 32, 0);
+    for (int64_t b = 0; b < n_tok * cols; b += 32) {
+        float amax = 0;
+        for (int i = 0; i < 32; i++)
+            amax = fmaxf(amax, fabsf(x[b + i]));
+        const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+        for (int i = 0; i < 32; i++)
+            o[b + i] = roundf(x[b + i] * id) * d;
+    }
+    return o;
+}
+
 static double nmse(const float *y, const float *ref, int64_t n) {
     double e = 0, s = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -137,6 +192,8 @@ static struct gpu gpu_open(void) {
     struct strata_error err = {0};
     ck_assert_msg(vk_dev_open(-1, &g.d, &err) == 0, "vk_dev_open: %s", err.message);
     ck_assert_msg(vkmm_init(g.d, &g.mm, &err) == 0, "vkmm_init: %s", err.message);
+    /* the f32 tiles on every device (test_paths forces the others) */
+    ck_assert_msg(vkmm_configure(g.mm, "f32", &err) == 0, "configure: %s", err.message);
     return g;
 }
 
@@ -211,31 +268,49 @@ static float *rand_vec(int64_t n) {
     return v;
 }
 
-static void check_type_shapes(struct gpu *g, enum quant_type t) {
-    static const int64_t toks[] = {1, 2, 3, 5, 8, 17, 40, 64};
-    static const int64_t rows_list[] = {67, 1};
-    for (int ri = 0; ri < 2; ri++) {
+/* tiled_only: the shapes of the tiled matmul (test_paths), 130 rows (three
+ * row tiles, the last of 2) and 100 tokens (a full and a partial token tile)
+ * besides 67 x 40 / 64. */
+static void check_type_shapes(struct gpu *g, enum quant_type t, bool tiled_only) {
+    static const int64_t toks[] = {1, 2, 3, 5, 8, 17, 40, 64, 100};
+    static const int64_t rows_list[] = {67, 1, 130};
+    for (int ri = 0; ri < 3; ri++) {
+        if (ri == 2 && !tiled_only)
+            continue;
         struct hmat m;
         hmat_random(&m, t, rows_list[ri], cols_of(t));
         for (size_t ti = 0; ti < sizeof toks / sizeof toks[0]; ti++) {
             int64_t nt = toks[ti];
-            if (ri == 1 && nt != 1 && nt != 40)
+            const bool tiled = nt > VKMM_MV_CHUNK_TOK;
+            if ((ri == 1 && nt != 1 && nt != 40) || (tiled_only && !tiled) ||
+                (!tiled_only && nt == 100))
                 continue;
             /* the 2-token matvec and 5 tokens in the 8-token one: two types
              * (the code is one for all; each pipeline costs lavapipe ~0.3 s) */
             if ((nt == 2 || nt == 5) && t != QUANT_Q4_0 && t != QUANT_Q6_K)
                 continue;
             float *x = rand_vec(nt * m.cols);
+            float *xr = ref_x(x, nt, m.cols, tiled);
             float *y = malloc(sizeof(float) * (size_t)(nt * m.rows));
             float *ref = malloc(sizeof(float) * (size_t)(nt * m.rows));
             gpu_matmul(g, &m, x, nt, NULL, 0, y);
-            ref_rows(&m, 0, m.rows, x, nt, ref, m.rows);
+            ref_rows(&m, 0, m.rows, xr, nt, ref, m.rows);
             double e = nmse(y, ref, nt * m.rows);
-            ck_assert_msg(e < NMSE_MAX, "%s rows %lld cols %lld n_tok %lld: nmse %.3g",
-                          quant_type_name(t), (long long)m.rows, (long long)m.cols, (long long)nt,
-                          e);
+            if (tiled && cur_path != VKMM_PATH_F32) /* the figure the tolerance is set from */
+                printf("vk-mm: %s %s rows %lld n_tok %lld: nmse %.3g\n", vkmm_path_name(cur_path),
+                       quant_type_name(t), (long long)m.rows, (long long)nt, e);
+            ck_assert_msg(e < tol(tiled), "%s %s rows %lld cols %lld n_tok %lld: nmse %.3g",
+                          vkmm_path_name(tiled ? cur_path : VKMM_PATH_F32), quant_type_name(t),
+                          (long long)m.rows, (long long)m.cols, (long long)nt, e);
+            if (tiled && cur_path == VKMM_PATH_DOT) { /* the q8 rounding is all that differs */
+                ref_rows(&m, 0, m.rows, x, nt, ref, m.rows);
+                e = nmse(y, ref, nt * m.rows);
+                ck_assert_msg(e < NMSE_Q8_ROUNDING, "%s n_tok %lld: nmse %.3g against f32 x",
+                              quant_type_name(t), (long long)nt, e);
+            }
             free(ref);
             free(y);
+            free(xr);
             free(x);
         }
         hmat_free(&m);
@@ -252,7 +327,7 @@ START_TEST(test_types) {
     if (t == QUANT_Q4_0) /* every pipeline of one type up front (the others at first use) */
         ck_assert_msg(vkmm_prepare(g.mm, t, &err) == 0, "prepare %s: %s", quant_type_name(t),
                       err.message);
-    check_type_shapes(&g, t);
+    check_type_shapes(&g, t, false);
     gpu_close(&g);
 }
 END_TEST
@@ -304,15 +379,17 @@ END_TEST
 
 /* ---- pieces --------------------------------------------------------------------- */
 
-START_TEST(test_pieces) {
-    static const enum quant_type tt[] = {QUANT_Q4_0, QUANT_Q6_K, QUANT_MXFP4, QUANT_F32};
-    static const int64_t cuts[] = {21, 22, 51}; /* pieces of 21, 1, 29 and 16 rows */
-    struct gpu g = gpu_open();
-    for (int i = 0; i < 4; i++) {
+/* The same product with W in one range and in four (pieces of 21, 1, 29 and
+ * 16 rows: what the binding limit makes of a big matrix) gives the same
+ * bits; tiled_only: the tiled matmul's token count only. */
+static void check_pieces(struct gpu *gp, enum quant_type t, bool tiled_only) {
+    static const int64_t cuts[] = {21, 22, 51};
+    struct gpu g = *gp;
+    {
         struct hmat m;
-        hmat_random(&m, tt[i], 67, cols_of(tt[i]));
+        hmat_random(&m, t, 67, cols_of(t));
         static const int64_t pts[] = {1, 17, 40};
-        for (int ti = 0; ti < 3; ti++) {
+        for (int ti = tiled_only ? 2 : 0; ti < 3; ti++) {
             int64_t nt = pts[ti];
             float *x = rand_vec(nt * m.cols);
             float *y1 = malloc(sizeof(float) * (size_t)(nt * m.rows));
@@ -321,13 +398,20 @@ START_TEST(test_pieces) {
             gpu_matmul(&g, &m, x, nt, cuts, 3, y4);
             /* a row's sum never depends on the piece that holds it */
             ck_assert_msg(memcmp(y1, y4, sizeof(float) * (size_t)(nt * m.rows)) == 0,
-                          "%s n_tok %lld: pieces differ", quant_type_name(tt[i]), (long long)nt);
+                          "%s n_tok %lld: pieces differ", quant_type_name(t), (long long)nt);
             free(y4);
             free(y1);
             free(x);
         }
         hmat_free(&m);
     }
+}
+
+START_TEST(test_pieces) {
+    static const enum quant_type tt[] = {QUANT_Q4_0, QUANT_Q6_K, QUANT_MXFP4, QUANT_F32};
+    struct gpu g = gpu_open();
+    for (int i = 0; i < 4; i++)
+        check_pieces(&g, tt[i], false);
     gpu_close(&g);
 }
 END_TEST
@@ -370,7 +454,8 @@ static void stack_free(struct gpu *g, struct dstack *s) {
 static float *check_id(struct gpu *g, const struct hmat *m, const struct dstack *s,
                        const int32_t *sel, int k, int64_t n_tok, bool per_pick) {
     int64_t np = n_tok * k, nx = per_pick ? np : n_tok;
-    float *x = rand_vec(nx * m->cols);
+    const bool tiled = n_tok > VKMM_MV_MAX_TOK;
+    float *x = rand_vec(nx * m->cols), *xq = ref_x(x, nx, m->cols, tiled);
     float *y = malloc(sizeof(float) * (size_t)(np * EXP_ROWS));
     for (int64_t i = 0; i < np * EXP_ROWS; i++)
         y[i] = SENTINEL;
@@ -383,9 +468,10 @@ static float *check_id(struct gpu *g, const struct hmat *m, const struct dstack 
                    k, n_tok, (struct vk_bind){yb, 0, 0});
     run_and_read(g, yb, y, np * EXP_ROWS);
     float ref[EXP_ROWS];
+    double esum = 0, ssum = 0; /* the whole call's squared error and sum */
     for (int64_t pi = 0; pi < np; pi++) {
         int e = sel[pi];
-        const float *xr = x + (per_pick ? pi : pi / k) * m->cols;
+        const float *xr = xq + (per_pick ? pi : pi / k) * m->cols;
         if (e < 0 || e >= N_EXP) {
             for (int r = 0; r < EXP_ROWS; r++)
                 ck_assert_float_eq(y[pi * EXP_ROWS + r], SENTINEL);
@@ -393,12 +479,22 @@ static float *check_id(struct gpu *g, const struct hmat *m, const struct dstack 
         }
         ref_rows(m, (int64_t)e * EXP_ROWS, EXP_ROWS, xr, 1, ref, EXP_ROWS);
         double err = nmse(y + pi * EXP_ROWS, ref, EXP_ROWS);
-        ck_assert_msg(err < NMSE_MAX, "%s pick %lld (expert %d): nmse %.3g",
+        for (int r = 0; r < EXP_ROWS; r++) {
+            double dv = (double)y[pi * EXP_ROWS + r] - ref[r];
+            esum += dv * dv;
+            ssum += (double)ref[r] * ref[r];
+        }
+        ck_assert_msg(err < tol_pick(tiled), "%s pick %lld (expert %d): nmse %.3g",
                       quant_type_name(m->type), (long long)pi, e, err);
     }
+    ck_assert_msg(ssum == 0 || esum / ssum<tol(tiled), "%s: nmse %.3g over the picks",
+                                           quant_type_name(m->type), ssum> 0
+                      ? esum / ssum
+                      : 0.0);
     vk_buf_free(g->d, sb);
     vk_buf_free(g->d, yb);
     vk_buf_free(g->d, xb);
+    free(xq);
     free(x);
     return y;
 }
@@ -450,12 +546,15 @@ static void check_experts(struct gpu *gp, enum quant_type t) {
             vkmm_matmul(g.mm, &two.w, e, (struct vk_bind){xb, 0, 0}, (struct vk_bind){yb, 0, 0},
                         nt);
             run_and_read(&g, yb, y, nt * EXP_ROWS);
-            ref_rows(&m, (int64_t)e * EXP_ROWS, EXP_ROWS, x, nt, ref, EXP_ROWS);
+            const bool tiled = nt > VKMM_MV_CHUNK_TOK;
+            float *xq = ref_x(x, nt, m.cols, tiled);
+            ref_rows(&m, (int64_t)e * EXP_ROWS, EXP_ROWS, xq, nt, ref, EXP_ROWS);
             double err = nmse(y, ref, nt * EXP_ROWS);
-            ck_assert_msg(err < NMSE_MAX, "%s expert %d n_tok %lld: nmse %.3g", quant_type_name(t),
-                          e, (long long)nt, err);
+            ck_assert_msg(err < tol(tiled), "%s expert %d n_tok %lld: nmse %.3g",
+                          quant_type_name(t), e, (long long)nt, err);
             vk_buf_free(g.d, yb);
             vk_buf_free(g.d, xb);
+            free(xq);
             free(x);
         }
     }
@@ -489,7 +588,7 @@ START_TEST(test_tune) {
                            .mm_lcap = 16};
     ck_assert_msg(vkmm_set_tune(g.mm, &tu, &err) == 0, "%s", err.message);
     for (int i = 0; i < 3; i++) {
-        check_type_shapes(&g, tt[i]);
+        check_type_shapes(&g, tt[i], false);
         check_experts(&g, tt[i]);
     }
     /* once pipelines exist the shape is fixed */
@@ -517,9 +616,8 @@ static float silu_ref(double g) {
     return (float)(g / (1.0 + exp(-g)));
 }
 
-START_TEST(test_glu) {
-    enum quant_type t = types[_i];
-    struct gpu g = gpu_open();
+static void check_glu(struct gpu *gp, enum quant_type t) {
+    struct gpu g = *gp;
     struct hmat gm, um;
     hmat_random(&gm, t, N_EXP * EXP_ROWS, cols_of(t));
     hmat_random(&um, t, N_EXP * EXP_ROWS, cols_of(t));
@@ -542,12 +640,15 @@ START_TEST(test_glu) {
         vkmm_matmul_glu(g.mm, &gw, &uw, -1, (struct vk_bind){xb, 0, 0}, (struct vk_bind){yb, 0, 0},
                         nt);
         run_and_read(&g, yb, y, nt * rows);
-        ref_rows(&gm, 0, rows, x, nt, rg, rows);
-        ref_rows(&um, 0, rows, x, nt, ru, rows);
+        const bool tiled = nt > VKMM_MV_CHUNK_TOK;
+        float *xq = ref_x(x, nt, gm.cols, tiled);
+        ref_rows(&gm, 0, rows, xq, nt, rg, rows);
+        ref_rows(&um, 0, rows, xq, nt, ru, rows);
+        free(xq);
         for (int64_t i = 0; i < nt * rows; i++)
             rg[i] = silu_ref(rg[i]) * ru[i];
         double e = nmse(y, rg, nt * rows);
-        ck_assert_msg(e < NMSE_MAX, "%s glu n_tok %lld: nmse %.3g", quant_type_name(t),
+        ck_assert_msg(e < tol(tiled), "%s glu n_tok %lld: nmse %.3g", quant_type_name(t),
                       (long long)nt, e);
         vk_buf_free(g.d, yb);
         vk_buf_free(g.d, xb);
@@ -575,17 +676,20 @@ START_TEST(test_glu) {
         vkmm_matmul_id_glu(g.mm, &gw, &uw, (struct vk_bind){xb, 0, 0}, false,
                            (struct vk_bind){sb, 0, 0}, k, nt, (struct vk_bind){yb, 0, 0});
         run_and_read(&g, yb, y, np * er);
+        const bool tiled = nt > VKMM_MV_MAX_TOK;
+        float *xq = ref_x(x, nt, gm.cols, tiled);
         float rg[EXP_ROWS], ru[EXP_ROWS];
         for (int64_t pi = 0; pi < np; pi++) {
-            const float *xr = x + (pi / k) * gm.cols;
+            const float *xr = xq + (pi / k) * gm.cols;
             ref_rows(&gm, sel[pi] * er, er, xr, 1, rg, er);
             ref_rows(&um, sel[pi] * er, er, xr, 1, ru, er);
             for (int r = 0; r < EXP_ROWS; r++)
                 rg[r] = silu_ref(rg[r]) * ru[r];
             double e = nmse(y + pi * er, rg, er);
-            ck_assert_msg(e < NMSE_MAX, "%s glu id n_tok %lld pick %lld: nmse %.3g",
+            ck_assert_msg(e < tol_pick(tiled), "%s glu id n_tok %lld pick %lld: nmse %.3g",
                           quant_type_name(t), (long long)nt, (long long)pi, e);
         }
+        free(xq);
         vk_buf_free(g.d, sb);
         vk_buf_free(g.d, yb);
         vk_buf_free(g.d, xb);
@@ -614,6 +718,114 @@ START_TEST(test_glu) {
     vk_buf_free(g.d, gb[0]);
     hmat_free(&um);
     hmat_free(&gm);
+}
+
+START_TEST(test_glu) {
+    struct gpu g = gpu_open();
+    check_glu(&g, types[_i]);
+    gpu_close(&g);
+}
+END_TEST
+
+/* ---- the integer-dot and cooperative-matrix paths ------------------------------------ */
+
+/* Why `path` cannot run here (a device without the feature), or NULL. */
+static const char *path_missing(const struct vk_dev_info *in, enum vkmm_path path) {
+    if (path == VKMM_PATH_DOT && !in->int_dot)
+        return "the device lacks VK_KHR_shader_integer_dot_product";
+    if (path == VKMM_PATH_COOP && !vkmm_coop_built())
+        return "this build's glslc lacked GL_NV_cooperative_matrix";
+    if (path == VKMM_PATH_COOP && !in->coopmat_nv)
+        return "the device lacks VK_NV_cooperative_matrix with f16 16x16x16 shapes";
+    return NULL;
+}
+
+/* _i: integer dot for types[0 .. N_TYPES), coopmat for the second round. */
+START_TEST(test_paths) {
+    const enum vkmm_path path = _i < N_TYPES ? VKMM_PATH_DOT : VKMM_PATH_COOP;
+    const enum quant_type t = types[_i % N_TYPES];
+    struct gpu g = gpu_open();
+    const struct vk_dev_info *in = vk_dev_info(g.d);
+    const char *why = path_missing(in, path);
+    if (why) {
+        if (_i % N_TYPES == 0)
+            printf("vk-mm: %s path skipped on %s: %s\n", vkmm_path_name(path), in->name, why);
+        gpu_close(&g);
+        return;
+    }
+    if (!vkmm_path_ok(in, t, path)) { /* no integer form: the f32 tiles stay */
+        ck_assert(path == VKMM_PATH_DOT && !vkmm_dot_type(t));
+        gpu_close(&g);
+        return;
+    }
+    struct strata_error err = {0};
+    ck_assert_msg(vkmm_configure(g.mm, path == VKMM_PATH_DOT ? "int-dot" : "coopmat", &err) == 0,
+                  "configure: %s", err.message);
+    ck_assert_int_eq(vkmm_tiled_kind(&g.mm->tune, t, false),
+                     path == VKMM_PATH_DOT ? VKMM_MM_DOT : VKMM_MM_COOP);
+    ck_assert_msg(vkmm_prepare(g.mm, t, &err) == 0, "prepare: %s", err.message);
+    cur_path = path;
+    check_type_shapes(&g, t, true);
+    check_experts(&g, t);
+    check_glu(&g, t);
+    check_pieces(&g, t, true);
+    cur_path = VKMM_PATH_F32;
+    gpu_close(&g);
+}
+END_TEST
+
+/* Second shapes: integer dot on 32 x 32 tiles of 2 x 4 outputs a lane;
+ * coopmat on 128 x 64 tiles of 4 x 2 subgroups (K steps of 32) and, expert-
+ * indexed, 32 x 32 tiles of 1 x 2 subgroups (K steps of 16); pick lists of
+ * 16 / 32 (several windows). */
+START_TEST(test_path_tune) {
+    static const enum quant_type tt[] = {QUANT_Q4_0, QUANT_Q4_K, QUANT_Q6_K, QUANT_F16};
+    struct strata_error err = {0};
+    for (int path = VKMM_PATH_DOT; path <= VKMM_PATH_COOP; path++) {
+        struct gpu g = gpu_open();
+        const struct vk_dev_info *in = vk_dev_info(g.d);
+        const char *why = path_missing(in, (enum vkmm_path)path);
+        if (why) {
+            printf("vk-mm: %s second shape skipped on %s: %s\n",
+                   vkmm_path_name((enum vkmm_path)path), in->name, why);
+            gpu_close(&g);
+            continue;
+        }
+        if (path == VKMM_PATH_COOP)
+            ck_assert_msg(vkmm_configure(g.mm, "coopmat:128x64x32x4/32x32x16x1", &err) == 0,
+                          "configure: %s", err.message);
+        struct vkmm_tune tu = g.mm->tune;
+        if (path == VKMM_PATH_DOT) {
+            tu.mm_wg = 128;
+            tu.mm_bm = 32;
+            tu.mm_bn = 32;
+            tu.mm_tm = 2;
+            tu.mm_tn = 4;
+            tu.dot_lcap = 16;
+            for (int i = 0; i < 4; i++)
+                tu.path[tt[i]] = vkmm_dot_type(tt[i]) ? VKMM_PATH_DOT : VKMM_PATH_F32;
+        } else {
+            tu.coop_lcap = 32;
+        }
+        ck_assert_msg(vkmm_set_tune(g.mm, &tu, &err) == 0, "%s", err.message);
+        for (int i = 0; i < 4; i++) {
+            cur_path = (enum vkmm_path)tu.path[tt[i]];
+            check_type_shapes(&g, tt[i], true);
+            check_experts(&g, tt[i]);
+            if (i == 1)
+                check_glu(&g, tt[i]);
+        }
+        cur_path = VKMM_PATH_F32;
+        gpu_close(&g);
+    }
+    /* specs the parser refuses, and a path the device lacks */
+    struct gpu g = gpu_open();
+    ck_assert_int_eq(vkmm_configure(g.mm, "tensor", &err), STRATA_E_CONFIG);
+    ck_assert_int_eq(vkmm_configure(g.mm, "coopmat:64x64", &err), STRATA_E_CONFIG);
+    if (path_missing(vk_dev_info(g.d), VKMM_PATH_COOP))
+        ck_assert_int_eq(vkmm_configure(g.mm, "coopmat", &err), STRATA_E_UNSUPPORTED);
+    else /* a tile the subgroup grid cannot cover */
+        ck_assert_int_eq(vkmm_configure(g.mm, "coopmat:48x64x32x2", &err), STRATA_E_INVALID);
     gpu_close(&g);
 }
 END_TEST
@@ -688,6 +900,9 @@ static Suite *vk_mm_suite(void) {
     Suite *s = suite_create("vk-mm");
     TCase *tc_types = tcase_create("types"), *tc_experts = tcase_create("experts");
     TCase *tc_glu = tcase_create("glu"), *tc_misc = tcase_create("misc");
+    TCase *tc_paths = tcase_create("paths");
+    tcase_add_loop_test(tc_paths, test_paths, 0, 2 * N_TYPES);
+    tcase_add_test(tc_paths, test_path_tune);
     tcase_add_loop_test(tc_types, test_types, 0, N_TYPES);
     tcase_add_loop_test(tc_experts, test_experts, 0, N_TYPES);
     tcase_add_loop_test(tc_glu, test_glu, 0, N_TYPES);
@@ -695,8 +910,8 @@ static Suite *vk_mm_suite(void) {
     tcase_add_test(tc_misc, test_pieces);
     tcase_add_test(tc_misc, test_tune);
     tcase_add_test(tc_misc, test_bad_calls);
-    TCase *all[] = {tc_types, tc_experts, tc_glu, tc_misc};
-    for (int i = 0; i < 4; i++) {
+    TCase *all[] = {tc_types, tc_experts, tc_glu, tc_misc, tc_paths};
+    for (int i = 0; i < 5; i++) {
         tcase_set_timeout(all[i], 300);
         suite_add_tcase(s, all[i]);
     }
