@@ -110,8 +110,12 @@ struct host_numa_ops;
 #define XSTORE_ALIGN 4096
 #define XSTORE_PREFETCH_MAX 4 /* router lookahead depth at most */
 /* xstore_params.fixed's auto: registered buffers on (1) or off (0), by
- * the figure (xstore.h "Registered buffers") */
-#define XSTORE_FIXED_DEFAULT 1
+ * the figure: off. The 34 GB qwen3moe, 2-vCPU AMD EPYC (AVX-512), 256
+ * tokens, prefetch 1, cache dropped, rounds interleaved (bench/README.md
+ * "side-thread prefetch, registered buffers"): fixed 6.49 / 6.18 tok/s,
+ * plain 7.58 / 7.72; mean read latency 12.3 / 9.5 ms against 12.6 / 10.9.
+ * Registering also pins the whole tier at start-up. */
+#define XSTORE_FIXED_DEFAULT 0
 #define XSTORE_LAT_BUCKETS 16 /* read latency histogram: bucket i < 2^i * 16 us, last: more */
 
 enum xstore_io {
@@ -168,8 +172,15 @@ struct xstore_params {
      * prefetch to it and passes the picks to experts_prefetch; decode never
      * waits for it. 0 (xstore_params_default): off; at most
      * XSTORE_PREFETCH_MAX. run and serve default to --expert-prefetch 1
-     * (config.h), chosen from depths 0 / 1 / 2 on the 34 GB model
-     * (bench/README.md "side-thread prefetch, registered buffers"). */
+     * (config.h). Depths 0 / 1 / 2 on the 34 GB model on this 2-vCPU AMD
+     * EPYC (256 tokens, 3 interleaved rounds, bench/README.md "side-thread
+     * prefetch, registered buffers"): decode 8.81 / 9.79 / 11.41, 8.74 /
+     * 9.91 / 9.28, 8.89 / 10.23 / 9.44 tok/s (inside the spread: decode
+     * here is bound by compute, not by misses), hit rate 0.933 / 0.966 /
+     * 0.983, store bytes 72 / 80 / 87 MiB a token, recall 0.92 / 0.94; on
+     * the disk-bound Intel VM depth 1 paid 4.04 against 3.22 tok/s. Depth
+     * 1: the hit rate without the waste of 2, and the gain where the disk
+     * limits. */
     int prefetch;
     /* Rewrite each slot's Q4_K / Q6_K / Q4_0 matrices after their read in
      * the CPU kernels' 16-row packed layout where the active ISA has packed
