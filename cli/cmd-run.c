@@ -297,15 +297,16 @@ static void print_xstore(struct model *m, FILE *out) {
     const uint64_t picks = st.hits + st.misses;
     fprintf(out,
             "strata run: expert store %s: %d slots (%.1f MiB), hit rate %.3f (%llu picks), "
-            "%llu overflow, %.1f MiB read in %llu reads (mean %.0f us), queue depth %d (%s); "
-            "prefetch %llu issued, %llu useful, %llu wasted, recall %.3f, precision %.3f\n",
+            "%llu overflow, %.1f MiB read in %llu reads (mean %.0f us), queue depth %d (%s), "
+            "registered buffers %s; prefetch %llu issued, %llu useful, %llu wasted, %llu "
+            "dropped, recall %.3f, precision %.3f\n",
             xstore_mode(x), st.n_slots, (double)st.capacity_bytes / 1048576.0,
             picks ? (double)st.hits / (double)picks : 0.0, (unsigned long long)picks,
             (unsigned long long)st.overflow, (double)st.bytes_read / 1048576.0,
             (unsigned long long)st.reads, st.reads ? (double)st.lat_sum_us / (double)st.reads : 0.0,
-            st.queue_depth, st.queue_rule ? st.queue_rule : "",
+            st.queue_depth, st.queue_rule ? st.queue_rule : "", st.fixed_rule ? st.fixed_rule : "",
             (unsigned long long)st.prefetch_issued, (unsigned long long)st.prefetch_useful,
-            (unsigned long long)st.prefetch_wasted,
+            (unsigned long long)st.prefetch_wasted, (unsigned long long)st.prefetch_dropped,
             st.pred_used ? (double)st.pred_hit / (double)st.pred_used : 0.0,
             st.pred_n ? (double)st.pred_hit / (double)st.pred_n : 0.0);
     xstore_stats_free(&st);
@@ -447,6 +448,7 @@ int cli_run_main(int argc, char **argv) {
         xin = (struct xstore_plan_in){.mode = config_str(cfg, CONFIG_EXPERT_STORE),
                                       .io = config_str(cfg, CONFIG_EXPERT_IO),
                                       .direct = config_str(cfg, CONFIG_EXPERT_DIRECT),
+                                      .fixed = config_str(cfg, CONFIG_EXPERT_FIXED),
                                       .ram = config_int(cfg, CONFIG_EXPERT_RAM),
                                       .prefetch = (int)config_int(cfg, CONFIG_EXPERT_PREFETCH),
                                       .mem_budget = mem_budget};

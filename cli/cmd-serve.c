@@ -40,6 +40,7 @@ static struct sched_params params_of(const struct config *cfg) {
     sp.expert_prefetch = (int)config_int(cfg, CONFIG_EXPERT_PREFETCH);
     sp.expert_io = config_str(cfg, CONFIG_EXPERT_IO);
     sp.expert_direct = config_str(cfg, CONFIG_EXPERT_DIRECT);
+    sp.expert_fixed = config_str(cfg, CONFIG_EXPERT_FIXED);
     sp.gpu = config_str(cfg, CONFIG_GPU);
     sp.gpu_layers = config_str(cfg, CONFIG_GPU_LAYERS);
     sp.gpu_profile = config_bool(cfg, CONFIG_GPU_PROFILE);

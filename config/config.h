@@ -103,6 +103,9 @@ enum config_type {
     X(EXPERT_DIRECT, "expert-direct", "STRATA_EXPERT_DIRECT", "--expert-direct",                   \
       CONFIG_TYPE_STRING, 0, 0, "auto",                                                            \
       "expert store O_DIRECT: auto|on|off (off: buffered, dropped from the page cache)")           \
+    X(EXPERT_FIXED, "expert-fixed", "STRATA_EXPERT_FIXED", "--expert-fixed", CONFIG_TYPE_STRING,   \
+      0, 0, "auto",                                                                                \
+      "expert store io_uring registered buffers over the slots: auto|on|off (auto: the default)")  \
     X(EXPERT_PREFETCH, "expert-prefetch", "STRATA_EXPERT_PREFETCH", "--expert-prefetch",           \
       CONFIG_TYPE_INT, 0, 4, "1",                                                                  \
       "expert store router lookahead: layers ahead whose experts are read early (0 = off)")        \

@@ -217,6 +217,8 @@ struct gen_stats {
         char queue_rule[96]; /* where it came from: "device 254:0 nr_requests 256, ..." */
         uint64_t lat[16];    /* XSTORE_LAT_BUCKETS: reads under 16 us << i, the last: more */
         uint64_t layer_hits[GEN_XSTORE_LAYERS_MAX], layer_misses[GEN_XSTORE_LAYERS_MAX];
+        bool fixed;           /* reads into registered buffers (--expert-fixed) */
+        char fixed_rule[112]; /* "on (default)", "off (buffered reads)", ... */
     } xstore;
     /* the GPU (appended; on false: the CPU computes, rule says why) */
     struct gen_gpu {

@@ -22,6 +22,7 @@ int sched_xstore_plan(struct sched *s, const struct sched_params *p, struct stra
         .mode = p->expert_store ? p->expert_store : "auto",
         .io = p->expert_io ? p->expert_io : "auto",
         .direct = p->expert_direct ? p->expert_direct : "auto",
+        .fixed = p->expert_fixed ? p->expert_fixed : "auto",
         .ram = p->expert_ram,
         .prefetch = p->expert_prefetch,
         .model_bytes = mp.n_bytes,
@@ -58,11 +59,11 @@ void sched_xstore_loaded(struct sched *s) {
     struct xstore_stats st;
     xstore_stats(x, &st);
     fprintf(stderr,
-            "strata: expert store: %s; %s, queue depth %d (%s), %d slots of %.2f MiB, %.1f MiB "
-            "read at load (%s)\n",
+            "strata: expert store: %s; %s, queue depth %d (%s), registered buffers %s, %d slots "
+            "of %.2f MiB, %.1f MiB read at load (%s)\n",
             s->xs->rule, xstore_mode(x), st.queue_depth, st.queue_rule ? st.queue_rule : "",
-            st.n_slots, (double)st.slot_bytes / (1024.0 * 1024.0),
-            (double)st.warm_bytes / (1024.0 * 1024.0),
+            st.fixed_rule ? st.fixed_rule : "", st.n_slots,
+            (double)st.slot_bytes / (1024.0 * 1024.0), (double)st.warm_bytes / (1024.0 * 1024.0),
             from_profile ? "hottest experts of --expert-profile first" : "experts by id");
     xstore_stats_free(&st);
 }
@@ -103,6 +104,8 @@ void sched_xstore_stats(const struct sched *s, struct gen_stats *st) {
     g->pred_used = xs.pred_used;
     g->pred_n = xs.pred_n;
     snprintf(g->queue_rule, sizeof g->queue_rule, "%s", xs.queue_rule ? xs.queue_rule : "");
+    g->fixed = xs.fixed;
+    snprintf(g->fixed_rule, sizeof g->fixed_rule, "%s", xs.fixed_rule ? xs.fixed_rule : "");
     _Static_assert(sizeof g->lat / sizeof g->lat[0] == XSTORE_LAT_BUCKETS, "histogram buckets");
     memcpy(g->lat, xs.lat, sizeof g->lat);
     for (int l = 0; l < g->n_layer && xs.layer_hits && xs.layer_misses; l++) {

@@ -128,6 +128,7 @@ struct sched_params {
     const struct strata_progress *progress; /* borrowed: the load's (model_params.progress) */
     /* the expert store (engine/experts/xstore.h xstore_plan); NULL strings = "auto" */
     const char *expert_store, *expert_io, *expert_direct; /* borrowed */
+    const char *expert_fixed;                             /* borrowed */
     int64_t expert_ram;                                   /* bytes; 0 = from the budget */
     /* the GPU (gpu/gpu-choose.h); NULL strings = "auto", "all" */
     const char *gpu, *gpu_layers;   /* borrowed */

@@ -55,6 +55,8 @@ json_t *status_xstore_json(const struct gen_stats *st) {
     json_object_set_new(o, "warm_bytes", json_integer((json_int_t)x->warm_bytes));
     json_object_set_new(o, "queue_depth", json_integer(x->queue_depth));
     json_object_set_new(o, "queue_rule", json_string(x->queue_rule));
+    json_object_set_new(o, "fixed_buffers", json_boolean(x->fixed));
+    json_object_set_new(o, "fixed_rule", json_string(x->fixed_rule));
     json_object_set_new(o, "layers", layers ? layers : json_array());
     return o;
 }

@@ -48,6 +48,11 @@ struct xs_slot {
     uint64_t hold_step;    /* valid while held */
     bool held;
     bool prefetched; /* filled by a prefetch and not needed since (xstore.c "prefetch") */
+    bool reading;    /* its reads are queued or in flight: never taken, never emptied */
+    bool ahead;      /* those reads are a prefetch's (a failure then fails no step) */
+    bool wanted;     /* a need waits for those reads (s->want): settled by it, not by reap */
+    uint8_t nreq;    /* its reads: s->sreq[slot * 3 ..][0, nreq) */
+    int32_t infl;    /* its place in s->infl while reading */
     uint32_t data_off[EXPERTS_WHICH_COUNT]; /* matrix start inside its widened range */
 };
 
@@ -77,16 +82,21 @@ struct xstore {
     int32_t *pinned;              /* (n_slots) held slots */
     int n_pinned;
     uint64_t tick;
-    struct xs_req *req; /* (n_expert * 3) one batch */
-    int32_t *req_slot;
-    int pend_layer, pend_nreq; /* the batch in flight (nreq 0: none; layer -1: a prefetch's) */
+    struct xs_req *sreq; /* (n_slots * 3): each slot's reads */
+    int32_t *infl;       /* (n_slots) the slots reading */
+    int n_infl;
+    int32_t *want; /* (n_expert) slots the current need waits for (experts_need_wait) */
+    int n_want;
+    int pf_reading, pf_cap; /* slots being read ahead; at most pf_cap (more: dropped) */
     /* prefetch: (layer, expert) pairs queued by experts_prefetch from any
      * thread (pf_mu, taken with trylock there: a busy queue drops), read by
-     * the forward thread when no batch is in flight */
+     * the forward thread at its next need, wait or get */
     pthread_mutex_t pf_mu;
     bool pf_mu_ok;
     int32_t *pf_q, *pf_take; /* (n_expert, 2) each */
+    int32_t *pf_ids;         /* (n_expert) the slots one drain fills */
     int pf_n;
+    _Atomic int pf_any;       /* pf_n > 0, read without the lock */
     uint8_t *pred;            /* (n_layer, n_expert) under pf_mu: each layer's latest prediction */
     uint8_t *pred_on;         /* (n_layer) under pf_mu: a prediction not yet compared with a need */
     _Atomic uintptr_t fwd_id; /* the forward thread (pthread_self at the last need) */
@@ -100,6 +110,8 @@ struct xstore {
     _Atomic int slots_used;
     uint64_t warm_bytes;  /* written at init only */
     struct xs_numa *numa; /* per-node slot regions (xstore-numa.h); NULL: one */
+    bool fixed;           /* io_uring reads into registered buffers (xstore_params.fixed) */
+    char fixed_rule[112]; /* why on or off */
 };
 
 extern const struct experts_ops xstore_ops;

@@ -88,6 +88,39 @@ static int warm(struct xstore *s, const struct profile *prof, struct strata_erro
     return 0;
 }
 
+/* xstore_params.fixed: the slots registered with the ring (xstore.h
+ * "Registered buffers") where asked, or by default where they paid. */
+static int fixed_buffers(struct xstore *s, const struct xstore_params *p,
+                         struct strata_error *err) {
+    const bool can = strcmp(xs_io_name(s->io), "io_uring") == 0 && s->direct;
+    if (p->fixed == XSTORE_FIXED_OFF || (p->fixed == XSTORE_FIXED_AUTO && !XSTORE_FIXED_DEFAULT)) {
+        snprintf(s->fixed_rule, sizeof s->fixed_rule, "off (%s)",
+                 p->fixed == XSTORE_FIXED_OFF ? "asked" : "default");
+        return 0;
+    }
+    if (!can) {
+        snprintf(s->fixed_rule, sizeof s->fixed_rule, "off (%s)",
+                 s->direct ? "pread mode" : "buffered reads");
+        if (p->fixed == XSTORE_FIXED_ON)
+            return strata_error_set(err, STRATA_E_UNSUPPORTED,
+                                    "expert store: registered buffers need io_uring and O_DIRECT "
+                                    "(the store reads %s)",
+                                    s->mode);
+        return 0;
+    }
+    struct strata_error why = {0};
+    if (xs_io_register(s->io, s->mem, (uint64_t)s->n_slots * s->slot_bytes, s->slot_bytes, &why)) {
+        snprintf(s->fixed_rule, sizeof s->fixed_rule, "off (%.100s)", why.message);
+        if (p->fixed == XSTORE_FIXED_ON)
+            return strata_error_set(err, STRATA_E_UNSUPPORTED, "expert store: %s", why.message);
+        return 0;
+    }
+    s->fixed = true;
+    snprintf(s->fixed_rule, sizeof s->fixed_rule, "on (%s)",
+             p->fixed == XSTORE_FIXED_ON ? "asked" : "default");
+    return 0;
+}
+
 struct xstore_params xstore_params_default(void) {
     return (struct xstore_params){.ram_bytes = 0,
                                   .io = XSTORE_IO_AUTO,
@@ -201,8 +234,10 @@ static struct xstore *alloc_tables(int n_layer, int n_expert, int n_slots) {
               (s->count = calloc((size_t)n_layer, sizeof *s->count)) &&
               (s->head = malloc((size_t)n_layer * sizeof *s->head)) &&
               (s->tail = malloc((size_t)n_layer * sizeof *s->tail)) &&
-              (s->req = calloc((size_t)n_expert * EXPERTS_WHICH_COUNT, sizeof *s->req)) &&
-              (s->req_slot = calloc((size_t)n_expert * EXPERTS_WHICH_COUNT, sizeof *s->req_slot)) &&
+              (s->sreq = calloc((size_t)n_slots * EXPERTS_WHICH_COUNT, sizeof *s->sreq)) &&
+              (s->infl = calloc((size_t)n_slots, sizeof *s->infl)) &&
+              (s->want = calloc((size_t)n_expert, sizeof *s->want)) &&
+              (s->pf_ids = calloc((size_t)n_expert, sizeof *s->pf_ids)) &&
               (s->layer_hits = calloc((size_t)n_layer, sizeof *s->layer_hits)) &&
               (s->layer_misses = calloc((size_t)n_layer, sizeof *s->layer_misses)) &&
               (s->pf_q = calloc((size_t)n_expert * 2, sizeof *s->pf_q)) &&
@@ -323,6 +358,16 @@ struct experts_source *xstore_init(const struct gguf_file *f, int n_layer, int n
     }
     snprintf(s->mode, sizeof s->mode, "%s+%s", xs_io_name(s->io),
              s->direct ? "direct" : "buffered");
+    /* reads ahead in flight at most: a few layers' worth of picks, a
+     * quarter of the slots (the rest stays for the needs) */
+    s->pf_cap = 4 * n_expert_used;
+    s->pf_cap = s->pf_cap > (int)n_slots / 4 ? (int)n_slots / 4 : s->pf_cap;
+    s->pf_cap = s->pf_cap < 1 ? 1 : s->pf_cap;
+    if (fixed_buffers(s, &p, err)) {
+        xs_free(s);
+        experts_free(next);
+        return NULL;
+    }
     const struct profile *wp = p.warm_profile;
     if (wp && (profile_n_layer(wp) != n_layer || profile_n_expert(wp) != s->n_expert))
         wp = NULL; /* recorded for another model */
@@ -394,6 +439,8 @@ void xstore_stats(const struct xstore *cs, struct xstore_stats *out) {
     out->pred_used = ld(&s->pred_used);
     out->pred_n = ld(&s->pred_n);
     out->queue_rule = s->queue_rule;
+    out->fixed = s->fixed;
+    out->fixed_rule = s->fixed_rule;
 }
 
 void xstore_stats_free(struct xstore_stats *st) {

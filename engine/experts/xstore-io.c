@@ -1,5 +1,5 @@
-/* engine/experts/xstore-io.c: the store's batches of reads (xstore-io.h):
- * io_uring, or a pread pool where the kernel or a seccomp filter refuses
+/* engine/experts/xstore-io.c: the store's reads (xstore-io.h): io_uring,
+ * or a pread pool where the kernel or a seccomp filter refuses
  * io_uring_setup (Docker's default profile does since 2023). */
 #include "engine/experts/xstore-io.h"
 
@@ -10,33 +10,39 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <sys/uio.h>
 #include <unistd.h>
+
+#define FIXED_MAX_PIECE ((uint64_t)1 << 30) /* the kernel's limit on one registered buffer */
 
 struct xs_io {
     int fd;
     const struct xstore_sysops *sys;
     bool uring;
+    bool broken; /* io_uring failed under us: the caller's preads from then on */
     struct io_uring ring;
     unsigned qd;
-    /* the pread pool: a batch is published under mu; workers and the caller
-     * take reads by the atomic index, the last one done signals done_cv */
+    struct xs_req **ring_req;       /* (qd): the reads in the ring by their user_data; NULL free */
+    int *ring_free;                 /* (qd) free indices of ring_req */
+    struct io_uring_sqe **kick_sqe; /* (qd) uring_kick's entries of one submission */
+    struct xs_req **kick_req;       /* (qd) their reads */
+    uint8_t *ring_ahead;            /* (qd) the read in ring_req[i] is a read ahead */
+    int n_ring_ahead, ring_ahead_max; /* reads ahead in the ring; at most qd / 2 */
+    int n_ring_free;
+    /* registered buffers: piece i is [fixed_base + i * fixed_piece, + fixed_piece) */
+    uint8_t *fixed_base;
+    uint64_t fixed_piece, fixed_bytes;
+    int n_fixed;
+    /* queued, not yet in the ring (io_uring) or taken by a reader (pool):
+     * [0] needs, [1] reads ahead; the pool's under mu */
+    struct xs_req *q_head[2], *q_tail[2];
+    /* the pread pool */
     pthread_t *threads;
     int n_threads;
     pthread_mutex_t mu;
     pthread_cond_t cv, done_cv;
-    struct xs_req *_Atomic job;
-    _Atomic int job_n;
-    uint64_t job_gen; /* under mu: bumps once per batch */
     bool stop;
-    int busy; /* under mu: workers inside pool_take; a batch ends when it is 0 */
-    _Atomic int next, left;
-    struct timespec t0;
-    /* the batch xs_io_submit started, finished by xs_io_wait */
-    struct xs_req *pend;
-    int pend_n;
-    int pend_sub; /* io_uring: reads of the first round submitted (the round has pend_m) */
-    int pend_m;
+    int outstanding; /* under mu (pool): queued or being read */
 };
 
 static uint32_t us_since(const struct timespec *t0) {
@@ -57,7 +63,8 @@ int64_t xs_pread(const struct xstore_sysops *sys, int fd, void *buf, size_t n, u
     }
 }
 
-/* The result through sys->result, then a short read completed up to need. */
+/* The result through sys->result, then a short read completed up to need;
+ * r is done after it. */
 static void finish(struct xs_io *io, struct xs_req *r, int64_t res) {
     if (io->sys && io->sys->result)
         res = io->sys->result(io->sys->arg, r->off, r->len, res);
@@ -75,168 +82,341 @@ static void finish(struct xs_io *io, struct xs_req *r, int64_t res) {
         res += more;
     }
     r->res = res;
-    r->lat_us = us_since(&io->t0);
+    r->lat_us = us_since(&r->t0);
+    atomic_store_explicit(&r->done, 1, memory_order_release);
 }
 
-static void pool_take(struct xs_io *io) {
-    for (;;) {
-        const int i = atomic_fetch_add(&io->next, 1);
-        if (i >= atomic_load(&io->job_n))
-            return;
-        struct xs_req *r = &atomic_load(&io->job)[i];
-        finish(io, r, xs_pread(io->sys, io->fd, r->buf, r->len, r->off));
-        if (atomic_fetch_sub(&io->left, 1) == 1) {
-            pthread_mutex_lock(&io->mu);
-            pthread_cond_broadcast(&io->done_cv);
-            pthread_mutex_unlock(&io->mu);
+static void run_pread(struct xs_io *io, struct xs_req *r) {
+    finish(io, r, xs_pread(io->sys, io->fd, r->buf, r->len, r->off));
+}
+
+/* ---- the queues (the pool's under mu) ---------------------------------------------- */
+
+static void push(struct xs_io *io, struct xs_req *r, int k) {
+    r->q_next = NULL;
+    if (io->q_tail[k])
+        io->q_tail[k]->q_next = r;
+    else
+        io->q_head[k] = r;
+    io->q_tail[k] = r;
+}
+
+static void push_front(struct xs_io *io, struct xs_req *r, int k) {
+    r->q_next = io->q_head[k];
+    io->q_head[k] = r;
+    if (!io->q_tail[k])
+        io->q_tail[k] = r;
+}
+
+/* The next read: a need's first; reads ahead only up to k_max. NULL: none
+ * queued. */
+static struct xs_req *pop_upto(struct xs_io *io, int *kind, int k_max) {
+    for (int k = 0; k <= k_max; k++) {
+        struct xs_req *r = io->q_head[k];
+        if (r) {
+            io->q_head[k] = r->q_next;
+            if (!io->q_head[k])
+                io->q_tail[k] = NULL;
+            r->q_next = NULL;
+            if (kind)
+                *kind = k;
+            return r;
         }
     }
+    return NULL;
 }
+
+static struct xs_req *pop(struct xs_io *io, int *kind) {
+    return pop_upto(io, kind, 1);
+}
+
+static bool queued(const struct xs_io *io) {
+    return io->q_head[0] || io->q_head[1];
+}
+
+/* ---- the pool ------------------------------------------------------------------------ */
 
 static void *pool_main(void *arg) {
     struct xs_io *io = arg;
-    uint64_t seen = 0;
     pthread_mutex_lock(&io->mu);
     for (;;) {
-        while (!io->stop && io->job_gen == seen)
+        while (!io->stop && !queued(io))
             pthread_cond_wait(&io->cv, &io->mu);
         if (io->stop)
             break;
-        seen = io->job_gen;
-        io->busy++;
+        struct xs_req *r = pop(io, NULL);
         pthread_mutex_unlock(&io->mu);
-        pool_take(io);
+        run_pread(io, r);
         pthread_mutex_lock(&io->mu);
-        if (--io->busy == 0)
-            pthread_cond_broadcast(&io->done_cv);
+        io->outstanding--;
+        pthread_cond_broadcast(&io->done_cv);
     }
     pthread_mutex_unlock(&io->mu);
     return NULL;
 }
 
-static void pool_publish(struct xs_io *io, struct xs_req *r, int n) {
+/* Until done(r) (r NULL: until nothing is outstanding), running queued
+ * reads on this thread while there are any. */
+static void pool_wait(struct xs_io *io, struct xs_req *r) {
     pthread_mutex_lock(&io->mu);
-    while (io->busy > 0) /* a worker woken late for the last batch, about to find it empty */
-        pthread_cond_wait(&io->done_cv, &io->mu);
-    /* no worker is inside pool_take between batches (run_pool waits for
-     * busy 0), so none can take an index of this batch by the last's count */
-    atomic_store(&io->job, r);
-    atomic_store(&io->job_n, n);
-    atomic_store(&io->left, n);
-    atomic_store(&io->next, 0);
-    io->job_gen++;
-    pthread_cond_broadcast(&io->cv);
+    while (r ? !xs_req_done(r) : io->outstanding > 0) {
+        struct xs_req *q = pop(io, NULL);
+        if (!q) {
+            pthread_cond_wait(&io->done_cv, &io->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&io->mu);
+        run_pread(io, q);
+        pthread_mutex_lock(&io->mu);
+        io->outstanding--;
+        pthread_cond_broadcast(&io->done_cv);
+    }
     pthread_mutex_unlock(&io->mu);
 }
 
-static void pool_finish(struct xs_io *io) {
-    pool_take(io); /* the caller reads too (all of it without workers) */
-    pthread_mutex_lock(&io->mu);
-    while (atomic_load(&io->left) > 0 || io->busy > 0)
-        pthread_cond_wait(&io->done_cv, &io->mu);
-    pthread_mutex_unlock(&io->mu);
+/* ---- io_uring ------------------------------------------------------------------------- */
+
+/* The registered piece r's buffer lies in, or -1. */
+static int fixed_index(const struct xs_io *io, const struct xs_req *r) {
+    if (!io->n_fixed)
+        return -1;
+    const uint8_t *b = r->buf;
+    if (b < io->fixed_base || b + r->len > io->fixed_base + io->fixed_bytes)
+        return -1;
+    const uint64_t i = (uint64_t)(b - io->fixed_base) / io->fixed_piece;
+    if ((uint64_t)(b + r->len - io->fixed_base) > (i + 1) * io->fixed_piece)
+        return -1; /* across two pieces (never with whole-slot pieces) */
+    return (int)i;
 }
 
-/* Reads [done, done + m) of r queued and submitted: how many the ring took. */
-static int uring_submit(struct xs_io *io, struct xs_req *r, int done, int m) {
-    int queued = 0;
-    for (int i = 0; i < m; i++)
-        r[done + i].res = INT64_MIN; /* no result yet */
-    for (int i = 0; i < m; i++) {
+/* Moves queued reads into the ring (a need's first) while it has room,
+ * reads ahead into at most half of it (a need's reads never wait for a
+ * ring full of them); one submission. A ring that refuses turns the store
+ * to preads. */
+static void uring_kick(struct xs_io *io) {
+    struct io_uring_sqe **sqes = io->kick_sqe;
+    struct xs_req **reqs = io->kick_req;
+    int m = 0;
+    while (!io->broken && io->n_ring_free > 0) {
+        int kind;
+        struct xs_req *r = pop_upto(io, &kind, io->n_ring_ahead < io->ring_ahead_max ? 1 : 0);
+        if (!r)
+            break;
         struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring);
-        if (!sqe)
+        if (!sqe) {
+            push_front(io, r, kind);
             break;
-        struct xs_req *q = &r[done + i];
-        io_uring_prep_read(sqe, io->fd, q->buf, q->len, q->off);
-        io_uring_sqe_set_data64(sqe, (uint64_t)(done + i));
-        queued++;
+        }
+        const int slot = io->ring_free[--io->n_ring_free];
+        io->ring_req[slot] = r;
+        io->ring_ahead[slot] = (uint8_t)kind;
+        io->n_ring_ahead += kind;
+        const int fi = fixed_index(io, r);
+        if (fi >= 0)
+            io_uring_prep_read_fixed(sqe, io->fd, r->buf, r->len, r->off, fi);
+        else
+            io_uring_prep_read(sqe, io->fd, r->buf, r->len, r->off);
+        io_uring_sqe_set_data64(sqe, (uint64_t)slot + 1);
+        sqes[m] = sqe;
+        reqs[m++] = r;
     }
-    const int sub = queued ? io_uring_submit(&io->ring) : 0;
-    return sub < 0 ? 0 : sub;
-}
-
-/* The completions of a round of m reads from done, sub of them submitted;
- * the rest (not submitted, or not completed when the ring broke) through
- * pread: a read still without a result has res INT64_MIN (uring_submit). */
-static void uring_complete(struct xs_io *io, struct xs_req *r, int n, int done, int m, int sub) {
-    for (int got = 0; got < sub; got++) {
-        struct io_uring_cqe *cqe;
-        int rc;
-        do
-            rc = io_uring_wait_cqe(&io->ring, &cqe);
-        while (rc == -EINTR);
-        if (rc < 0) /* the ring is broken: what is left goes through pread */
-            break;
-        const uint64_t i = io_uring_cqe_get_data64(cqe);
-        const int64_t res = cqe->res;
-        io_uring_cqe_seen(&io->ring, cqe);
-        if (i < (uint64_t)n)
-            finish(io, &r[i], res);
-    }
+    if (!m)
+        goto broken_rest;
+    int sub, tries = 0;
+    do
+        sub = io_uring_submit(&io->ring);
+    while ((sub == -EINTR || sub == -EAGAIN) && ++tries < 1000);
+    if (sub >= 0)
+        return;
+    /* the entries stay in the submission ring: make them no-ops whose
+     * completions name nothing, and read these ourselves */
+    io->broken = true;
     for (int i = 0; i < m; i++) {
-        struct xs_req *q = &r[done + i];
-        if (q->res == INT64_MIN)
-            finish(io, q, xs_pread(io->sys, io->fd, q->buf, q->len, q->off));
+        io_uring_prep_nop(sqes[i]);
+        io_uring_sqe_set_data64(sqes[i], 0);
+        for (unsigned s = 0; s < io->qd; s++)
+            if (io->ring_req[s] == reqs[i]) {
+                io->ring_req[s] = NULL;
+                io->n_ring_ahead -= io->ring_ahead[s];
+                io->ring_free[io->n_ring_free++] = (int)s;
+            }
+        run_pread(io, reqs[i]);
+    }
+broken_rest:
+    if (io->broken) {
+        struct xs_req *r;
+        while ((r = pop(io, NULL)))
+            run_pread(io, r);
     }
 }
 
-/* In rounds of at most qd reads: each round one io_uring_submit, then its
- * completions. A ring that fails mid-batch finishes the rest with pread.
- * The first round is submitted by xs_io_submit, the rest run here. */
-static void uring_finish(struct xs_io *io, struct xs_req *r, int n, int m0, int sub0) {
-    uring_complete(io, r, n, 0, m0, sub0);
-    for (int done = m0; done < n;) {
-        const int m = n - done < (int)io->qd ? n - done : (int)io->qd;
-        uring_complete(io, r, n, done, m, uring_submit(io, r, done, m));
-        done += m;
-    }
+static void uring_complete(struct xs_io *io, struct io_uring_cqe *cqe) {
+    const uint64_t d = io_uring_cqe_get_data64(cqe);
+    const int64_t res = cqe->res;
+    io_uring_cqe_seen(&io->ring, cqe);
+    if (d == 0 || d > io->qd || !io->ring_req[d - 1])
+        return;
+    struct xs_req *r = io->ring_req[d - 1];
+    io->ring_req[d - 1] = NULL;
+    io->n_ring_ahead -= io->ring_ahead[d - 1];
+    io->ring_free[io->n_ring_free++] = (int)(d - 1);
+    finish(io, r, res);
 }
 
-void xs_io_submit(struct xs_io *io, struct xs_req *r, int n) {
-    xs_io_wait(io); /* one batch at a time */
+static void uring_reap(struct xs_io *io) {
+    struct io_uring_cqe *cqe;
+    while (io_uring_peek_cqe(&io->ring, &cqe) == 0)
+        uring_complete(io, cqe);
+}
+
+/* One completion, waiting for it; false when the ring is broken (the
+ * reads it holds are then read by pread: their buffers are ours again only
+ * if the kernel is done with them, which a failed wait cannot promise, so
+ * this is the last resort the old code also took). */
+static bool uring_wait_one(struct xs_io *io) {
+    struct io_uring_cqe *cqe;
+    int rc;
+    do
+        rc = io_uring_wait_cqe(&io->ring, &cqe);
+    while (rc == -EINTR);
+    if (rc < 0) {
+        io->broken = true;
+        for (unsigned s = 0; s < io->qd; s++)
+            if (io->ring_req[s]) {
+                struct xs_req *r = io->ring_req[s];
+                io->ring_req[s] = NULL;
+                io->n_ring_ahead -= io->ring_ahead[s];
+                io->ring_free[io->n_ring_free++] = (int)s;
+                run_pread(io, r);
+            }
+        uring_kick(io);
+        return false;
+    }
+    uring_complete(io, cqe);
+    return true;
+}
+
+static bool ring_busy(const struct xs_io *io) {
+    return io->n_ring_free < (int)io->qd;
+}
+
+/* ---- the interface ------------------------------------------------------------------- */
+
+void xs_io_queue(struct xs_io *io, struct xs_req *r, int n, bool ahead) {
     if (n <= 0)
         return;
-    clock_gettime(CLOCK_MONOTONIC, &io->t0);
-    io->pend = r;
-    io->pend_n = n;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (!io->uring)
+        pthread_mutex_lock(&io->mu);
+    for (int i = 0; i < n; i++) {
+        r[i].res = INT64_MIN;
+        r[i].lat_us = 0;
+        r[i].t0 = t0;
+        atomic_store_explicit(&r[i].done, 0, memory_order_relaxed);
+        push(io, &r[i], ahead ? 1 : 0);
+    }
     if (io->uring) {
-        io->pend_m = n < (int)io->qd ? n : (int)io->qd;
-        io->pend_sub = uring_submit(io, r, 0, io->pend_m);
-    } else {
-        pool_publish(io, r, n);
+        uring_kick(io);
+        return;
+    }
+    io->outstanding += n;
+    if (io->n_threads > 0)
+        pthread_cond_broadcast(&io->cv);
+    pthread_mutex_unlock(&io->mu);
+}
+
+void xs_io_wait_req(struct xs_io *io, struct xs_req *r) {
+    if (!io->uring) {
+        pool_wait(io, r);
+        return;
+    }
+    while (!xs_req_done(r)) {
+        uring_kick(io); /* r may be queued behind the ring's room */
+        if (xs_req_done(r))
+            break;
+        if (!ring_busy(io)) { /* queued with an empty ring: the ring refuses, read it all */
+            io->broken = true;
+            uring_kick(io);
+            continue;
+        }
+        if (uring_wait_one(io))
+            uring_kick(io);
     }
 }
 
-void xs_io_wait(struct xs_io *io) {
-    if (!io->pend)
+void xs_io_poll(struct xs_io *io) {
+    if (!io->uring || io->broken)
         return;
-    struct xs_req *r = io->pend;
-    const int n = io->pend_n;
-    io->pend = NULL;
-    io->pend_n = 0;
-    if (io->uring)
-        uring_finish(io, r, n, io->pend_m, io->pend_sub);
-    else
-        pool_finish(io);
+    uring_reap(io);
+    uring_kick(io);
 }
 
-bool xs_io_pending(const struct xs_io *io) {
-    return io->pend != NULL;
+void xs_io_wait_all(struct xs_io *io) {
+    if (!io->uring) {
+        pool_wait(io, NULL);
+        return;
+    }
+    for (;;) {
+        uring_kick(io);
+        if (!ring_busy(io) && !queued(io))
+            return;
+        if (ring_busy(io))
+            (void)uring_wait_one(io);
+    }
 }
 
 void xs_io_run(struct xs_io *io, struct xs_req *r, int n) {
-    xs_io_submit(io, r, n);
-    xs_io_wait(io);
+    xs_io_queue(io, r, n, false);
+    for (int i = 0; i < n; i++)
+        xs_io_wait_req(io, &r[i]);
 }
 
 const char *xs_io_name(const struct xs_io *io) {
     return io->uring ? "io_uring" : "pread";
 }
 
+bool xs_io_fixed(const struct xs_io *io) {
+    return io && io->n_fixed > 0;
+}
+
+int xs_io_register(struct xs_io *io, void *base, uint64_t bytes, uint64_t unit,
+                   struct strata_error *err) {
+    if (!io->uring || io->broken)
+        return strata_error_set(err, STRATA_E_UNSUPPORTED, "registered buffers need io_uring");
+    if (!unit || unit > FIXED_MAX_PIECE || !bytes)
+        return strata_error_set(err, STRATA_E_UNSUPPORTED,
+                                "registered buffers: a slot of %llu bytes is over 1 GiB",
+                                (unsigned long long)unit);
+    const uint64_t piece = FIXED_MAX_PIECE / unit * unit;
+    const uint64_t n = (bytes + piece - 1) / piece;
+    if (n > 16384)
+        return strata_error_set(err, STRATA_E_UNSUPPORTED, "registered buffers: %llu pieces",
+                                (unsigned long long)n);
+    struct iovec *iov = calloc((size_t)n, sizeof *iov);
+    if (!iov)
+        return strata_error_set(err, STRATA_E_NOMEM, "out of memory");
+    for (uint64_t i = 0; i < n; i++) {
+        iov[i].iov_base = (uint8_t *)base + i * piece;
+        iov[i].iov_len = (size_t)(i + 1 < n ? piece : bytes - i * piece);
+    }
+    const int rc = io_uring_register_buffers(&io->ring, iov, (unsigned)n);
+    free(iov);
+    if (rc < 0)
+        return strata_error_set(err, STRATA_E_UNSUPPORTED,
+                                "io_uring_register_buffers of %llu bytes: %s",
+                                (unsigned long long)bytes, strerror(-rc));
+    io->fixed_base = base;
+    io->fixed_piece = piece;
+    io->fixed_bytes = bytes;
+    io->n_fixed = (int)n;
+    return 0;
+}
+
 void xs_io_free(struct xs_io *io) {
     if (!io)
         return;
-    xs_io_wait(io); /* the kernel or the workers write into buffers the caller frees next */
+    xs_io_wait_all(io); /* the kernel or the workers write into buffers the caller frees next */
     if (io->threads) {
         pthread_mutex_lock(&io->mu);
         io->stop = true;
@@ -246,8 +426,16 @@ void xs_io_free(struct xs_io *io) {
             pthread_join(io->threads[i], NULL);
         free(io->threads);
     }
-    if (io->uring)
+    if (io->uring) {
+        if (io->n_fixed)
+            (void)io_uring_unregister_buffers(&io->ring);
         io_uring_queue_exit(&io->ring);
+    }
+    free(io->ring_req);
+    free(io->ring_free);
+    free(io->kick_sqe);
+    free(io->kick_req);
+    free(io->ring_ahead);
     pthread_cond_destroy(&io->cv);
     pthread_cond_destroy(&io->done_cv);
     pthread_mutex_destroy(&io->mu);
@@ -268,6 +456,19 @@ struct xs_io *xs_io_init(int fd, enum xstore_io mode, int queue_depth, int n_thr
     pthread_cond_init(&io->cv, NULL);
     pthread_cond_init(&io->done_cv, NULL);
     if (mode != XSTORE_IO_PREAD) {
+        io->ring_req = calloc(io->qd, sizeof *io->ring_req);
+        io->ring_free = calloc(io->qd, sizeof *io->ring_free);
+        io->kick_sqe = calloc(io->qd, sizeof *io->kick_sqe);
+        io->kick_req = calloc(io->qd, sizeof *io->kick_req);
+        io->ring_ahead = calloc(io->qd, 1);
+        io->ring_ahead_max = io->qd / 2 > 1 ? (int)io->qd / 2 : 1;
+        if (!io->ring_req || !io->ring_free || !io->kick_sqe || !io->kick_req || !io->ring_ahead) {
+            xs_io_free(io);
+            strata_error_set(err, STRATA_E_NOMEM, "xstore: out of memory");
+            return NULL;
+        }
+        for (unsigned i = 0; i < io->qd; i++)
+            io->ring_free[io->n_ring_free++] = (int)(io->qd - 1 - i);
         const int rc = io_uring_queue_init(io->qd, &io->ring, 0);
         if (rc == 0) {
             io->uring = true;
@@ -283,6 +484,7 @@ struct xs_io *xs_io_init(int fd, enum xstore_io mode, int queue_depth, int n_thr
     /* the pool: n_threads - 1 workers, the caller is the last reader */
     io->n_threads = n_threads > 1 && n_threads <= 64 ? n_threads - 1 : (n_threads == 1 ? 0 : 3);
     if (io->n_threads > 0 && !(io->threads = calloc((size_t)io->n_threads, sizeof *io->threads))) {
+        io->n_threads = 0;
         xs_io_free(io);
         strata_error_set(err, STRATA_E_NOMEM, "xstore: out of memory");
         return NULL;

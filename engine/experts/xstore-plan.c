@@ -41,12 +41,13 @@ int xstore_plan(const struct xstore_plan_in *in, struct xstore_plan *out,
     static const char *const modes[3] = {"auto", "on", "off"};
     static const char *const ios[3] = {"auto", "io_uring", "pread"};
     static const char *const directs[3] = {"auto", "on", "off"};
-    int mode, io, direct, rc;
+    int mode, io, direct, fixed, rc;
     memset(out, 0, sizeof *out);
     out->params = xstore_params_default();
     if ((rc = pick(in->mode, modes, 3, "--expert-store", &mode, err)) ||
         (rc = pick(in->io, ios, 3, "--expert-io", &io, err)) ||
-        (rc = pick(in->direct, directs, 3, "--expert-direct", &direct, err)))
+        (rc = pick(in->direct, directs, 3, "--expert-direct", &direct, err)) ||
+        (rc = pick(in->fixed ? in->fixed : "auto", directs, 3, "--expert-fixed", &fixed, err)))
         return rc;
     if (in->ram < 0)
         return strata_error_set(err, STRATA_E_INVALID, "--expert-ram: %lld bytes",
@@ -55,6 +56,9 @@ int xstore_plan(const struct xstore_plan_in *in, struct xstore_plan *out,
     out->params.direct = direct == 1   ? XSTORE_DIRECT_ON
                          : direct == 2 ? XSTORE_DIRECT_OFF
                                        : XSTORE_DIRECT_AUTO;
+    out->params.fixed = fixed == 1   ? XSTORE_FIXED_ON
+                        : fixed == 2 ? XSTORE_FIXED_OFF
+                                     : XSTORE_FIXED_AUTO;
     const int64_t budget = in->mem_budget;
     int64_t margin = budget > 0 ? budget / 16 : 0;
     margin = margin < (256 << 20) ? (256 << 20) : margin;

@@ -104,19 +104,20 @@ static void slot_empty(struct xstore *s, int i) {
     atomic_fetch_sub_explicit(&s->slots_used, 1, memory_order_relaxed);
 }
 
-/* The oldest slot not held of region r (< 0: any), from the tail of layer
- * l's list, or -1. */
+/* The oldest slot not held (nor reading) of region r (< 0: any), from the
+ * tail of layer l's list, or -1. */
 static int oldest_free_of(const struct xstore *s, int l, int r, bool take_prefetched) {
     for (int i = s->tail[l]; i >= 0; i = s->slot[i].prev)
-        if (!s->slot[i].held && (take_prefetched || !s->slot[i].prefetched) &&
+        if (!s->slot[i].held && !s->slot[i].reading &&
+            (take_prefetched || !s->slot[i].prefetched) &&
             (r < 0 || xs_numa_region_of_slot(s->numa, i) == r))
             return i;
     return -1;
 }
 
 /* A slot to fill for expert e (-1: any region): a free one, else the victim
- * (xstore.h "Replacement"), emptied; -1 when every slot is held. Per-node
- * slots (xstore-numa.h): e's home region, then the other. */
+ * (xstore.h "Replacement"), emptied; -1 when every slot is held or being
+ * read. Per-node slots (xstore-numa.h): e's home region, then the other. */
 static int take_slot(struct xstore *s, int e, bool take_prefetched) {
     const int home = e < 0 ? -1 : xs_numa_region_of_expert(s->numa, e);
     for (int t = 0; t < (home < 0 ? 1 : 2); t++) {
@@ -149,7 +150,15 @@ static int take_slot(struct xstore *s, int e, bool take_prefetched) {
     return -1;
 }
 
-/* ---- the batch of a layer ----------------------------------------------------- */
+/* ---- reads ---------------------------------------------------------------------------
+ * Every slot being filled has its reads (s->sreq[slot * 3 ..]) queued on
+ * the io (xstore-io.h) and is `reading` until settled: its counters
+ * counted, its bytes packed, or (a failed read) the slot emptied. A need
+ * waits for the reads of its own experts only (those it queued, and reads
+ * ahead already in flight for them: `wanted`), never for the rest; reads
+ * ahead nobody waits for are settled when found done (reap). A reading
+ * slot is never taken nor emptied: the kernel or a pool thread writes
+ * into it. */
 
 static int file_changed(struct xstore *s, struct strata_error *err) {
     struct stat st;
@@ -173,92 +182,8 @@ static void count_latency(struct xstore *s, uint32_t us) {
     add(&s->lat_sum, us);
 }
 
-static void pack_filled(struct xstore *s, int nreq);
-
-/* Starts the batch of nreq reads of layer (s->req): they are in flight
- * until batch_finish. A file found changed fails it at once. */
-static int batch_submit(struct xstore *s, int layer, int nreq, struct strata_error *err) {
-    int rc = file_changed(s, err);
-    if (rc) {
-        for (int r = 0; r < nreq; r++)
-            if (s->slot[s->req_slot[r]].layer >= 0)
-                slot_empty(s, s->req_slot[r]);
-        add(&s->read_errors, 1);
-        return rc;
-    }
-    xs_io_submit(s->io, s->req, nreq);
-    s->pend_layer = layer;
-    s->pend_nreq = nreq;
-    return 0;
-}
-
-/* Waits for the batch in flight, if any; a failed expert's slot is emptied,
- * the others packed (xstore_params.pack). 0, or the first read's error. */
-static void pf_drain(struct xstore *s);
-
-static int batch_finish(struct xstore *s, struct strata_error *err) {
-    const int layer = s->pend_layer, nreq = s->pend_nreq;
-    int rc = 0;
-    if (nreq <= 0)
-        return 0;
-    s->pend_nreq = 0;
-    xs_io_wait(s->io);
-    add(&s->batches, 1);
-    for (int r = 0; r < nreq; r++) {
-        const struct xs_req *q = &s->req[r];
-        const int i = s->req_slot[r];
-        count_latency(s, q->lat_us);
-        add(&s->reads, 1);
-        if (q->res > 0)
-            add(&s->bytes_read, (uint64_t)q->res);
-        if (!s->direct && q->res > 0) /* the copy is ours: the page cache's can go */
-            (void)posix_fadvise(s->fd, (off_t)q->off, (off_t)q->res, POSIX_FADV_DONTNEED);
-        if (q->res >= (int64_t)q->need)
-            continue;
-        add(&s->read_errors, 1);
-        if (!rc && layer >= 0) { /* a prefetch's failure fails no step: the need reads again */
-            const int e = s->slot[i].expert;
-            const int64_t c = q->res < 0 ? -q->res : ENODATA;
-            rc = strata_error_set(err, STRATA_E_IO,
-                                  "expert store: reading layer %d expert %d (%u bytes at offset "
-                                  "%llu of %s) failed: %s",
-                                  layer, e, q->need, (unsigned long long)q->off, gguf_path(s->f),
-                                  q->res < 0 ? strerror((int)c) : "the file ends before it");
-        }
-        slot_empty(s, i); /* its other matrices' reads are ignored: the slot is free */
-    }
-    pack_filled(s, nreq);
-    if (layer >= 0) /* the reads asked ahead while this batch was in flight */
-        pf_drain(s);
-    return rc;
-}
-
-/* The slots the batch filled (those its errors did not empty), their
- * matrices put in the kernels' layout where the store packs (xstore-pack.c). */
-static void pack_filled(struct xstore *s, int nreq) {
-    if (!s->pack_scratch)
-        return;
-    for (int r = 0; r < nreq; r++) {
-        const int i = s->req_slot[r], layer = s->slot[i].layer;
-        if ((r > 0 && s->req_slot[r - 1] == i) || layer < 0)
-            continue; /* the slot's second matrix, or emptied by a failed read */
-        uint8_t *base = s->mem + (size_t)i * s->slot_bytes;
-        for (int w = 0; w < EXPERTS_WHICH_COUNT; w++) {
-            const struct xs_mat *m = &s->mat[(size_t)layer * EXPERTS_WHICH_COUNT + w];
-            if (m->bytes && m->packed)
-                (void)xs_pack_inplace(base + s->sub_off[w] + s->slot[i].data_off[w], m->type,
-                                      m->rows, m->cols, m->row_bytes, s->pack_scratch);
-        }
-    }
-}
-
-/* Makes (layer, ids) resident where slots can be had, holding them for
- * step; reads the cold ones in one batch. late NULL: returns when they are
- * read; else late[e] = 1 for each expert whose reads are left in flight
- * (batch_finish completes them). */
-/* Slot i (free) now holds (layer, e): its reads appended to s->req from
- * nreq; returns the new count. */
-static int fill_slot(struct xstore *s, int i, int layer, int e, int nreq) {
+/* Slot i (free) now holds (layer, e), its reads prepared (not queued). */
+static void fill_slot(struct xstore *s, int i, int layer, int e) {
     struct xs_slot *x = &s->slot[i];
     x->layer = layer;
     x->expert = e;
@@ -269,6 +194,8 @@ static int fill_slot(struct xstore *s, int i, int layer, int e, int nreq) {
     touch(s, i);
     atomic_fetch_add_explicit(&s->slots_used, 1, memory_order_relaxed);
     uint8_t *base = s->mem + (size_t)i * s->slot_bytes;
+    struct xs_req *rq = &s->sreq[(size_t)i * EXPERTS_WHICH_COUNT];
+    int n = 0;
     for (int w = 0; w < EXPERTS_WHICH_COUNT; w++) {
         const struct xs_mat *m = &s->mat[(size_t)layer * EXPERTS_WHICH_COUNT + w];
         if (!m->bytes)
@@ -276,54 +203,204 @@ static int fill_slot(struct xstore *s, int i, int layer, int e, int nreq) {
         const uint64_t off = m->base + (uint64_t)e * m->bytes;
         const uint64_t a0 = ALIGN_DOWN(off), a1 = ALIGN_UP(off + m->bytes);
         x->data_off[w] = (uint32_t)(off - a0);
-        s->req[nreq] = (struct xs_req){.buf = base + s->sub_off[w],
-                                       .off = a0,
-                                       .len = (uint32_t)(a1 - a0),
-                                       .need = (uint32_t)(off + m->bytes - a0)};
-        s->req_slot[nreq++] = i;
+        rq[n++] = (struct xs_req){.buf = base + s->sub_off[w],
+                                  .off = a0,
+                                  .len = (uint32_t)(a1 - a0),
+                                  .need = (uint32_t)(off + m->bytes - a0)};
     }
-    return nreq;
+    x->nreq = (uint8_t)n;
+}
+
+/* Queues the reads of the n filled slots in ids (ahead: a prefetch's).
+ * A file found changed fails them at once: the slots are emptied. */
+static int queue_slots(struct xstore *s, const int32_t *ids, int n, bool ahead,
+                       struct strata_error *err) {
+    if (n <= 0)
+        return 0;
+    const int rc = file_changed(s, err);
+    if (rc) {
+        for (int k = 0; k < n; k++)
+            if (s->slot[ids[k]].layer >= 0)
+                slot_empty(s, ids[k]);
+        add(&s->read_errors, 1);
+        return rc;
+    }
+    add(&s->batches, 1);
+    for (int k = 0; k < n; k++) {
+        struct xs_slot *x = &s->slot[ids[k]];
+        x->reading = true;
+        x->ahead = ahead;
+        x->infl = s->n_infl;
+        s->infl[s->n_infl++] = ids[k];
+        if (ahead)
+            s->pf_reading++;
+        xs_io_queue(s->io, &s->sreq[(size_t)ids[k] * EXPERTS_WHICH_COUNT], x->nreq, ahead);
+    }
+    return 0;
+}
+
+static bool slot_read_done(const struct xstore *s, int i) {
+    const struct xs_req *rq = &s->sreq[(size_t)i * EXPERTS_WHICH_COUNT];
+    for (int r = 0; r < s->slot[i].nreq; r++)
+        if (!xs_req_done(&rq[r]))
+            return false;
+    return true;
+}
+
+/* Slot i's reads are done: counted, the page cache's copy dropped
+ * (buffered), then packed; or a failed read: the slot emptied and, when
+ * report, err names it. 0 or STRATA_E_IO. */
+static int settle(struct xstore *s, int i, bool report, struct strata_error *err) {
+    struct xs_slot *x = &s->slot[i];
+    const struct xs_req *rq = &s->sreq[(size_t)i * EXPERTS_WHICH_COUNT];
+    int rc = 0;
+    for (int r = 0; r < x->nreq; r++) {
+        const struct xs_req *q = &rq[r];
+        count_latency(s, q->lat_us);
+        add(&s->reads, 1);
+        if (q->res > 0)
+            add(&s->bytes_read, (uint64_t)q->res);
+        if (!s->direct && q->res > 0) /* the copy is ours: the page cache's can go */
+            (void)posix_fadvise(s->fd, (off_t)q->off, (off_t)q->res, POSIX_FADV_DONTNEED);
+        if (q->res >= (int64_t)q->need)
+            continue;
+        add(&s->read_errors, 1);
+        if (!rc) {
+            const int64_t c = q->res < 0 ? -q->res : ENODATA;
+            rc = report
+                     ? strata_error_set(err, STRATA_E_IO,
+                                        "expert store: reading layer %d expert %d (%u bytes at "
+                                        "offset %llu of %s) failed: %s",
+                                        x->layer, x->expert, q->need, (unsigned long long)q->off,
+                                        gguf_path(s->f),
+                                        q->res < 0 ? strerror((int)c) : "the file ends before it")
+                     : STRATA_E_IO;
+        }
+    }
+    x->reading = false;
+    x->wanted = false;
+    if (x->ahead)
+        s->pf_reading--;
+    x->ahead = false;
+    const int last = s->infl[--s->n_infl]; /* out of the list */
+    s->infl[x->infl] = last;
+    s->slot[last].infl = x->infl;
+    if (rc) {
+        slot_empty(s, i);
+        return rc;
+    }
+    for (int w = 0; s->pack_scratch && w < EXPERTS_WHICH_COUNT; w++) {
+        const struct xs_mat *m = &s->mat[(size_t)x->layer * EXPERTS_WHICH_COUNT + w];
+        if (m->bytes && m->packed)
+            (void)xs_pack_inplace(s->mem + (size_t)i * s->slot_bytes + s->sub_off[w] +
+                                      x->data_off[w],
+                                  m->type, m->rows, m->cols, m->row_bytes, s->pack_scratch);
+    }
+    return 0;
+}
+
+/* Waits for slot i's reads and settles it. A read ahead that failed is
+ * read again in place as a need's (the need's gets already point into the
+ * slot); that one's failure is the step's. */
+static int wait_slot(struct xstore *s, int i, bool report, struct strata_error *err) {
+    struct xs_req *rq = &s->sreq[(size_t)i * EXPERTS_WHICH_COUNT];
+    for (int r = 0; r < s->slot[i].nreq; r++)
+        xs_io_wait_req(s->io, &rq[r]);
+    struct xs_slot *x = &s->slot[i];
+    if (x->ahead) {
+        bool ok = true;
+        for (int r = 0; r < x->nreq; r++)
+            ok &= rq[r].res >= (int64_t)rq[r].need;
+        if (!ok) { /* counted as failed reads, then again as the need's */
+            for (int r = 0; r < x->nreq; r++) {
+                count_latency(s, rq[r].lat_us);
+                add(&s->reads, 1);
+                add(&s->read_errors, rq[r].res < (int64_t)rq[r].need);
+            }
+            x->ahead = false;
+            s->pf_reading--;
+            xs_io_queue(s->io, rq, x->nreq, false);
+            for (int r = 0; r < x->nreq; r++)
+                xs_io_wait_req(s->io, &rq[r]);
+        }
+    }
+    return settle(s, i, report, err);
+}
+
+/* Settles the reads ahead found done that no need waits for. */
+static void reap(struct xstore *s) {
+    if (!s->n_infl)
+        return;
+    xs_io_poll(s->io);
+    for (int k = s->n_infl - 1; k >= 0; k--) {
+        if (k >= s->n_infl)
+            continue;
+        const int i = s->infl[k];
+        if (!s->slot[i].wanted && slot_read_done(s, i))
+            (void)settle(s, i, false, NULL);
+    }
+}
+
+/* Waits for every slot the current need waits for (s->want): 0, or the
+ * first failed read's error (the slots of every failed read emptied). */
+static int finish_wanted(struct xstore *s, struct strata_error *err) {
+    int rc = 0;
+    const int n = s->n_want;
+    s->n_want = 0;
+    for (int k = 0; k < n; k++) {
+        const int i = s->want[k];
+        if (!s->slot[i].reading || !s->slot[i].wanted)
+            continue;
+        const int r = wait_slot(s, i, rc == 0, err);
+        rc = rc ? rc : r;
+    }
+    return rc;
 }
 
 /* ---- prefetch ------------------------------------------------------------------------
- * experts_prefetch (any thread) records the layer's predicted experts (for
- * recall and precision, counted at the layer's next need) and queues them;
- * the forward thread reads the cold ones ahead into slots when no batch is
- * in flight: at once when it asked itself with nothing in flight, else
- * right after the batch in flight completes (batch_finish). A queued expert
- * already resident or being read is skipped (never read twice); a full
- * queue or a busy lock drops the rest. A slot read ahead is taken for
- * another expert only when nothing else can be (take_slot's last pass),
- * and counts as wasted then, or when its layer's need came without it; as
- * useful when a need finds it. A prefetch's failed read fails no step: the
- * slot is emptied and the need reads it again. */
+ * experts_prefetch (any thread: the model's predictor, engine/model
+ * model-predict.c) records the layer's predicted experts (for recall and
+ * precision, counted at the layer's next need) and queues them; the
+ * forward thread takes the queue at its next need, need wait or get (at
+ * once when it asked itself) and reads the cold ones ahead into slots,
+ * after every read a need has queued. A queued expert already resident or
+ * being read is skipped (never read twice); a full queue, a busy lock or
+ * pf_cap slots already being read ahead drop the rest. A need that picks
+ * an expert whose read ahead is still in flight waits for that read (no
+ * second read). A slot read ahead is taken for another expert only when
+ * nothing else can be (take_slot's last pass), and counts as wasted then,
+ * or when its layer's need came without it; as useful when a need finds
+ * it. A prefetch's failed read fails no step: the slot is emptied (or, when
+ * a need already waits for it, read again as the need's). */
 
 static void pf_drain(struct xstore *s) {
-    if (!s->pf_mu_ok || s->pend_nreq > 0)
+    if (!s->pf_mu_ok || !atomic_load_explicit(&s->pf_any, memory_order_relaxed))
         return;
     pthread_mutex_lock(&s->pf_mu);
     const int n = s->pf_n;
     memcpy(s->pf_take, s->pf_q, (size_t)n * 2 * sizeof *s->pf_q);
     s->pf_n = 0;
+    atomic_store_explicit(&s->pf_any, 0, memory_order_relaxed);
     pthread_mutex_unlock(&s->pf_mu);
-    int nreq = 0;
+    reap(s); /* reads ahead done free their places under pf_cap */
+    int32_t *ids = s->pf_ids;
+    int nq = 0;
     for (int k = 0; k < n; k++) {
         const int l = s->pf_take[2 * k], e = s->pf_take[2 * k + 1];
         if (s->map[(size_t)l * s->n_expert + e] >= 0)
             continue;
-        /* never a slot read ahead: it may be one this batch just filled,
-         * whose read is still to come */
-        const int i = take_slot(s, e, false);
+        /* never a slot read ahead and not needed yet */
+        const int i = s->pf_reading + nq < s->pf_cap ? take_slot(s, e, false) : -1;
         if (i < 0) {
             add(&s->prefetch_dropped, (uint64_t)(n - k));
             break;
         }
-        nreq = fill_slot(s, i, l, e, nreq);
+        fill_slot(s, i, l, e);
         s->slot[i].prefetched = true;
+        ids[nq++] = i;
         add(&s->pf_issued, 1);
     }
-    if (nreq)
-        (void)batch_submit(s, -1, nreq, NULL); /* a changed file: the slots are emptied */
+    (void)queue_slots(s, ids, nq, true, NULL); /* a changed file: the slots are emptied */
 }
 
 static int xs_prefetch(void *ctx, int layer, const int32_t *ids, int n, int32_t *miss) {
@@ -356,6 +433,7 @@ static int xs_prefetch(void *ctx, int layer, const int32_t *ids, int n, int32_t 
             dropped++;
         }
     }
+    atomic_store_explicit(&s->pf_any, s->pf_n > 0, memory_order_relaxed);
     pthread_mutex_unlock(&s->pf_mu);
     add(&s->prefetch_dropped, (uint64_t)dropped);
     if ((uintptr_t)pthread_self() == atomic_load(&s->fwd_id)) /* the forward thread asked */
@@ -397,13 +475,18 @@ static void pf_account(struct xstore *s, int layer, const int32_t *ids, int n) {
         }
 }
 
+/* Makes (layer, ids) resident where slots can be had, holding them for
+ * step; queues the cold ones' reads together. late NULL: returns when
+ * they (and reads ahead in flight for its ids) are read; else late[e] = 1
+ * for each expert whose bytes are still to come (finish_wanted, at the
+ * need's wait, completes them). */
 int xs_load(struct xstore *s, int layer, const int32_t *ids, int n, uint64_t step, uint8_t *late,
             struct strata_error *err) {
-    int rc = batch_finish(s, err); /* the batch before, if its wait never came */
+    int rc = finish_wanted(s, err); /* the need before, if its wait never came */
     if (rc)
         return rc;
+    reap(s);
     pf_account(s, layer, ids, n);
-    int nreq = 0;
     bool over = false;
     for (int k = 0; k < n; k++) { /* the hits first: held, no miss of the batch takes them */
         const int i = s->map[(size_t)layer * s->n_expert + ids[k]];
@@ -411,8 +494,14 @@ int xs_load(struct xstore *s, int layer, const int32_t *ids, int n, uint64_t ste
             add(&s->layer_hits[layer], 1);
             pin(s, i, step);
             touch(s, i);
+            if (s->slot[i].reading && !s->slot[i].wanted) { /* read ahead, in flight */
+                s->slot[i].wanted = true;
+                s->want[s->n_want++] = i;
+            }
         }
     }
+    int nq = 0;
+    int32_t *fresh = s->want + s->n_want;
     for (int k = 0; k < n; k++) {
         const int e = ids[k];
         const size_t key = (size_t)layer * s->n_expert + e;
@@ -426,18 +515,22 @@ int xs_load(struct xstore *s, int layer, const int32_t *ids, int n, uint64_t ste
             over = true;
             continue;
         }
-        nreq = fill_slot(s, i, layer, e, nreq);
+        fill_slot(s, i, layer, e);
         pin(s, i, step);
+        s->slot[i].wanted = true;
+        fresh[nq++] = i;
     }
-    if (nreq) {
-        if ((rc = batch_submit(s, layer, nreq, err)))
-            return rc;
-        if (!late)
-            return batch_finish(s, err);
-        for (int r = 0; r < nreq; r++)
-            late[s->slot[s->req_slot[r]].expert] = 1;
-        return 0;
-    }
+    if ((rc = queue_slots(s, fresh, nq, false, err)))
+        return rc;
+    s->n_want += nq;
+    pf_drain(s); /* predictions that came meanwhile: behind this need's reads */
+    if (!late)
+        rc = finish_wanted(s, err);
+    else
+        for (int k = 0; k < s->n_want; k++)
+            late[s->slot[s->want[k]].expert] = 1;
+    if (rc)
+        return rc;
     /* the overflow is read from the mapping, where a truncated file faults:
      * check it first */
     return over ? file_changed(s, err) : 0;
@@ -448,7 +541,7 @@ int xs_load(struct xstore *s, int layer, const int32_t *ids, int n, uint64_t ste
 static int xs_need(void *ctx, int layer, const int32_t *ids, int n, uint64_t step,
                    struct strata_error *err) {
     struct xstore *s = ctx;
-    const int rc = batch_finish(s, err);
+    const int rc = finish_wanted(s, err);
     if (rc)
         return rc;
     xs_unpin(s, step, layer); /* the step's other layers are done (experts.h ops.need) */
@@ -461,7 +554,7 @@ static int xs_need(void *ctx, int layer, const int32_t *ids, int n, uint64_t ste
 static int xs_need_start(void *ctx, int layer, const int32_t *ids, int n, uint64_t step,
                          uint8_t *late, struct strata_error *err) {
     struct xstore *s = ctx;
-    const int rc = batch_finish(s, err);
+    const int rc = finish_wanted(s, err);
     if (rc)
         return rc;
     xs_unpin(s, step, layer);
@@ -469,7 +562,9 @@ static int xs_need_start(void *ctx, int layer, const int32_t *ids, int n, uint64
 }
 
 static int xs_need_wait(void *ctx, struct strata_error *err) {
-    return batch_finish(ctx, err);
+    struct xstore *s = ctx;
+    pf_drain(s); /* predictions made while the resident experts computed */
+    return finish_wanted(s, err);
 }
 
 static int xs_get(void *ctx, int layer, int expert, enum experts_which which, uint64_t step,
@@ -491,7 +586,15 @@ static int xs_get(void *ctx, int layer, int expert, enum experts_which which, ui
             return EXPERTS_MISS;
     }
     const int i = s->map[key];
+    if (s->slot[i].reading && !s->slot[i].wanted) { /* read ahead, in flight, got unneeded */
+        const int rc = wait_slot(s, i, true, err);
+        if (rc)
+            return rc;
+        if (s->map[key] < 0)
+            return EXPERTS_MISS;
+    }
     pin(s, i, step);
+    pf_drain(s);
     const struct xs_slot *x = &s->slot[i];
     out->tier = EXPERTS_TIER_RAM;
     out->mat = (struct backend_mat){
@@ -508,7 +611,7 @@ static void xs_release(void *ctx, uint64_t step) {
     /* reads still in flight write into slots this unpins: they end first (an
      * error of theirs already failed the step, or fails none: the slots are
      * emptied either way) */
-    (void)batch_finish(ctx, NULL);
+    (void)finish_wanted(ctx, NULL);
     xs_unpin(ctx, step, -1);
 }
 
@@ -523,10 +626,8 @@ void xs_free(void *ctx) {
     struct xstore *s = ctx;
     if (!s)
         return;
-    s->pf_n = 0; /* no reads ahead now */
-    if (s->io)
-        (void)batch_finish(s, NULL);
-    xs_io_free(s->io);
+    s->pf_n = 0;       /* no reads ahead now */
+    xs_io_free(s->io); /* after every read in flight */
     if (s->fd >= 0)
         close(s->fd);
     xs_numa_free(s->numa);
@@ -542,8 +643,10 @@ void xs_free(void *ctx) {
     free(s->head);
     free(s->tail);
     free(s->pinned);
-    free(s->req);
-    free(s->req_slot);
+    free(s->sreq);
+    free(s->infl);
+    free(s->want);
+    free(s->pf_ids);
     free((void *)s->layer_hits);
     free((void *)s->layer_misses);
     free(s->pf_q);

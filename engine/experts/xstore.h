@@ -73,6 +73,22 @@
  * backend splits the layer). Each expert's rows are computed alone and the
  * weighted sum keeps slot order, so the logits are the same bits.
  *
+ * Reads in flight (xstore-io.h): every slot being filled is `reading`
+ * until its reads complete, never taken nor emptied meanwhile. A need
+ * queues its cold experts' reads and waits for those only, and for reads
+ * ahead already in flight for experts it picks (no second read); reads
+ * ahead (the router lookahead's) go after a need's in the queue and take
+ * at most half of the io_uring ring, so a layer never waits for the
+ * lookahead's reads of other layers.
+ *
+ * Registered buffers (xstore_params.fixed, --expert-fixed): with io_uring
+ * and O_DIRECT the slots are registered with the ring at init
+ * (io_uring_register_buffers, pieces of whole slots of at most 1 GiB) and
+ * read with IORING_OP_READ_FIXED, which skips pinning each read's pages;
+ * registering pins the whole tier at once. XSTORE_FIXED_DEFAULT says what
+ * auto does, from the figure in bench/README.md "side-thread prefetch,
+ * registered buffers".
+ *
  * Threading: get / need / release / free on the forward thread (experts.h);
  * xstore_stats from any thread (counters are relaxed atomics, read without a
  * lock: a snapshot may mix counts from two moments). The pread pool's threads
@@ -93,12 +109,25 @@ struct host_numa_ops;
 
 #define XSTORE_ALIGN 4096
 #define XSTORE_PREFETCH_MAX 4 /* router lookahead depth at most */
+/* xstore_params.fixed's auto: registered buffers on (1) or off (0), by
+ * the figure: off. The 34 GB qwen3moe, 2-vCPU AMD EPYC (AVX-512), 256
+ * tokens, prefetch 1, cache dropped, rounds interleaved (bench/README.md
+ * "side-thread prefetch, registered buffers"): fixed 6.49 / 6.18 tok/s,
+ * plain 7.58 / 7.72; mean read latency 12.3 / 9.5 ms against 12.6 / 10.9.
+ * Registering also pins the whole tier at start-up. */
+#define XSTORE_FIXED_DEFAULT 0
 #define XSTORE_LAT_BUCKETS 16 /* read latency histogram: bucket i < 2^i * 16 us, last: more */
 
 enum xstore_io {
     XSTORE_IO_AUTO = 0,  /* io_uring when io_uring_queue_init succeeds, else pread */
     XSTORE_IO_URING = 1, /* io_uring or fail the init */
     XSTORE_IO_PREAD = 2, /* the pread thread pool */
+};
+
+enum xstore_fixed {
+    XSTORE_FIXED_AUTO = 0, /* XSTORE_FIXED_DEFAULT where io_uring + O_DIRECT, else off */
+    XSTORE_FIXED_ON = 1,   /* registered buffers or fail the init */
+    XSTORE_FIXED_OFF = 2,  /* plain reads */
 };
 
 enum xstore_direct {
@@ -123,8 +152,9 @@ struct xstore_params {
     uint64_t ram_bytes; /* the slots' budget; must hold n_expert_used slots */
     enum xstore_io io;
     enum xstore_direct direct;
-    int floor;       /* per-layer working-set floor in slots; < 0: n_expert_used; 0: none;
-                        at most n_slots / (MoE layers) */
+    enum xstore_fixed fixed; /* registered buffers (xstore.h "Registered buffers") */
+    int floor;               /* per-layer working-set floor in slots; < 0: n_expert_used; 0: none;
+                                at most n_slots / (MoE layers) */
     int queue_depth; /* io_uring entries (and the most reads in flight at once); 0 (default):
                         from the file's block device (xstore-dev.c: nr_requests, at most 256,
                         32 when rotational; 64 without a block device) */
@@ -137,12 +167,20 @@ struct xstore_params {
      * bytes_read; hits and misses count from after it. Default false. */
     bool warm;
     /* Router lookahead (--expert-prefetch): at each MoE layer l the forward
-     * pass applies the routers of layers l + 1 .. l + prefetch to layer l's
-     * input and passes the picks to experts_prefetch (engine/model
-     * model-forward.c); 0 (xstore_params_default): off; at most
-     * XSTORE_PREFETCH_MAX. run and serve default to 1 (--expert-prefetch):
-     * on the 34 GB model on this 24 GiB box 4.04 against 3.22 tok/s
-     * (bench/README.md "Larger than RAM"); neutral on a model that fits. */
+     * pass posts layer l's input to a side thread (engine/model
+     * model-predict.c), which applies the routers of layers l + 1 .. l +
+     * prefetch to it and passes the picks to experts_prefetch; decode never
+     * waits for it. 0 (xstore_params_default): off; at most
+     * XSTORE_PREFETCH_MAX. run and serve default to --expert-prefetch 1
+     * (config.h). Depths 0 / 1 / 2 on the 34 GB model on this 2-vCPU AMD
+     * EPYC (256 tokens, 3 interleaved rounds, bench/README.md "side-thread
+     * prefetch, registered buffers"): decode 8.81 / 9.79 / 11.41, 8.74 /
+     * 9.91 / 9.28, 8.89 / 10.23 / 9.44 tok/s (inside the spread: decode
+     * here is bound by compute, not by misses), hit rate 0.933 / 0.966 /
+     * 0.983, store bytes 72 / 80 / 87 MiB a token, recall 0.92 / 0.94; on
+     * the disk-bound Intel VM depth 1 paid 4.04 against 3.22 tok/s. Depth
+     * 1: the hit rate without the waste of 2, and the gain where the disk
+     * limits. */
     int prefetch;
     /* Rewrite each slot's Q4_K / Q6_K / Q4_0 matrices after their read in
      * the CPU kernels' 16-row packed layout where the active ISA has packed
@@ -195,6 +233,8 @@ struct xstore_stats {
     uint64_t pred_hit, pred_used, pred_n;
     int queue_depth;        /* the reads' io_uring depth (pread: reads in flight at most) */
     const char *queue_rule; /* where it came from (owned by the store) */
+    bool fixed;             /* reads into registered buffers (IORING_OP_READ_FIXED) */
+    const char *fixed_rule; /* "on (default)", "off (buffered reads)", ... (owned by the store) */
     /* per layer (n_layer each), owned by the caller after xstore_stats: free() both; NULL when
      * out of memory */
     uint64_t *layer_hits, *layer_misses;
@@ -214,6 +254,7 @@ struct xstore_plan_in {
     const char *mode;      /* "auto", "on", "off" */
     const char *io;        /* "auto", "io_uring", "pread" */
     const char *direct;    /* "auto", "on", "off" */
+    const char *fixed;     /* --expert-fixed: "auto", "on", "off" (NULL: "auto") */
     int64_t ram;           /* --expert-ram bytes; 0 = what the budget leaves */
     int prefetch;          /* --expert-prefetch: router lookahead depth (xstore_params) */
     uint64_t model_bytes;  /* tensor bytes of the file */

@@ -61,17 +61,12 @@ struct model_fwd {
     bool late_any[2]; /* late[i] marks one */
     int late_rc;      /* the failed wait of a step's late experts (late_wait), or 0 */
     struct strata_error late_err;
-    /* Router lookahead (xstore_params.prefetch): at a non-resident MoE layer,
-     * the routers of the next pred_depth layers applied to its input */
-    int pred_depth;
-    struct backend_tensor *pred_logits;                   /* (B, n_expert) */
-    struct backend_tensor *pred_sel[XSTORE_PREFETCH_MAX]; /* (B, n_expert_used) I32 each */
-    struct backend_tensor *pred_w;                        /* (B, n_expert_used) */
-    int32_t *h_pred;                                      /* (depth, B, n_expert_used) */
-    int pred_layer[XSTORE_PREFETCH_MAX];                  /* the layer each predicts; -1 */
-    int32_t *pred_ids;                                    /* (n_expert) */
-    uint8_t *pred_mark;                                   /* (n_expert) */
-    int32_t *need_ids;                                    /* (n_expert) a layer's distinct picks */
+    /* Router lookahead (xstore_params.prefetch): at a non-resident MoE layer
+     * its input goes to the predictor's side thread (model-predict.c), which
+     * applies the routers of the next layers and reads their picks ahead */
+    struct model_pred *pred;          /* NULL: off */
+    float *h_xp;                      /* (B, n_embd) the layer's input read back for it */
+    int32_t *need_ids;                /* (n_expert) a layer's distinct picks */
     struct backend_expert **resident; /* (n_layer): a resident layer's (n_expert) experts, taken
                                          once at load; NULL: got per pick every step */
     int32_t *h_sel_all; /* (n_layer, B, n_expert_used) resident layers' picks, for the profile */
@@ -101,12 +96,9 @@ void model_fwd_free(const struct model *m, struct model_fwd *f) {
                                    f->sel,  f->sel_w, f->sh,      f->sh_gate, f->hid_ids};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         tfree(m, ts[i]);
+    model_pred_free(f->pred); /* first: its thread calls experts_prefetch */
+    free(f->h_xp);
     tfree(m, f->part);
-    tfree(m, f->pred_logits);
-    tfree(m, f->pred_w);
-    for (int d = 0; d < XSTORE_PREFETCH_MAX; d++)
-        tfree(m, f->pred_sel[d]);
-    free(f->h_pred), free(f->pred_ids), free(f->pred_mark);
     struct backend *cb = m->params.backend_cold;
     struct backend_tensor *cs[] = {f->cx, f->csel, f->csw, f->cout};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
@@ -196,6 +188,42 @@ static int take_resident(const struct model *m, struct model_fwd *f, struct stra
     return rc;
 }
 
+/* The router lookahead's side thread (xstore_params.prefetch > 0), for the
+ * MoE layers not resident (those a reading tier serves). Depth: run and
+ * serve default to --expert-prefetch 1 (config.h; the measurement is
+ * bench/README.md "The expert store, side-thread prefetch"). */
+static int start_pred(const struct model *m, struct model_fwd *f, struct strata_error *err) {
+    const struct xstore_params *xp = m->params.xstore; /* borrowed during the load */
+    const int depth =
+        xp && xp->prefetch > 0
+            ? (xp->prefetch < XSTORE_PREFETCH_MAX ? xp->prefetch : XSTORE_PREFETCH_MAX)
+            : 0;
+    if (depth == 0)
+        return 0;
+    struct xstore_stats st; /* a store with a slot for every expert never misses: nothing to
+                               read ahead, and the thread's work would be a cost alone */
+    xstore_stats(xstore_of(m->experts), &st);
+    const bool all = st.n_slots > 0 && (int64_t)st.n_slots >= (int64_t)st.n_layer * m->hp.n_expert;
+    xstore_stats_free(&st);
+    if (all)
+        return 0;
+    bool *want = calloc((size_t)m->hp.n_layer, sizeof *want), any = false;
+    if (!want)
+        return strata_error_set(err, STRATA_E_NOMEM, "model: out of memory for the lookahead");
+    for (int il = 0; il < m->hp.n_layer; il++)
+        any |= want[il] = m->layers[il].has_moe && !f->resident[il];
+    int rc = 0;
+    if (any) {
+        f->h_xp = calloc((size_t)f->B * (size_t)m->hp.n_embd, sizeof(float));
+        if (!f->h_xp)
+            rc = strata_error_set(err, STRATA_E_NOMEM, "model: out of memory for the lookahead");
+        else if (!(f->pred = model_pred_init(m, depth, want, err)))
+            rc = err && err->code ? err->code : STRATA_E_NOMEM;
+    }
+    free(want);
+    return rc;
+}
+
 struct model_fwd *model_fwd_init(const struct model *m, struct strata_error *err) {
     const struct model_hparams *hp = &m->hp;
     struct model_fwd *f = calloc(1, sizeof *f);
@@ -244,20 +272,6 @@ struct model_fwd *model_fwd_init(const struct model *m, struct strata_error *err
         f->late[0] = halloc((size_t)NE, 1, &hok);
         f->late[1] = halloc((size_t)NE, 1, &hok);
         f->need_ids = halloc((size_t)NE, sizeof *f->need_ids, &hok);
-        const struct xstore_params *xp = m->params.xstore; /* borrowed during the load */
-        f->pred_depth =
-            xp && xp->prefetch > 0
-                ? (xp->prefetch < XSTORE_PREFETCH_MAX ? xp->prefetch : XSTORE_PREFETCH_MAX)
-                : 0;
-        if (f->pred_depth > 0) {
-            f->pred_logits = talloc(m, BACKEND_F32, B, NE, &ok, err);
-            for (int d = 0; d < f->pred_depth; d++)
-                f->pred_sel[d] = talloc(m, BACKEND_I32, B, K, &ok, err);
-            f->pred_w = talloc(m, BACKEND_F32, B, K, &ok, err);
-            f->h_pred = halloc((size_t)(f->pred_depth * B * K), sizeof(int32_t), &hok);
-            f->pred_ids = halloc((size_t)NE, sizeof(int32_t), &hok);
-            f->pred_mark = halloc((size_t)NE, 1, &hok);
-        }
         f->split = m->params.backend_cold && !(m->be->ops->caps & BACKEND_CAP_HOST_MATS);
     }
     if (f->split) {
@@ -275,7 +289,7 @@ struct model_fwd *model_fwd_init(const struct model *m, struct strata_error *err
     }
     if (!hok && ok)
         strata_error_set(err, STRATA_E_NOMEM, "model: out of memory for forward buffers");
-    if (!ok || !hok || (NE > 0 && take_resident(m, f, err))) {
+    if (!ok || !hok || (NE > 0 && (take_resident(m, f, err) || start_pred(m, f, err)))) {
         model_fwd_free(m, f);
         return NULL;
     }
@@ -384,6 +398,9 @@ static int pick_experts(struct model *m, int il, int n, struct strata_error *err
     const int NE = m->hp.n_expert, K = m->hp.n_expert_used;
     int rc;
     be->tensor_read(m->be->ctx, f->sel, 0, f->h_sel, n);
+    const bool post = f->pred && model_pred_rows_ok(n);
+    if (post && !f->split) /* the lookahead's input (split reads it into h_x below) */
+        be->tensor_read(m->be->ctx, f->xn, 0, f->h_xp, n);
     if (f->split) { /* for the cold experts, if any: their input and weights */
         be->tensor_read(m->be->ctx, f->xn, 0, f->h_x, n);
         be->tensor_read(m->be->ctx, f->sel_w, 0, f->h_sw, n);
@@ -394,6 +411,8 @@ static int pick_experts(struct model *m, int il, int n, struct strata_error *err
     if ((rc = be->submit(m->be->ctx, err)) || (rc = be->wait(m->be->ctx, err)) ||
         (rc = late_check(m, err)))
         return rc;
+    if (post) /* the side thread predicts the next layers while this one reads and computes */
+        model_pred_post(f->pred, il, f->split ? f->h_x : f->h_xp, n);
 
     /* the picks: profile counts, then each picked expert's matrices */
     struct backend_expert *tab = f->table[il & 1];
@@ -425,19 +444,6 @@ static int pick_experts(struct model *m, int il, int n, struct strata_error *err
     f->late_any[il & 1] = false;
     for (int e = 0; late && e < NE; e++)
         f->late_any[il & 1] |= late[e] != 0;
-    for (int d = 0; d < f->pred_depth; d++) { /* the lookahead's picks, read ahead */
-        if (f->pred_layer[d] < 0)
-            continue;
-        const int32_t *ps = f->h_pred + (size_t)d * f->B * K;
-        int np = 0;
-        memset(f->pred_mark, 0, (size_t)NE);
-        for (int i = 0; i < n * K; i++)
-            if (ps[i] >= 0 && ps[i] < NE && !f->pred_mark[ps[i]]) {
-                f->pred_mark[ps[i]] = 1;
-                f->pred_ids[np++] = ps[i];
-            }
-        experts_prefetch(m->experts, f->pred_layer[d], f->pred_ids, np);
-    }
     for (int e = 0; e < NE; e++) {
         if (!f->picked[e])
             continue;
@@ -540,21 +546,6 @@ static int ffn_moe(struct model *m, int il, int n, struct strata_error *err) {
         if (m->params.profile && f->h_sel_all)
             be->tensor_read(bc, f->sel, 0, f->h_sel_all + (size_t)il * f->B * K, n);
     } else {
-        for (int d = 0; d < f->pred_depth; d++) { /* router lookahead: read back with the picks */
-            const int j = il + 1 + d;
-            f->pred_layer[d] = -1;
-            if (j >= hp->n_layer || !m->layers[j].has_moe || f->resident[j])
-                continue;
-            const struct backend_mm pm = {bm(m->layers[j].gate_inp), f->pred_logits};
-            be->matmul(bc, f->xn, n, &pm, 1);
-            struct backend_route pr = route;
-            pr.logits = f->pred_logits;
-            pr.sel = f->pred_sel[d];
-            pr.sel_w = f->pred_w;
-            be->moe_route(bc, &pr);
-            be->tensor_read(bc, f->pred_sel[d], 0, f->h_pred + (size_t)d * f->B * K, n);
-            f->pred_layer[d] = j;
-        }
         if ((rc = pick_experts(m, il, n, err)) || (f->ctable_n > 0 && (rc = moe_cold(m, n, err))))
             return rc;
         tab = f->table[il & 1];

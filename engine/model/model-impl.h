@@ -69,6 +69,24 @@ struct model {
     struct model_fwd *fwd; /* owned */
 };
 
+/* model-predict.c: the router lookahead on a side thread (xstore_params.prefetch):
+ *
+ *   struct model_pred *p = model_pred_init(m, depth, want_layer, &err);
+ *   model_pred_post(p, il, xn_host, n);   // forward thread, never blocks
+ *   model_pred_free(p);                   // joins the thread
+ *
+ * want_layer (n_layer): the layers whose experts it predicts (MoE layers
+ * served by a tier that reads). The thread calls experts_prefetch. */
+struct model_pred;
+struct model_pred *model_pred_init(const struct model *m, int depth, const bool *want_layer,
+                                   struct strata_error *err); /* owned: model_pred_free() */
+/* Posts layer il's normalised input (n rows of n_embd, copied) for the
+ * layers after it; a step of more rows than the predictor takes
+ * (model_pred_rows_ok) posts nothing. */
+void model_pred_post(struct model_pred *p, int il, const float *x, int n);
+bool model_pred_rows_ok(int n);
+void model_pred_free(struct model_pred *p); /* NULL is a no-op */
+
 /* model-forward.c */
 struct model_fwd *model_fwd_init(const struct model *m, struct strata_error *err);
 void model_fwd_free(const struct model *m, struct model_fwd *f);

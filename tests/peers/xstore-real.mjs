@@ -4,8 +4,9 @@
 // Checks:
 // - the same greedy completions with --expert-store on (a 1 MiB tier: 7 slots
 //   of 140 KiB for 64 experts, so nearly every pick evicts; io_uring+direct
-//   and pread+buffered) from 4 concurrent streams as with --expert-store off
-//   one request at a time;
+//   with registered buffers and without, pread+buffered; the side-thread
+//   router lookahead at depth 1 and 2) from 4 concurrent streams as with
+//   --expert-store off one request at a time;
 // - --expert-store auto (a fake cgroup memory.max through --sys-root): on,
 //   every expert warm at load and no miss, when the model does not fit the
 //   budget; off (null with the rule as the note) when it does;
@@ -77,10 +78,13 @@ try {
   check("store off: exit 0", (await stopped(off)) === 0);
 
   // ---- the store on, a tiny tier, 4 concurrent streams
-  for (const [io, direct, mode] of [["io_uring", "on", "io_uring+direct"], ["pread", "off", "pread+buffered"]]) {
+  for (const [io, direct, fixed, depth, mode] of [["io_uring", "on", "on", "1", "io_uring+direct"],
+    ["io_uring", "on", "off", "2", "io_uring+direct"], ["pread", "off", "auto", "1", "pread+buffered"]]) {
     const d = await startDaemon(strata, model, ["--expert-store", "on", "--expert-ram", "1m",
-      "--expert-io", io, "--expert-direct", direct, "--parallel", "4"], spawned);
-    check(`${mode}: start-up log names the mode`, new RegExp(`expert store: on .*${mode.replace("+", "\\+")}, queue depth \\d+ \\([^)]+\\), 7 slots`).test(d.log()), d.log());
+      "--expert-io", io, "--expert-direct", direct, "--expert-fixed", fixed, "--expert-prefetch", depth,
+      "--parallel", "4"], spawned);
+    const fixedOn = fixed === "on";
+    check(`${mode} fixed ${fixed}: start-up log names the mode`, new RegExp(`expert store: on .*${mode.replace("+", "\\+")}, queue depth \\d+ \\([^)]+\\), registered buffers ${fixedOn ? "on" : "off"} \\([^)]+\\), 7 slots`).test(d.log()), d.log());
     const c = new OpenAI({ baseURL: `http://127.0.0.1:${d.port}/v1`, apiKey: "x", maxRetries: 0 });
     for (let round = 0; round < 2; round++) {
       const got = await Promise.all(PROMPTS.map((p) => streamText(c, p)));
@@ -90,7 +94,9 @@ try {
     const st = (await getJson(d.port, "/status")).body.expert_store;
     check(`${mode}: /status expert_store`, st && st.on === true && st.mode === mode && st.slots === 7 &&
       st.slots_used === 7 && st.misses > 0 && st.evictions > 0 && st.read_errors === 0 &&
-      st.bytes_read > 0 && st.reads > 0 && st.layers?.length === 4, st);
+      st.bytes_read > 0 && st.reads > 0 && st.layers?.length === 4 && st.fixed_buffers === fixedOn, st);
+    check(`${mode} prefetch ${depth}: counters`, st && st.prefetch && st.prefetch.useful + st.prefetch.wasted <= st.prefetch.issued &&
+      st.prefetch.recall >= 0 && st.prefetch.recall <= 1 && st.prefetch.precision >= 0 && st.prefetch.precision <= 1, st?.prefetch);
     check(`${mode}: /status queue depth from the device`, st && st.queue_depth >= 4 && st.queue_depth <= 256 &&
       /nr_requests|default 64/.test(st.queue_rule), st && `${st.queue_depth} ${st.queue_rule}`);
     check(`${mode}: per-layer counts add up`, st && st.layers.reduce((a, l) => a + l.hits + l.misses, 0) === st.hits + st.misses, st?.layers);

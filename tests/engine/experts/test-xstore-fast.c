@@ -15,8 +15,11 @@
  *   into a reused slot: ASan);
  * - prefetch: experts_prefetch reads the named cold experts ahead, each
  *   once; the next need counts them useful or wasted and the prediction's
- *   recall and precision; the model with a
- *   router lookahead of 1 and 2 layers gives the same bits;
+ *   recall and precision; a need waits for a read ahead in flight instead of
+ *   reading again, and reads again one that failed; the model with the side
+ *   thread's router lookahead of 1 and 2 layers gives the same bits under a
+ *   budget of K slots and of NE, io_uring with and without registered
+ *   buffers, pread;
  * - the queue depth: from the device by default (4..256 with the rule that
  *   gave it), or as asked.
  */
@@ -236,12 +239,15 @@ START_TEST(test_pack_same_logits) {
 END_TEST
 
 struct fault {
-    _Atomic int fail; /* 1: every read fails with -EIO */
+    _Atomic int fail;   /* 1: every read fails with -EIO */
+    _Atomic int fail_n; /* > 0: the next fail_n reads fail with -EIO */
 };
 
 static int64_t fault_result(void *arg, uint64_t off, size_t n, int64_t res) {
     struct fault *ft = arg;
-    return atomic_load(&ft->fail) ? -EIO : res;
+    if (atomic_load(&ft->fail))
+        return -EIO;
+    return atomic_load(&ft->fail_n) > 0 && atomic_fetch_sub(&ft->fail_n, 1) > 0 ? -EIO : res;
 }
 
 START_TEST(test_overlap) {
@@ -400,30 +406,132 @@ START_TEST(test_prefetch) {
     experts_free(src);
     gguf_close(f);
 
-    /* the model: prefetch 1 and 2 with a budget that evicts, the same bits */
+    /* the model: the side thread's lookahead at depth 1 and 2, with a
+     * budget of K slots (constant eviction, reads ahead competing with the
+     * needs for slots) and one of NE; io_uring into registered buffers and
+     * plain, pread: the same bits as every expert resident. The thread's
+     * timing decides what is read ahead, never what is computed. */
     struct backend_cpu_params cp = backend_cpu_params_default();
     struct backend *be = backend_cpu_init(&cp, &err);
     int32_t want_tok[N_DEC], got_tok[N_DEC];
     float *want = run_model(path, be, NULL, want_tok, NULL);
     const size_t n = (size_t)(N_TOK + N_DEC) * 512 * sizeof(float);
-    for (int depth = 1; depth <= 2; depth++) {
-        xp = xstore_params_default();
-        xp.pack = true;
-        xp.prefetch = depth;
-        xp.ram_bytes = NE * slot;
-        float *got = run_model(path, be, &xp, got_tok, &st);
-        ck_assert_msg(memcmp(got, want, n) == 0, "prefetch %d: logits differ", depth);
-        ck_assert(memcmp(got_tok, want_tok, sizeof want_tok) == 0);
-        ck_assert_uint_gt(st.prefetch_issued, 0);
-        ck_assert_uint_le(st.prefetch_useful + st.prefetch_wasted, st.prefetch_issued);
-        ck_assert_uint_gt(st.pred_used, 0);
-        ck_assert_uint_le(st.pred_hit, st.pred_used);
-        ck_assert_uint_eq(st.read_errors, 0);
-        xstore_stats_free(&st);
-        free(got);
-    }
+    static const struct {
+        enum xstore_io io;
+        enum xstore_fixed fixed;
+        const char *name;
+    } io_modes[3] = {{XSTORE_IO_URING, XSTORE_FIXED_ON, "io_uring fixed"},
+                     {XSTORE_IO_URING, XSTORE_FIXED_OFF, "io_uring"},
+                     {XSTORE_IO_PREAD, XSTORE_FIXED_AUTO, "pread"}};
+    uint64_t issued = 0, asked = 0, used = 0;
+    for (int md = 0; md < 3; md++)
+        for (int depth = 1; depth <= 2; depth++)
+            for (int budget = 0; budget < 2; budget++) {
+                xp = xstore_params_default();
+                xp.pack = true;
+                xp.io = io_modes[md].io;
+                xp.fixed = io_modes[md].fixed;
+                xp.prefetch = depth;
+                xp.ram_bytes = (budget == 0 ? K : NE) * slot;
+                float *got = run_model(path, be, &xp, got_tok, &st);
+                ck_assert_msg(memcmp(got, want, n) == 0, "%s, prefetch %d, %d slots: logits differ",
+                              io_modes[md].name, depth, st.n_slots);
+                ck_assert(memcmp(got_tok, want_tok, sizeof want_tok) == 0);
+                ck_assert_int_eq(st.fixed, md == 0);
+                ck_assert_uint_le(st.prefetch_useful + st.prefetch_wasted, st.prefetch_issued);
+                ck_assert_uint_le(st.pred_hit, st.pred_used);
+                ck_assert_uint_eq(st.read_errors, 0);
+                if (budget == 0)
+                    ck_assert_uint_gt(st.evictions, 0);
+                issued += st.prefetch_issued;
+                asked += st.prefetch_issued + st.prefetch_dropped;
+                used += st.pred_used;
+                printf("prefetch %s depth %d, %d slots: %llu issued, %llu useful, %llu wasted, "
+                       "%llu dropped, recall %llu/%llu\n",
+                       io_modes[md].name, depth, st.n_slots, (unsigned long long)st.prefetch_issued,
+                       (unsigned long long)st.prefetch_useful,
+                       (unsigned long long)st.prefetch_wasted,
+                       (unsigned long long)st.prefetch_dropped, (unsigned long long)st.pred_hit,
+                       (unsigned long long)st.pred_used);
+                xstore_stats_free(&st);
+                free(got);
+            }
+    /* 12 runs of 7 steps: the thread's predictions reached the store */
+    ck_assert_uint_gt(asked, 0);
+    ck_assert_uint_gt(issued, 0);
+    ck_assert_uint_gt(used, 0);
     free(want);
     backend_free(be);
+    unlink(path);
+}
+END_TEST
+
+/* A need that picks an expert whose read ahead is still in flight waits
+ * for that read (no second read); a read ahead that failed under a need
+ * is read again as the need's. pread with no worker thread: queued reads
+ * run only when the forward thread waits, so "in flight" is certain. */
+START_TEST(test_prefetch_in_flight) {
+    char path[256];
+    write_model(path, sizeof path);
+    struct strata_error err = {0};
+    struct gguf_file *f = gguf_open(path, &err);
+    ck_assert_msg(f != NULL, "%s", err.message);
+    struct fault ft = {0};
+    const struct xstore_sysops sys = {.pread = NULL, .result = fault_result, .arg = &ft};
+    struct xstore_params xp = xstore_params_default();
+    xp.io = XSTORE_IO_PREAD;
+    xp.n_threads = 1;
+    xp.sys = &sys;
+    struct experts_source *src = store_over(f, &xp);
+    const int32_t a[1] = {0};
+    ck_assert_int_eq(experts_need(src, 0, a, 1, 1, &err), 0);
+    const int32_t p[2] = {2, 5};
+    experts_prefetch(src, 1, p, 2); /* queued, not read yet */
+    struct xstore_stats st;
+    xstore_stats(xstore_of(src), &st);
+    ck_assert_uint_eq(st.prefetch_issued, 2);
+    ck_assert_uint_eq(st.reads, 3); /* expert 0's only */
+    xstore_stats_free(&st);
+    uint8_t late[NE] = {0};
+    const int32_t b[1] = {2};
+    ck_assert_int_eq(experts_need_start(src, 1, b, 1, 2, late, &err), 0);
+    for (int e = 0; e < NE; e++)
+        ck_assert_int_eq(late[e], e == 2); /* a hit, its bytes still to come */
+    ck_assert_int_eq(experts_need_wait(src, &err), 0);
+    for (int w = 0; w < 3; w++) {
+        struct experts_ref r;
+        ck_assert_int_eq(experts_get(src, 1, 2, w, 2, &r, &err), 0);
+        check_bytes(f, &r, 1, 2, w);
+    }
+    experts_release(src, 2);
+    xstore_stats(xstore_of(src), &st);
+    ck_assert_uint_eq(st.layer_hits[1], 1);
+    ck_assert_uint_eq(st.layer_misses[1], 0);
+    ck_assert_uint_eq(st.prefetch_useful, 1);
+    ck_assert_uint_eq(st.reads, 3 + 3); /* 2 once; 5 still queued */
+    xstore_stats_free(&st);
+    /* a read ahead that fails under a need: read again, the step succeeds */
+    const int32_t q[1] = {6};
+    experts_prefetch(src, 0, q, 1);                               /* queued behind 5's */
+    ck_assert_int_eq(experts_need(src, 1, p + 1, 1, 3, &err), 0); /* waits for 5's reads only */
+    atomic_store(&ft.fail_n, 3);                                  /* 6's three reads fail */
+    memset(late, 0, sizeof late);
+    ck_assert_int_eq(experts_need_start(src, 0, q, 1, 4, late, &err), 0);
+    ck_assert_int_eq(late[6], 1);
+    ck_assert_int_eq(experts_need_wait(src, &err), 0);
+    for (int w = 0; w < 3; w++) {
+        struct experts_ref r;
+        ck_assert_int_eq(experts_get(src, 0, 6, w, 4, &r, &err), 0);
+        check_bytes(f, &r, 0, 6, w);
+    }
+    experts_release(src, 4);
+    xstore_stats(xstore_of(src), &st);
+    ck_assert_uint_eq(st.read_errors, 3);
+    ck_assert_uint_eq(st.reads, 6 + 3 + 3 + 3); /* 5, 6 failed, 6 again */
+    ck_assert_uint_eq(st.prefetch_issued, 3);
+    xstore_stats_free(&st);
+    experts_free(src);
+    gguf_close(f);
     unlink(path);
 }
 END_TEST
@@ -437,6 +545,7 @@ static Suite *xstore_fast_suite(void) {
     tcase_add_test(tc, test_overlap);
     tcase_add_test(tc, test_pack_same_logits);
     tcase_add_test(tc, test_prefetch);
+    tcase_add_test(tc, test_prefetch_in_flight);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -71,15 +71,20 @@ static struct experts_source *store_over(const struct gguf_file *f, int n_layer,
     return s;
 }
 
+/* io_uring + O_DIRECT twice: plain reads, and into registered buffers
+ * (IORING_OP_READ_FIXED, the last) */
+#define N_MODES 5
 static const struct {
     enum xstore_io io;
     enum xstore_direct direct;
+    enum xstore_fixed fixed;
     const char *mode;
-} modes[4] = {
-    {XSTORE_IO_URING, XSTORE_DIRECT_ON, "io_uring+direct"},
-    {XSTORE_IO_URING, XSTORE_DIRECT_OFF, "io_uring+buffered"},
-    {XSTORE_IO_PREAD, XSTORE_DIRECT_ON, "pread+direct"},
-    {XSTORE_IO_PREAD, XSTORE_DIRECT_OFF, "pread+buffered"},
+} modes[N_MODES] = {
+    {XSTORE_IO_URING, XSTORE_DIRECT_ON, XSTORE_FIXED_OFF, "io_uring+direct"},
+    {XSTORE_IO_URING, XSTORE_DIRECT_OFF, XSTORE_FIXED_AUTO, "io_uring+buffered"},
+    {XSTORE_IO_PREAD, XSTORE_DIRECT_ON, XSTORE_FIXED_AUTO, "pread+direct"},
+    {XSTORE_IO_PREAD, XSTORE_DIRECT_OFF, XSTORE_FIXED_AUTO, "pread+buffered"},
+    {XSTORE_IO_URING, XSTORE_DIRECT_ON, XSTORE_FIXED_ON, "io_uring+direct"},
 };
 
 /* ---- the bytes ----------------------------------------------------------------- */
@@ -87,10 +92,11 @@ static const struct {
 START_TEST(test_bytes_every_mode) {
     char path[256];
     struct gguf_file *f = spec_file(path, sizeof path, "qwen3moe");
-    for (int md = 0; md < 4; md++) {
+    for (int md = 0; md < N_MODES; md++) {
         struct xstore_params xp = xstore_params_default();
         xp.io = modes[md].io;
         xp.direct = modes[md].direct;
+        xp.fixed = modes[md].fixed;
         xp.ram_bytes = 1; /* below one slot: refused, the message says the least */
         struct strata_error err = {0};
         struct experts_file_params fp = {.queue = 0};
@@ -103,6 +109,9 @@ START_TEST(test_bytes_every_mode) {
         xstore_stats(xstore_of(src), &st);
         ck_assert_str_eq(xstore_mode(xstore_of(src)), modes[md].mode);
         ck_assert_int_eq(st.n_slots, 3);
+        ck_assert_int_eq(st.fixed, md == 4);
+        ck_assert_msg(strncmp(st.fixed_rule, md == 4 ? "on" : "off", md == 4 ? 2 : 3) == 0, "%s",
+                      st.fixed_rule);
         xstore_stats_free(&st);
         uint64_t step = 1;
         for (int round = 0; round < 2; round++)
@@ -143,6 +152,20 @@ START_TEST(test_bytes_every_mode) {
         ck_assert_uint_eq(st.layer_misses[0] + st.layer_misses[1], 32);
         xstore_stats_free(&st);
         experts_free(src);
+    }
+    /* registered buffers asked where they cannot be: buffered reads, pread */
+    for (int md = 1; md < 3; md++) {
+        struct xstore_params xp = xstore_params_default();
+        xp.io = modes[md].io;
+        xp.direct = modes[md].direct;
+        xp.fixed = XSTORE_FIXED_ON;
+        xp.ram_bytes = 3 * QSLOT;
+        struct strata_error err = {0};
+        struct experts_file_params fp = {.queue = 0};
+        ck_assert(xstore_init(f, 2, 3, experts_file_init(f, 2, &fp, &err), &xp, &err) == NULL);
+        ck_assert_int_eq(err.code, STRATA_E_UNSUPPORTED);
+        ck_assert_msg(strstr(err.message, "registered buffers need io_uring and O_DIRECT"), "%s",
+                      err.message);
     }
     gguf_close(f);
     unlink(path);
@@ -389,11 +412,12 @@ START_TEST(test_same_logits) {
             int32_t want_tok[N_DEC], got_tok[N_DEC];
             float *want = run_model(path, be, NULL, want_tok, NULL);
             const size_t n = (size_t)(N_TOK + N_DEC) * 96 * sizeof(float);
-            for (int md = 0; md < 4; md++)
+            for (int md = 0; md < N_MODES; md++)
                 for (int budget = 0; budget < 2; budget++) {
                     struct xstore_params xp = xstore_params_default();
                     xp.io = modes[md].io;
                     xp.direct = modes[md].direct;
+                    xp.fixed = modes[md].fixed;
                     /* K slots: constant eviction (and overflow in the prefill);
                      * or every expert */
                     const uint64_t slot = 3 * (((mat + 4095) & ~4095ull) + 4096);
@@ -531,6 +555,7 @@ START_TEST(test_read_errors) {
         xp.io = modes[md].io;
         xp.sys = &sys;
         xp.ram_bytes = 3 * QSLOT;
+        xp.prefetch = 1; /* the side thread's reads ahead fail no step, the need's do */
         struct model_params mp = model_params_default();
         mp.backend = be;
         mp.n_ctx_max = 32;
