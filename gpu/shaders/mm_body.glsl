@@ -36,23 +36,7 @@ const uint BK = 32u;
 shared float sa[BK * (BM + 1u)];
 shared float sb[BK * (BN + 1u)];
 shared float sa2[GLU != 0u ? BK * (BM + 1u) : 1u];
-shared uint plist[LCAP];
-shared uint pcount;
-
-// x row and y row of tile column n (false: no token there).
-bool tok_rows(uint t0, uint cnt, uint n, out uint xr, out uint yr) {
-    if (ID == 0u) {
-        xr = t0 + n;
-        yr = xr;
-        return xr < p.n_tok;
-    }
-    if (t0 + n >= cnt)
-        return false;
-    const uint pair = plist[t0 + n];
-    xr = p.x_per_pick != 0u ? pair : pair / p.k;
-    yr = pair;
-    return true;
-}
+#include "mm_tiles.glsl"
 
 // One BM x BN tile: rows r0.., tile columns t0.. (tokens, or listed pairs).
 void tile(uint wb, uint wb2, uint r0, uint t0, uint cnt) {
@@ -131,31 +115,5 @@ void tile(uint wb, uint wb2, uint r0, uint t0, uint cnt) {
                 y[yr * p.y_stride + p.y_col0 + row] =
                     GLU != 0u ? silu(acc[i * TN + j]) * acc[(TM + i) * TN + j] : acc[i * TN + j];
         }
-    }
-}
-
-void main() {
-    const uint r0 = gl_WorkGroupID.x * BM;
-    if (ID == 0u) {
-        tile(p.w_base, p.w_base2, r0, gl_WorkGroupID.y * BN, 0u);
-        return;
-    }
-    const uint e = p.e0 + gl_WorkGroupID.y;
-    const uint wb = p.w_base + (e - p.e0) * p.expert_bytes;
-    const uint wb2 = p.w_base2 + (e - p.e0) * p.expert_bytes;
-    const uint tid = gl_LocalInvocationID.x;
-    for (uint base = 0u; base < p.n_pairs; base += LCAP) {
-        if (tid == 0u)
-            pcount = 0u;
-        barrier();
-        const uint nw = min(LCAP, p.n_pairs - base);
-        for (uint i = tid; i < nw; i += WG)
-            if (sel[base + i] == int(e))
-                plist[atomicAdd(pcount, 1u)] = base + i;
-        barrier();
-        const uint cnt = pcount;
-        for (uint t0 = 0u; t0 < cnt; t0 += BN)
-            tile(wb, wb2, r0, t0, cnt);
-        barrier(); // every lane has read pcount before the next window resets it
     }
 }

@@ -1,7 +1,7 @@
-// gpu/shaders/mm_tiles.glsl: what the cooperative-matrix (mm_coop_body.glsl)
-// and integer-dot (mm_dot_body.glsl) tiled matmuls share: a tile's columns
-// as tokens or as the listed picks of one expert, and main() over the tiles
-// (the rule of mm_body.glsl, which keeps its own copy). Included after the
+// gpu/shaders/mm_tiles.glsl: what the tiled matmuls (mm_body.glsl: fp32
+// tiles; mm_coop_body.glsl: cooperative matrix; mm_dot_body.glsl: integer
+// dot) share: a tile's columns as tokens or as the listed picks of one
+// expert, and main() over the tiles. Included after the
 // body has declared WG, BN, ID and LCAP; the body defines tile() after it.
 //
 // Expert-indexed (ID = 1): workgroup (row tile, expert e0 + gl_WorkGroupID.y)
