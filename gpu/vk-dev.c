@@ -1,6 +1,8 @@
 /* gpu/vk-dev.c: instance, physical-device choice, the logical device and its
  * compute queue (gpu/vk.h). */
+#ifndef _GNU_SOURCE /* meson passes -D_GNU_SOURCE; kept for a build without it */
 #define _GNU_SOURCE /* RTLD_NOLOAD, RTLD_NODELETE, dl_iterate_phdr */
+#endif
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>

@@ -682,7 +682,7 @@ START_TEST(test_moe_split_tables) {
     struct backend_tensor *sw = tensor(&f, BACKEND_F32, T, K, w0);
     struct backend_tensor *o1 = tensor(&f, BACKEND_F32, T, E, NULL);
     struct backend_tensor *o2 = tensor(&f, BACKEND_F32, T, E, NULL);
-    struct backend_moe m = {x, sel, sw, all, o1, T, K, NE, E, FF, false};
+    struct backend_moe m = {x, sel, sw, all, o1, T, K, NE, E, FF, false, NULL, NULL, NULL};
     f.o->moe_ffn(f.c, &m);
     m.out = o2, m.experts = lo;
     f.o->moe_ffn(f.c, &m);
