@@ -28,6 +28,28 @@ layout(local_size_x_id = 0) in;
 const uint NM = GLU != 0u ? 2u : 1u; // matrices
 shared float red[NM * NR * NT * WG];
 
+#ifdef MV_BLK
+// One block of the "f16 d, then BQ words of quants" types (Q4_0: 18 bytes,
+// Q8_0: 34; the type file defines MV_BLK, BQ, BB, BV, BOFF and blk_vec).
+// A block starts at an even byte, so its bytes lie in the BQ + 1 aligned
+// words from bb >> 2 whichever half it starts in: one load per word and a
+// select on the half, where the unit path (unit_load, rd32e) spends two
+// loads per quant word and one more for d (12 loads per Q4_0 block, 5 here).
+// The last word can hold 2 bytes past the block: still inside the binding,
+// whose range is rounded up to 4 bytes (gpu/vk-mm-rec.c).
+void blk_words(uint wh, uint bb, out float d, out uint q[BQ]) {
+    const uint i = bb >> 2;
+    const bool hi = (bb & 2u) != 0u;
+    uint lo = wword(wh, i);
+    d = unpackHalf2x16(hi ? lo >> 16 : lo).x;
+    [[unroll]] for (uint j = 0u; j < BQ; j++) {
+        const uint nx = wword(wh, i + 1u + j);
+        q[j] = hi ? nx : (lo >> 16) | (nx << 16);
+        lo = nx;
+    }
+}
+#endif
+
 void main() {
     const uint grp = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     const uint r0 = grp * NR;
@@ -55,6 +77,38 @@ void main() {
     [[unroll]] for (uint r = 0u; r < NR; r++)
         ro[r] = min(r0 + r, p.n_rows - 1u) * p.row_bytes; // a row past the end repeats the last
 
+#ifdef MV_BLK
+    // Block path: a lane takes whole blocks (BV vec4s of x each), loads its
+    // words once per row (blk_words) and keeps the quants as integers:
+    // acc += d * (q . x - BOFF * sum(x)), so a block costs one scale multiply
+    // per (row, token) instead of one per element.
+    const uint nb = p.n_cols / (4u * BV);
+    for (uint b = tid; b < nb; b += WG) {
+        float d[NM * NR];
+        uint q[NM * NR][BQ];
+        [[unroll]] for (uint r = 0u; r < NR; r++) {
+            blk_words(0u, wb + ro[r] + BB * b, d[r], q[r]);
+            if (GLU != 0u)
+                blk_words(1u, wb2 + ro[r] + BB * b, d[NR + r], q[NR + r]);
+        }
+        float s[NM * NR * NT], xs[NT];
+        [[unroll]] for (uint i = 0u; i < NM * NR * NT; i++)
+            s[i] = 0.0;
+        [[unroll]] for (uint t = 0u; t < NT; t++)
+            xs[t] = 0.0;
+        [[unroll]] for (uint v = 0u; v < BV; v++) {
+            [[unroll]] for (uint t = 0u; t < NT; t++) {
+                const vec4 a = x4[(xr + min(t, nt - 1u)) * xs4 + BV * b + v];
+                xs[t] += dot(a, vec4(1.0));
+                [[unroll]] for (uint m = 0u; m < NM * NR; m++)
+                    s[m * NT + t] += dot(blk_vec(q[m], v), a);
+            }
+        }
+        [[unroll]] for (uint m = 0u; m < NM * NR; m++)
+            [[unroll]] for (uint t = 0u; t < NT; t++)
+                acc[m * NT + t] += d[m] * (s[m * NT + t] - BOFF * xs[t]);
+    }
+#else
     for (uint u = tid; u < nu; u += WG) {
         uint q0, q1;
         unit_pos(u, q0, q1);
@@ -83,6 +137,7 @@ void main() {
             }
         }
     }
+#endif
 
     [[unroll]] for (uint i = 0u; i < NM * NR * NT; i++)
         acc[i] = subgroupAdd(acc[i]);
