@@ -82,10 +82,11 @@ void main() {
     // lane takes whole blocks (BV vec4s of x each), loads its words once per
     // row (blk_words) and keeps the quants as integers: acc += d * (q . x -
     // BOFF * sum(x)), one scale multiply per (row, token) instead of one per
-    // element. H200, 7B Q4_0 decode (gpu-bench PROFILE=1, device call of
-    // 2026-12-02): the 1-token matvec 18.7 -> 12.9 us mean over the 4096 x
-    // 4096 and 11008-column rows, the fused gate + up 54.3 -> 33.8 us, tg
-    // 146.6 -> 210.5 tok/s. With 4 or 8 tokens the same path ran at half the
+    // element. H200, 7B Q4_0 decode (gpu-bench /tmp/7b.gguf -1 32 16 1 1,
+    // device calls of 2026-12-02, bench/README.md): the 1-token matvec 18.7
+    // -> 12.9 us mean over the 4096 x 4096 and 11008-column rows, the fused
+    // gate + up 54.3 -> 33.8 us; tg128 160 -> 209 tok/s (-1 128 512 8 0, two
+    // runs each). With 4 or 8 tokens the same path ran at half the
     // unit path's speed (b8 598 -> 290 tok/s, pp16 through the matvec 710 ->
     // 313: registers of NR x NT partial sums and BQ words per row), so those
     // passes keep the unit path below.
