@@ -633,6 +633,32 @@ START_TEST(test_tune) {
 }
 END_TEST
 
+/* The matvec shape through the path spec (vkmm_configure "PATH,mv=WGxR1xR",
+ * gpu-bench's knob): applied as given, results still the CPU's (the block
+ * path with 2 rows, the 8-element path with 1), and malformed shapes refused. */
+START_TEST(test_mv_spec) {
+    struct strata_error err = {0};
+    struct gpu g = gpu_open();
+    ck_assert_msg(vkmm_configure(g.mm, "f32,mv=64x2x1", &err) == 0, "configure: %s", err.message);
+    ck_assert_uint_eq(g.mm->tune.mv_wg, 64);
+    ck_assert_uint_eq(g.mm->tune.mv_rows1, 2);
+    ck_assert_uint_eq(g.mm->tune.mv_rows, 1);
+    ck_assert_uint_eq(g.mm->tune.path[QUANT_Q4_0], VKMM_PATH_F32);
+    check_type_shapes(&g, QUANT_Q4_0, false);
+    check_type_shapes(&g, QUANT_Q8_0, false);
+    check_experts(&g, QUANT_Q4_0);
+    gpu_close(&g);
+    static const char *bad[] = {"mv=64", "auto,mv=64x0", "auto,mv=64x2x9", "mv=64x2y",
+                                "f32,mv=", "mv=2000x2", "mv=x2"};
+    g = gpu_open();
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(vkmm_configure(g.mm, bad[i], &err) == STRATA_E_CONFIG, "%s accepted", bad[i]);
+    ck_assert_msg(vkmm_configure(g.mm, "mv=8x1", &err) == 0, "mv=8x1: %s", err.message);
+    ck_assert_uint_eq(g.mm->tune.mv_wg, 8);
+    gpu_close(&g);
+}
+END_TEST
+
 /* ---- fused gate + up + SwiGLU ------------------------------------------------------ */
 
 static struct vk_wmat upload_split(struct gpu *g, const struct hmat *m, int64_t n_expert,
@@ -944,6 +970,7 @@ static Suite *vk_mm_suite(void) {
     tcase_add_loop_test(tc_glu, test_glu, 0, N_TYPES);
     tcase_add_test(tc_misc, test_fixtures);
     tcase_add_test(tc_misc, test_odd_blocks);
+    tcase_add_test(tc_misc, test_mv_spec);
     tcase_add_test(tc_misc, test_pieces);
     tcase_add_test(tc_misc, test_tune);
     tcase_add_test(tc_misc, test_bad_calls);
