@@ -314,11 +314,57 @@ static bool parse_tile(const char *s, uint32_t sg, struct vkmm_coop_tile *c) {
     return true;
 }
 
+/* The matvec's launch shape, "WGxR1[xR]" (lanes, rows of a 1-2 token and
+ * expert-indexed workgroup, rows of a 4-8 token one): the benchmarks' knob
+ * for trying shapes on a device (bench/README.md, "bench/gpu"). */
+static bool parse_mv(const char *s, struct vkmm_tune *t) {
+    unsigned wg = 0, r1 = 0, r = 0;
+    int n = 0, got = sscanf(s, "%ux%u%n", &wg, &r1, &n);
+    if (got != 2)
+        return false;
+    if (s[n] == 'x') {
+        int m = 0;
+        if (sscanf(s + n + 1, "%u%n", &r, &m) != 1)
+            return false;
+        n += 1 + m;
+    } else {
+        r = t->mv_rows;
+    }
+    if (s[n] != '\0' || wg < 1 || wg > 1024 || r1 < 1 || r1 > 8 || r < 1 || r > 8)
+        return false;
+    t->mv_wg = wg;
+    t->mv_rows1 = r1;
+    t->mv_rows = r;
+    return true;
+}
+
 int vkmm_configure(struct vkmm *mm, const char *spec, struct strata_error *err) {
     if (!spec || !*spec || strcmp(spec, "auto") == 0)
         return 0;
     struct vkmm_tune t = mm->tune;
     const struct vk_dev_info *in = mm->info;
+    /* "PATH,mv=WGxR1[xR]" or "mv=...": the matvec shape too (vkmm_set_tune
+     * checks it against the device) */
+    char head[64];
+    const char *mv = strncmp(spec, "mv=", 3) == 0 ? spec + 3 : NULL;
+    if (!mv) {
+        const char *c = strstr(spec, ",mv=");
+        if (c && (size_t)(c - spec) < sizeof head) {
+            memcpy(head, spec, (size_t)(c - spec));
+            head[c - spec] = '\0';
+            mv = c + 4;
+            spec = head;
+        }
+    } else {
+        spec = "auto";
+    }
+    if (mv && !parse_mv(mv, &t))
+        return strata_error_set(err, STRATA_E_CONFIG,
+                                "vkmm: matvec shape \"%s\": expected WGxR1[xR] (lanes 1..1024, "
+                                "rows 1..8)",
+                                mv);
+    if (strcmp(spec, "auto") == 0)
+        return vkmm_set_tune(mm, &t, err);
     enum vkmm_path want;
     const char *rest = NULL;
     if (strcmp(spec, "f32") == 0)

@@ -166,6 +166,11 @@ void vkmm_tune_for(const struct vk_dev_info *in, struct vkmm_tune *t) {
      * was the limit; 4 rows halve the x loads per weight byte and keep as
      * many weight bytes in flight per lane (1,024 workgroups of 128). */
     t->mv_rows1 = 4;
+    /* Kept after the block path (mv_body.glsl, MV_BLK): H200, 7B Q4_0 tg128
+     * (gpu-bench MODEL -1 128 64 8 0 4300 PC auto,mv=WGxR1xR, one device call
+     * of 2026-12-02): 128x4 210.5 tok/s, 64x4 207.8, 128x8 191.3, 256x4
+     * 186.8, 32x2 173.3, 128x2 166.2; for 4-8 tokens 128x4x4 gave b8 391
+     * against 591 with 2 rows. */
     t->mm_bm = 64;
     t->mm_bn = 64;
     t->mm_tm = 4;

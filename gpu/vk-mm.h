@@ -120,8 +120,11 @@ void vkmm_matmul_id_glu(struct vkmm *mm, const struct vk_wmat *gate, const struc
  * quantized to q8 blocks, for Q8_0, Q4_0, Q4_K, Q5_K, Q6_K; the f32 tiles for
  * the rest) or "coopmat[:BMxBNxBKxSGM[xSGN][/...]]" (f16 cooperative matrices
  * for every type, optionally with the tile shape of the plain / the
- * expert-indexed form). STRATA_E_CONFIG for a bad spec, STRATA_E_UNSUPPORTED
- * for a path the device (or this build) cannot run. For benchmarks and tests. */
+ * expert-indexed form), any of them (or nothing) followed by ",mv=WGxR1[xR]"
+ * (or "mv=..." alone): the matvec's lanes and rows a workgroup for 1-2 tokens
+ * and expert-indexed pairs, and for 4-8 tokens. STRATA_E_CONFIG for a bad
+ * spec, STRATA_E_UNSUPPORTED for a path or shape the device (or this build)
+ * cannot run. For benchmarks and tests. */
 int vkmm_configure(struct vkmm *mm, const char *spec, struct strata_error *err);
 /* True when this build has the cooperative-matrix kernels (glslc had
  * GL_NV_cooperative_matrix); they run where vk_dev_info coopmat_nv. */

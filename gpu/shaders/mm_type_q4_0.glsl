@@ -20,3 +20,10 @@ vec4 deq4(uint wh, uint rb, uint e) {
     uint q = rd32e(wh, bb + 2u + (j & 15u));
     return ((j < 16u ? nib_lo(q) : nib_hi(q)) - 8.0) * rdh(wh, bb);
 }
+// The matvec's block path (mv_body.glsl): a lane takes a whole block, its
+// four qs words as integers; vec4 v of the block is elements 4v..4v+3 (the
+// low nibbles of word v, then the high nibbles of word v - 4).
+#define MV_BLK 1
+const uint BQ = 4, BB = 18, BV = 8;
+const float BOFF = 8.0;
+vec4 blk_vec(uint q[BQ], uint v) { return v < 4u ? nib_lo(q[v]) : nib_hi(q[v - 4u]); }

@@ -17,3 +17,9 @@ vec4 deq4(uint wh, uint rb, uint e) {
     uint bb = rb + 34u * (e >> 5);
     return sbytes4(rd32e(wh, bb + 2u + (e & 31u))) * rdh(wh, bb);
 }
+// The matvec's block path (mv_body.glsl): a lane takes a whole block, its
+// eight qs words as signed bytes, vec4 v = elements 4v..4v+3.
+#define MV_BLK 1
+const uint BQ = 8, BB = 34, BV = 8;
+const float BOFF = 0.0;
+vec4 blk_vec(uint q[BQ], uint v) { return sbytes4(q[v]); }

@@ -28,6 +28,28 @@ layout(local_size_x_id = 0) in;
 const uint NM = GLU != 0u ? 2u : 1u; // matrices
 shared float red[NM * NR * NT * WG];
 
+#ifdef MV_BLK
+// One block of the "f16 d, then BQ words of quants" types (Q4_0: 18 bytes,
+// Q8_0: 34; the type file defines MV_BLK, BQ, BB, BV, BOFF and blk_vec).
+// A block starts at an even byte, so its bytes lie in the BQ + 1 aligned
+// words from bb >> 2 whichever half it starts in: one load per word and a
+// select on the half, where the unit path (unit_load, rd32e) spends two
+// loads per quant word and one more for d (12 loads per Q4_0 block, 5 here).
+// The last word can hold 2 bytes past the block: still inside the binding,
+// whose range is rounded up to 4 bytes (gpu/vk-mm-rec.c).
+void blk_words(uint wh, uint bb, out float d, out uint q[BQ]) {
+    const uint i = bb >> 2;
+    const bool hi = (bb & 2u) != 0u;
+    uint lo = wword(wh, i);
+    d = unpackHalf2x16(hi ? lo >> 16 : lo).x;
+    [[unroll]] for (uint j = 0u; j < BQ; j++) {
+        const uint nx = wword(wh, i + 1u + j);
+        q[j] = hi ? nx : (lo >> 16) | (nx << 16);
+        lo = nx;
+    }
+}
+#endif
+
 void main() {
     const uint grp = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     const uint r0 = grp * NR;
@@ -55,30 +77,74 @@ void main() {
     [[unroll]] for (uint r = 0u; r < NR; r++)
         ro[r] = min(r0 + r, p.n_rows - 1u) * p.row_bytes; // a row past the end repeats the last
 
-    for (uint u = tid; u < nu; u += WG) {
-        uint q0, q1;
-        unit_pos(u, q0, q1);
-        vec4 a0[NT], a1[NT];
-        [[unroll]] for (uint t = 0u; t < NT; t++) {
-            const uint xb = (xr + min(t, nt - 1u)) * xs4; // tokens past n_tok repeat the last
-            a0[t] = x4[xb + (q0 >> 2)];
-            if (NV == 2u)
-                a1[t] = x4[xb + (q1 >> 2)];
-        }
-        [[unroll]] for (uint r = 0u; r < NR; r++) {
-            vec4 v0, v1;
-            unit_load(0u, wb + ro[r], u, v0, v1);
-            [[unroll]] for (uint t = 0u; t < NT; t++) {
-                acc[r * NT + t] += dot(v0, a0[t]);
-                if (NV == 2u)
-                    acc[r * NT + t] += dot(v1, a1[t]);
+#ifdef MV_BLK
+    // Block path (1 or 2 tokens a pass, and the expert-indexed matvec): a
+    // lane takes whole blocks (BV vec4s of x each), loads its words once per
+    // row (blk_words) and keeps the quants as integers: acc += d * (q . x -
+    // BOFF * sum(x)), one scale multiply per (row, token) instead of one per
+    // element. H200, 7B Q4_0 decode (gpu-bench /tmp/7b.gguf -1 32 16 1 1,
+    // device calls of 2026-12-02, bench/README.md): the 1-token matvec 18.7
+    // -> 12.9 us mean over the 4096 x 4096 and 11008-column rows, the fused
+    // gate + up 54.3 -> 33.8 us; tg128 160 -> 209 tok/s (-1 128 512 8 0, two
+    // runs each). With 4 or 8 tokens the same path ran at half the
+    // unit path's speed (b8 598 -> 290 tok/s, pp16 through the matvec 710 ->
+    // 313: registers of NR x NT partial sums and BQ words per row), so those
+    // passes keep the unit path below.
+    if (NT <= 2u) {
+        const uint nb = p.n_cols / (4u * BV);
+        for (uint b = tid; b < nb; b += WG) {
+            float d[NM * NR];
+            uint q[NM * NR][BQ];
+            [[unroll]] for (uint r = 0u; r < NR; r++) {
+                blk_words(0u, wb + ro[r] + BB * b, d[r], q[r]);
+                if (GLU != 0u)
+                    blk_words(1u, wb2 + ro[r] + BB * b, d[NR + r], q[NR + r]);
             }
-            if (GLU != 0u) {
-                unit_load(1u, wb2 + ro[r], u, v0, v1);
+            float s[NM * NR * NT], xs[NT];
+            [[unroll]] for (uint i = 0u; i < NM * NR * NT; i++)
+                s[i] = 0.0;
+            [[unroll]] for (uint t = 0u; t < NT; t++)
+                xs[t] = 0.0;
+            [[unroll]] for (uint v = 0u; v < BV; v++) {
                 [[unroll]] for (uint t = 0u; t < NT; t++) {
-                    acc[(NR + r) * NT + t] += dot(v0, a0[t]);
+                    const vec4 a = x4[(xr + min(t, nt - 1u)) * xs4 + BV * b + v];
+                    xs[t] += dot(a, vec4(1.0));
+                    [[unroll]] for (uint m = 0u; m < NM * NR; m++)
+                        s[m * NT + t] += dot(blk_vec(q[m], v), a);
+                }
+            }
+            [[unroll]] for (uint m = 0u; m < NM * NR; m++)
+                [[unroll]] for (uint t = 0u; t < NT; t++)
+                    acc[m * NT + t] += d[m] * (s[m * NT + t] - BOFF * xs[t]);
+        }
+    } else
+#endif
+    {
+        for (uint u = tid; u < nu; u += WG) {
+            uint q0, q1;
+            unit_pos(u, q0, q1);
+            vec4 a0[NT], a1[NT];
+            [[unroll]] for (uint t = 0u; t < NT; t++) {
+                const uint xb = (xr + min(t, nt - 1u)) * xs4; // tokens past n_tok repeat the last
+                a0[t] = x4[xb + (q0 >> 2)];
+                if (NV == 2u)
+                    a1[t] = x4[xb + (q1 >> 2)];
+            }
+            [[unroll]] for (uint r = 0u; r < NR; r++) {
+                vec4 v0, v1;
+                unit_load(0u, wb + ro[r], u, v0, v1);
+                [[unroll]] for (uint t = 0u; t < NT; t++) {
+                    acc[r * NT + t] += dot(v0, a0[t]);
                     if (NV == 2u)
-                        acc[(NR + r) * NT + t] += dot(v1, a1[t]);
+                        acc[r * NT + t] += dot(v1, a1[t]);
+                }
+                if (GLU != 0u) {
+                    unit_load(1u, wb2 + ro[r], u, v0, v1);
+                    [[unroll]] for (uint t = 0u; t < NT; t++) {
+                        acc[(NR + r) * NT + t] += dot(v0, a0[t]);
+                        if (NV == 2u)
+                            acc[(NR + r) * NT + t] += dot(v1, a1[t]);
+                    }
                 }
             }
         }

@@ -332,6 +332,42 @@ START_TEST(test_types) {
 }
 END_TEST
 
+/* ---- the matvec's block path at odd block counts ------------------------------ */
+
+/* Q4_0 / Q8_0 rows of 3 blocks (54 / 102 bytes: rows start at both halves of
+ * a word) and 7 rows, so the matrix ends 2 bytes into a word: the block path
+ * (mv_body.glsl, MV_BLK) reads the whole last word there, which must stay
+ * inside the binding's rounded-up range and give the CPU's result. */
+START_TEST(test_odd_blocks) {
+    static const enum quant_type ts[] = {QUANT_Q4_0, QUANT_Q8_0};
+    static const int64_t toks[] = {1, 8};
+    struct gpu g = gpu_open();
+    for (int i = 0; i < 2; i++) {
+        struct hmat m;
+        hmat_random(&m, ts[i], 7, 96);
+        ck_assert_int_eq(m.rb % 4, 2);
+        for (int k = 0; k < 2; k++) {
+            const int64_t nt = toks[k];
+            float *x = rand_vec(nt * m.cols);
+            float *xr = ref_x(x, nt, m.cols, false);
+            float *y = malloc(sizeof(float) * (size_t)(nt * m.rows));
+            float *ref = malloc(sizeof(float) * (size_t)(nt * m.rows));
+            gpu_matmul(&g, &m, x, nt, NULL, 0, y);
+            ref_rows(&m, 0, m.rows, xr, nt, ref, m.rows);
+            double e = nmse(y, ref, nt * m.rows);
+            ck_assert_msg(e < NMSE_MAX, "%s 7 x 96, n_tok %lld: nmse %.3g",
+                          quant_type_name(ts[i]), (long long)nt, e);
+            free(ref);
+            free(y);
+            free(xr);
+            free(x);
+        }
+        hmat_free(&m);
+    }
+    gpu_close(&g);
+}
+END_TEST
+
 /* ---- ggml's own blocks ---------------------------------------------------------- */
 
 START_TEST(test_fixtures) {
@@ -593,6 +629,32 @@ START_TEST(test_tune) {
     }
     /* once pipelines exist the shape is fixed */
     ck_assert_int_eq(vkmm_set_tune(g.mm, &tu, &err), STRATA_E_INVALID);
+    gpu_close(&g);
+}
+END_TEST
+
+/* The matvec shape through the path spec (vkmm_configure "PATH,mv=WGxR1xR",
+ * gpu-bench's knob): applied as given, results still the CPU's (the block
+ * path with 2 rows, the 8-element path with 1), and malformed shapes refused. */
+START_TEST(test_mv_spec) {
+    struct strata_error err = {0};
+    struct gpu g = gpu_open();
+    ck_assert_msg(vkmm_configure(g.mm, "f32,mv=64x2x1", &err) == 0, "configure: %s", err.message);
+    ck_assert_uint_eq(g.mm->tune.mv_wg, 64);
+    ck_assert_uint_eq(g.mm->tune.mv_rows1, 2);
+    ck_assert_uint_eq(g.mm->tune.mv_rows, 1);
+    ck_assert_uint_eq(g.mm->tune.path[QUANT_Q4_0], VKMM_PATH_F32);
+    check_type_shapes(&g, QUANT_Q4_0, false);
+    check_type_shapes(&g, QUANT_Q8_0, false);
+    check_experts(&g, QUANT_Q4_0);
+    gpu_close(&g);
+    static const char *bad[] = {"mv=64", "auto,mv=64x0", "auto,mv=64x2x9", "mv=64x2y",
+                                "f32,mv=", "mv=2000x2", "mv=x2"};
+    g = gpu_open();
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(vkmm_configure(g.mm, bad[i], &err) == STRATA_E_CONFIG, "%s accepted", bad[i]);
+    ck_assert_msg(vkmm_configure(g.mm, "mv=8x1", &err) == 0, "mv=8x1: %s", err.message);
+    ck_assert_uint_eq(g.mm->tune.mv_wg, 8);
     gpu_close(&g);
 }
 END_TEST
@@ -907,6 +969,8 @@ static Suite *vk_mm_suite(void) {
     tcase_add_loop_test(tc_experts, test_experts, 0, N_TYPES);
     tcase_add_loop_test(tc_glu, test_glu, 0, N_TYPES);
     tcase_add_test(tc_misc, test_fixtures);
+    tcase_add_test(tc_misc, test_odd_blocks);
+    tcase_add_test(tc_misc, test_mv_spec);
     tcase_add_test(tc_misc, test_pieces);
     tcase_add_test(tc_misc, test_tune);
     tcase_add_test(tc_misc, test_bad_calls);
