@@ -1,6 +1,6 @@
 /* engine/cpu/kernels.h: dot products and matrix products of quantized weights
- * with activations, per ISA (scalar reference, AVX2+FMA, AVX-512, AVX-512 VNNI),
- * chosen at run time by CPU detection.
+ * with activations, per ISA (scalar reference, AVX2+FMA, AVX2 + AVX-VNNI,
+ * AVX-512, AVX-512 VNNI), chosen at run time by CPU detection.
  *
  *   struct kern_mat w = {data, QUANT_Q4_0, n_rows, n_cols, row_bytes};
  *   uint8_t xq[kernels_act_row_size(w.type, n_cols)];
