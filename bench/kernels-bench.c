@@ -3,10 +3,10 @@
  * on the box); build it in a release build directory and run it by hand:
  *
  *   meson setup build-rel --buildtype=release && ninja -C build-rel bench/kernels-bench
- *   build-rel/bench/kernels-bench [MB=128] [threads=2] [isa=-1: best] [reps=5] [types=all] [ntok=8]
- *                                 [prefetch=the CPU's default: off | nta:BYTES | t0:BYTES |
- * t1:BYTES] (types: comma-separated ggml names, e.g. q4_0,q4_K; ntok: tokens of the batched
- * (prefill) figure, also given as G multiply-adds per second)
+ *   build-rel/bench/kernels-bench [MB=128] [threads=2] [isa=-1: best; 0 ref, 1 avx2, 2 avx2-vnni, 3
+ * avx512, 4 avx512-vnni] [reps=5] [types=all] [ntok=8] [prefetch=the CPU's default: off | nta:BYTES
+ * | t0:BYTES | t1:BYTES] (types: comma-separated ggml names, e.g. q4_0,q4_K; ntok: tokens of the
+ * batched (prefill) figure, also given as G multiply-adds per second)
  *
  * Times are the best of `reps` runs (on a shared box the best run is the one
  * nobody preempted). MB=1 keeps the matrix in L2: the kernel's compute

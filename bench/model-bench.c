@@ -8,7 +8,7 @@
  * n_decode greedy steps, n_seq sequences per step batched into one call
  * (tok/s counts every sequence's token). STRATA_REPACK=0 in the environment
  * loads without the packed K-quant layout (model_params.repack). isa forces
- * the kernels (kernels_isa_parse's names: auto, avx512-vnni, avx512, avx2,
+ * the kernels (kernels_isa_parse's names: auto, avx512-vnni, avx512, avx2-vnni, avx2,
  * ref) before the model loads, so the weight layout follows it.
  *
  * probe_bytes > 0 (the weight bytes one decode step reads; bench/cpu passes

@@ -103,7 +103,8 @@ static void usage(FILE *out) {
             "         [--numa auto|off|node:N|split]\n"
             "         [--gpu auto|off|N] [--gpu-layers all|N]   (Vulkan; auto: a GPU that fits)\n"
             "         [--no-repack]     (read the weights from the file's pages, unpacked)\n"
-            "         [--isa NAME]      (auto|avx512-vnni|avx512|avx2|ref: the CPU kernels)\n");
+            "         [--isa NAME]      (auto|avx512-vnni|avx512|avx2-vnni|avx2|ref: the CPU "
+            "kernels)\n");
 }
 
 /* Parses an int/float argument; returns false on junk. */
@@ -419,9 +420,9 @@ int cli_run_main(int argc, char **argv) {
         const char *isa_name = o.isa ? o.isa : config_str(cfg, CONFIG_ISA);
         enum kernels_isa isa;
         if (kernels_isa_parse(isa_name, &isa) < 0) {
-            strata_error_set(&err, STRATA_E_CONFIG,
-                             "--isa '%s': expected auto, avx512-vnni, avx512, avx2 or ref",
-                             isa_name);
+            strata_error_set(
+                &err, STRATA_E_CONFIG,
+                "--isa '%s': expected auto, avx512-vnni, avx512, avx2-vnni, avx2 or ref", isa_name);
             config_free(cfg);
             rc = 2;
             goto done;

@@ -142,9 +142,9 @@ static int serve_open(const struct config *cfg, const struct strata_progress *pr
     enum kernels_isa isa;
     const char *isa_name = config_str(cfg, CONFIG_ISA);
     if (kernels_isa_parse(isa_name, &isa) < 0)
-        return strata_error_set(err, STRATA_E_CONFIG,
-                                "--isa '%s': expected auto, avx512-vnni, avx512, avx2 or ref",
-                                isa_name);
+        return strata_error_set(
+            err, STRATA_E_CONFIG,
+            "--isa '%s': expected auto, avx512-vnni, avx512, avx2-vnni, avx2 or ref", isa_name);
     kernels_isa_force(isa);
     if (kernels_isa_active() != isa)
         fprintf(stderr, "strata serve: --isa %s: this CPU runs at most %s\n", isa_name,

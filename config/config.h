@@ -64,7 +64,7 @@ enum config_type {
     X(THREADS, "threads", "STRATA_THREADS", "--threads", CONFIG_TYPE_INT, 0, 1024, "0",            \
       "compute threads (0 = auto: available CPUs - 1 from affinity and cgroup quota; at most 32)") \
     X(ISA, "isa", "STRATA_ISA", "--isa", CONFIG_TYPE_STRING, 0, 0, "auto",                         \
-      "CPU kernels: auto|avx512-vnni|avx512|avx2|ref (never above what the CPU runs)")             \
+      "CPU kernels: auto|avx512-vnni|avx512|avx2-vnni|avx2|ref (never above what the CPU runs)")   \
     X(CTX_SIZE, "ctx-size", "STRATA_CTX_SIZE", "--ctx-size", CONFIG_TYPE_INT, 0, 1048576, "0",     \
       "context size in tokens (0 = the model's trained context)")                                  \
     X(PARALLEL, "parallel", "STRATA_PARALLEL", "--parallel", CONFIG_TYPE_INT, 1, 256, "4",         \

@@ -67,6 +67,7 @@ void kern_quantize_q8_K(const float *x, void *dst, int64_t n);
 /* kernels-avx2.c / kernels-avx512.c / kernels-avx512-vnni.c (each compiled
  * with its own -m flags; call only on CPUs that have them). */
 void kern_avx2_fill(struct kern_table *t);
+void kern_avx2vnni_fill(struct kern_table *t);
 void kern_avx512_fill(struct kern_table *t);
 void kern_avx512vnni_fill(struct kern_table *t);
 

@@ -36,6 +36,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 
 #include "engine/cpu/kernels-impl.h"
 
@@ -92,7 +93,10 @@ const char *kern_prefetch_name(int hint) {
 }
 
 /* Detected once by kernels_init; read-only afterwards. */
-static struct kern_table kern_tables[4];
+static struct kern_table kern_tables[KERNELS_ISA_AVX512_VNNI + 1];
+/* kern_has[isa]: the CPU runs that level's kernels (the levels are not a
+ * strict chain: AVX-VNNI is absent from some AVX-512 CPUs, Ice Lake) */
+static bool kern_has[KERNELS_ISA_AVX512_VNNI + 1];
 static enum kernels_isa kern_detected = KERNELS_ISA_REF;
 static pthread_once_t kern_once = PTHREAD_ONCE_INIT;
 /* Which table kernels_matmul uses; written by kernels_isa_force (tests). */
@@ -100,16 +104,21 @@ static _Atomic int kern_active = KERNELS_ISA_REF;
 
 static void kern_detect(void) {
     enum kernels_isa best = KERNELS_ISA_REF;
+    kern_has[KERNELS_ISA_REF] = true;
 #if defined(__x86_64__) && defined(STRATA_HAVE_X86_KERNELS)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
-        best = KERNELS_ISA_AVX2;
-    if (best == KERNELS_ISA_AVX2 && __builtin_cpu_supports("avx512f") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
-        best = KERNELS_ISA_AVX512;
-    if (best == KERNELS_ISA_AVX512 && __builtin_cpu_supports("avx512vnni"))
-        best = KERNELS_ISA_AVX512_VNNI;
+    kern_has[KERNELS_ISA_AVX2] = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                                 __builtin_cpu_supports("f16c");
+    kern_has[KERNELS_ISA_AVX2_VNNI] =
+        kern_has[KERNELS_ISA_AVX2] && __builtin_cpu_supports("avxvnni");
+    kern_has[KERNELS_ISA_AVX512] =
+        kern_has[KERNELS_ISA_AVX2] && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+    kern_has[KERNELS_ISA_AVX512_VNNI] =
+        kern_has[KERNELS_ISA_AVX512] && __builtin_cpu_supports("avx512vnni");
+    for (int isa = KERNELS_ISA_AVX2; isa <= KERNELS_ISA_AVX512_VNNI; isa++)
+        if (kern_has[isa])
+            best = (enum kernels_isa)isa;
 #endif
     /* The reference leaves matmul_packed NULL: an entry there means "this
      * ISA has a packed kernel" (kernels_pack_wanted), and kernels_matmul
@@ -117,6 +126,8 @@ static void kern_detect(void) {
     kern_ref_fill(&kern_tables[KERNELS_ISA_REF]);
     for (int isa = KERNELS_ISA_AVX2; isa <= (int)best; isa++) {
         kern_tables[isa] = kern_tables[isa - 1];
+        if (!kern_has[isa]) /* a level this CPU lacks: the one below's table, whole */
+            continue;
         /* packed kernels are not inherited: an ISA packs a type only where it
          * has a packed kernel of its own (AVX-512 keeps Q4_0 in the GGUF
          * layout, where its 8-block kernels are at home) */
@@ -126,6 +137,8 @@ static void kern_detect(void) {
 #if defined(__x86_64__) && defined(STRATA_HAVE_X86_KERNELS)
         if (isa == KERNELS_ISA_AVX2)
             kern_avx2_fill(&add);
+        else if (isa == KERNELS_ISA_AVX2_VNNI)
+            kern_avx2vnni_fill(&add);
         else if (isa == KERNELS_ISA_AVX512)
             kern_avx512_fill(&add);
         else
@@ -168,6 +181,8 @@ void kernels_isa_force(enum kernels_isa isa) {
         v = 0;
     if (v > (int)kern_detected)
         v = (int)kern_detected;
+    while (!kern_has[v])
+        v--;
     atomic_store(&kern_active, v);
 }
 
@@ -192,6 +207,8 @@ const char *kernels_isa_name(enum kernels_isa isa) {
         return "ref";
     case KERNELS_ISA_AVX2:
         return "avx2";
+    case KERNELS_ISA_AVX2_VNNI:
+        return "avx2-vnni";
     case KERNELS_ISA_AVX512:
         return "avx512";
     case KERNELS_ISA_AVX512_VNNI:

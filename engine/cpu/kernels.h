@@ -1,6 +1,6 @@
 /* engine/cpu/kernels.h: dot products and matrix products of quantized weights
- * with activations, per ISA (scalar reference, AVX2+FMA, AVX-512, AVX-512 VNNI),
- * chosen at run time by CPU detection.
+ * with activations, per ISA (scalar reference, AVX2+FMA, AVX2 + AVX-VNNI,
+ * AVX-512, AVX-512 VNNI), chosen at run time by CPU detection.
  *
  *   struct kern_mat w = {data, QUANT_Q4_0, n_rows, n_cols, row_bytes};
  *   uint8_t xq[kernels_act_row_size(w.type, n_cols)];
@@ -35,22 +35,26 @@ struct kern_mat {
 };
 
 enum kernels_isa {
-    KERNELS_ISA_REF = 0,    /* scalar reference (quant_vec_dot_ref) */
-    KERNELS_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
-    KERNELS_ISA_AVX512 = 2, /* AVX-512 F/BW/VL */
-    KERNELS_ISA_AVX512_VNNI = 3,
+    KERNELS_ISA_REF = 0,       /* scalar reference (quant_vec_dot_ref) */
+    KERNELS_ISA_AVX2 = 1,      /* AVX2 + FMA + F16C */
+    KERNELS_ISA_AVX2_VNNI = 2, /* AVX2 + AVX-VNNI (vpdpbusd on ymm) */
+    KERNELS_ISA_AVX512 = 3,    /* AVX-512 F/BW/VL */
+    KERNELS_ISA_AVX512_VNNI = 4,
 };
 
 void kernels_init(void);                     /* detects the CPU once */
 enum kernels_isa kernels_isa_detected(void); /* best the CPU supports */
 enum kernels_isa kernels_isa_active(void);
-/* Forces a lower ISA (clamped to what is detected): tests check every ISA
- * the host runs, and operators and benchmarks choose one (`--isa`). Call it
+/* Forces a lower ISA (clamped to what is detected; a level the CPU lacks
+ * below the detected one, such as AVX2_VNNI on an AVX-512 CPU without
+ * AVX-VNNI, falls to the next lower level it has: kernels_isa_active says
+ * which): tests check every ISA the host runs, and operators and benchmarks
+ * choose one (`--isa`). Call it
  * before model_load: the weight layout follows the ISA active at load
  * (kernels_pack_wanted). */
 void kernels_isa_force(enum kernels_isa isa);
 const char *kernels_isa_name(enum kernels_isa isa);
-/* "ref", "avx2", "avx512", "avx512-vnni" (kernels_isa_name's words) or
+/* "ref", "avx2", "avx2-vnni", "avx512", "avx512-vnni" (kernels_isa_name's words) or
  * "auto" (the detected ISA) -> *out; returns 0, or -1 for another word. */
 int kernels_isa_parse(const char *name, enum kernels_isa *out);
 

@@ -103,7 +103,7 @@ async function withKey(port) {
     check(`figure ${id} filled`, t && t !== "–", JSON.stringify(t));
   }
   const isa = await page.textContent("#f-isa");
-  check("ISA figure names a kernel table", /^(avx512-vnni|avx512|avx2|ref)$/.test(isa), isa);
+  check("ISA figure names a kernel table", /^(avx512-vnni|avx512|avx2-vnni|avx2|ref)$/.test(isa), isa);
   check("threads figure is the daemon's (1, config)", /^1 \(/.test(await page.textContent("#f-threads")),
         await page.textContent("#f-threads"));
   check("model in the header", /stories260K/.test(await page.textContent("#model")),
