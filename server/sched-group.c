@@ -197,8 +197,7 @@ int sched_group_submit(struct sched *s, struct gen_job *parent, const struct gen
         }
     } while (!atomic_compare_exchange_weak(&s->n_inflight, &cur, cur + n_kids));
     parent->group = g;
-    for (int i = 0; i < n_kids; i++)
-        sched_prep_submit(s, g->kids[i]);
+    sched_prep_submit_group(s, g->kids, n_kids);
     return 0;
 nomem:
     strata_error_set(err, STRATA_E_NOMEM, "out of memory");

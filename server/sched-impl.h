@@ -204,6 +204,8 @@ struct sched {
 /* sched-prep.c: the prep lanes */
 int sched_prep_start(struct sched *s, struct strata_error *err); /* after the scheduler thread */
 void sched_prep_submit(struct sched *s, struct gen_job *j);      /* from op_submit */
+/* The n choices of one request (sched-group.c), in one lane, handed on together. */
+void sched_prep_submit_group(struct sched *s, struct gen_job **jobs, int n);
 /* Joins the lanes (each finishes the prompt it holds), then sets the
  * scheduler's stop and hands it every job still queued, untokenized, under
  * one lock (so it ends them instead of admitting them). Safe after a failed
