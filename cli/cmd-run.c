@@ -499,6 +499,22 @@ int cli_run_main(int argc, char **argv) {
     }
     struct backend_cpu_params cp = backend_cpu_params_default();
     cp.pool = pool;
+    if (gch.be && gch.n_layer_gpu > 0) { /* --gpu-layers N: the rest on the CPU (a split) */
+        struct model_probe gpr = {0};
+        const int n_layer = model_probe(o.model, &gpr, NULL) == 0 ? gpr.hp.n_layer : 0;
+        if (gch.n_layer_gpu < n_layer) {
+            struct backend *cpu = backend_cpu_init(&cp, &err);
+            if (!cpu || gpu_choice_split(&gch, n_layer, cpu, &err)) {
+                fprintf(stderr, "strata run: gpu: the split failed (%s): the CPU\n", err.message);
+                snprintf(gch.rule, sizeof gch.rule, "the split failed: the CPU");
+                if (!cpu)
+                    backend_free(gch.be);
+                gch.be = NULL;
+                strata_error_clear(&err);
+            }
+            be = gch.be;
+        }
+    }
     if (!be && !(be = backend_cpu_init(&cp, &err)))
         goto done;
     struct model_params mp = model_params_default();

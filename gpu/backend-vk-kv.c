@@ -122,11 +122,12 @@ struct kv_store *bvk_kv_store_init(void *ctx, struct strata_error *err) {
 
 int bvk_kv_view(struct bvk_ctx *c, struct kv_cache *kv, struct vkops_kv *out,
                 struct strata_error *err) {
-    const struct kv_store *st = kv_get_store(kv);
-    if (!st || st->ops != &bvk_kv_ops || ((struct bvk_kv *)st->ctx)->c != c)
+    /* this device's store, or its part of a split backend's (backend-split.h) */
+    const struct kv_store *all = kv_get_store(kv), *st = kv_store_find(all, &bvk_kv_ops);
+    if (!st || ((struct bvk_kv *)st->ctx)->c != c)
         return strata_error_set(err, STRATA_E_INVALID,
                                 "backend vulkan: the KV cache's store (%s) is not this device's",
-                                st ? st->ops->name : "none");
+                                all ? all->ops->name : "none");
     const struct bvk_kv *s = st->ctx;
     const struct kv_params *kp = kv_get_params(kv);
     memset(out, 0, sizeof *out);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/backend/backend-split.h"
 #include "gpu/backend-vk.h"
 #include "gpu/vk-mm.h"
 #include "gpu/vk-ops.h"
@@ -71,13 +72,6 @@ int gpu_choose(const struct gpu_choice_in *in, struct gpu_choice *out, struct st
         snprintf(out->rule, sizeof out->rule, "off (--gpu-layers 0): the CPU");
         return 0;
     }
-    if (!all && n_gl < in->n_layer) {
-        snprintf(out->rule, sizeof out->rule,
-                 "--gpu-layers %d of %d: layers split between the GPU and the CPU are not "
-                 "supported yet; the whole model runs on the CPU",
-                 n_gl, in->n_layer);
-        return 0;
-    }
     if (in->n_head > 0 &&
         (!vkops_attn_supported(in->n_head, in->n_head_kv, in->head_dim_k, in->head_dim_v) ||
          in->n_rot > VKOPS_ROT_MAX)) {
@@ -130,12 +124,41 @@ int gpu_choose(const struct gpu_choice_in *in, struct gpu_choice *out, struct st
         snprintf(out->rule, sizeof out->rule, "%.200s: the CPU", e.message);
         return 0;
     }
-    out->n_layer_gpu = in->n_layer;
+    const bool split = !all && n_gl < in->n_layer;
+    out->n_layer_gpu = split ? n_gl : in->n_layer;
     out->has_pci = info.has_pci;
     out->pci_domain = info.pci_domain;
     out->pci_bus = info.pci_bus;
     out->pci_device = info.pci_device;
     out->pci_function = info.pci_function;
-    snprintf(out->rule, sizeof out->rule, "%.340s; all %d layers on the GPU", line, in->n_layer);
+    if (split)
+        snprintf(out->rule, sizeof out->rule,
+                 "%.300s; layers 0-%d of %d on the GPU, the rest on the CPU", line, n_gl - 1,
+                 in->n_layer);
+    else
+        snprintf(out->rule, sizeof out->rule, "%.340s; all %d layers on the GPU", line,
+                 in->n_layer);
     return 0;
+}
+
+int gpu_choice_split(struct gpu_choice *ch, int n_layer, struct backend *cpu,
+                     struct strata_error *err) {
+    if (!ch->be || ch->n_layer_gpu >= n_layer) {
+        backend_free(cpu);
+        return 0;
+    }
+    struct backend *vk = ch->be;
+    ch->be = NULL;
+    if (!(ch->be = backend_split_init(vk, cpu, ch->n_layer_gpu, n_layer, err))) {
+        ch->n_layer_gpu = 0;
+        return err && err->code ? err->code : STRATA_E_NOMEM;
+    }
+    return 0;
+}
+
+struct backend *gpu_choice_vk(const struct gpu_choice *ch) {
+    if (!ch->be)
+        return NULL;
+    struct backend *lo = backend_split_lo(ch->be);
+    return lo ? lo : ch->be;
 }

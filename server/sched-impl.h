@@ -300,6 +300,12 @@ int sched_gpu_choose(struct sched *s, const struct sched_params *p, struct strat
 /* The model did not load on the GPU: logs why, frees the backend (s->be
  * NULL), so the caller loads again on the CPU. */
 void sched_gpu_load_failed(struct sched *s, const struct strata_error *why);
+/* --gpu-layers N below the model's layers: s->be becomes a split backend
+ * over the GPU one and a CPU one made from cp (backend-split.h); a failure
+ * is a log line and the CPU (s->be NULL). */
+struct backend_cpu_params;
+void sched_gpu_split(struct sched *s, const struct sched_params *p,
+                     const struct backend_cpu_params *cp);
 /* The KV pool's cap in bytes on the GPU (device memory left after the
  * weights, the store's bindings); 0 when on the CPU. */
 int64_t sched_gpu_kv_cap(const struct sched *s);

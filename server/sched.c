@@ -828,6 +828,7 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
         goto fail;
     struct backend_cpu_params cp = backend_cpu_params_default();
     cp.pool = s->pool;
+    sched_gpu_split(s, params, &cp);
     if (!s->be && !(s->be = backend_cpu_init(&cp, err)))
         goto fail;
     struct model_params mp = model_params_default();

@@ -14,6 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/backend/backend-split.h"
+#include "engine/cpu/backend-cpu.h"
 #include "engine/host/pool.h"
 #include "engine/kv/kv.h"
 #include "engine/model/model.h"
@@ -46,6 +48,20 @@ static struct backend *gpu_backend(uint64_t piece_bytes, uint64_t kv_piece_bytes
     ck_assert_msg(be != NULL, "backend_vk_init: %s", err.message);
     ck_assert_ptr_nonnull(backend_vk_info(be));
     return be;
+}
+
+/* n_lo > 0: be (the GPU) for layers [0, n_lo) and a CPU backend for the
+ * rest (backend-split.h); else be itself. */
+static struct backend *split_on(struct backend *be, int n_lo, int n_layer) {
+    if (n_lo <= 0)
+        return be;
+    struct strata_error err = {0};
+    struct backend_cpu_params cp = backend_cpu_params_default();
+    struct backend *cpu = backend_cpu_init(&cp, &err);
+    ck_assert_msg(cpu != NULL, "%s", err.message);
+    struct backend *sp = backend_split_init(be, cpu, n_lo, n_layer, &err);
+    ck_assert_msg(sp != NULL, "%s", err.message);
+    return sp;
 }
 
 static struct model *load_on(const char *path, struct backend *be, int n_ctx) {
@@ -94,13 +110,17 @@ static int read_golden(const char *rel, int32_t *ids, int cap) {
 
 #define N_GOLDEN 60
 
-static void golden(const char *model_rel, const char *golden_rel, uint64_t piece_bytes,
-                   uint64_t kv_piece_bytes) {
+/* n_lo > 0: the first n_lo layers on the GPU, the rest on the CPU. */
+static void golden_split(const char *model_rel, const char *golden_rel, uint64_t piece_bytes,
+                         uint64_t kv_piece_bytes, int n_lo) {
     int32_t want[N_GOLDEN + 8];
     ck_assert_int_eq(read_golden(golden_rel, want, N_GOLDEN + 8), N_GOLDEN);
     char path[1024];
-    struct backend *be = gpu_backend(piece_bytes, kv_piece_bytes);
-    struct model *m = load_on(test_shared_path(path, sizeof path, model_rel), be, 256);
+    test_shared_path(path, sizeof path, model_rel);
+    struct model_probe pr;
+    ck_assert_int_eq(model_probe(path, &pr, NULL), 0);
+    struct backend *be = split_on(gpu_backend(piece_bytes, kv_piece_bytes), n_lo, pr.hp.n_layer);
+    struct model *m = load_on(path, be, 256);
     struct strata_error err = {0};
     struct kv_cache *kv = model_kv_init(m, 1, 0, &err);
     ck_assert_msg(kv != NULL, "%s", err.message);
@@ -119,6 +139,11 @@ static void golden(const char *model_rel, const char *golden_rel, uint64_t piece
     kv_free(kv);
     model_free(m);
     backend_free(be);
+}
+
+static void golden(const char *model_rel, const char *golden_rel, uint64_t piece_bytes,
+                   uint64_t kv_piece_bytes) {
+    golden_split(model_rel, golden_rel, piece_bytes, kv_piece_bytes, 0);
 }
 
 START_TEST(test_golden_stories260k) {
@@ -185,7 +210,8 @@ static int compare_row(const float *lc, const float *lg, int V, float near_tie, 
  * tokens: a 9-token prompt as one chunk (past the decode attention's
  * VKOPS_ATTN_DECODE_MAX = 8 tokens: the prefill kernel), then 12 decode steps
  * of three sequences in one batch (one of them one position behind). */
-static void arch_vs_cpu(const char *which, uint64_t piece_bytes, int kv_piece_blocks) {
+static void arch_vs_cpu_split(const char *which, uint64_t piece_bytes, int kv_piece_blocks,
+                              int n_lo) {
     struct spec s = spec_of(which);
     const struct kv_params kp = {.n_layer = s.n_layer,
                                  .n_embd_k = s.n_head_kv * s.head_dim,
@@ -205,7 +231,7 @@ static void arch_vs_cpu(const char *which, uint64_t piece_bytes, int kv_piece_bl
     mp.n_batch_max = 32;
     struct model *mc = test_model_load(path, &mp, &err);
     ck_assert_msg(mc != NULL, "%s on the CPU: %s", which, err.message);
-    struct backend *be = gpu_backend(piece_bytes, kv_piece_bytes);
+    struct backend *be = split_on(gpu_backend(piece_bytes, kv_piece_bytes), n_lo, s.n_layer);
     struct model *mg = load_on(path, be, 64);
     struct kv_cache *kc = model_kv_init(mc, 3, 0, &err);
     struct kv_cache *kg = model_kv_init(mg, 3, 0, &err);
@@ -277,6 +303,10 @@ static void arch_vs_cpu(const char *which, uint64_t piece_bytes, int kv_piece_bl
     unlink(path);
 }
 
+static void arch_vs_cpu(const char *which, uint64_t piece_bytes, int kv_piece_blocks) {
+    arch_vs_cpu_split(which, piece_bytes, kv_piece_blocks, 0);
+}
+
 START_TEST(test_llama) {
     arch_vs_cpu("llama", 0, 0);
 }
@@ -319,6 +349,35 @@ START_TEST(test_qwen3moe_pieces) {
 END_TEST
 START_TEST(test_llama_pieces) {
     arch_vs_cpu("llama", 4096, 3);
+}
+END_TEST
+
+/* Split offload (backend-split.h): the first N layers on the GPU, the rest
+ * on the CPU, at several N: stories260K's golden greedy ids, and the
+ * synthesized models against the CPU backend (prefill chunk, batched
+ * decode of three sequences, a rewind, a copy-on-write fork). */
+START_TEST(test_split_golden_stories260k) {
+    for (int n_lo = 1; n_lo < 5; n_lo += 2) /* of its 5 layers */
+        golden_split("models/stories260K.gguf", "models/golden_stories260K_gguf_greedy.txt", 0, 0,
+                     n_lo);
+    golden_split("models/stories260K.gguf", "models/golden_stories260K_gguf_greedy.txt", 16384, 1,
+                 4);
+}
+END_TEST
+START_TEST(test_split_llama) {
+    const int L = spec_of("llama").n_layer;
+    for (int n_lo = 1; n_lo < L; n_lo++)
+        arch_vs_cpu_split("llama", 0, 0, n_lo);
+}
+END_TEST
+START_TEST(test_split_qwen3) {
+    arch_vs_cpu_split("qwen3", 0, 0, 1);
+    arch_vs_cpu_split("qwen3", 0, 0, spec_of("qwen3").n_layer - 1);
+}
+END_TEST
+START_TEST(test_split_qwen3moe) {
+    arch_vs_cpu_split("qwen3moe", 0, 0, 1);
+    arch_vs_cpu_split("qwen3moe", 4096, 3, spec_of("qwen3moe").n_layer - 1);
 }
 END_TEST
 
@@ -441,10 +500,16 @@ START_TEST(test_choose) {
     ck_assert_int_eq(gpu_choose(&in, &ch, &err), 0);
     ck_assert_ptr_null(ch.be);
     ck_assert(strstr(ch.rule, "--gpu-layers 0") != NULL);
-    in.gpu_layers = "3"; /* fewer than the 4 layers: no split yet, the CPU */
+    in.gpu_layers = "3"; /* fewer than the 4 layers: the device, 3 layers on it */
     ck_assert_int_eq(gpu_choose(&in, &ch, &err), 0);
-    ck_assert_ptr_null(ch.be);
-    ck_assert_msg(strstr(ch.rule, "not supported") != NULL, "%s", ch.rule);
+    ck_assert_msg(ch.be != NULL, "%s", ch.rule);
+    ck_assert_int_eq(ch.n_layer_gpu, 3);
+    ck_assert_msg(strstr(ch.rule, "layers 0-2 of 4 on the GPU") != NULL, "%s", ch.rule);
+    struct backend_cpu_params cpp = backend_cpu_params_default();
+    ck_assert_int_eq(gpu_choice_split(&ch, 4, backend_cpu_init(&cpp, &err), &err), 0);
+    ck_assert_str_eq(ch.be->ops->name, "split");
+    ck_assert_str_eq(gpu_choice_vk(&ch)->ops->name, "vulkan");
+    backend_free(ch.be);
     in.gpu_layers = "4";
     ck_assert_int_eq(gpu_choose(&in, &ch, &err), 0);
     ck_assert_msg(ch.be != NULL, "%s", ch.rule);
@@ -493,6 +558,10 @@ static Suite *vk_model_suite(void) {
     tcase_add_test(tc, test_choose);
     tcase_add_test(tc, test_golden_stories260k);
     tcase_add_test(tc, test_golden_stories260k_pieces);
+    tcase_add_test(tc, test_split_golden_stories260k);
+    tcase_add_test(tc, test_split_llama);
+    tcase_add_test(tc, test_split_qwen3);
+    tcase_add_test(tc, test_split_qwen3moe);
     tcase_add_test(tc, test_golden_llama2_tiny_random);
     tcase_add_test(tc, test_llama);
     tcase_add_test(tc, test_llama_q8);
