@@ -10,7 +10,11 @@
 //   - after the load the pool is fully accounted for (no KV block in use);
 //   - SIGTERM exits 0 (ASan's leak check runs at exit);
 //   - `strata run --gpu 0 --json` generates the ids `--gpu off` does, and
-//     says which backend ran.
+//     says which backend ran;
+//   - split offload (--gpu-layers 2 of 5): the daemon's start-up line and
+//     /status, a streaming chat, the six batched streams and a repeated chat
+//     (prefix reuse) equal to the CPU daemon's text; `strata run
+//     --gpu-layers 3` the CPU's ids.
 // stories260K has f32 weights: greedy text agrees exactly (tests/gpu/
 // test-vk-model.c checks the logits themselves). Exit 77 (skipped) only when
 // the daemon finds no Vulkan device at all.
@@ -136,6 +140,37 @@ async function main() {
     (jg.ids?.length ?? 0) === 24, `gpu ${JSON.stringify(jg.ids)} cpu ${JSON.stringify(jc.ids)}`);
 
   check("GPU daemon exits 0 on SIGTERM", (await stop(gpu)) === 0, gpu.log().slice(-2000));
+
+  // split offload: --gpu-layers 2 of stories260K's 5 (the rest, the output
+  // head and the logits on the CPU), the same text as the CPU daemon
+  const sp = await startDaemon(strata, modelPath, ["--gpu", "0", "--gpu-layers", "2",
+    "--parallel", "4"], spawned);
+  const spLine = sp.log().split("\n").find((l) => l.startsWith("strata: gpu: ")) || "";
+  check("split start-up line", /layers 0-1 of 5 on the GPU, the rest on the CPU/.test(spLine), spLine);
+  const ss = await (await fetch(`http://127.0.0.1:${sp.port}/status`)).json();
+  check("/status gpu of a split", ss.gpu && ss.gpu.on === true && ss.gpu.layers === 5 &&
+    ss.gpu.layers_gpu === 2 && ss.gpu.device_bytes > 0, JSON.stringify(ss.gpu));
+  const cs = new OpenAI({ baseURL: `http://127.0.0.1:${sp.port}/v1`, apiKey: "unused" });
+  const ssp = await chatStream(cs);
+  check("split chat stream: text = CPU text", ssp.chunks > 2 && ssp.text === scpu.text &&
+    ssp.finish === "length", `split ${JSON.stringify(ssp.text)} cpu ${JSON.stringify(scpu.text)}`);
+  const gotSp = await Promise.all(PROMPTS.map((p) => completionStream(cs, p)));
+  for (let i = 0; i < PROMPTS.length; i++)
+    check(`split batched stream ${i}: text = CPU text`, gotSp[i] === want[i],
+      `split ${JSON.stringify(gotSp[i])} cpu ${JSON.stringify(want[i])}`);
+  // prefix reuse: the same chat again (its prompt's blocks from the prefix cache)
+  const ssp2 = await chatStream(cs);
+  check("split chat stream again (prefix reuse): same text", ssp2.text === scpu.text,
+    JSON.stringify(ssp2.text));
+  check("split daemon exits 0 on SIGTERM", (await stop(sp)) === 0, sp.log().slice(-2000));
+  const rs = spawnSync(strata, ["run", "-m", modelPath, "--ids", "1", "-n", "24", "--temp", "0",
+    "--json", "-t", "1", "--gpu", "0", "--gpu-layers", "3"], { encoding: "utf8" });
+  let js = {};
+  try { js = JSON.parse(rs.stdout); } catch {}
+  check("strata run --gpu-layers 3: split ids = CPU ids", rs.status === 0 &&
+    js.backend === "split" && JSON.stringify(js.ids) === JSON.stringify(jc.ids),
+    `${rs.status} ${JSON.stringify(js.ids)} ${rs.stderr.slice(-500)}`);
+
   check("CPU daemon exits 0 on SIGTERM", (await stop(cpu)) === 0, cpu.log().slice(-2000));
 }
 
