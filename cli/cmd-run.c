@@ -396,6 +396,7 @@ int cli_run_main(int argc, char **argv) {
     char numa_mode[64] = "auto";
     char gpu_mode[32] = "auto", gpu_layers[32] = "all", gpu_pcache[4096] = "";
     bool gpu_profile = false;
+    uint64_t gpu_mem_budget = 0; /* --gpu-mem-budget, bytes */
     struct gpu_choice gch = {0};
     int64_t mem_budget = 0; /* model_params.mem_budget, from sysinfo as in serve */
     struct xstore_plan xs = {0};
@@ -414,6 +415,7 @@ int cli_run_main(int argc, char **argv) {
         snprintf(gpu_layers, sizeof gpu_layers, "%s",
                  o.gpu_layers ? o.gpu_layers : config_str(cfg, CONFIG_GPU_LAYERS));
         gpu_profile = config_bool(cfg, CONFIG_GPU_PROFILE);
+        gpu_mem_budget = (uint64_t)config_int(cfg, CONFIG_GPU_MEM_BUDGET);
         snprintf(gpu_pcache, sizeof gpu_pcache, "%s", config_str(cfg, CONFIG_GPU_PIPELINE_CACHE));
         /* the ISA before the model: the weight layout follows it (kernels.h) */
         const char *isa_name = o.isa ? o.isa : config_str(cfg, CONFIG_ISA);
@@ -479,6 +481,7 @@ int cli_run_main(int argc, char **argv) {
                                     .gpu_layers = gpu_layers,
                                     .profile = gpu_profile,
                                     .pipeline_cache = gpu_pcache,
+                                    .mem_budget = gpu_mem_budget,
                                     .model_bytes = probed ? gpr.n_bytes : 0,
                                     .n_layer = probed ? gpr.hp.n_layer : 0,
                                     .n_head = probed ? gpr.hp.n_head : 0,

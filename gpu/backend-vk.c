@@ -755,6 +755,7 @@ struct backend *backend_vk_init(const struct backend_vk_params *p, struct strata
                                       sizeof(struct bvk_moe_sum_push), NULL, 0, err)))
         goto fail;
     vk_prof_enable(c->dev, c->params.profile);
+    vk_dev_set_budget(c->dev, c->params.mem_budget);
     be->ops = &bvk_ops;
     be->ctx = c;
     return be;

@@ -120,6 +120,7 @@ int gpu_choose(const struct gpu_choice_in *in, struct gpu_choice *out, struct st
     vp.device = info.index;
     vp.profile = in->profile;
     vp.pipeline_cache = in->pipeline_cache;
+    vp.mem_budget = in->mem_budget;
     if (!(out->be = backend_vk_init(&vp, &e))) {
         snprintf(out->rule, sizeof out->rule, "%.200s: the CPU", e.message);
         return 0;

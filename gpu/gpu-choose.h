@@ -44,6 +44,7 @@ struct gpu_choice_in {
     const char *gpu_layers;     /* "all" (NULL) or a count */
     bool profile;               /* STRATA_GPU_PROFILE: time each dispatch */
     const char *pipeline_cache; /* --gpu-pipeline-cache file; NULL or "": none */
+    uint64_t mem_budget;        /* --gpu-mem-budget: device memory the backend may hold; 0: all */
     uint64_t model_bytes;       /* the weights' bytes (model_probe n_bytes) */
     int n_layer;                /* the model's layers */
     /* the shapes the kernels have limits for (gpu/vk-ops.h); 0: unchecked */

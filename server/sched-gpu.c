@@ -25,6 +25,7 @@ int sched_gpu_choose(struct sched *s, const struct sched_params *p, struct strat
                                      .gpu_layers = p->gpu_layers,
                                      .profile = p->gpu_profile,
                                      .pipeline_cache = p->gpu_pipeline_cache,
+                                     .mem_budget = (uint64_t)p->gpu_mem_budget,
                                      .model_bytes = mp.n_bytes,
                                      .n_layer = mp.hp.n_layer,
                                      .n_head = mp.hp.n_head,
@@ -78,7 +79,9 @@ int64_t sched_gpu_kv_cap(const struct sched *s) {
         return 0;
     const struct vk_dev_info *in = backend_vk_info(gpu_choice_vk(s->gpu));
     const uint64_t held = backend_vk_device_bytes(gpu_choice_vk(s->gpu));
-    const uint64_t usable = (uint64_t)(GPU_FIT_SHARE * (double)in->vram_bytes);
+    uint64_t usable = (uint64_t)(GPU_FIT_SHARE * (double)in->vram_bytes);
+    if (s->p.gpu_mem_budget > 0 && (uint64_t)s->p.gpu_mem_budget < usable)
+        usable = (uint64_t)s->p.gpu_mem_budget; /* --gpu-mem-budget */
     int64_t cap = usable > held ? (int64_t)(usable - held) : 0;
     /* the store spans VKOPS_KV_PIECES bindings of whole blocks (gpu/vk-ops.h) */
     const uint64_t range =

@@ -14,7 +14,9 @@
 //   - split offload (--gpu-layers 2 of 5): the daemon's start-up line and
 //     /status, a streaming chat, the six batched streams and a repeated chat
 //     (prefix reuse) equal to the CPU daemon's text; `strata run
-//     --gpu-layers 3` the CPU's ids.
+//     --gpu-layers 3` the CPU's ids;
+//   - out of device memory at load (--gpu-mem-budget 100000, whole model and
+//     split; STRATA_GPU_MEM_BUDGET for run): one log line, the CPU path.
 // stories260K has f32 weights: greedy text agrees exactly (tests/gpu/
 // test-vk-model.c checks the logits themselves). Exit 77 (skipped) only when
 // the daemon finds no Vulkan device at all.
@@ -170,6 +172,32 @@ async function main() {
   check("strata run --gpu-layers 3: split ids = CPU ids", rs.status === 0 &&
     js.backend === "split" && JSON.stringify(js.ids) === JSON.stringify(jc.ids),
     `${rs.status} ${JSON.stringify(js.ids)} ${rs.stderr.slice(-500)}`);
+
+  // out of device memory at load (forced on lavapipe by --gpu-mem-budget):
+  // one log line, then the CPU path serves, whole-model and split alike
+  for (const extra of [[], ["--gpu-layers", "2"]]) {
+    const om = await startDaemon(strata, modelPath, ["--gpu", "0", "--gpu-mem-budget", "100000",
+      ...extra, "--parallel", "4"], spawned);
+    const lines = om.log().split("\n").filter((l) => /loading on the GPU failed/.test(l));
+    check(`OOM ${extra.join(" ")}: one log line`, lines.length === 1 &&
+      /out of device memory/.test(lines[0]) && /the CPU$/.test(lines[0]), om.log().slice(-1500));
+    const so = await (await fetch(`http://127.0.0.1:${om.port}/status`)).json();
+    check(`OOM ${extra.join(" ")}: /status says the CPU`, so.gpu === null &&
+      /loading on the GPU failed/.test(so.notes?.gpu ?? ""), JSON.stringify({ gpu: so.gpu, note: so.notes }));
+    const co = new OpenAI({ baseURL: `http://127.0.0.1:${om.port}/v1`, apiKey: "unused" });
+    const so2 = await chatStream(co);
+    check(`OOM ${extra.join(" ")}: chat = CPU text`, so2.text === scpu.text, JSON.stringify(so2.text));
+    check(`OOM ${extra.join(" ")}: exits 0`, (await stop(om)) === 0, om.log().slice(-1500));
+  }
+  const ro = spawnSync(strata, ["run", "-m", modelPath, "--ids", "1", "-n", "24", "--temp", "0",
+    "--json", "-t", "1", "--gpu", "0", "--gpu-layers", "3"], { encoding: "utf8",
+    env: { ...process.env, STRATA_GPU_MEM_BUDGET: "100000" } });
+  let jo = {};
+  try { jo = JSON.parse(ro.stdout); } catch {}
+  check("strata run out of device memory: one line, the CPU's ids", ro.status === 0 &&
+    jo.backend === "cpu" && JSON.stringify(jo.ids) === JSON.stringify(jc.ids) &&
+    ro.stderr.split("\n").filter((l) => /loading on the GPU failed.*out of device memory/.test(l)).length === 1,
+    `${ro.status} ${ro.stderr.slice(-800)}`);
 
   check("CPU daemon exits 0 on SIGTERM", (await stop(cpu)) === 0, cpu.log().slice(-2000));
 }

@@ -381,6 +381,34 @@ START_TEST(test_split_qwen3moe) {
 }
 END_TEST
 
+/* Out of device memory at load (a budget below the weights, and one the
+ * weights fit but not the forward tensors): model_load fails with
+ * STRATA_E_NOMEM and says so, whole-model and split, never a crash; the
+ * caller (run, serve: tests/gpu/server-gpu.mjs) then loads on the CPU. */
+START_TEST(test_oom_at_load) {
+    char path[1024];
+    test_shared_path(path, sizeof path, "models/stories260K.gguf");
+    const uint64_t budgets[] = {100000, 1250000};
+    for (int split = 0; split < 2; split++)
+        for (size_t i = 0; i < sizeof budgets / sizeof budgets[0]; i++) {
+            struct strata_error err = {0};
+            struct backend_vk_params vp = backend_vk_params_default();
+            vp.mem_budget = budgets[i] / (split ? 2 : 1);
+            struct backend *be = backend_vk_init(&vp, &err);
+            ck_assert_msg(be != NULL, "%s", err.message);
+            be = split_on(be, split ? 2 : 0, 5);
+            struct model_params mp = model_params_default();
+            mp.backend = be;
+            mp.n_ctx_max = 64;
+            struct model *m = model_load(path, &mp, &err);
+            ck_assert_msg(m == NULL, "budget %llu: loaded", (unsigned long long)vp.mem_budget);
+            ck_assert_int_eq(err.code, STRATA_E_NOMEM);
+            ck_assert_msg(strstr(err.message, "out of device memory") != NULL, "%s", err.message);
+            backend_free(be);
+        }
+}
+END_TEST
+
 /* The backend's step: a write, an op and a read; a read lands only at the
  * wait; two submits in one step; a begin drops what was not submitted;
  * errors of bad use are reported at submit. */
@@ -562,6 +590,7 @@ static Suite *vk_model_suite(void) {
     tcase_add_test(tc, test_split_llama);
     tcase_add_test(tc, test_split_qwen3);
     tcase_add_test(tc, test_split_qwen3moe);
+    tcase_add_test(tc, test_oom_at_load);
     tcase_add_test(tc, test_golden_llama2_tiny_random);
     tcase_add_test(tc, test_llama);
     tcase_add_test(tc, test_llama_q8);
