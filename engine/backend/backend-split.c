@@ -643,6 +643,7 @@ struct backend *backend_split_init(struct backend *lo, struct backend *hi, int n
     /* the table lives in ctx: caps are what both sides have */
     c->ops = split_ops;
     c->ops.caps = lo->ops->caps & hi->ops->caps;
+    c->ops.sample = NULL; /* the logits come from hi (the CPU): the host samples */
     c->be[SIDE_LO] = lo;
     c->be[SIDE_HI] = hi;
     c->n_lo = n_lo;

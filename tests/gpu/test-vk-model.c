@@ -18,6 +18,7 @@
 #include "engine/cpu/backend-cpu.h"
 #include "engine/host/pool.h"
 #include "engine/kv/kv.h"
+#include "engine/sample/sampler.h"
 #include "engine/model/model.h"
 #include "gpu/backend-vk.h"
 #include "gpu/gpu-choose.h"
@@ -409,6 +410,107 @@ START_TEST(test_oom_at_load) {
 }
 END_TEST
 
+/* Sampling on the device (model_forward_sample): stories260K on the GPU,
+ * three sequences decoding in one batch for 40 steps, each with its own
+ * seed. The reference is the CPU sampler (sampler_sample) over the logits
+ * the same GPU model gives on a second KV cache fed the same tokens, so
+ * both see the same probabilities; the device draws with the u the
+ * reference sampler's RNG stream gives (sampler_next_uniform on a twin
+ * sampler of the same seed). Greedy must match exactly; for sampling the
+ * device sums in f32 where sampler.c sums in double (gpu/vk-ops.h), so
+ * only a u within ~1e-6 of a cumulative boundary could pick the
+ * neighbour: none of these 120 draws per rule lands there, and the test
+ * asserts every draw equal. */
+START_TEST(test_device_sampling) {
+    char path[1024];
+    test_shared_path(path, sizeof path, "models/stories260K.gguf");
+    struct backend *be = gpu_backend(0, 0);
+    struct model *m = load_on(path, be, 128);
+    ck_assert(model_can_sample(m));
+    struct strata_error err = {0};
+    const int V = model_n_vocab(m), NS = 3, STEPS = 40;
+    const struct sampler_rule rules[] = {
+        {0, 1.0f, 0.0f, 0.0f},    /* greedy */
+        {40, 1.0f, 0.0f, 0.8f},   /* top_k */
+        {50, 0.9f, 0.0f, 1.0f},   /* top_k + top_p */
+        {256, 0.95f, 0.05f, 1.3f} /* the largest top_k, top_p, min_p */
+    };
+    float *logits = malloc((size_t)NS * V * sizeof(float));
+    for (size_t ri = 0; ri < sizeof rules / sizeof rules[0]; ri++) {
+        struct kv_cache *kr = model_kv_init(m, NS, 0, &err), *kd = model_kv_init(m, NS, 0, &err);
+        ck_assert_msg(kr && kd, "%s", err.message);
+        struct sampler *ref[3], *dev[3];
+        struct sampler_params sp = sampler_params_default();
+        sp.temperature = rules[ri].temperature;
+        sp.top_k = rules[ri].top_k;
+        sp.top_p = rules[ri].top_p;
+        sp.min_p = rules[ri].min_p;
+        sp.want_logprob = false;
+        for (int q = 0; q < NS; q++) {
+            sp.seed = 77 + 1000 * (uint64_t)q + ri;
+            ref[q] = sampler_init(&sp, V, &err);
+            dev[q] = sampler_init(&sp, V, &err);
+            ck_assert(ref[q] && dev[q]);
+            struct sampler_rule got;
+            ck_assert_int_eq(sampler_device_rule(dev[q], 256, &got), 1);
+        }
+        int32_t tok[3] = {1, 1, 1};
+        for (int t = 0; t < STEPS; t++) {
+            struct model_batch_entry e[3];
+            float u[3];
+            for (int q = 0; q < NS; q++) {
+                e[q] = (struct model_batch_entry){q, t, tok[q], true};
+                u[q] = rules[ri].temperature > 0 ? (float)sampler_next_uniform(dev[q]) : 0;
+            }
+            struct model_batch b = {e, NS};
+            ck_assert_msg(model_forward(m, kr, &b, logits, &err) == 0, "%s", err.message);
+            int32_t ids[3];
+            const struct model_sample rule = {rules[ri].top_k, rules[ri].top_p, rules[ri].min_p,
+                                              rules[ri].temperature};
+            ck_assert_msg(model_forward_sample(m, kd, &b, &rule, u, ids, &err) == 0, "%s",
+                          err.message);
+            for (int q = 0; q < NS; q++) {
+                struct sampler_result r;
+                ck_assert_int_eq(sampler_sample(ref[q], logits + (size_t)q * V, &r, &err), 0);
+                ck_assert_msg(ids[q] == r.token,
+                              "rule %zu step %d seq %d (u %.7f): device %d, sampler %d", ri, t, q,
+                              (double)u[q], ids[q], r.token);
+                tok[q] = r.token;
+            }
+        }
+        for (int q = 0; q < NS; q++)
+            sampler_free(ref[q]), sampler_free(dev[q]);
+        kv_free(kr);
+        kv_free(kd);
+    }
+    /* a rule the device does not take: unsupported, nothing advanced */
+    struct kv_cache *kv = model_kv_init(m, 1, 0, &err);
+    struct model_batch_entry e0 = {0, 0, 1, true};
+    struct model_batch b0 = {&e0, 1};
+    const struct model_sample all_vocab = {0, 1.0f, 0.0f, 0.7f};
+    int32_t id0;
+    float u0 = 0.5f;
+    ck_assert_int_eq(model_forward_sample(m, kv, &b0, &all_vocab, &u0, &id0, &err),
+                     STRATA_E_UNSUPPORTED);
+    ck_assert_int_eq(kv_seq_len(kv, 0), 0);
+    kv_free(kv);
+    model_free(m);
+    backend_free(be);
+    /* a split backend samples on the host (its logits come from the CPU) */
+    be = split_on(gpu_backend(0, 0), 2, 5);
+    m = load_on(path, be, 64);
+    ck_assert(!model_can_sample(m));
+    kv = model_kv_init(m, 1, 0, &err);
+    const struct model_sample greedy = {0, 1.0f, 0.0f, 0.0f};
+    ck_assert_int_eq(model_forward_sample(m, kv, &b0, &greedy, NULL, &id0, &err),
+                     STRATA_E_UNSUPPORTED);
+    kv_free(kv);
+    model_free(m);
+    backend_free(be);
+    free(logits);
+}
+END_TEST
+
 /* The backend's step: a write, an op and a read; a read lands only at the
  * wait; two submits in one step; a begin drops what was not submitted;
  * errors of bad use are reported at submit. */
@@ -591,6 +693,7 @@ static Suite *vk_model_suite(void) {
     tcase_add_test(tc, test_split_qwen3);
     tcase_add_test(tc, test_split_qwen3moe);
     tcase_add_test(tc, test_oom_at_load);
+    tcase_add_test(tc, test_device_sampling);
     tcase_add_test(tc, test_golden_llama2_tiny_random);
     tcase_add_test(tc, test_llama);
     tcase_add_test(tc, test_llama_q8);
