@@ -109,5 +109,6 @@ void sched_gpu_stats(const struct sched *s, struct gen_stats *st) {
     g->subgroup_size = in->subgroup_size;
     g->index = in->index;
     g->n_layer_gpu = s->gpu->n_layer_gpu;
+    g->steps_sampled = s->steps_dev_sampled;
     g->n_layer = s->model ? model_hparams(s->model)->n_layer : 0;
 }

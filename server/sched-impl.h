@@ -146,6 +146,9 @@ struct sched {
     struct session_base *sb; /* tokenizer and chat template (engine/session) */
     int n_vocab, n_ctx, n_batch;
     float *logits;                     /* (n_batch, n_vocab) f32 */
+    float *smp_u;                      /* (n_batch) device sampling: each row's uniform draw */
+    int32_t *smp_ids;                  /* (n_batch) device sampling: each row's pick */
+    uint64_t steps_dev_sampled;        /* steps whose picks came from the device */
     struct model_batch_entry *entries; /* (n_batch) */
     struct gen_job **row_job;          /* (n_batch) job of each logits row */
     struct prefix_cache *pc;           /* NULL when --prefix-cache is off */

@@ -125,6 +125,27 @@ async function main() {
     await new Promise((r) => setTimeout(r, 100));
   }
   const kb = st2.kv_blocks ?? {};
+  // greedy requests without logprobs pick their tokens on the device
+  check("greedy steps sampled on the device", st2.gpu?.steps_sampled > 0, JSON.stringify(st2.gpu));
+  // seeded top-k / top-p sampling on the device: the CPU daemon's text for
+  // the same seed (stories260K's f32 logits agree to ~1e-6, both draw with
+  // the session's own RNG stream); logprobs keep a request on the host
+  const sampled = async (port, extra = {}) => {
+    const r = await fetch(`http://127.0.0.1:${port}/v1/completions`, { method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: MODEL, prompt: "Once upon a time", max_tokens: 24,
+        temperature: 0.8, top_k: 40, top_p: 0.95, seed: 7, ...extra }) });
+    return (await r.json()).choices?.[0]?.text;
+  };
+  const before = st2.gpu?.steps_sampled ?? 0;
+  const [tg, tc] = [await sampled(gpu.port), await sampled(cpu.port)];
+  const st3 = await (await fetch(`http://127.0.0.1:${gpu.port}/status`)).json();
+  check("seeded sampling on the device = CPU text", typeof tg === "string" && tg.length > 0 &&
+    tg === tc && st3.gpu.steps_sampled >= before + 20, `gpu ${JSON.stringify(tg)} cpu ${JSON.stringify(tc)} ${st3.gpu.steps_sampled - before}`);
+  const [lg, lc] = [await sampled(gpu.port, { logprobs: 1 }), await sampled(cpu.port, { logprobs: 1 })];
+  const st4 = await (await fetch(`http://127.0.0.1:${gpu.port}/status`)).json();
+  check("logprobs sample on the host, same text", lg === lc && lg === tg &&
+    st4.gpu.steps_sampled === st3.gpu.steps_sampled, `${JSON.stringify(lg)} ${JSON.stringify(lc)} ${st4.gpu.steps_sampled - st3.gpu.steps_sampled}`);
   check("no KV block in use after the streams (the pool accounted for)", kb.used === 0 &&
     kb.total > 0 && kb.free + kb.cached === kb.total, JSON.stringify(kb));
 
