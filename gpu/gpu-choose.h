@@ -25,6 +25,10 @@
  * layers [0, N) and their KV rows on the GPU, the rest, the output head and
  * the logits on the CPU.
  *
+ * --gpu-layers auto: all when the weights fit (model bytes <= GPU_FIT_SHARE
+ * of the device's memory, or of --gpu-mem-budget when smaller), else the
+ * count gpu_auto_layers gives (0: the CPU), split as above.
+ *
  * Threading: call from one thread (it opens a device).
  */
 #ifndef STRATA_GPU_CHOOSE_H
@@ -41,7 +45,7 @@
 
 struct gpu_choice_in {
     const char *gpu;            /* "auto" (NULL), "off", or a device index */
-    const char *gpu_layers;     /* "all" (NULL) or a count */
+    const char *gpu_layers;     /* "all" (NULL), "auto" or a count */
     bool profile;               /* STRATA_GPU_PROFILE: time each dispatch */
     const char *pipeline_cache; /* --gpu-pipeline-cache file; NULL or "": none */
     uint64_t mem_budget;        /* --gpu-mem-budget: device memory the backend may hold; 0: all */
@@ -65,6 +69,11 @@ struct gpu_choice {
 /* Decides and opens. 0, or STRATA_E_CONFIG for a value that is not one of
  * the forms above (nothing opened). */
 int gpu_choose(const struct gpu_choice_in *in, struct gpu_choice *out, struct strata_error *err);
+/* The layers of a model of model_bytes and n_layer layers that fit
+ * device_bytes, keeping one layer's worth for the KV cache and
+ * activations: floor(GPU_FIT_SHARE * device_bytes / (model_bytes /
+ * n_layer)) - 1, clamped to [0, n_layer]. */
+int gpu_auto_layers(uint64_t model_bytes, int n_layer, uint64_t device_bytes);
 /* When ch->be is set and ch->n_layer_gpu < n_layer: makes ch->be a split
  * backend over it (the GPU) and cpu (steals cpu either way; freed when not
  * needed). 0, or an error with ch->be freed and NULL (the CPU again). */

@@ -640,6 +640,24 @@ START_TEST(test_choose) {
     ck_assert_str_eq(ch.be->ops->name, "split");
     ck_assert_str_eq(gpu_choice_vk(&ch)->ops->name, "vulkan");
     backend_free(ch.be);
+    /* auto: all when the weights fit, else the layers that do (of 256 KiB
+     * each here: 0.9 * 600000 / 262144 - 1 = 1.06 -> 1), none: the CPU */
+    ck_assert_int_eq(gpu_auto_layers(1 << 20, 4, 600000), 1);
+    ck_assert_int_eq(gpu_auto_layers(1 << 20, 4, 1 << 30), 4);
+    ck_assert_int_eq(gpu_auto_layers(1 << 20, 4, 200000), 0);
+    in.gpu_layers = "auto";
+    ck_assert_int_eq(gpu_choose(&in, &ch, &err), 0);
+    ck_assert_msg(ch.be && ch.n_layer_gpu == 4 && strstr(ch.rule, "all 4 layers"), "%s", ch.rule);
+    backend_free(ch.be);
+    in.mem_budget = 600000;
+    ck_assert_int_eq(gpu_choose(&in, &ch, &err), 0);
+    ck_assert_msg(ch.be && ch.n_layer_gpu == 1 && strstr(ch.rule, "layers 0-0 of 4"), "%s",
+                  ch.rule);
+    backend_free(ch.be);
+    in.mem_budget = 200000;
+    ck_assert_int_eq(gpu_choose(&in, &ch, &err), 0);
+    ck_assert_msg(!ch.be && strstr(ch.rule, "not one layer"), "%s", ch.rule);
+    in.mem_budget = 0;
     in.gpu_layers = "4";
     ck_assert_int_eq(gpu_choose(&in, &ch, &err), 0);
     ck_assert_msg(ch.be != NULL, "%s", ch.rule);
