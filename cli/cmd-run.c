@@ -101,7 +101,7 @@ static void usage(FILE *out) {
             "[--json]\n"
             "         [--no-prefault]   (do not map the weight pages at load)\n"
             "         [--numa auto|off|node:N|split]\n"
-            "         [--gpu auto|off|N] [--gpu-layers all|N]   (Vulkan; auto: a GPU that fits)\n"
+            "         [--gpu auto|off|N] [--gpu-layers all|auto|N] (Vulkan; N: first N layers)\n"
             "         [--no-repack]     (read the weights from the file's pages, unpacked)\n"
             "         [--isa NAME]      (auto|avx512-vnni|avx512|avx2|ref: the CPU kernels)\n");
 }
