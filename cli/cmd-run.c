@@ -609,20 +609,38 @@ int cli_run_main(int argc, char **argv) {
     st.prompt_n = (int)ids.n;
     t0 = now_ms();
     const double c0 = cpu_ms();
+    /* decode steps pick on the device when the backend samples and the
+     * request needs only the logits (session_device_rule); --json keeps the
+     * host path, whose output has each pick's top-2 margin from the logits */
+    struct sampler_rule drule;
+    const bool on_dev =
+        !o.json && model_can_sample(m) && session_device_rule(sess, 256, &drule) == 1;
     for (int i = 0; i < o.n_gen; i++) {
+        struct sampler_result r;
+        struct session_delta d;
+        bool picked = false;
         if (i > 0) { /* decode the previous pick */
             struct model_batch_entry e = {0, (int32_t)ids.n + i - 1, gen[i - 1], true};
             struct model_batch b = {&e, 1};
-            if (model_forward(m, kv, &b, logits, &err) < 0)
+            if (on_dev) {
+                const struct model_sample ms = {drule.top_k, drule.top_p, drule.min_p,
+                                                drule.temperature};
+                const float u = drule.temperature > 0 ? session_next_uniform(sess) : 0.0f;
+                int32_t id;
+                if (model_forward_sample(m, kv, &b, &ms, &u, &id, &err) < 0)
+                    goto done;
+                r = (struct sampler_result){.token = id, .logprob = NAN};
+                picked = true;
+            } else if (model_forward(m, kv, &b, logits, &err) < 0) {
                 goto done;
+            }
             st.decode_steps++;
         }
-        struct sampler_result r;
-        struct session_delta d;
-        if (session_sample(sess, logits, &r, &err) < 0 || session_step(sess, &r, &d, &err) < 0)
+        if ((!picked && session_sample(sess, logits, &r, &err) < 0) ||
+            session_step(sess, &r, &d, &err) < 0)
             goto done;
         gen[i] = r.token;
-        margins[i] = top2_margin(logits, n_vocab);
+        margins[i] = picked ? NAN : top2_margin(logits, n_vocab);
         st.gen_n = i + 1;
         if (!put_text(&o, &text, &text_len, &text_cap, d.text, d.len)) {
             strata_error_set(&err, STRATA_E_NOMEM, "out of memory for the text");
@@ -649,10 +667,11 @@ int cli_run_main(int argc, char **argv) {
         fprintf(stderr,
                 "strata run: load %.0f ms; prompt %d tokens in %.1f ms (%.2f tok/s); "
                 "generation %d tokens, %d decode steps in %.1f ms (%.2f tok/s); %d threads; "
-                "kernels %s, weights %s; peak RSS %.1f MiB\n",
+                "kernels %s, weights %s; peak RSS %.1f MiB%s\n",
                 st.load_ms, st.prompt_n, st.prompt_ms, per_s(st.prompt_n, st.prompt_ms), st.gen_n,
                 st.decode_steps, st.gen_ms, per_s(st.decode_steps, st.gen_ms), o.n_threads,
-                kernels_isa_name(kernels_isa_active()), st.layout, peak_rss_mb());
+                kernels_isa_name(kernels_isa_active()), st.layout, peak_rss_mb(),
+                on_dev ? "; decode picks on the GPU" : "");
     }
     print_xstore(m, stderr);      /* stdout keeps the one JSON object of --json */
     struct cpu_moe_numa_stats ds; /* --numa split on a MoE: how its experts were divided */

@@ -163,6 +163,16 @@ async function main() {
     (jg.ids?.length ?? 0) === 24, `gpu ${JSON.stringify(jg.ids)} cpu ${JSON.stringify(jc.ids)}`);
 
   check("GPU daemon exits 0 on SIGTERM", (await stop(gpu)) === 0, gpu.log().slice(-2000));
+  // strata run (text mode) picks decode tokens on the device: the CPU's text
+  // for greedy and for a seeded top-k / top-p draw
+  for (const smp of [["--temp", "0"], ["--temp", "0.8", "--top-k", "40", "--top-p", "0.95", "--seed", "7"]]) {
+    const rt = (gpuArg) => spawnSync(strata, ["run", "-m", modelPath, "-p", "Once upon a time",
+      "-n", "32", "-t", "1", ...smp, "--gpu", gpuArg], { encoding: "utf8" });
+    const [a, c] = [rt("0"), rt("off")];
+    check(`strata run ${smp.join(" ")}: device picks = CPU text`, a.status === 0 &&
+      /decode picks on the GPU/.test(a.stderr) && !/decode picks on the GPU/.test(c.stderr) &&
+      a.stdout.length > 10 && a.stdout === c.stdout, `${JSON.stringify(a.stdout)} ${JSON.stringify(c.stdout)} ${a.stderr.slice(-300)}`);
+  }
 
   // split offload: --gpu-layers 2 of stories260K's 5 (the rest, the output
   // head and the logits on the CPU), the same text as the CPU daemon
