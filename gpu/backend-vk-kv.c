@@ -142,8 +142,15 @@ int bvk_kv_view(struct bvk_ctx *c, struct kv_cache *kv, struct vkops_kv *out,
     for (int p = 0; p < out->n_piece; p++) /* a piece no block uses yet: any buffer binds */
         out->pool[p] = (struct vk_bind){s->piece[p] ? s->piece[p] : any, 0, 0};
     out->blocks_per_piece = s->blocks_per_piece;
-    out->block_bytes = kv_block_bytes(kp);
-    out->n_layer = kp->n_layer;
+    /* a split's part holds the first layers only (backend-split.h): as many
+     * as its blocks have room for, in the same layout */
+    const uint64_t per_layer = (uint64_t)kp->n_block * (kp->n_embd_k + kp->n_embd_v) * 2;
+    if (s->block_bytes % per_layer || s->block_bytes > kv_block_bytes(kp))
+        return strata_error_set(err, STRATA_E_INVALID,
+                                "backend vulkan: KV blocks of %llu bytes for %llu a layer",
+                                (unsigned long long)s->block_bytes, (unsigned long long)per_layer);
+    out->block_bytes = s->block_bytes;
+    out->n_layer = (int)(s->block_bytes / per_layer);
     out->n_block = kp->n_block;
     out->n_part = kp->n_head_kv;
     out->n_embd_k = kp->n_embd_k;

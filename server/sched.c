@@ -303,7 +303,7 @@ static void sample_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
 static bool device_rule(struct sched *s, int n_rows, int n_hid, struct model_sample *out) {
     if (n_rows < 1 || n_hid > 0 || !model_can_sample(s->model))
         return false;
-    struct sampler_rule r0, r;
+    struct sampler_rule r0 = {0}, r;
     for (int i = 0; i < n_rows; i++) {
         if (!session_device_rule(s->row_job[i]->sess, SCHED_DEVICE_TOP_K_MAX, &r))
             return false;

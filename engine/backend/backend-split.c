@@ -2,6 +2,7 @@
  * (backend-split.h). */
 #include "engine/backend/backend-split.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,9 +41,26 @@ struct split_ctx {
     int n_scratch, cap_scratch;
 };
 
+/* The lo part (the GPU) holds only layers [0, n_lo) of each block: the same
+ * layout (k of every layer, then v) for n_lo layers, which is what a
+ * backend's own store of an n_lo-layer cache holds, so its kernels index it
+ * as one (bvk_kv_view takes the layer count from the block size). The hi
+ * part holds whole blocks (the host's kv_k_head addresses them). */
 struct split_kv {
     struct kv_store *part[2]; /* owned */
+    int n_lo, n_layer;
+    bool shaped;             /* p set (kv_store_ops.shape) */
+    struct kv_params p;      /* the cache's shape */
+    size_t k_layer, v_layer; /* bytes of one layer's k (v) in a block */
 };
+
+static void skv_shape(void *ctx, const struct kv_params *p) {
+    struct split_kv *k = ctx;
+    k->p = *p;
+    k->k_layer = (size_t)p->n_block * (size_t)p->n_embd_k * 2;
+    k->v_layer = (size_t)p->n_block * (size_t)p->n_embd_v * 2;
+    k->shaped = p->n_layer == k->n_layer;
+}
 
 static const struct backend_ops split_ops;
 
@@ -263,7 +281,9 @@ static struct backend_tensor *sp_tensor_alloc(void *ctx, enum backend_dtype dtyp
 static int skv_block_alloc(void *ctx, int block, size_t bytes) {
     struct split_kv *k = ctx;
     for (int s = 0; s < 2; s++) {
-        const int rc = k->part[s]->ops->block_alloc(k->part[s]->ctx, block, bytes);
+        const size_t b =
+            s == SIDE_LO && k->shaped ? (size_t)k->n_lo * (k->k_layer + k->v_layer) : bytes;
+        const int rc = k->part[s]->ops->block_alloc(k->part[s]->ctx, block, b);
         if (rc)
             return rc;
     }
@@ -276,9 +296,25 @@ static uint16_t *skv_block_host(void *ctx, int block) {
     return h->ops->block_host ? h->ops->block_host(h->ctx, block) : NULL;
 }
 
-static void skv_block_copy(void *ctx, int dst, int src, size_t off, size_t n_bytes) {
+/* A whole block's byte offset in the lo part (n_lo layers), or SIZE_MAX for
+ * rows of a layer the lo part does not hold. kv.c copies one (layer, head)
+ * run at a time, so a run never spans layers. */
+static size_t skv_lo_off(const struct split_kv *k, size_t off) {
+    if (!k->shaped)
+        return off;
+    const size_t k_all = (size_t)k->n_layer * k->k_layer;
+    if (off < k_all)
+        return off / k->k_layer < (size_t)k->n_lo ? off : SIZE_MAX;
+    const size_t v = off - k_all;
+    return v / k->v_layer < (size_t)k->n_lo ? (size_t)k->n_lo * k->k_layer + v : SIZE_MAX;
+}
+
+static void skv_block_copy(void *ctx, int dst, int src, size_t off0, size_t n_bytes) {
     struct split_kv *k = ctx;
     for (int s = 0; s < 2; s++) {
+        const size_t off = s == SIDE_LO ? skv_lo_off(k, off0) : off0;
+        if (off == SIZE_MAX)
+            continue;
         const struct kv_store *p = k->part[s];
         if (p->ops->block_copy) {
             p->ops->block_copy(p->ctx, dst, src, off, n_bytes);
@@ -315,6 +351,7 @@ static const struct kv_store_ops skv_ops = {
     .block_host = skv_block_host,
     .block_copy = skv_block_copy,
     .part = skv_part,
+    .shape = skv_shape,
     .free = skv_free,
 };
 
@@ -335,6 +372,8 @@ static struct kv_store *sp_kv_store_init(void *ctx, struct strata_error *err) {
                              k->part[s]->ops->name);
             goto fail;
         }
+    k->n_lo = c->n_lo;
+    k->n_layer = c->n_layer;
     *st = (struct kv_store){&skv_ops, k};
     return st;
 fail:

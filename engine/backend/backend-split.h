@@ -28,11 +28,12 @@
  * once, at layer n_lo; the host's tensor_write goes to both sides.
  *
  * KV cache: kv_store_init makes a store whose every block lives on both
- * sides (the lo part holds layers [0, n_lo) rows, the hi part the others);
- * each side finds its own part through kv_store_find, and block_host gives
- * hi's host blocks. So one kv_cache, one block table and the prefix cache
- * serve both sides; the cost is that each side's blocks are whole-model
- * sized (the layers it does not compute stay unused): 2x the KV memory.
+ * sides: the lo part's blocks hold only layers [0, n_lo) (laid out as an
+ * n_lo-layer cache's), the hi part's whole blocks (block_host gives them to
+ * the host's kv_k_head; its rows of layers < n_lo stay unused: host memory,
+ * not device memory). Each side finds its own part through kv_store_find,
+ * so one kv_cache, one block table and the prefix cache serve both sides;
+ * copy-on-write copies each side's runs.
  *
  * weight_host is NULL (the routed experts of MoE layers are served as bound
  * weights, the device tier of engine/experts, on either side); caps are what

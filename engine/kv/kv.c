@@ -181,6 +181,8 @@ struct kv_cache *kv_init_store(const struct kv_params *params, struct kv_store *
     }
     kv->store = store;
     kv->p = p;
+    if (store->ops->shape)
+        store->ops->shape(store->ctx, &p);
     while ((1 << kv->shift) < p.n_block)
         kv->shift++;
     kv->max_tab = (int)max_tab;

@@ -87,6 +87,10 @@ struct kv_store_ops {
      * its backends): the part whose ops are `ops`, or NULL. Optional: NULL =
      * a plain store. */
     const struct kv_store *(*part)(void *ctx, const struct kv_store_ops *ops);
+    /* The cache's resolved shape (n_block, n_head_kv set), once from
+     * kv_init_store before any block: the split backend's store sizes its
+     * parts by it. Optional: NULL = not needed. */
+    void (*shape)(void *ctx, const struct kv_params *p);
 };
 
 struct kv_store {
