@@ -89,6 +89,11 @@ int64_t sched_gpu_kv_cap(const struct sched *s) {
     const int64_t pieces = (int64_t)(VKOPS_KV_PIECES * range);
     if (cap > pieces)
         cap = pieces;
+    /* a split keeps n_layer_gpu of the model's layers a block on the GPU
+     * (backend-split.h): the cap counts whole blocks */
+    const int n_layer = s->model ? model_hparams(s->model)->n_layer : 0;
+    if (s->gpu->n_layer_gpu > 0 && s->gpu->n_layer_gpu < n_layer)
+        cap = (int64_t)((double)cap * n_layer / s->gpu->n_layer_gpu);
     return cap > 0 ? cap : 1;
 }
 

@@ -309,8 +309,9 @@ void sched_gpu_load_failed(struct sched *s, const struct strata_error *why);
 struct backend_cpu_params;
 void sched_gpu_split(struct sched *s, const struct sched_params *p,
                      const struct backend_cpu_params *cp);
-/* The KV pool's cap in bytes on the GPU (device memory left after the
- * weights, the store's bindings); 0 when on the CPU. */
+/* The KV pool's cap in bytes of whole blocks on the GPU (device memory left
+ * after the weights, the store's bindings; a split's GPU part holds
+ * n_layer_gpu / n_layer of each block); 0 when on the CPU. */
 int64_t sched_gpu_kv_cap(const struct sched *s);
 /* The GPU's part of the stats (st->gpu). */
 void sched_gpu_stats(const struct sched *s, struct gen_stats *st);
