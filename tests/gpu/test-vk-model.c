@@ -136,6 +136,34 @@ static void golden_split(const char *model_rel, const char *golden_rel, uint64_t
         ck_assert_msg(tok == want[i], "%s on the GPU: step %d: got %d want %d", model_rel, i, tok,
                       want[i]);
     }
+    if (n_lo > 0) { /* the hidden-state rows (embeddings) of a split: the CPU's */
+        struct model_params mp = model_params_default();
+        mp.n_ctx_max = 256;
+        struct model *mc = test_model_load(path, &mp, &err);
+        ck_assert_msg(mc != NULL, "%s", err.message);
+        struct kv_cache *kc = model_kv_init(mc, 1, 0, &err), *kg = model_kv_init(m, 1, 0, &err);
+        ck_assert(kc && kg);
+        const int E = model_hparams(m)->n_embd;
+        struct model_batch_entry e[4];
+        for (int i = 0; i < 4; i++)
+            e[i] = (struct model_batch_entry){0, i, (int32_t)(7 + 31 * i), i == 3};
+        struct model_batch b = {e, 4};
+        const int32_t rows[2] = {1, 3};
+        float *hc = malloc(2 * (size_t)E * sizeof(float)), *hg = malloc(2 * (size_t)E * 4);
+        ck_assert_int_eq(model_forward_hidden(mc, kc, &b, logits, rows, 2, hc, &err), 0);
+        ck_assert_int_eq(model_forward_hidden(m, kg, &b, logits, rows, 2, hg, &err), 0);
+        float scale = 0, diff = 0;
+        for (int i = 0; i < 2 * E; i++) {
+            scale = fabsf(hc[i]) > scale ? fabsf(hc[i]) : scale;
+            diff = fabsf(hc[i] - hg[i]) > diff ? fabsf(hc[i] - hg[i]) : diff;
+        }
+        ck_assert_msg(scale > 0 && diff <= LOGIT_TOL_F32 * scale, "hidden rows differ by %g of %g",
+                      (double)diff, (double)scale);
+        free(hc), free(hg);
+        kv_free(kc);
+        kv_free(kg);
+        test_model_free(mc);
+    }
     free(logits);
     kv_free(kv);
     model_free(m);
