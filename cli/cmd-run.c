@@ -101,7 +101,7 @@ static void usage(FILE *out) {
             "[--json]\n"
             "         [--no-prefault]   (do not map the weight pages at load)\n"
             "         [--numa auto|off|node:N|split]\n"
-            "         [--gpu auto|off|N] [--gpu-layers all|N]   (Vulkan; auto: a GPU that fits)\n"
+            "         [--gpu auto|off|N] [--gpu-layers all|auto|N] (Vulkan; N: first N layers)\n"
             "         [--no-repack]     (read the weights from the file's pages, unpacked)\n"
             "         [--isa NAME]      (auto|avx512-vnni|avx512|avx2-vnni|avx2|ref: the CPU "
             "kernels)\n");
@@ -397,6 +397,7 @@ int cli_run_main(int argc, char **argv) {
     char numa_mode[64] = "auto";
     char gpu_mode[32] = "auto", gpu_layers[32] = "all", gpu_pcache[4096] = "";
     bool gpu_profile = false;
+    uint64_t gpu_mem_budget = 0; /* --gpu-mem-budget, bytes */
     struct gpu_choice gch = {0};
     int64_t mem_budget = 0; /* model_params.mem_budget, from sysinfo as in serve */
     struct xstore_plan xs = {0};
@@ -415,6 +416,7 @@ int cli_run_main(int argc, char **argv) {
         snprintf(gpu_layers, sizeof gpu_layers, "%s",
                  o.gpu_layers ? o.gpu_layers : config_str(cfg, CONFIG_GPU_LAYERS));
         gpu_profile = config_bool(cfg, CONFIG_GPU_PROFILE);
+        gpu_mem_budget = (uint64_t)config_int(cfg, CONFIG_GPU_MEM_BUDGET);
         snprintf(gpu_pcache, sizeof gpu_pcache, "%s", config_str(cfg, CONFIG_GPU_PIPELINE_CACHE));
         /* the ISA before the model: the weight layout follows it (kernels.h) */
         const char *isa_name = o.isa ? o.isa : config_str(cfg, CONFIG_ISA);
@@ -483,6 +485,7 @@ int cli_run_main(int argc, char **argv) {
                                     .gpu_layers = gpu_layers,
                                     .profile = gpu_profile,
                                     .pipeline_cache = gpu_pcache,
+                                    .mem_budget = gpu_mem_budget,
                                     .model_bytes = probed ? gpr.n_bytes : 0,
                                     .n_layer = probed ? gpr.hp.n_layer : 0,
                                     .n_head = probed ? gpr.hp.n_head : 0,
@@ -503,6 +506,22 @@ int cli_run_main(int argc, char **argv) {
     }
     struct backend_cpu_params cp = backend_cpu_params_default();
     cp.pool = pool;
+    if (gch.be && gch.n_layer_gpu > 0) { /* --gpu-layers N: the rest on the CPU (a split) */
+        struct model_probe gpr = {0};
+        const int n_layer = model_probe(o.model, &gpr, NULL) == 0 ? gpr.hp.n_layer : 0;
+        if (gch.n_layer_gpu < n_layer) {
+            struct backend *cpu = backend_cpu_init(&cp, &err);
+            if (!cpu || gpu_choice_split(&gch, n_layer, cpu, &err)) {
+                fprintf(stderr, "strata run: gpu: the split failed (%s): the CPU\n", err.message);
+                snprintf(gch.rule, sizeof gch.rule, "the split failed: the CPU");
+                if (!cpu)
+                    backend_free(gch.be);
+                gch.be = NULL;
+                strata_error_clear(&err);
+            }
+            be = gch.be;
+        }
+    }
     if (!be && !(be = backend_cpu_init(&cp, &err)))
         goto done;
     struct model_params mp = model_params_default();
@@ -594,20 +613,38 @@ int cli_run_main(int argc, char **argv) {
     st.prompt_n = (int)ids.n;
     t0 = now_ms();
     const double c0 = cpu_ms();
+    /* decode steps pick on the device when the backend samples and the
+     * request needs only the logits (session_device_rule); --json keeps the
+     * host path, whose output has each pick's top-2 margin from the logits */
+    struct sampler_rule drule;
+    const bool on_dev =
+        !o.json && model_can_sample(m) && session_device_rule(sess, 256, &drule) == 1;
     for (int i = 0; i < o.n_gen; i++) {
+        struct sampler_result r;
+        struct session_delta d;
+        bool picked = false;
         if (i > 0) { /* decode the previous pick */
             struct model_batch_entry e = {0, (int32_t)ids.n + i - 1, gen[i - 1], true};
             struct model_batch b = {&e, 1};
-            if (model_forward(m, kv, &b, logits, &err) < 0)
+            if (on_dev) {
+                const struct model_sample ms = {drule.top_k, drule.top_p, drule.min_p,
+                                                drule.temperature};
+                const float u = drule.temperature > 0 ? session_next_uniform(sess) : 0.0f;
+                int32_t id;
+                if (model_forward_sample(m, kv, &b, &ms, &u, &id, &err) < 0)
+                    goto done;
+                r = (struct sampler_result){.token = id, .logprob = NAN};
+                picked = true;
+            } else if (model_forward(m, kv, &b, logits, &err) < 0) {
                 goto done;
+            }
             st.decode_steps++;
         }
-        struct sampler_result r;
-        struct session_delta d;
-        if (session_sample(sess, logits, &r, &err) < 0 || session_step(sess, &r, &d, &err) < 0)
+        if ((!picked && session_sample(sess, logits, &r, &err) < 0) ||
+            session_step(sess, &r, &d, &err) < 0)
             goto done;
         gen[i] = r.token;
-        margins[i] = top2_margin(logits, n_vocab);
+        margins[i] = picked ? NAN : top2_margin(logits, n_vocab);
         st.gen_n = i + 1;
         if (!put_text(&o, &text, &text_len, &text_cap, d.text, d.len)) {
             strata_error_set(&err, STRATA_E_NOMEM, "out of memory for the text");
@@ -634,10 +671,11 @@ int cli_run_main(int argc, char **argv) {
         fprintf(stderr,
                 "strata run: load %.0f ms; prompt %d tokens in %.1f ms (%.2f tok/s); "
                 "generation %d tokens, %d decode steps in %.1f ms (%.2f tok/s); %d threads; "
-                "kernels %s, weights %s; peak RSS %.1f MiB\n",
+                "kernels %s, weights %s; peak RSS %.1f MiB%s\n",
                 st.load_ms, st.prompt_n, st.prompt_ms, per_s(st.prompt_n, st.prompt_ms), st.gen_n,
                 st.decode_steps, st.gen_ms, per_s(st.decode_steps, st.gen_ms), o.n_threads,
-                kernels_isa_name(kernels_isa_active()), st.layout, peak_rss_mb());
+                kernels_isa_name(kernels_isa_active()), st.layout, peak_rss_mb(),
+                on_dev ? "; decode picks on the GPU" : "");
     }
     print_xstore(m, stderr);      /* stdout keeps the one JSON object of --json */
     struct cpu_moe_numa_stats ds; /* --numa split on a MoE: how its experts were divided */

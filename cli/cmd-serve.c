@@ -45,6 +45,7 @@ static struct sched_params params_of(const struct config *cfg) {
     sp.gpu_layers = config_str(cfg, CONFIG_GPU_LAYERS);
     sp.gpu_profile = config_bool(cfg, CONFIG_GPU_PROFILE);
     sp.gpu_pipeline_cache = config_str(cfg, CONFIG_GPU_PIPELINE_CACHE);
+    sp.gpu_mem_budget = config_int(cfg, CONFIG_GPU_MEM_BUDGET);
     /* without --kv-mem the KV pool takes at most half the memory budget */
     struct sysinfo_params sip = sysinfo_params_default();
     sip.root = config_str(cfg, CONFIG_SYS_ROOT);

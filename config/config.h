@@ -134,7 +134,13 @@ enum config_type {
       "Vulkan device: auto (a GPU that holds the weights; never a CPU implementation), off, "      \
       "or a device index")                                                                         \
     X(GPU_LAYERS, "gpu-layers", "STRATA_GPU_LAYERS", "--gpu-layers", CONFIG_TYPE_STRING, 0, 0,     \
-      "all", "layers on the GPU: all, or a count (below the model's: the CPU, no split yet)")      \
+      "all",                                                                                       \
+      "layers on the GPU: all, auto (all when they fit, else those that do), or a count N (the "   \
+      "first N; the rest on the CPU)")                                                             \
+    X(GPU_MEM_BUDGET, "gpu-mem-budget", "STRATA_GPU_MEM_BUDGET", "--gpu-mem-budget",               \
+      CONFIG_TYPE_INT, 0, 1LL << 50, "0",                                                          \
+      "device memory the GPU backend may hold in bytes (0 = the device's); past it the load "      \
+      "fails as out of device memory does: a log line and the CPU")                                \
     X(GPU_PROFILE, "gpu-profile", "STRATA_GPU_PROFILE", "--gpu-profile", CONFIG_TYPE_BOOL, 0, 1,   \
       "false", "time every GPU dispatch; the table per kernel is printed at exit")                 \
     X(GPU_PIPELINE_CACHE, "gpu-pipeline-cache", "STRATA_GPU_PIPELINE_CACHE",                       \

@@ -122,11 +122,12 @@ struct kv_store *bvk_kv_store_init(void *ctx, struct strata_error *err) {
 
 int bvk_kv_view(struct bvk_ctx *c, struct kv_cache *kv, struct vkops_kv *out,
                 struct strata_error *err) {
-    const struct kv_store *st = kv_get_store(kv);
-    if (!st || st->ops != &bvk_kv_ops || ((struct bvk_kv *)st->ctx)->c != c)
+    /* this device's store, or its part of a split backend's (backend-split.h) */
+    const struct kv_store *all = kv_get_store(kv), *st = kv_store_find(all, &bvk_kv_ops);
+    if (!st || ((struct bvk_kv *)st->ctx)->c != c)
         return strata_error_set(err, STRATA_E_INVALID,
                                 "backend vulkan: the KV cache's store (%s) is not this device's",
-                                st ? st->ops->name : "none");
+                                all ? all->ops->name : "none");
     const struct bvk_kv *s = st->ctx;
     const struct kv_params *kp = kv_get_params(kv);
     memset(out, 0, sizeof *out);
@@ -141,8 +142,15 @@ int bvk_kv_view(struct bvk_ctx *c, struct kv_cache *kv, struct vkops_kv *out,
     for (int p = 0; p < out->n_piece; p++) /* a piece no block uses yet: any buffer binds */
         out->pool[p] = (struct vk_bind){s->piece[p] ? s->piece[p] : any, 0, 0};
     out->blocks_per_piece = s->blocks_per_piece;
-    out->block_bytes = kv_block_bytes(kp);
-    out->n_layer = kp->n_layer;
+    /* a split's part holds the first layers only (backend-split.h): as many
+     * as its blocks have room for, in the same layout */
+    const uint64_t per_layer = (uint64_t)kp->n_block * (kp->n_embd_k + kp->n_embd_v) * 2;
+    if (s->block_bytes % per_layer || s->block_bytes > kv_block_bytes(kp))
+        return strata_error_set(err, STRATA_E_INVALID,
+                                "backend vulkan: KV blocks of %llu bytes for %llu a layer",
+                                (unsigned long long)s->block_bytes, (unsigned long long)per_layer);
+    out->block_bytes = s->block_bytes;
+    out->n_layer = (int)(s->block_bytes / per_layer);
     out->n_block = kp->n_block;
     out->n_part = kp->n_head_kv;
     out->n_embd_k = kp->n_embd_k;

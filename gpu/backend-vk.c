@@ -661,6 +661,32 @@ static void bvk_moe_ffn(void *ctx, const struct backend_moe *m) {
                 1);
 }
 
+/* Sampling on the device (vkops_argmax, vkops_sample): a decode step hands
+ * back token ids, not rows of n_vocab logits (bench/README.md, "Vulkan
+ * split offload and device sampling"). */
+static int bvk_sample(void *ctx, const struct backend_tensor *logits, int n_rows, int64_t n_vocab,
+                      const struct backend_sample *p, const struct backend_tensor *u,
+                      struct backend_tensor *ids) {
+    struct bvk_ctx *c = ctx;
+    const bool greedy = p->temperature <= 0.0f;
+    if (!greedy && (p->top_k < 1 || p->top_k > VKOPS_SAMPLE_K_MAX))
+        return STRATA_E_UNSUPPORTED; /* top_k 0 sorts the whole vocabulary: the host's */
+    fits(logits, n_rows, n_vocab);
+    fits(ids, n_rows, 1);
+    if (!greedy)
+        fits(u, n_rows, 1);
+    if (bvk_rec(c)) {
+        if (greedy) {
+            vkops_argmax(c->ops, bvk_bind(logits), n_rows, n_vocab, bvk_bind(ids));
+        } else {
+            const struct vkops_sample vp = {p->top_k, p->top_p, p->min_p, p->temperature};
+            vkops_sample(c->ops, bvk_bind(logits), n_rows, n_vocab, &vp, bvk_bind(u),
+                         bvk_bind(ids));
+        }
+    }
+    return 0;
+}
+
 static void bvk_add_gated(void *ctx, struct backend_tensor *out, const struct backend_tensor *s,
                           const struct backend_tensor *gate, int64_t n_rows, int64_t n_cols) {
     struct bvk_ctx *c = ctx;
@@ -728,6 +754,7 @@ static const struct backend_ops bvk_ops = {
     .moe_route = bvk_moe_route,
     .moe_ffn = bvk_moe_ffn,
     .add_gated = bvk_add_gated,
+    .sample = bvk_sample,
     .free = bvk_free,
 };
 
@@ -755,6 +782,7 @@ struct backend *backend_vk_init(const struct backend_vk_params *p, struct strata
                                       sizeof(struct bvk_moe_sum_push), NULL, 0, err)))
         goto fail;
     vk_prof_enable(c->dev, c->params.profile);
+    vk_dev_set_budget(c->dev, c->params.mem_budget);
     be->ops = &bvk_ops;
     be->ctx = c;
     return be;

@@ -67,6 +67,9 @@ struct backend_vk_params {
     /* Tests: caps on one weight piece and one KV piece in bytes (0: the
      * device's binding limit), so small models cross binding boundaries. */
     uint64_t piece_bytes, kv_piece_bytes;
+    /* Device memory the backend may hold in bytes (vk_dev_set_budget); 0:
+     * the device's. */
+    uint64_t mem_budget;
 };
 
 struct backend_vk_params backend_vk_params_default(void);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/backend/backend-split.h"
 #include "gpu/backend-vk.h"
 #include "gpu/vk-mm.h"
 #include "gpu/vk-ops.h"
@@ -58,24 +59,18 @@ int gpu_choose(const struct gpu_choice_in *in, struct gpu_choice *out, struct st
     if (!is_auto && !is_off && index < 0)
         return strata_error_set(err, STRATA_E_CONFIG,
                                 "--gpu %s: expected auto, off or a device index", g);
-    const bool all = strcmp(gl, "all") == 0;
-    const int n_gl = all ? -1 : parse_count(gl);
+    const bool gl_auto = strcmp(gl, "auto") == 0;
+    const bool all = gl_auto || strcmp(gl, "all") == 0; /* auto: all when it fits (below) */
+    int n_gl = all ? -1 : parse_count(gl);
     if (!all && n_gl < 0)
-        return strata_error_set(err, STRATA_E_CONFIG, "--gpu-layers %s: expected all or a count",
-                                gl);
+        return strata_error_set(err, STRATA_E_CONFIG,
+                                "--gpu-layers %s: expected all, auto or a count", gl);
     if (is_off) {
         snprintf(out->rule, sizeof out->rule, "off (--gpu off): the CPU");
         return 0;
     }
     if (n_gl == 0) {
         snprintf(out->rule, sizeof out->rule, "off (--gpu-layers 0): the CPU");
-        return 0;
-    }
-    if (!all && n_gl < in->n_layer) {
-        snprintf(out->rule, sizeof out->rule,
-                 "--gpu-layers %d of %d: layers split between the GPU and the CPU are not "
-                 "supported yet; the whole model runs on the CPU",
-                 n_gl, in->n_layer);
         return 0;
     }
     if (in->n_head > 0 &&
@@ -115,7 +110,21 @@ int gpu_choose(const struct gpu_choice_in *in, struct gpu_choice *out, struct st
                  info.name, info.index);
         return 0;
     }
-    if (is_auto && (double)in->model_bytes > GPU_FIT_SHARE * (double)info.vram_bytes) {
+    /* --gpu-layers auto: the layers that fit (gpu_auto_layers) when the
+     * whole model does not */
+    const uint64_t cap =
+        in->mem_budget && in->mem_budget < info.vram_bytes ? in->mem_budget : info.vram_bytes;
+    if (gl_auto && in->n_layer > 0 && (double)in->model_bytes > GPU_FIT_SHARE * (double)cap) {
+        n_gl = gpu_auto_layers(in->model_bytes, in->n_layer, cap);
+        if (n_gl == 0) {
+            snprintf(out->rule, sizeof out->rule,
+                     "--gpu-layers auto: not one layer of %.2f GiB fits %.80s (%.2f GiB): the CPU",
+                     (double)in->model_bytes / in->n_layer / (1 << 30), info.name,
+                     (double)cap / (1 << 30));
+            return 0;
+        }
+    }
+    if (is_auto && n_gl < 0 && (double)in->model_bytes > GPU_FIT_SHARE * (double)info.vram_bytes) {
         snprintf(out->rule, sizeof out->rule,
                  "auto: the weights (%.2f GiB) do not fit %.80s (%.2f GiB): the CPU",
                  (double)in->model_bytes / (1 << 30), info.name,
@@ -126,16 +135,58 @@ int gpu_choose(const struct gpu_choice_in *in, struct gpu_choice *out, struct st
     vp.device = info.index;
     vp.profile = in->profile;
     vp.pipeline_cache = in->pipeline_cache;
+    vp.mem_budget = in->mem_budget;
     if (!(out->be = backend_vk_init(&vp, &e))) {
         snprintf(out->rule, sizeof out->rule, "%.200s: the CPU", e.message);
         return 0;
     }
-    out->n_layer_gpu = in->n_layer;
+    const bool split = n_gl >= 0 && n_gl < in->n_layer;
+    out->n_layer_gpu = split ? n_gl : in->n_layer;
     out->has_pci = info.has_pci;
     out->pci_domain = info.pci_domain;
     out->pci_bus = info.pci_bus;
     out->pci_device = info.pci_device;
     out->pci_function = info.pci_function;
-    snprintf(out->rule, sizeof out->rule, "%.340s; all %d layers on the GPU", line, in->n_layer);
+    if (split)
+        snprintf(out->rule, sizeof out->rule,
+                 "%.300s; layers 0-%d of %d on the GPU, the rest on the CPU", line, n_gl - 1,
+                 in->n_layer);
+    else
+        snprintf(out->rule, sizeof out->rule, "%.340s; all %d layers on the GPU", line,
+                 in->n_layer);
     return 0;
+}
+
+int gpu_auto_layers(uint64_t model_bytes, int n_layer, uint64_t device_bytes) {
+    if (n_layer < 1)
+        return 0;
+    /* a layer's share of the file (the embedding and output spread over the
+     * layers: an over-estimate of a layer, the margin), one layer's worth
+     * kept free for the KV cache and the activations */
+    const double per_layer = (double)model_bytes / n_layer;
+    const double fit = GPU_FIT_SHARE * (double)device_bytes / (per_layer > 0 ? per_layer : 1) - 1;
+    const int n = fit < 0 ? 0 : fit > n_layer ? n_layer : (int)fit;
+    return n;
+}
+
+int gpu_choice_split(struct gpu_choice *ch, int n_layer, struct backend *cpu,
+                     struct strata_error *err) {
+    if (!ch->be || ch->n_layer_gpu >= n_layer) {
+        backend_free(cpu);
+        return 0;
+    }
+    struct backend *vk = ch->be;
+    ch->be = NULL;
+    if (!(ch->be = backend_split_init(vk, cpu, ch->n_layer_gpu, n_layer, err))) {
+        ch->n_layer_gpu = 0;
+        return err && err->code ? err->code : STRATA_E_NOMEM;
+    }
+    return 0;
+}
+
+struct backend *gpu_choice_vk(const struct gpu_choice *ch) {
+    if (!ch->be)
+        return NULL;
+    struct backend *lo = backend_split_lo(ch->be);
+    return lo ? lo : ch->be;
 }

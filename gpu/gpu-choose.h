@@ -19,10 +19,15 @@
  * missing, failing to open, or too small is a line in rule and the CPU,
  * never an error, and so is a model whose attention or routing shape the
  * kernels do not take (vkops_attn_supported, VKOPS_ROUTE_MAX, ...).
- * --gpu-layers N below the model's layer count is the CPU
- * too: the forward pass runs one backend for every layer (no split
- * offload yet), so a partial request keeps the whole model on the CPU
- * rather than overfilling the GPU.
+ * --gpu-layers N below the model's layer count opens the device the same
+ * way and sets n_layer_gpu = N; the caller then hands a CPU backend to
+ * gpu_choice_split, which makes be a split backend (backend-split.h):
+ * layers [0, N) and their KV rows on the GPU, the rest, the output head and
+ * the logits on the CPU.
+ *
+ * --gpu-layers auto: all when the weights fit (model bytes <= GPU_FIT_SHARE
+ * of the device's memory, or of --gpu-mem-budget when smaller), else the
+ * count gpu_auto_layers gives (0: the CPU), split as above.
  *
  * Threading: call from one thread (it opens a device).
  */
@@ -40,9 +45,10 @@
 
 struct gpu_choice_in {
     const char *gpu;            /* "auto" (NULL), "off", or a device index */
-    const char *gpu_layers;     /* "all" (NULL) or a count */
+    const char *gpu_layers;     /* "all" (NULL), "auto" or a count */
     bool profile;               /* STRATA_GPU_PROFILE: time each dispatch */
     const char *pipeline_cache; /* --gpu-pipeline-cache file; NULL or "": none */
+    uint64_t mem_budget;        /* --gpu-mem-budget: device memory the backend may hold; 0: all */
     uint64_t model_bytes;       /* the weights' bytes (model_probe n_bytes) */
     int n_layer;                /* the model's layers */
     /* the shapes the kernels have limits for (gpu/vk-ops.h); 0: unchecked */
@@ -51,7 +57,7 @@ struct gpu_choice_in {
 
 struct gpu_choice {
     struct backend *be; /* owned by the caller (backend_free); NULL: the CPU */
-    int n_layer_gpu;    /* layers on the GPU (0 or n_layer) */
+    int n_layer_gpu;    /* layers on the GPU (0, a --gpu-layers count, or n_layer) */
     char rule[384];     /* why: the device line, or why the CPU */
     /* the chosen device's PCI address (VK_EXT_pci_bus_info), when be is set
      * and the driver gives it: the NUMA node --numa auto binds to
@@ -63,6 +69,19 @@ struct gpu_choice {
 /* Decides and opens. 0, or STRATA_E_CONFIG for a value that is not one of
  * the forms above (nothing opened). */
 int gpu_choose(const struct gpu_choice_in *in, struct gpu_choice *out, struct strata_error *err);
+/* The layers of a model of model_bytes and n_layer layers that fit
+ * device_bytes, keeping one layer's worth for the KV cache and
+ * activations: floor(GPU_FIT_SHARE * device_bytes / (model_bytes /
+ * n_layer)) - 1, clamped to [0, n_layer]. */
+int gpu_auto_layers(uint64_t model_bytes, int n_layer, uint64_t device_bytes);
+/* When ch->be is set and ch->n_layer_gpu < n_layer: makes ch->be a split
+ * backend over it (the GPU) and cpu (steals cpu either way; freed when not
+ * needed). 0, or an error with ch->be freed and NULL (the CPU again). */
+int gpu_choice_split(struct gpu_choice *ch, int n_layer, struct backend *cpu,
+                     struct strata_error *err);
+/* The Vulkan backend of ch->be (itself, or the GPU side of a split), for
+ * backend_vk_info and the device's figures; NULL when the CPU. Borrowed. */
+struct backend *gpu_choice_vk(const struct gpu_choice *ch);
 /* "NAME (DRIVER), 80.0 GiB, subgroup 32, fp16 int8 int-dot ..." */
 void gpu_info_line(const struct vk_dev_info *in, char *buf, size_t cap);
 /* The features as a space-separated list: "fp16 int8 int-dot int-dot-accel

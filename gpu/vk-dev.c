@@ -453,6 +453,10 @@ bool vk_dev_lost(const struct vk_dev *d) {
     return d->lost;
 }
 
+void vk_dev_set_budget(struct vk_dev *d, uint64_t bytes) {
+    d->budget = bytes;
+}
+
 uint64_t vk_dev_allocated(const struct vk_dev *d, int device_memory) {
     return device_memory ? d->alloc_dev : d->alloc_host;
 }

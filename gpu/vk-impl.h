@@ -61,6 +61,7 @@ struct vk_dev {
     VkDescriptorPool *dpools; /* (n_dpool) pools of VK_DESC_POOL_SETS sets */
     int n_dpool, dpool_used;  /* pools handed out in this recording */
     uint64_t alloc_dev, alloc_host;
+    uint64_t budget; /* device memory vk_buf_alloc may hold, bytes; 0: the device's */
     /* profile */
     bool prof_on;
     VkQueryPool qpool;

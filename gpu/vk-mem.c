@@ -25,6 +25,14 @@ struct vk_buf *vk_buf_alloc(struct vk_dev *d, uint64_t bytes, enum vk_mem mem,
                          (unsigned long long)bytes, (unsigned long long)d->info.max_buffer_bytes);
         return NULL;
     }
+    if (mem == VK_MEM_DEVICE && d->budget && d->alloc_dev + bytes > d->budget) {
+        strata_error_set(err, STRATA_E_NOMEM,
+                         "vulkan: out of device memory: %llu bytes more would pass the budget of "
+                         "%llu (--gpu-mem-budget; %llu held)",
+                         (unsigned long long)bytes, (unsigned long long)d->budget,
+                         (unsigned long long)d->alloc_dev);
+        return NULL;
+    }
     struct vk_buf *b = calloc(1, sizeof *b);
     if (!b) {
         strata_error_set(err, STRATA_E_NOMEM, "vulkan: out of memory");

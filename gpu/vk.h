@@ -126,6 +126,11 @@ void vk_dev_close(struct vk_dev *d);
 int vk_dev_pipeline_cache(struct vk_dev *d, const char *path, struct strata_error *err);
 /* 1 once the device was lost (every later call fails). */
 bool vk_dev_lost(const struct vk_dev *d);
+/* Caps the device memory vk_buf_alloc hands out at `bytes` (0: no cap
+ * beyond the device's own): an allocation past it fails as the device's
+ * out-of-memory does (STRATA_E_NOMEM), so tests on lavapipe reach that
+ * path and a shared GPU can be given a share (--gpu-mem-budget). */
+void vk_dev_set_budget(struct vk_dev *d, uint64_t bytes);
 /* Bytes allocated through vk_buf_alloc now, per kind (for /status, leaks). */
 uint64_t vk_dev_allocated(const struct vk_dev *d, int device_memory);
 

@@ -230,6 +230,7 @@ struct gen_stats {
         uint64_t vram_bytes, device_bytes; /* the heap; what the backend holds (weights, KV) */
         uint32_t subgroup_size;
         int index, n_layer_gpu, n_layer;
+        uint64_t steps_sampled; /* steps whose next tokens were picked on the device */
     } gpu;
 };
 

@@ -146,6 +146,9 @@ struct sched {
     struct session_base *sb; /* tokenizer and chat template (engine/session) */
     int n_vocab, n_ctx, n_batch;
     float *logits;                     /* (n_batch, n_vocab) f32 */
+    float *smp_u;                      /* (n_batch) device sampling: each row's uniform draw */
+    int32_t *smp_ids;                  /* (n_batch) device sampling: each row's pick */
+    uint64_t steps_dev_sampled;        /* steps whose picks came from the device */
     struct model_batch_entry *entries; /* (n_batch) */
     struct gen_job **row_job;          /* (n_batch) job of each logits row */
     struct prefix_cache *pc;           /* NULL when --prefix-cache is off */
@@ -302,8 +305,15 @@ int sched_gpu_choose(struct sched *s, const struct sched_params *p, struct strat
 /* The model did not load on the GPU: logs why, frees the backend (s->be
  * NULL), so the caller loads again on the CPU. */
 void sched_gpu_load_failed(struct sched *s, const struct strata_error *why);
-/* The KV pool's cap in bytes on the GPU (device memory left after the
- * weights, the store's bindings); 0 when on the CPU. */
+/* --gpu-layers N below the model's layers: s->be becomes a split backend
+ * over the GPU one and a CPU one made from cp (backend-split.h); a failure
+ * is a log line and the CPU (s->be NULL). */
+struct backend_cpu_params;
+void sched_gpu_split(struct sched *s, const struct sched_params *p,
+                     const struct backend_cpu_params *cp);
+/* The KV pool's cap in bytes of whole blocks on the GPU (device memory left
+ * after the weights, the store's bindings; a split's GPU part holds
+ * n_layer_gpu / n_layer of each block); 0 when on the CPU. */
 int64_t sched_gpu_kv_cap(const struct sched *s);
 /* The GPU's part of the stats (st->gpu). */
 void sched_gpu_stats(const struct sched *s, struct gen_stats *st);

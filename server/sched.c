@@ -290,6 +290,35 @@ static void sample_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
         job_sample(s->row_job[r], s->logits + (size_t)r * (size_t)s->n_vocab);
 }
 
+/* Device sampling (model_forward_sample, a GPU backend): when every output
+ * row's session takes the same rule the device does (session_device_rule:
+ * no grammar mask, logit bias, penalties or logprobs; greedy or top_k
+ * 1..VKOPS_SAMPLE_K_MAX) and no row wants its hidden state, the step hands
+ * back one id per row instead of n_vocab logits each; every other step (a
+ * JSON-schema request, logprobs, mixed rules in one batch) reads the logits
+ * back and samples on the host as before. The uniforms come from each
+ * session's own RNG stream, so a seed gives the same draws either way. */
+#define SCHED_DEVICE_TOP_K_MAX 256 /* gpu/vk-ops.h VKOPS_SAMPLE_K_MAX */
+
+static bool device_rule(struct sched *s, int n_rows, int n_hid, struct model_sample *out) {
+    if (n_rows < 1 || n_hid > 0 || !model_can_sample(s->model))
+        return false;
+    struct sampler_rule r0 = {0}, r;
+    for (int i = 0; i < n_rows; i++) {
+        if (!session_device_rule(s->row_job[i]->sess, SCHED_DEVICE_TOP_K_MAX, &r))
+            return false;
+        if (i == 0)
+            r0 = r;
+        else if (r.top_k != r0.top_k || r.top_p != r0.top_p || r.min_p != r0.min_p ||
+                 r.temperature != r0.temperature)
+            return false;
+    }
+    *out = (struct model_sample){r0.top_k, r0.top_p, r0.min_p, r0.temperature};
+    for (int i = 0; i < n_rows && r0.temperature > 0.0f; i++)
+        s->smp_u[i] = session_next_uniform(s->row_job[i]->sess);
+    return true;
+}
+
 /* Builds and runs one batch; then samples every output row. t0: when the
  * scheduler woke for this step (the time before the forward counts as
  * "other" in the step accounting). */
@@ -359,8 +388,11 @@ static void step(struct sched *s, double t0) {
     struct model_batch b = {s->entries, n};
     struct strata_error err = {0};
     const double t_fwd = strata_now();
-    int rc =
-        model_forward_hidden(s->model, s->kv, &b, s->logits, s->hid_rows, n_hid, s->hidden, &err);
+    struct model_sample rule;
+    const bool on_dev = device_rule(s, n_rows, n_hid, &rule);
+    int rc = on_dev ? model_forward_sample(s->model, s->kv, &b, &rule, s->smp_u, s->smp_ids, &err)
+                    : model_forward_hidden(s->model, s->kv, &b, s->logits, s->hid_rows, n_hid,
+                                           s->hidden, &err);
     const double t_out = strata_now();
     s->t_other += t_fwd - t0;
     s->t_forward += t_out - t_fwd;
@@ -410,7 +442,15 @@ static void step(struct sched *s, double t0) {
      * alternated pairs: sample 13.3/13.4 -> 7.2/7.3 ms a step, 68.2/68.7 ->
      * 73.1/72.2 tok/s. */
     const double t_smp = strata_now();
-    if (n_rows >= 2) {
+    if (on_dev) {
+        s->steps_dev_sampled++;
+        for (int r = 0; r < n_rows; r++) {
+            struct gen_job *j = s->row_job[r];
+            j->pick = (struct sampler_result){.token = s->smp_ids[r], .logprob = NAN};
+            j->pick_err.code = 0;
+            j->pick_rc = 0;
+        }
+    } else if (n_rows >= 2) {
         struct pool_task t = {.fn = sample_rows, .ctx = s, .n_rows = n_rows, .min_grain = 1};
         pool_run(s->pool, &t, 1);
     } else if (n_rows == 1) {
@@ -828,6 +868,7 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
         goto fail;
     struct backend_cpu_params cp = backend_cpu_params_default();
     cp.pool = s->pool;
+    sched_gpu_split(s, params, &cp);
     if (!s->be && !(s->be = backend_cpu_init(&cp, err)))
         goto fail;
     struct model_params mp = model_params_default();
@@ -909,14 +950,16 @@ struct sched *sched_init(const struct sched_params *params, struct strata_error 
     s->logits = malloc((size_t)s->n_batch * (size_t)s->n_vocab * sizeof(float));
     s->entries = malloc((size_t)s->n_batch * sizeof(*s->entries));
     s->row_job = malloc((size_t)s->n_batch * sizeof(*s->row_job));
+    s->smp_u = malloc((size_t)s->n_batch * sizeof(*s->smp_u));
+    s->smp_ids = malloc((size_t)s->n_batch * sizeof(*s->smp_ids));
     s->seq_used = calloc((size_t)s->p.parallel, sizeof(bool));
     s->n_embd = hp->n_embd;
     s->pooling = hp->pooling_type;
     s->hidden = malloc((size_t)s->n_batch * (size_t)s->n_embd * sizeof(float));
     s->hid_rows = malloc((size_t)s->n_batch * sizeof(*s->hid_rows));
     s->hid_job = malloc((size_t)s->n_batch * sizeof(*s->hid_job));
-    if (!s->logits || !s->entries || !s->row_job || !s->seq_used || !s->hidden || !s->hid_rows ||
-        !s->hid_job) {
+    if (!s->logits || !s->entries || !s->row_job || !s->smp_u || !s->smp_ids || !s->seq_used ||
+        !s->hidden || !s->hid_rows || !s->hid_job) {
         strata_error_set(err, STRATA_E_NOMEM, "sched: out of memory for %d x %d logits", s->n_batch,
                          s->n_vocab);
         goto fail;
@@ -998,6 +1041,8 @@ void sched_free(struct sched *s) {
     free(s->row_job);
     free(s->entries);
     free(s->logits);
+    free(s->smp_u);
+    free(s->smp_ids);
     session_base_free(s->sb);
     kv_free(s->kv);
     model_free(s->model);

@@ -133,6 +133,7 @@ struct sched_params {
     /* the GPU (gpu/gpu-choose.h); NULL strings = "auto", "all" */
     const char *gpu, *gpu_layers;   /* borrowed */
     bool gpu_profile;               /* time every dispatch, the table at exit */
+    int64_t gpu_mem_budget;         /* device memory the GPU may hold, bytes; 0: the device's */
     const char *gpu_pipeline_cache; /* borrowed: compiled pipelines' file; NULL: none */
     int expert_prefetch;            /* router lookahead depth (xstore_params.prefetch) */
 };

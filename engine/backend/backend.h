@@ -235,6 +235,18 @@ struct backend_moe {
     void *wait_arg;
 };
 
+/* The next-token rule of backend_ops.sample (engine/sample/sampler.h's
+ * pipeline without logit bias, penalties and logprobs, which stay on the
+ * host): temperature <= 0 is greedy (argmax, lowest id on ties); otherwise
+ * top_k (required: 1 .. the backend's limit), softmax, top_p, min_p, the
+ * temperature, and a draw with the host's uniform u. */
+struct backend_sample {
+    int top_k;
+    float top_p;       /* >= 1: off */
+    float min_p;       /* <= 0: off */
+    float temperature; /* <= 0: greedy */
+};
+
 #define BACKEND_CAP_HOST_MATS 1u /* computes backend_mat.host matrices (host-tier experts) */
 #define BACKEND_CAP_MOE_LATE 2u  /* takes backend_moe.late (computes the present experts first) */
 
@@ -338,6 +350,17 @@ struct backend_ops {
      * gate: (n_rows, 1) logits. */
     void (*add_gated)(void *ctx, struct backend_tensor *out, const struct backend_tensor *s,
                       const struct backend_tensor *gate, int64_t n_rows, int64_t n_cols);
+
+    /* Optional (NULL: the host samples from the logits it reads back).
+     * ids row r (I32 (n_rows, 1)) = the next token of logits row r (rows of
+     * n_vocab) by p, the same rule for every row; u (F32 (n_rows, 1)): the
+     * host's uniform draws in [0, 1), one per row (read when temperature >
+     * 0). Returns 0 when recorded, STRATA_E_UNSUPPORTED for a rule the
+     * backend does not take (nothing recorded: the caller reads the logits
+     * back instead). */
+    int (*sample)(void *ctx, const struct backend_tensor *logits, int n_rows, int64_t n_vocab,
+                  const struct backend_sample *p, const struct backend_tensor *u,
+                  struct backend_tensor *ids);
 
     /* Frees ctx (tensors, sets and stores it handed out must be freed first). */
     void (*free)(void *ctx);

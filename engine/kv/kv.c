@@ -113,6 +113,12 @@ struct kv_cache *kv_init(const struct kv_params *params, struct strata_error *er
     return store ? kv_init_store(params, store, err) : NULL;
 }
 
+const struct kv_store *kv_store_find(const struct kv_store *store, const struct kv_store_ops *ops) {
+    if (!store || store->ops == ops)
+        return store;
+    return store->ops->part ? store->ops->part(store->ctx, ops) : NULL;
+}
+
 const struct kv_store *kv_get_store(const struct kv_cache *kv) {
     return kv->store;
 }
@@ -175,6 +181,8 @@ struct kv_cache *kv_init_store(const struct kv_params *params, struct kv_store *
     }
     kv->store = store;
     kv->p = p;
+    if (store->ops->shape)
+        store->ops->shape(store->ctx, &p);
     while ((1 << kv->shift) < p.n_block)
         kv->shift++;
     kv->max_tab = (int)max_tab;

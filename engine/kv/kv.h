@@ -83,6 +83,14 @@ struct kv_store_ops {
     void (*block_copy)(void *ctx, int dst, int src, size_t off, size_t n_bytes);
     /* Frees ctx and every block's memory. */
     void (*free)(void *ctx);
+    /* A store made of others (the split backend's: every block on both of
+     * its backends): the part whose ops are `ops`, or NULL. Optional: NULL =
+     * a plain store. */
+    const struct kv_store *(*part)(void *ctx, const struct kv_store_ops *ops);
+    /* The cache's resolved shape (n_block, n_head_kv set), once from
+     * kv_init_store before any block: the split backend's store sizes its
+     * parts by it. Optional: NULL = not needed. */
+    void (*shape)(void *ctx, const struct kv_params *p);
 };
 
 struct kv_store {
@@ -94,6 +102,9 @@ struct kv_store {
  * backend's. */
 struct kv_store *kv_store_host_init(struct strata_error *err); /* owned: kv_store_free() */
 void kv_store_free(struct kv_store *store);                    /* NULL is a no-op */
+/* store itself when its ops are `ops`, else its part with those ops (a
+ * composite store's, kv_store_ops.part), else NULL. Borrowed. */
+const struct kv_store *kv_store_find(const struct kv_store *store, const struct kv_store_ops *ops);
 
 /* Checks the shape (every count >= 1, block bytes < 2^32, pool < 2^40 bytes).
  * No block memory is allocated yet. */

@@ -43,6 +43,7 @@ struct model_fwd {
     struct backend_tensor *out_ids;         /* (B, 1) I32 rows that want logits */
     struct backend_tensor *hid_ids;         /* (B, 1) I32 rows that want their hidden state */
     struct backend_tensor *logits;          /* (logits_rows, n_vocab) */
+    struct backend_tensor *smp_u, *smp_ids; /* (B, 1) F32 uniforms, I32 picks (device sampling) */
     int logits_rows;
     int32_t *h_ids, *h_pos, *h_seq, *h_out; /* (B) host copies written into the tensors */
     int32_t *h_hid;                         /* (B) host copy of hid_ids */
@@ -90,10 +91,10 @@ static void tfree(const struct model *m, struct backend_tensor *t) {
 void model_fwd_free(const struct model *m, struct model_fwd *f) {
     if (!f)
         return;
-    struct backend_tensor *ts[] = {f->x,    f->xn,    f->q,       f->k,       f->v,
-                                   f->attn, f->tmp,   f->g,       f->u,       f->ids,
-                                   f->pos,  f->seq,   f->out_ids, f->logits,  f->router,
-                                   f->sel,  f->sel_w, f->sh,      f->sh_gate, f->hid_ids};
+    struct backend_tensor *ts[] = {f->x,       f->xn,      f->q,      f->k,      f->v,     f->attn,
+                                   f->tmp,     f->g,       f->u,      f->ids,    f->pos,   f->seq,
+                                   f->out_ids, f->logits,  f->router, f->sel,    f->sel_w, f->sh,
+                                   f->sh_gate, f->hid_ids, f->smp_u,  f->smp_ids};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         tfree(m, ts[i]);
     model_pred_free(f->pred); /* first: its thread calls experts_prefetch */
@@ -250,6 +251,10 @@ struct model_fwd *model_fwd_init(const struct model *m, struct strata_error *err
     f->seq = talloc(m, BACKEND_I32, B, 1, &ok, err);
     f->out_ids = talloc(m, BACKEND_I32, B, 1, &ok, err);
     f->hid_ids = talloc(m, BACKEND_I32, B, 1, &ok, err);
+    if (m->be->ops->sample) {
+        f->smp_u = talloc(m, BACKEND_F32, B, 1, &ok, err);
+        f->smp_ids = talloc(m, BACKEND_I32, B, 1, &ok, err);
+    }
     f->logits_rows = B < FWD_LOGITS_ROWS ? (int)B : FWD_LOGITS_ROWS;
     f->logits = talloc(m, BACKEND_F32, f->logits_rows, hp->n_vocab, &ok, err);
     f->h_ids = halloc((size_t)B, sizeof(int32_t), &hok);
@@ -634,9 +639,16 @@ static int logits_reserve(struct model *m, int n_out, struct strata_error *err) 
 }
 
 /* Records and runs the step (the caller has reserved the KV rows). */
+/* smp (device sampling): the picks into ids instead of logits. */
+struct fwd_sample {
+    const struct backend_sample *rule;
+    const float *u; /* (n_out) or NULL (greedy) */
+    int32_t *ids;   /* (n_out) */
+};
+
 static int run_step(struct model *m, struct kv_cache *kv, const struct model_batch *batch,
                     float *logits, int n_out, float *hidden, int n_hid, int max_kv,
-                    struct strata_error *err) {
+                    const struct fwd_sample *smp, struct strata_error *err) {
     struct model_fwd *f = m->fwd;
     const struct model_hparams *hp = &m->hp;
     const struct backend_ops *be = m->be->ops;
@@ -669,7 +681,17 @@ static int run_step(struct model *m, struct kv_cache *kv, const struct model_bat
         be->rmsnorm(bc, f->xn, m->output_norm, f->xn, n_out, E, hp->norm_eps);
         const struct backend_mm o = {bm(m->output), f->logits};
         be->matmul(bc, f->xn, n_out, &o, 1);
-        be->tensor_read(bc, f->logits, 0, logits, n_out);
+        if (smp) {
+            if (smp->rule->temperature > 0.0f)
+                be->tensor_write(bc, f->smp_u, 0, smp->u, n_out);
+            if ((rc = be->sample(bc, f->logits, n_out, hp->n_vocab, smp->rule, f->smp_u,
+                                 f->smp_ids)))
+                return strata_error_set(err, rc, "model: backend %s does not sample this rule",
+                                        be->name);
+            be->tensor_read(bc, f->smp_ids, 0, smp->ids, n_out);
+        } else {
+            be->tensor_read(bc, f->logits, 0, logits, n_out);
+        }
     }
     if (n_hid > 0) { /* f->tmp is free after the last block */
         be->tensor_write(bc, f->hid_ids, 0, f->h_hid, n_hid);
@@ -692,9 +714,38 @@ int model_forward(struct model *m, struct kv_cache *kv, const struct model_batch
     return model_forward_hidden(m, kv, batch, logits, NULL, 0, NULL, err);
 }
 
+static int forward(struct model *m, struct kv_cache *kv, const struct model_batch *batch,
+                   float *logits, const int32_t *hidden_rows, int n_hid, float *hidden,
+                   const struct fwd_sample *smp, struct strata_error *err);
+
 int model_forward_hidden(struct model *m, struct kv_cache *kv, const struct model_batch *batch,
                          float *logits, const int32_t *hidden_rows, int n_hid, float *hidden,
                          struct strata_error *err) {
+    return forward(m, kv, batch, logits, hidden_rows, n_hid, hidden, NULL, err);
+}
+
+bool model_can_sample(const struct model *m) {
+    return m && m->be->ops->sample && m->fwd && m->fwd->smp_ids;
+}
+
+int model_forward_sample(struct model *m, struct kv_cache *kv, const struct model_batch *batch,
+                         const struct model_sample *rule, const float *u, int32_t *ids,
+                         struct strata_error *err) {
+    if (!model_can_sample(m))
+        return strata_error_set(err, STRATA_E_UNSUPPORTED,
+                                "model_forward_sample: backend %s samples on the host",
+                                m ? m->be->ops->name : "none");
+    if (!rule || !ids || (rule->temperature > 0.0f && (!u || rule->top_k < 1 || rule->top_k > 256)))
+        return strata_error_set(err, STRATA_E_UNSUPPORTED,
+                                "model_forward_sample: the rule needs top_k 1..256 and u");
+    const struct backend_sample r = {rule->top_k, rule->top_p, rule->min_p, rule->temperature};
+    const struct fwd_sample smp = {&r, u, ids};
+    return forward(m, kv, batch, NULL, NULL, 0, NULL, &smp, err);
+}
+
+static int forward(struct model *m, struct kv_cache *kv, const struct model_batch *batch,
+                   float *logits, const int32_t *hidden_rows, int n_hid, float *hidden,
+                   const struct fwd_sample *smp, struct strata_error *err) {
     if (!m || !kv)
         return strata_error_set(err, STRATA_E_INVALID, "model_forward: NULL model or kv");
     int rc = validate(m, kv, batch, err);
@@ -703,7 +754,7 @@ int model_forward_hidden(struct model *m, struct kv_cache *kv, const struct mode
     struct model_fwd *f = m->fwd;
     const int n = batch->n_entries;
     const int n_out = model_batch_n_outputs(batch);
-    if (n_out > 0 && !logits)
+    if (n_out > 0 && !logits && !smp)
         return strata_error_set(err, STRATA_E_INVALID, "model_forward: logits is NULL");
     if (n_hid < 0 || n_hid > n || (n_hid > 0 && (!hidden || !hidden_rows)))
         return strata_error_set(err, STRATA_E_INVALID, "model_forward: %d hidden rows", n_hid);
@@ -735,7 +786,7 @@ int model_forward_hidden(struct model *m, struct kv_cache *kv, const struct mode
             kv_seq_set_len(kv, f->h_seq[i], f->h_pos[i]);
     m->step++;
     f->late_rc = 0;
-    rc = run_step(m, kv, batch, logits, n_out, hidden, n_hid, max_kv, err);
+    rc = run_step(m, kv, batch, logits, n_out, hidden, n_hid, max_kv, smp, err);
     if (rc) /* submitted work has finished (the step waits before every get) */
         (void)m->be->ops->wait(m->be->ctx, NULL);
     if (m->experts)

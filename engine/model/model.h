@@ -286,4 +286,27 @@ int model_forward_hidden(struct model *m, struct kv_cache *kv, const struct mode
                          float *logits, const int32_t *hidden_rows, int n_hidden, float *hidden,
                          struct strata_error *err);
 
+/* The next token of each output chosen on the backend (backend_ops.sample:
+ * a GPU's argmax / top-k sampling kernels), so the step hands back ids
+ * instead of rows of n_vocab logits. One rule for every output of the call
+ * (struct model_sample); u (n_outputs) are the host's uniform draws in [0,
+ * 1) (the requests' samplers' RNG streams, sampler_next_uniform), read when
+ * temperature > 0, NULL for greedy. ids (n_outputs): the picks, in the
+ * order of the entries that want logits. STRATA_E_UNSUPPORTED when the
+ * backend has no sample op or does not take the rule (checked before the
+ * step: nothing ran; the caller calls model_forward then). Otherwise as
+ * model_forward. What stays on the host (logit bias, penalties, logprobs,
+ * grammar masks): engine/sample/sampler.h sampler_device_rule. */
+struct model_sample {
+    int top_k;         /* 1 .. 256 when temperature > 0 (the device never sorts the vocabulary) */
+    float top_p;       /* >= 1: off */
+    float min_p;       /* <= 0: off */
+    float temperature; /* <= 0: greedy (argmax, lowest id on ties) */
+};
+int model_forward_sample(struct model *m, struct kv_cache *kv, const struct model_batch *batch,
+                         const struct model_sample *rule, const float *u, int32_t *ids,
+                         struct strata_error *err);
+/* Whether the model's backend samples on the device (model_forward_sample). */
+bool model_can_sample(const struct model *m);
+
 #endif

@@ -275,6 +275,20 @@ int sampler_sample(struct sampler *s, const float *logits, struct sampler_result
     return 0;
 }
 
+int sampler_device_rule(const struct sampler *s, int top_k_max, struct sampler_rule *rule) {
+    if (!s || s->p.n_bias > 0 || penalties_active(&s->p) || s->p.want_logprob ||
+        s->p.n_top_logprobs > 0)
+        return 0;
+    if (s->p.temperature > 0.0f && (s->p.top_k < 1 || s->p.top_k > top_k_max))
+        return 0;
+    *rule = (struct sampler_rule){s->p.top_k, s->p.top_p, s->p.min_p, s->p.temperature};
+    return 1;
+}
+
+double sampler_next_uniform(struct sampler *s) {
+    return strata_rng_uniform(&s->rng);
+}
+
 /* ---- stop sequences ------------------------------------------------------ */
 
 struct stop_matcher {

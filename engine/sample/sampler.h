@@ -100,6 +100,22 @@ void sampler_accept(struct sampler *s, int32_t token);
 /* Forgets the window and reseeds (a new session with the same params). */
 void sampler_reset(struct sampler *s, uint64_t seed);
 
+/* Device sampling (engine/model/model.h model_forward_sample): 1 when this
+ * sampler's next pick needs nothing but the logits (no logit bias, no
+ * active penalty, no logprob or top_logprobs wanted) and greedy, or top_k in
+ * 1..top_k_max; then *rule gets its temperature, top_k, top_p and min_p.
+ * 0 otherwise: the host samples (and so for grammar / JSON-schema masks,
+ * which the caller applies to the logits). */
+struct sampler_rule {
+    int top_k;
+    float top_p, min_p, temperature;
+};
+int sampler_device_rule(const struct sampler *s, int top_k_max, struct sampler_rule *rule);
+/* The uniform in [0, 1) sampler_sample would draw next (advancing the RNG
+ * the same way), for a device draw at temperature > 0: the same seed gives
+ * the same stream of draws on either path. */
+double sampler_next_uniform(struct sampler *s);
+
 /* ---- stop sequences --------------------------------------------------------
  * Matches stop strings on the generated text across token boundaries. Text
  * is released as soon as it can no longer be the start of a stop string; a

@@ -95,6 +95,16 @@ int session_sample(struct session *s, const float *logits, struct sampler_result
                           : sampler_sample(s->smp, logits, out, err);
 }
 
+int session_device_rule(const struct session *s, int top_k_max, struct sampler_rule *rule) {
+    if (s->gm)
+        return 0; /* the grammar's mask is applied to the logits on the host */
+    return sampler_device_rule(s->smp, top_k_max, rule);
+}
+
+float session_next_uniform(struct session *s) {
+    return (float)sampler_next_uniform(s->smp);
+}
+
 /* A token's bytes as the model spells them (special tokens included). */
 static void piece_of(const struct tokenizer *tok, int32_t id, float logprob,
                      struct session_piece *p) {

@@ -239,6 +239,15 @@ void session_free(struct session *s); /* NULL is a no-op */
  * STRATA_E_INVALID when every logit is -inf or NaN. */
 int session_sample(struct session *s, const float *logits, struct sampler_result *out,
                    struct strata_error *err);
+/* Device sampling (model_forward_sample): 1 when the next pick needs only
+ * the logits on the device: no grammar mask, and the sampler's rule is one
+ * the device takes (sampler_device_rule: no logit bias, penalties or
+ * logprobs; greedy, or top_k 1..top_k_max); *rule gets it. 0: the host
+ * samples (session_sample). */
+int session_device_rule(const struct session *s, int top_k_max, struct sampler_rule *rule);
+/* The uniform the next sampler_sample would draw (sampler_next_uniform), for
+ * a device draw at temperature > 0; then pass the pick to session_step. */
+float session_next_uniform(struct session *s);
 /* Takes the sampled token (r borrowed for the call) and fills *d (see the
  * step above). After d->stop was set, further steps give no text. Errors:
  * STRATA_E_RANGE (a token outside the vocabulary), STRATA_E_NOMEM; *d is

@@ -14,8 +14,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/backend/backend-split.h"
+#include "engine/cpu/backend-cpu.h"
 #include "engine/host/pool.h"
 #include "engine/kv/kv.h"
+#include "engine/sample/sampler.h"
 #include "engine/model/model.h"
 #include "gpu/backend-vk.h"
 #include "gpu/gpu-choose.h"
@@ -46,6 +49,20 @@ static struct backend *gpu_backend(uint64_t piece_bytes, uint64_t kv_piece_bytes
     ck_assert_msg(be != NULL, "backend_vk_init: %s", err.message);
     ck_assert_ptr_nonnull(backend_vk_info(be));
     return be;
+}
+
+/* n_lo > 0: be (the GPU) for layers [0, n_lo) and a CPU backend for the
+ * rest (backend-split.h); else be itself. */
+static struct backend *split_on(struct backend *be, int n_lo, int n_layer) {
+    if (n_lo <= 0)
+        return be;
+    struct strata_error err = {0};
+    struct backend_cpu_params cp = backend_cpu_params_default();
+    struct backend *cpu = backend_cpu_init(&cp, &err);
+    ck_assert_msg(cpu != NULL, "%s", err.message);
+    struct backend *sp = backend_split_init(be, cpu, n_lo, n_layer, &err);
+    ck_assert_msg(sp != NULL, "%s", err.message);
+    return sp;
 }
 
 static struct model *load_on(const char *path, struct backend *be, int n_ctx) {
@@ -94,13 +111,17 @@ static int read_golden(const char *rel, int32_t *ids, int cap) {
 
 #define N_GOLDEN 60
 
-static void golden(const char *model_rel, const char *golden_rel, uint64_t piece_bytes,
-                   uint64_t kv_piece_bytes) {
+/* n_lo > 0: the first n_lo layers on the GPU, the rest on the CPU. */
+static void golden_split(const char *model_rel, const char *golden_rel, uint64_t piece_bytes,
+                         uint64_t kv_piece_bytes, int n_lo) {
     int32_t want[N_GOLDEN + 8];
     ck_assert_int_eq(read_golden(golden_rel, want, N_GOLDEN + 8), N_GOLDEN);
     char path[1024];
-    struct backend *be = gpu_backend(piece_bytes, kv_piece_bytes);
-    struct model *m = load_on(test_shared_path(path, sizeof path, model_rel), be, 256);
+    test_shared_path(path, sizeof path, model_rel);
+    struct model_probe pr;
+    ck_assert_int_eq(model_probe(path, &pr, NULL), 0);
+    struct backend *be = split_on(gpu_backend(piece_bytes, kv_piece_bytes), n_lo, pr.hp.n_layer);
+    struct model *m = load_on(path, be, 256);
     struct strata_error err = {0};
     struct kv_cache *kv = model_kv_init(m, 1, 0, &err);
     ck_assert_msg(kv != NULL, "%s", err.message);
@@ -115,10 +136,43 @@ static void golden(const char *model_rel, const char *golden_rel, uint64_t piece
         ck_assert_msg(tok == want[i], "%s on the GPU: step %d: got %d want %d", model_rel, i, tok,
                       want[i]);
     }
+    if (n_lo > 0) { /* the hidden-state rows (embeddings) of a split: the CPU's */
+        struct model_params mp = model_params_default();
+        mp.n_ctx_max = 256;
+        struct model *mc = test_model_load(path, &mp, &err);
+        ck_assert_msg(mc != NULL, "%s", err.message);
+        struct kv_cache *kc = model_kv_init(mc, 1, 0, &err), *kg = model_kv_init(m, 1, 0, &err);
+        ck_assert(kc && kg);
+        const int E = model_hparams(m)->n_embd;
+        struct model_batch_entry e[4];
+        for (int i = 0; i < 4; i++)
+            e[i] = (struct model_batch_entry){0, i, (int32_t)(7 + 31 * i), i == 3};
+        struct model_batch b = {e, 4};
+        const int32_t rows[2] = {1, 3};
+        float *hc = malloc(2 * (size_t)E * sizeof(float)), *hg = malloc(2 * (size_t)E * 4);
+        ck_assert_int_eq(model_forward_hidden(mc, kc, &b, logits, rows, 2, hc, &err), 0);
+        ck_assert_int_eq(model_forward_hidden(m, kg, &b, logits, rows, 2, hg, &err), 0);
+        float scale = 0, diff = 0;
+        for (int i = 0; i < 2 * E; i++) {
+            scale = fabsf(hc[i]) > scale ? fabsf(hc[i]) : scale;
+            diff = fabsf(hc[i] - hg[i]) > diff ? fabsf(hc[i] - hg[i]) : diff;
+        }
+        ck_assert_msg(scale > 0 && diff <= LOGIT_TOL_F32 * scale, "hidden rows differ by %g of %g",
+                      (double)diff, (double)scale);
+        free(hc), free(hg);
+        kv_free(kc);
+        kv_free(kg);
+        test_model_free(mc);
+    }
     free(logits);
     kv_free(kv);
     model_free(m);
     backend_free(be);
+}
+
+static void golden(const char *model_rel, const char *golden_rel, uint64_t piece_bytes,
+                   uint64_t kv_piece_bytes) {
+    golden_split(model_rel, golden_rel, piece_bytes, kv_piece_bytes, 0);
 }
 
 START_TEST(test_golden_stories260k) {
@@ -185,8 +239,13 @@ static int compare_row(const float *lc, const float *lg, int V, float near_tie, 
  * tokens: a 9-token prompt as one chunk (past the decode attention's
  * VKOPS_ATTN_DECODE_MAX = 8 tokens: the prefill kernel), then 12 decode steps
  * of three sequences in one batch (one of them one position behind). */
-static void arch_vs_cpu(const char *which, uint64_t piece_bytes, int kv_piece_blocks) {
+#define SPLIT_LAYERS 4
+
+static void arch_vs_cpu_split(const char *which, uint64_t piece_bytes, int kv_piece_blocks,
+                              int n_lo) {
     struct spec s = spec_of(which);
+    if (n_lo > 0) /* a split: 4 layers (the tiny specs have 2), so N can be 1, 2 or 3 */
+        s.n_layer = SPLIT_LAYERS;
     const struct kv_params kp = {.n_layer = s.n_layer,
                                  .n_embd_k = s.n_head_kv * s.head_dim,
                                  .n_embd_v = s.n_head_kv * s.head_dim,
@@ -205,7 +264,7 @@ static void arch_vs_cpu(const char *which, uint64_t piece_bytes, int kv_piece_bl
     mp.n_batch_max = 32;
     struct model *mc = test_model_load(path, &mp, &err);
     ck_assert_msg(mc != NULL, "%s on the CPU: %s", which, err.message);
-    struct backend *be = gpu_backend(piece_bytes, kv_piece_bytes);
+    struct backend *be = split_on(gpu_backend(piece_bytes, kv_piece_bytes), n_lo, s.n_layer);
     struct model *mg = load_on(path, be, 64);
     struct kv_cache *kc = model_kv_init(mc, 3, 0, &err);
     struct kv_cache *kg = model_kv_init(mg, 3, 0, &err);
@@ -277,6 +336,10 @@ static void arch_vs_cpu(const char *which, uint64_t piece_bytes, int kv_piece_bl
     unlink(path);
 }
 
+static void arch_vs_cpu(const char *which, uint64_t piece_bytes, int kv_piece_blocks) {
+    arch_vs_cpu_split(which, piece_bytes, kv_piece_blocks, 0);
+}
+
 START_TEST(test_llama) {
     arch_vs_cpu("llama", 0, 0);
 }
@@ -319,6 +382,165 @@ START_TEST(test_qwen3moe_pieces) {
 END_TEST
 START_TEST(test_llama_pieces) {
     arch_vs_cpu("llama", 4096, 3);
+}
+END_TEST
+
+/* Split offload (backend-split.h): the first N layers on the GPU, the rest
+ * on the CPU, at several N: stories260K's golden greedy ids, and the
+ * synthesized models against the CPU backend (prefill chunk, batched
+ * decode of three sequences, a rewind, a copy-on-write fork). */
+START_TEST(test_split_golden_stories260k) {
+    for (int n_lo = 1; n_lo < 5; n_lo += 2) /* of its 5 layers */
+        golden_split("models/stories260K.gguf", "models/golden_stories260K_gguf_greedy.txt", 0, 0,
+                     n_lo);
+    golden_split("models/stories260K.gguf", "models/golden_stories260K_gguf_greedy.txt", 16384, 1,
+                 4);
+}
+END_TEST
+START_TEST(test_split_llama) {
+    for (int n_lo = 1; n_lo < SPLIT_LAYERS; n_lo++)
+        arch_vs_cpu_split("llama", 0, 0, n_lo);
+    arch_vs_cpu_split("llama-q8", 0, 0, 2);
+}
+END_TEST
+START_TEST(test_split_qwen3) {
+    arch_vs_cpu_split("qwen3", 0, 0, 1);
+    arch_vs_cpu_split("qwen3", 0, 0, SPLIT_LAYERS - 1);
+}
+END_TEST
+START_TEST(test_split_qwen3moe) {
+    arch_vs_cpu_split("qwen3moe", 0, 0, 1);
+    arch_vs_cpu_split("qwen3moe", 0, 0, 2);
+    arch_vs_cpu_split("qwen3moe", 4096, 3, SPLIT_LAYERS - 1); /* weights and KV in pieces */
+}
+END_TEST
+
+/* Out of device memory at load (a budget below the weights, and one the
+ * weights fit but not the forward tensors): model_load fails with
+ * STRATA_E_NOMEM and says so, whole-model and split, never a crash; the
+ * caller (run, serve: tests/gpu/server-gpu.mjs) then loads on the CPU. */
+START_TEST(test_oom_at_load) {
+    char path[1024];
+    test_shared_path(path, sizeof path, "models/stories260K.gguf");
+    const uint64_t budgets[] = {100000, 1250000};
+    for (int split = 0; split < 2; split++)
+        for (size_t i = 0; i < sizeof budgets / sizeof budgets[0]; i++) {
+            struct strata_error err = {0};
+            struct backend_vk_params vp = backend_vk_params_default();
+            vp.mem_budget = budgets[i] / (split ? 2 : 1);
+            struct backend *be = backend_vk_init(&vp, &err);
+            ck_assert_msg(be != NULL, "%s", err.message);
+            be = split_on(be, split ? 2 : 0, 5);
+            struct model_params mp = model_params_default();
+            mp.backend = be;
+            mp.n_ctx_max = 64;
+            struct model *m = model_load(path, &mp, &err);
+            ck_assert_msg(m == NULL, "budget %llu: loaded", (unsigned long long)vp.mem_budget);
+            ck_assert_int_eq(err.code, STRATA_E_NOMEM);
+            ck_assert_msg(strstr(err.message, "out of device memory") != NULL, "%s", err.message);
+            backend_free(be);
+        }
+}
+END_TEST
+
+/* Sampling on the device (model_forward_sample): stories260K on the GPU,
+ * three sequences decoding in one batch for 40 steps, each with its own
+ * seed. The reference is the CPU sampler (sampler_sample) over the logits
+ * the same GPU model gives on a second KV cache fed the same tokens, so
+ * both see the same probabilities; the device draws with the u the
+ * reference sampler's RNG stream gives (sampler_next_uniform on a twin
+ * sampler of the same seed). Greedy must match exactly; for sampling the
+ * device sums in f32 where sampler.c sums in double (gpu/vk-ops.h), so
+ * only a u within ~1e-6 of a cumulative boundary could pick the
+ * neighbour: none of these 120 draws per rule lands there, and the test
+ * asserts every draw equal. */
+START_TEST(test_device_sampling) {
+    char path[1024];
+    test_shared_path(path, sizeof path, "models/stories260K.gguf");
+    struct backend *be = gpu_backend(0, 0);
+    struct model *m = load_on(path, be, 128);
+    ck_assert(model_can_sample(m));
+    struct strata_error err = {0};
+    const int V = model_n_vocab(m), NS = 3, STEPS = 40;
+    const struct sampler_rule rules[] = {
+        {0, 1.0f, 0.0f, 0.0f},    /* greedy */
+        {40, 1.0f, 0.0f, 0.8f},   /* top_k */
+        {50, 0.9f, 0.0f, 1.0f},   /* top_k + top_p */
+        {256, 0.95f, 0.05f, 1.3f} /* the largest top_k, top_p, min_p */
+    };
+    float *logits = malloc((size_t)NS * V * sizeof(float));
+    for (size_t ri = 0; ri < sizeof rules / sizeof rules[0]; ri++) {
+        struct kv_cache *kr = model_kv_init(m, NS, 0, &err), *kd = model_kv_init(m, NS, 0, &err);
+        ck_assert_msg(kr && kd, "%s", err.message);
+        struct sampler *ref[3], *dev[3];
+        struct sampler_params sp = sampler_params_default();
+        sp.temperature = rules[ri].temperature;
+        sp.top_k = rules[ri].top_k;
+        sp.top_p = rules[ri].top_p;
+        sp.min_p = rules[ri].min_p;
+        sp.want_logprob = false;
+        for (int q = 0; q < NS; q++) {
+            sp.seed = 77 + 1000 * (uint64_t)q + ri;
+            ref[q] = sampler_init(&sp, V, &err);
+            dev[q] = sampler_init(&sp, V, &err);
+            ck_assert(ref[q] && dev[q]);
+            struct sampler_rule got;
+            ck_assert_int_eq(sampler_device_rule(dev[q], 256, &got), 1);
+        }
+        int32_t tok[3] = {1, 1, 1};
+        for (int t = 0; t < STEPS; t++) {
+            struct model_batch_entry e[3];
+            float u[3];
+            for (int q = 0; q < NS; q++) {
+                e[q] = (struct model_batch_entry){q, t, tok[q], true};
+                u[q] = rules[ri].temperature > 0 ? (float)sampler_next_uniform(dev[q]) : 0;
+            }
+            struct model_batch b = {e, NS};
+            ck_assert_msg(model_forward(m, kr, &b, logits, &err) == 0, "%s", err.message);
+            int32_t ids[3];
+            const struct model_sample rule = {rules[ri].top_k, rules[ri].top_p, rules[ri].min_p,
+                                              rules[ri].temperature};
+            ck_assert_msg(model_forward_sample(m, kd, &b, &rule, u, ids, &err) == 0, "%s",
+                          err.message);
+            for (int q = 0; q < NS; q++) {
+                struct sampler_result r;
+                ck_assert_int_eq(sampler_sample(ref[q], logits + (size_t)q * V, &r, &err), 0);
+                ck_assert_msg(ids[q] == r.token,
+                              "rule %zu step %d seq %d (u %.7f): device %d, sampler %d", ri, t, q,
+                              (double)u[q], ids[q], r.token);
+                tok[q] = r.token;
+            }
+        }
+        for (int q = 0; q < NS; q++)
+            sampler_free(ref[q]), sampler_free(dev[q]);
+        kv_free(kr);
+        kv_free(kd);
+    }
+    /* a rule the device does not take: unsupported, nothing advanced */
+    struct kv_cache *kv = model_kv_init(m, 1, 0, &err);
+    struct model_batch_entry e0 = {0, 0, 1, true};
+    struct model_batch b0 = {&e0, 1};
+    const struct model_sample all_vocab = {0, 1.0f, 0.0f, 0.7f};
+    int32_t id0;
+    float u0 = 0.5f;
+    ck_assert_int_eq(model_forward_sample(m, kv, &b0, &all_vocab, &u0, &id0, &err),
+                     STRATA_E_UNSUPPORTED);
+    ck_assert_int_eq(kv_seq_len(kv, 0), 0);
+    kv_free(kv);
+    model_free(m);
+    backend_free(be);
+    /* a split backend samples on the host (its logits come from the CPU) */
+    be = split_on(gpu_backend(0, 0), 2, 5);
+    m = load_on(path, be, 64);
+    ck_assert(!model_can_sample(m));
+    kv = model_kv_init(m, 1, 0, &err);
+    const struct model_sample greedy = {0, 1.0f, 0.0f, 0.0f};
+    ck_assert_int_eq(model_forward_sample(m, kv, &b0, &greedy, NULL, &id0, &err),
+                     STRATA_E_UNSUPPORTED);
+    kv_free(kv);
+    model_free(m);
+    backend_free(be);
+    free(logits);
 }
 END_TEST
 
@@ -441,10 +663,34 @@ START_TEST(test_choose) {
     ck_assert_int_eq(gpu_choose(&in, &ch, &err), 0);
     ck_assert_ptr_null(ch.be);
     ck_assert(strstr(ch.rule, "--gpu-layers 0") != NULL);
-    in.gpu_layers = "3"; /* fewer than the 4 layers: no split yet, the CPU */
+    in.gpu_layers = "3"; /* fewer than the 4 layers: the device, 3 layers on it */
     ck_assert_int_eq(gpu_choose(&in, &ch, &err), 0);
-    ck_assert_ptr_null(ch.be);
-    ck_assert_msg(strstr(ch.rule, "not supported") != NULL, "%s", ch.rule);
+    ck_assert_msg(ch.be != NULL, "%s", ch.rule);
+    ck_assert_int_eq(ch.n_layer_gpu, 3);
+    ck_assert_msg(strstr(ch.rule, "layers 0-2 of 4 on the GPU") != NULL, "%s", ch.rule);
+    struct backend_cpu_params cpp = backend_cpu_params_default();
+    ck_assert_int_eq(gpu_choice_split(&ch, 4, backend_cpu_init(&cpp, &err), &err), 0);
+    ck_assert_str_eq(ch.be->ops->name, "split");
+    ck_assert_str_eq(gpu_choice_vk(&ch)->ops->name, "vulkan");
+    backend_free(ch.be);
+    /* auto: all when the weights fit, else the layers that do (of 256 KiB
+     * each here: 0.9 * 600000 / 262144 - 1 = 1.06 -> 1), none: the CPU */
+    ck_assert_int_eq(gpu_auto_layers(1 << 20, 4, 600000), 1);
+    ck_assert_int_eq(gpu_auto_layers(1 << 20, 4, 1 << 30), 4);
+    ck_assert_int_eq(gpu_auto_layers(1 << 20, 4, 200000), 0);
+    in.gpu_layers = "auto";
+    ck_assert_int_eq(gpu_choose(&in, &ch, &err), 0);
+    ck_assert_msg(ch.be && ch.n_layer_gpu == 4 && strstr(ch.rule, "all 4 layers"), "%s", ch.rule);
+    backend_free(ch.be);
+    in.mem_budget = 600000;
+    ck_assert_int_eq(gpu_choose(&in, &ch, &err), 0);
+    ck_assert_msg(ch.be && ch.n_layer_gpu == 1 && strstr(ch.rule, "layers 0-0 of 4"), "%s",
+                  ch.rule);
+    backend_free(ch.be);
+    in.mem_budget = 200000;
+    ck_assert_int_eq(gpu_choose(&in, &ch, &err), 0);
+    ck_assert_msg(!ch.be && strstr(ch.rule, "not one layer"), "%s", ch.rule);
+    in.mem_budget = 0;
     in.gpu_layers = "4";
     ck_assert_int_eq(gpu_choose(&in, &ch, &err), 0);
     ck_assert_msg(ch.be != NULL, "%s", ch.rule);
@@ -493,6 +739,12 @@ static Suite *vk_model_suite(void) {
     tcase_add_test(tc, test_choose);
     tcase_add_test(tc, test_golden_stories260k);
     tcase_add_test(tc, test_golden_stories260k_pieces);
+    tcase_add_test(tc, test_split_golden_stories260k);
+    tcase_add_test(tc, test_split_llama);
+    tcase_add_test(tc, test_split_qwen3);
+    tcase_add_test(tc, test_split_qwen3moe);
+    tcase_add_test(tc, test_oom_at_load);
+    tcase_add_test(tc, test_device_sampling);
     tcase_add_test(tc, test_golden_llama2_tiny_random);
     tcase_add_test(tc, test_llama);
     tcase_add_test(tc, test_llama_q8);

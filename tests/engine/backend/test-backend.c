@@ -548,7 +548,7 @@ static int dev_alloc(void *ctx, int block, size_t bytes) {
 }
 static void dev_copy(void *ctx, int dst, int src, size_t off, size_t n) {
 }
-static const struct kv_store_ops dev_store_ops = {"device", dev_alloc, NULL, dev_copy, NULL};
+static const struct kv_store_ops dev_store_ops = {"device", dev_alloc, NULL, dev_copy, NULL, NULL, NULL};
 
 START_TEST(test_refuses_device_kv) {
     struct cpu_fix f = cpu_fix();
