@@ -98,7 +98,10 @@ static void vk_rec_fail(struct vk_dev *d, int code, const char *msg) {
     if (d->rec_err)
         return;
     d->rec_err = code;
-    snprintf(d->rec_msg, sizeof d->rec_msg, "%s", msg);
+    /* a longer message is cut at the buffer (the caller's text is a log line) */
+    const size_t n = strnlen(msg, sizeof d->rec_msg - 1);
+    memcpy(d->rec_msg, msg, n);
+    d->rec_msg[n] = '\0';
 }
 
 void vk_rec_free(struct vk_dev *d) {

@@ -41,7 +41,7 @@ int xstore_plan(const struct xstore_plan_in *in, struct xstore_plan *out,
     static const char *const modes[3] = {"auto", "on", "off"};
     static const char *const ios[3] = {"auto", "io_uring", "pread"};
     static const char *const directs[3] = {"auto", "on", "off"};
-    int mode, io, direct, fixed, rc;
+    int mode = 0, io = 0, direct = 0, fixed = 0, rc; /* pick sets each on success */
     memset(out, 0, sizeof *out);
     out->params = xstore_params_default();
     if ((rc = pick(in->mode, modes, 3, "--expert-store", &mode, err)) ||
