@@ -36,6 +36,7 @@ struct split_ctx {
     int cur;   /* side of the last op */
     int n_tok; /* the open step's */
     int rc;    /* the first failure of a move inside the step, returned at submit / wait */
+    uint64_t n_mm[2]; /* matmul and MoE calls run on each side (backend_split_counts) */
     struct strata_error err;
     void **scratch; /* translated tables of the step: freed at the next begin */
     int n_scratch, cap_scratch;
@@ -167,7 +168,9 @@ static struct backend_mat mat_on(const struct backend_mat *m, int s) {
 /* The side of a weight by its tensor name and use (backend-split.h). */
 static int weight_side(const struct split_ctx *c, const struct backend_weight_desc *d) {
     int layer;
-    if (d->name && sscanf(d->name, "blk.%d.", &layer) == 1)
+    if (d->in_layer)
+        return d->layer < c->n_lo ? SIDE_LO : SIDE_HI;
+    if (d->name && sscanf(d->name, "blk.%d.", &layer) == 1) /* a caller naming it whole */
         return layer < c->n_lo ? SIDE_LO : SIDE_HI;
     if (d->use == BACKEND_USE_VEC)
         return SIDE_BOTH;
@@ -493,6 +496,7 @@ static void sp_matmul(void *ctx, const struct backend_tensor *x, int64_t n_rows,
     for (int i = 0; i < n_jobs && i < BACKEND_MM_MAX; i++)
         j[i] = (struct backend_mm){mat_on(&jobs[i].w, s), tt(jobs[i].y, s)};
     c->be[s]->ops->matmul(c->be[s]->ctx, tt(x, s), n_rows, j, n_jobs);
+    c->n_mm[s]++;
     for (int i = 0; i < n_jobs; i++)
         wrote(s, jobs[i].y);
 }
@@ -592,6 +596,7 @@ static void sp_moe_ffn(void *ctx, const struct backend_moe *m) {
     need(c, s, m->x);
     need(c, s, m->sel);
     need(c, s, m->sel_w);
+    c->n_mm[s]++;
     if (m->accumulate)
         need(c, s, m->out);
     struct backend_expert *tab = scratch(c, (size_t)m->n_expert * sizeof *tab);
@@ -710,4 +715,10 @@ struct backend *backend_split_lo(const struct backend *be) {
 struct backend *backend_split_hi(const struct backend *be) {
     struct split_ctx *c = split_of(be);
     return c ? c->be[SIDE_HI] : NULL;
+}
+
+void backend_split_counts(const struct backend *be, uint64_t *n_mm_lo, uint64_t *n_mm_hi) {
+    struct split_ctx *c = split_of(be);
+    *n_mm_lo = c ? c->n_mm[SIDE_LO] : 0;
+    *n_mm_hi = c ? c->n_mm[SIDE_HI] : 0;
 }

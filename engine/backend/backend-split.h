@@ -8,8 +8,8 @@
  *   ... model_forward as with any backend ...
  *   backend_free(be);                     // frees both
  *
- * Where things run: a weight is bound on the side of its layer (the name's
- * "blk.N." prefix); token_embd's rows (embed) on lo, the side of layer 0;
+ * Where things run: a weight is bound on the side of its layer
+ * (backend_weight_desc.layer; else a "blk.N." prefix of its name); token_embd's rows (embed) on lo, the side of layer 0;
  * the other matrices outside a layer (output, a tied output's token_embd)
  * on hi, the side of the last layer, so the logits come from hi and only
  * the hidden state crosses; vectors outside a layer (output_norm,
@@ -53,5 +53,8 @@ struct backend *backend_split_init(struct backend *lo, struct backend *hi, int n
 /* The two sides of a split backend (borrowed), or NULL when be is not one. */
 struct backend *backend_split_lo(const struct backend *be);
 struct backend *backend_split_hi(const struct backend *be);
+/* Matmul and MoE calls each side ran since init (0 when be is not a split):
+ * where the weights' work went, for the tests' placement checks. */
+void backend_split_counts(const struct backend *be, uint64_t *n_mm_lo, uint64_t *n_mm_hi);
 
 #endif

@@ -116,6 +116,11 @@ struct backend_weight_desc {
     int64_t n_expert;             /* > 1: a stack of routed experts, n_rows / n_expert rows each
                                      (experts stored one after the other); 0 or 1 otherwise */
     enum backend_use use;
+    /* The layer the tensor belongs to (blk.<layer>.*; name holds only the part
+     * after the prefix), when in_layer: how a backend over several devices by
+     * layer (backend-split.h) places it. false: a model-wide tensor. */
+    bool in_layer;
+    int layer;
 };
 
 struct backend_weight;  /* one bound matrix or vector: opaque, lives as long as its set */

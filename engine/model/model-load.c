@@ -252,7 +252,9 @@ static int bind_mat(struct model *m, int layer, const char *name, int64_t n_cols
     const struct backend_weight_desc d = {.name = name,
                                           .host = host_mat(t, n_rows, n_cols),
                                           .n_expert = 1,
-                                          .use = BACKEND_USE_MATMUL};
+                                          .use = BACKEND_USE_MATMUL,
+                                          .in_layer = layer >= 0,
+                                          .layer = layer};
     return add_bind(m, &d, out, err);
 }
 
@@ -288,7 +290,9 @@ static int bind_vec(struct model *m, int layer, const char *name, int64_t n, boo
         .name = name,
         .host = {v, QUANT_F32, 1, n, (size_t)n * sizeof(float), BACKEND_LAYOUT_ROWS},
         .n_expert = 1,
-        .use = BACKEND_USE_VEC};
+        .use = BACKEND_USE_VEC,
+        .in_layer = layer >= 0,
+        .layer = layer};
     return add_bind(m, &d, out, err);
 }
 
@@ -355,7 +359,9 @@ static int bind_layer(struct model *m, int il, const struct arch_info *ai,
                                                   .host =
                                                       host_mat(t, t->ne[1] * t->ne[2], t->ne[0]),
                                                   .n_expert = t->ne[2],
-                                                  .use = BACKEND_USE_MATMUL};
+                                                  .use = BACKEND_USE_MATMUL,
+                                                  .in_layer = true,
+                                                  .layer = il};
             if ((rc = add_bind(m, &d, &L->exps[w], err)))
                 return rc;
         }

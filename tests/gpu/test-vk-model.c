@@ -109,6 +109,20 @@ static int read_golden(const char *rel, int32_t *ids, int cap) {
     return n;
 }
 
+/* A split ran each side's share of the weights' work: the GPU's n_lo of
+ * n_layer layers at least half their proportional share of the matmul calls
+ * (the CPU also runs the output head), and the CPU some. A split that bound
+ * every layer's matrices on the CPU (names without their "blk.N." prefix
+ * once did: the GPU ran attention only, 7B decode on the H200 no faster
+ * than the CPU) fails here. */
+static void check_placement(const struct backend *be, int n_lo, int n_layer) {
+    uint64_t lo = 0, hi = 0;
+    backend_split_counts(be, &lo, &hi);
+    ck_assert_msg(lo > 0 && hi > 0 && 2 * lo * (uint64_t)(n_layer - n_lo) >= hi * (uint64_t)n_lo,
+                  "split %d of %d layers: %llu matmul calls on the GPU, %llu on the CPU", n_lo,
+                  n_layer, (unsigned long long)lo, (unsigned long long)hi);
+}
+
 #define N_GOLDEN 60
 
 /* n_lo > 0: the first n_lo layers on the GPU, the rest on the CPU. */
@@ -136,6 +150,8 @@ static void golden_split(const char *model_rel, const char *golden_rel, uint64_t
         ck_assert_msg(tok == want[i], "%s on the GPU: step %d: got %d want %d", model_rel, i, tok,
                       want[i]);
     }
+    if (n_lo > 0)
+        check_placement(be, n_lo, pr.hp.n_layer);
     if (n_lo > 0) { /* the hidden-state rows (embeddings) of a split: the CPU's */
         struct model_params mp = model_params_default();
         mp.n_ctx_max = 256;
@@ -330,6 +346,8 @@ static void arch_vs_cpu_split(const char *which, uint64_t piece_bytes, int kv_pi
     free(lg);
     kv_free(kc);
     kv_free(kg);
+    if (n_lo > 0)
+        check_placement(be, n_lo, s.n_layer);
     model_free(mg);
     backend_free(be);
     test_model_free(mc);

@@ -495,7 +495,7 @@ START_TEST(test_elementwise_ops) {
     const float b0[4] = {0.1f, 0.2f, 0.3f, 0.4f};
     struct backend_weight *bw;
     const struct backend_weight_desc d = {
-        "bias", {b0, QUANT_F32, 1, 4, 16, BACKEND_LAYOUT_ROWS}, 1, BACKEND_USE_VEC};
+        "bias", {b0, QUANT_F32, 1, 4, 16, BACKEND_LAYOUT_ROWS}, 1, BACKEND_USE_VEC, false, 0};
     struct backend_weights *set = f.o->weights_bind(f.c, &d, 1, NULL, &bw, NULL, &err);
     ck_assert_msg(set != NULL, "%s", err.message);
     struct backend_tensor *x = tensor(&f, BACKEND_F32, 2, 4, x0);
@@ -583,7 +583,7 @@ START_TEST(test_matmul_bound_and_host) {
     enum { R = 32, C = 64, N = 3 };
     float *w = rand_mat(R, C, 7), *x0 = rand_mat(N, C, 9);
     const struct backend_weight_desc d = {
-        "w", {w, QUANT_F32, R, C, C * 4, BACKEND_LAYOUT_ROWS}, 1, BACKEND_USE_MATMUL};
+        "w", {w, QUANT_F32, R, C, C * 4, BACKEND_LAYOUT_ROWS}, 1, BACKEND_USE_MATMUL, false, 0};
     struct backend_weight *h[2];
     struct backend_bind_params copy = {.copy = true, .drop_source = false};
     struct backend_bind_info info;
@@ -628,12 +628,12 @@ START_TEST(test_matmul_bound_and_host) {
         "blk.0.odd",
         {w, QUANT_IQ2_XXS, 1, 256, quant_row_size(QUANT_IQ2_XXS, 256), BACKEND_LAYOUT_ROWS},
         1,
-        BACKEND_USE_MATMUL};
+        BACKEND_USE_MATMUL, false, 0};
     ck_assert(f.o->weights_bind(f.c, &bad, 1, NULL, h, NULL, &err) == NULL);
     ck_assert_int_eq(err.code, STRATA_E_UNSUPPORTED);
     ck_assert_msg(strstr(err.message, "blk.0.odd") && strstr(err.message, "iq2_xxs"), "%s",
                   err.message);
-    const struct backend_weight_desc stack = {"s", d.host, 5, BACKEND_USE_MATMUL}; /* 32 % 5 */
+    const struct backend_weight_desc stack = {"s", d.host, 5, BACKEND_USE_MATMUL, false, 0}; /* 32 % 5 */
     ck_assert(f.o->weights_bind(f.c, &stack, 1, NULL, h, NULL, &err) == NULL);
     ck_assert(f.o->supports(f.c, QUANT_Q4_K, 256, BACKEND_USE_MATMUL));
     ck_assert(!f.o->supports(f.c, QUANT_Q4_K, 256, BACKEND_USE_VEC));
@@ -653,9 +653,9 @@ START_TEST(test_moe_split_tables) {
     float *gate = rand_mat(NE * FF, E, 1), *up = rand_mat(NE * FF, E, 2);
     float *down = rand_mat(NE * E, FF, 3), *x0 = rand_mat(T, E, 4);
     const struct backend_weight_desc d[3] = {
-        {"g", {gate, QUANT_F32, NE * FF, E, E * 4, BACKEND_LAYOUT_ROWS}, NE, BACKEND_USE_MATMUL},
-        {"u", {up, QUANT_F32, NE * FF, E, E * 4, BACKEND_LAYOUT_ROWS}, NE, BACKEND_USE_MATMUL},
-        {"d", {down, QUANT_F32, NE * E, FF, FF * 4, BACKEND_LAYOUT_ROWS}, NE, BACKEND_USE_MATMUL}};
+        {"g", {gate, QUANT_F32, NE * FF, E, E * 4, BACKEND_LAYOUT_ROWS}, NE, BACKEND_USE_MATMUL, false, 0},
+        {"u", {up, QUANT_F32, NE * FF, E, E * 4, BACKEND_LAYOUT_ROWS}, NE, BACKEND_USE_MATMUL, false, 0},
+        {"d", {down, QUANT_F32, NE * E, FF, FF * 4, BACKEND_LAYOUT_ROWS}, NE, BACKEND_USE_MATMUL, false, 0}};
     struct backend_weight *h[3];
     struct backend_weights *set = f.o->weights_bind(f.c, d, 3, NULL, h, NULL, &err);
     ck_assert_msg(set != NULL, "%s", err.message);
