@@ -469,7 +469,8 @@ int cli_run_main(int argc, char **argv) {
             rc = 2;
             goto done;
         }
-        if (xin.expert_bytes) /* the decision and the budget it held the model to (bench/offload-large) */
+        /* the decision and the budget it holds the model to (bench/offload-large) */
+        if (xin.expert_bytes)
             fprintf(stderr, "strata run: expert store %s; memory budget %.0f MiB\n", xs.rule,
                     mem_budget > 0 ? (double)mem_budget / (1024.0 * 1024.0) : 0.0);
     }

@@ -33,9 +33,9 @@ struct split_ctx {
     struct backend_ops ops; /* split_ops with this instance's caps; be->ops points here */
     struct backend *be[2];  /* owned */
     int n_lo, n_layer;
-    int cur;   /* side of the last op */
-    int n_tok; /* the open step's */
-    int rc;    /* the first failure of a move inside the step, returned at submit / wait */
+    int cur;          /* side of the last op */
+    int n_tok;        /* the open step's */
+    int rc;           /* the first failure of a move inside the step, returned at submit / wait */
     uint64_t n_mm[2]; /* matmul and MoE calls run on each side (backend_split_counts) */
     struct strata_error err;
     void **scratch; /* translated tables of the step: freed at the next begin */

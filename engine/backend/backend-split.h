@@ -9,15 +9,13 @@
  *   backend_free(be);                     // frees both
  *
  * Where things run: a weight is bound on the side of its layer
- * (backend_weight_desc.layer; else a "blk.N." prefix of its name); token_embd's rows (embed) on lo, the side of layer 0;
- * the other matrices outside a layer (output, a tied output's token_embd)
- * on hi, the side of the last layer, so the logits come from hi and only
- * the hidden state crosses; vectors outside a layer (output_norm,
- * rope_freqs) on both. An op with a weight runs on that weight's side, and
- * kv_write / attention on their layer's side; an op without either (add,
- * swiglu, rope, ...) on the side of the op before it (every layer of the
- * model's forward pass opens with the attn_norm rmsnorm, so a layer's ops
- * stay on its side).
+ * (backend_weight_desc.layer; else a "blk.N." prefix of its name); token_embd's rows (embed) on lo,
+ * the side of layer 0; the other matrices outside a layer (output, a tied output's token_embd) on
+ * hi, the side of the last layer, so the logits come from hi and only the hidden state crosses;
+ * vectors outside a layer (output_norm, rope_freqs) on both. An op with a weight runs on that
+ * weight's side, and kv_write / attention on their layer's side; an op without either (add, swiglu,
+ * rope, ...) on the side of the op before it (every layer of the model's forward pass opens with
+ * the attn_norm rmsnorm, so a layer's ops stay on its side).
  *
  * Tensors: each is allocated on both sides; the split tracks which side
  * holds the latest rows. An op on side s reading a tensor last written on

@@ -355,8 +355,8 @@ START_TEST(test_odd_blocks) {
             gpu_matmul(&g, &m, x, nt, NULL, 0, y);
             ref_rows(&m, 0, m.rows, xr, nt, ref, m.rows);
             double e = nmse(y, ref, nt * m.rows);
-            ck_assert_msg(e < NMSE_MAX, "%s 7 x 96, n_tok %lld: nmse %.3g",
-                          quant_type_name(ts[i]), (long long)nt, e);
+            ck_assert_msg(e < NMSE_MAX, "%s 7 x 96, n_tok %lld: nmse %.3g", quant_type_name(ts[i]),
+                          (long long)nt, e);
             free(ref);
             free(y);
             free(xr);
@@ -648,8 +648,8 @@ START_TEST(test_mv_spec) {
     check_type_shapes(&g, QUANT_Q8_0, false);
     check_experts(&g, QUANT_Q4_0);
     gpu_close(&g);
-    static const char *bad[] = {"mv=64", "auto,mv=64x0", "auto,mv=64x2x9", "mv=64x2y",
-                                "f32,mv=", "mv=2000x2", "mv=x2"};
+    static const char *bad[] = {"mv=64",   "auto,mv=64x0", "auto,mv=64x2x9", "mv=64x2y",
+                                "f32,mv=", "mv=2000x2",    "mv=x2"};
     g = gpu_open();
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ck_assert_msg(vkmm_configure(g.mm, bad[i], &err) == STRATA_E_CONFIG, "%s accepted", bad[i]);

@@ -548,7 +548,8 @@ static int dev_alloc(void *ctx, int block, size_t bytes) {
 }
 static void dev_copy(void *ctx, int dst, int src, size_t off, size_t n) {
 }
-static const struct kv_store_ops dev_store_ops = {"device", dev_alloc, NULL, dev_copy, NULL, NULL, NULL};
+static const struct kv_store_ops dev_store_ops = {"device", dev_alloc, NULL, dev_copy,
+                                                  NULL,     NULL,      NULL};
 
 START_TEST(test_refuses_device_kv) {
     struct cpu_fix f = cpu_fix();
@@ -628,12 +629,15 @@ START_TEST(test_matmul_bound_and_host) {
         "blk.0.odd",
         {w, QUANT_IQ2_XXS, 1, 256, quant_row_size(QUANT_IQ2_XXS, 256), BACKEND_LAYOUT_ROWS},
         1,
-        BACKEND_USE_MATMUL, false, 0};
+        BACKEND_USE_MATMUL,
+        false,
+        0};
     ck_assert(f.o->weights_bind(f.c, &bad, 1, NULL, h, NULL, &err) == NULL);
     ck_assert_int_eq(err.code, STRATA_E_UNSUPPORTED);
     ck_assert_msg(strstr(err.message, "blk.0.odd") && strstr(err.message, "iq2_xxs"), "%s",
                   err.message);
-    const struct backend_weight_desc stack = {"s", d.host, 5, BACKEND_USE_MATMUL, false, 0}; /* 32 % 5 */
+    const struct backend_weight_desc stack = {"s",   d.host, 5, BACKEND_USE_MATMUL,
+                                              false, 0}; /* 32 % 5 */
     ck_assert(f.o->weights_bind(f.c, &stack, 1, NULL, h, NULL, &err) == NULL);
     ck_assert(f.o->supports(f.c, QUANT_Q4_K, 256, BACKEND_USE_MATMUL));
     ck_assert(!f.o->supports(f.c, QUANT_Q4_K, 256, BACKEND_USE_VEC));
@@ -653,9 +657,24 @@ START_TEST(test_moe_split_tables) {
     float *gate = rand_mat(NE * FF, E, 1), *up = rand_mat(NE * FF, E, 2);
     float *down = rand_mat(NE * E, FF, 3), *x0 = rand_mat(T, E, 4);
     const struct backend_weight_desc d[3] = {
-        {"g", {gate, QUANT_F32, NE * FF, E, E * 4, BACKEND_LAYOUT_ROWS}, NE, BACKEND_USE_MATMUL, false, 0},
-        {"u", {up, QUANT_F32, NE * FF, E, E * 4, BACKEND_LAYOUT_ROWS}, NE, BACKEND_USE_MATMUL, false, 0},
-        {"d", {down, QUANT_F32, NE * E, FF, FF * 4, BACKEND_LAYOUT_ROWS}, NE, BACKEND_USE_MATMUL, false, 0}};
+        {"g",
+         {gate, QUANT_F32, NE * FF, E, E * 4, BACKEND_LAYOUT_ROWS},
+         NE,
+         BACKEND_USE_MATMUL,
+         false,
+         0},
+        {"u",
+         {up, QUANT_F32, NE * FF, E, E * 4, BACKEND_LAYOUT_ROWS},
+         NE,
+         BACKEND_USE_MATMUL,
+         false,
+         0},
+        {"d",
+         {down, QUANT_F32, NE * E, FF, FF * 4, BACKEND_LAYOUT_ROWS},
+         NE,
+         BACKEND_USE_MATMUL,
+         false,
+         0}};
     struct backend_weight *h[3];
     struct backend_weights *set = f.o->weights_bind(f.c, d, 3, NULL, h, NULL, &err);
     ck_assert_msg(set != NULL, "%s", err.message);

@@ -146,7 +146,9 @@ static struct arena *arena_new(struct backend *be, const struct gguf_file *f) {
                                              {t->data, ty, t->ne[1] * t->ne[2], t->ne[0],
                                               quant_row_size(ty, t->ne[0]), BACKEND_LAYOUT_ROWS},
                                              t->ne[2],
-                                             BACKEND_USE_MATMUL, false, 0};
+                                             BACKEND_USE_MATMUL,
+                                             false,
+                                             0};
         }
     struct strata_error err = {0};
     a->set = be->ops->weights_bind(be->ctx, d, 6, NULL, &a->w[0][0], NULL, &err);

@@ -460,7 +460,8 @@ static void cs_free(void *ctx) {
     *c->freed = 1;
     free(c);
 }
-static const struct kv_store_ops cs_ops = {"count", cs_alloc, cs_host, cs_copy, cs_free, NULL, NULL};
+static const struct kv_store_ops cs_ops = {"count", cs_alloc, cs_host, cs_copy,
+                                           cs_free, NULL,     NULL};
 
 static struct kv_store *count_store(int fail_after, int *freed, struct count_store **out) {
     struct count_store *c = calloc(1, sizeof *c);
@@ -526,7 +527,8 @@ START_TEST(test_store_interface) {
     kv_free(kv);
     ck_assert_int_eq(freed, 1);
     /* refused stores and shapes are freed all the same */
-    static const struct kv_store_ops no_alloc = {"none", NULL, cs_host, cs_copy, cs_free, NULL, NULL};
+    static const struct kv_store_ops no_alloc = {"none",  NULL, cs_host, cs_copy,
+                                                 cs_free, NULL, NULL};
     freed = 0;
     struct kv_store *st = count_store(-1, &freed, &c);
     st->ops = &no_alloc;
