@@ -104,20 +104,6 @@ int sched_prep_start(struct sched *s, struct strata_error *err) {
     return 0;
 }
 
-void sched_prep_submit(struct sched *s, struct gen_job *j) {
-    struct sched_prep_lane *lane = &s->prep[prompt_bytes(&j->rq) >= PREP_LONG_BYTES ? 1 : 0];
-    atomic_fetch_add(&s->n_prep, 1);
-    pthread_mutex_lock(&s->mu);
-    j->next = NULL;
-    if (lane->tail)
-        lane->tail->next = j;
-    else
-        lane->head = j;
-    lane->tail = j;
-    pthread_cond_signal(&lane->cond);
-    pthread_mutex_unlock(&s->mu);
-}
-
 /* The choices of one request go to one lane (the longest prompt's) in one
  * step, and lane_main hands them to the scheduler in one step: a first
  * choice that was admitted, prefilled and finished before its siblings were
@@ -144,6 +130,10 @@ void sched_prep_submit_group(struct sched *s, struct gen_job **jobs, int n) {
     }
     pthread_cond_signal(&lane->cond);
     pthread_mutex_unlock(&s->mu);
+}
+
+void sched_prep_submit(struct sched *s, struct gen_job *j) {
+    sched_prep_submit_group(s, &j, 1);
 }
 
 void sched_prep_stop(struct sched *s) {
