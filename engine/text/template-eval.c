@@ -796,7 +796,8 @@ struct template_limits template_limits_default(void) {
 }
 
 struct chat_template *template_parse(const char *src, size_t len, struct strata_error *err) {
-    struct chat_template *t = calloc(1, sizeof(*t));
+    /* volatile: read again after the longjmp (gcc -O2's -Wclobbered) */
+    struct chat_template *volatile t = calloc(1, sizeof(*t));
     if (!t) {
         strata_error_set(err, STRATA_E_NOMEM, "template: out of memory");
         return NULL;
@@ -859,11 +860,11 @@ static void flatten_contents(struct trender *r, struct tv messages) {
 }
 
 int template_render(const struct chat_template *t, const struct template_inputs *in,
-                    const struct template_limits *lim, struct template_output *out,
+                    const struct template_limits *lim_in, struct template_output *out,
                     struct strata_error *err) {
     struct template_limits dl = template_limits_default();
-    if (!lim)
-        lim = &dl;
+    /* volatile: set before the setjmp below and read after it (-Wclobbered) */
+    const struct template_limits *volatile lim = lim_in ? lim_in : &dl;
     memset(out, 0, sizeof(*out));
     if (!t || !in)
         return strata_error_set(err, STRATA_E_INVALID, "template_render: no template or inputs");
