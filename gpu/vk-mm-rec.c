@@ -77,9 +77,9 @@ static struct vk_bind piece_bind(const struct vk_wmat *w, const struct vk_wpiece
 }
 
 static struct vk_pipe *pipe_or_latch(struct vkmm *mm, enum quant_type type, enum vkmm_kind kind,
-                                     bool glu) {
+                                     bool glu, int fuse) {
     struct strata_error e = {0};
-    struct vk_pipe *p = vkmm_pipe(mm, type, kind, glu, &e);
+    struct vk_pipe *p = vkmm_pipe(mm, type, kind, glu, fuse, &e);
     if (!p)
         vkmm_latch(mm, e.code ? e.code : STRATA_E_INTERNAL, "vkmm: pipeline %s.%s: %s",
                    quant_type_name(type), vkmm_kind_name(kind), e.message);
@@ -108,14 +108,30 @@ struct rec_call {
     enum quant_type type;
     bool glu;
     struct vk_bind x, y, sel;
+    const struct vkmm_fuse *fuse; /* NULL: none */
 };
+
+/* VKMM_FUSE_* bits of a call. */
+static int fuse_bits(const struct vkmm_fuse *f) {
+    return f ? (f->norm ? VKMM_FUSE_NORM : 0) | (f->acc ? VKMM_FUSE_ACC : 0) : 0;
+}
 
 /* One plain dispatch over rows [0, pu->n_rows) of binding w (from w_base),
  * and of u (from w_base2) when fused. */
 static void record_rows(struct vkmm *mm, const struct rec_call *c, struct vk_bind w,
                         struct vk_bind u, const struct vkmm_push *pu) {
     const struct vkmm_tune *t = &mm->tune;
-    struct vk_bind binds[5] = {w, c->x, c->y, c->x, c->glu ? u : w}; /* sel unused: any buffer */
+    const struct vkmm_fuse *f = c->fuse;
+    const int fb = fuse_bits(f);
+    /* sel and the unused fusion bindings: any buffer */
+    struct vk_bind binds[8] = {w,
+                               c->x,
+                               c->y,
+                               c->x,
+                               c->glu ? u : w,
+                               fb & VKMM_FUSE_NORM ? f->norm_w : c->x,
+                               fb & VKMM_FUSE_NORM ? f->norm_out : c->y,
+                               fb & VKMM_FUSE_ACC ? f->res : c->y};
     uint32_t gx, gy;
     if (pu->n_tok <= VKMM_MV_CHUNK_TOK) { /* matvec passes of up to 8 tokens */
         struct vkmm_push pc = *pu;
@@ -125,18 +141,24 @@ static void record_rows(struct vkmm *mm, const struct rec_call *c, struct vk_bin
                                   : nt == 2 ? VKMM_MV2
                                   : nt <= 4 ? VKMM_MV4
                                             : VKMM_MV8;
-            struct vk_pipe *p = pipe_or_latch(mm, c->type, kind, c->glu);
+            struct vk_pipe *p = pipe_or_latch(mm, c->type, kind, c->glu, fb);
             const uint32_t nr = vkmm_mv_rows(t, kind);
             if (!p || split_groups(mm, (pu->n_rows + nr - 1) / nr, &gx, &gy))
                 return;
             pc.tok0 = t0;
             pc.n_tok = nt;
+            pc.eps = f ? f->eps : 0.0f;
             vk_dispatch(mm->d, p, binds, &pc, gx, gy, 1);
         }
         return;
     }
+    if (fb) {
+        vkmm_latch(mm, STRATA_E_INVALID, "vkmm: a fused norm or add above %d tokens",
+                   VKMM_MV_CHUNK_TOK);
+        return;
+    }
     const enum vkmm_kind kind = vkmm_tiled_kind(t, c->type, false);
-    struct vk_pipe *p = pipe_or_latch(mm, c->type, kind, c->glu);
+    struct vk_pipe *p = pipe_or_latch(mm, c->type, kind, c->glu, 0);
     if (!p)
         return;
     uint32_t bm, bn;
@@ -167,7 +189,8 @@ static const struct vk_wpiece *piece_at(const struct vk_wmat *w, int64_t r) {
 }
 
 static void matmul(struct vkmm *mm, const struct vk_wmat *g, const struct vk_wmat *u,
-                   int64_t expert, struct vk_bind x, struct vk_bind y, int64_t n_tok) {
+                   int64_t expert, struct vk_bind x, struct vk_bind y, int64_t n_tok,
+                   const struct vkmm_fuse *fuse) {
     const char *what = u ? "matmul_glu" : "matmul";
     if (check_pair(mm, g, u, what))
         return;
@@ -179,7 +202,7 @@ static void matmul(struct vkmm *mm, const struct vk_wmat *g, const struct vk_wma
         return;
     }
     const struct vk_wmat *u2 = u ? u : g;
-    const struct rec_call c = {g->type, u != NULL, x, y, x};
+    const struct rec_call c = {g->type, u != NULL, x, y, x, fuse};
     struct vkmm_push pu;
     push_common(g, &pu);
     pu.n_tok = (uint32_t)n_tok;
@@ -226,7 +249,7 @@ static void matmul_id(struct vkmm *mm, const struct vk_wmat *g, const struct vk_
     }
     const bool tiled = n_tok > VKMM_MV_MAX_TOK, glu = u != NULL;
     const enum vkmm_kind kind = tiled ? vkmm_tiled_kind(&mm->tune, g->type, true) : VKMM_MV_ID;
-    struct vk_pipe *p = pipe_or_latch(mm, g->type, kind, glu);
+    struct vk_pipe *p = pipe_or_latch(mm, g->type, kind, glu, 0);
     if (!p)
         return;
     const int64_t er = expert_rows(g);
@@ -266,7 +289,7 @@ static void matmul_id(struct vkmm *mm, const struct vk_wmat *g, const struct vk_
             pu.w_base = (uint32_t)((uint64_t)(a - gp->row0) * g->row_bytes);
             pu.w_base2 = (uint32_t)((uint64_t)(a - up->row0) * g->row_bytes);
             struct vk_bind wb = piece_bind(g, gp);
-            struct vk_bind binds[5] = {wb, x, y, sel, glu ? piece_bind(u2, up) : wb};
+            struct vk_bind binds[8] = {wb, x, y, sel, glu ? piece_bind(u2, up) : wb, x, y, y};
             if (tiled) { /* a workgroup row per expert; each scans every pick */
                 vk_dispatch(mm->d, p, binds, &pu, gx, pu.e1 - pu.e0, 1);
             } else {
@@ -286,7 +309,7 @@ static void matmul_id(struct vkmm *mm, const struct vk_wmat *g, const struct vk_
 
 void vkmm_matmul(struct vkmm *mm, const struct vk_wmat *w, int64_t expert, struct vk_bind x,
                  struct vk_bind y, int64_t n_tok) {
-    matmul(mm, w, NULL, expert, x, y, n_tok);
+    matmul(mm, w, NULL, expert, x, y, n_tok, NULL);
 }
 
 void vkmm_matmul_glu(struct vkmm *mm, const struct vk_wmat *gate, const struct vk_wmat *up,
@@ -295,7 +318,22 @@ void vkmm_matmul_glu(struct vkmm *mm, const struct vk_wmat *gate, const struct v
         vkmm_latch(mm, STRATA_E_INVALID, "vkmm matmul_glu: no up matrix");
         return;
     }
-    matmul(mm, gate, up, expert, x, y, n_tok);
+    matmul(mm, gate, up, expert, x, y, n_tok, NULL);
+}
+
+bool vkmm_fuse_ok(int64_t n_tok) {
+    return n_tok >= 1 && n_tok <= VKMM_MV_CHUNK_TOK;
+}
+
+void vkmm_matmul_fused(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
+                       struct vk_bind x, struct vk_bind y, int64_t n_tok,
+                       const struct vkmm_fuse *fuse) {
+    if (!fuse || !vkmm_fuse_ok(n_tok) || (up && fuse->acc) || (!fuse->norm && !fuse->acc)) {
+        vkmm_latch(mm, STRATA_E_INVALID, "vkmm matmul_fused: bad call (%lld tokens)",
+                   (long long)n_tok);
+        return;
+    }
+    matmul(mm, w, up, -1, x, y, n_tok, fuse);
 }
 
 void vkmm_matmul_id(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x, bool x_per_pick,

@@ -114,6 +114,32 @@ void vkmm_matmul_id_glu(struct vkmm *mm, const struct vk_wmat *gate, const struc
                         struct vk_bind x, bool x_per_pick, struct vk_bind sel, int k, int64_t n_tok,
                         struct vk_bind y);
 
+/* The matvec's fusions with the ops around it, each saving a dispatch and
+ * the barrier after it (decode is made of dispatches on a big GPU):
+ *   norm: x is the input of an RMSNorm (weight norm_w: (n_cols) f32, eps)
+ *     and the product is taken with its output: y = W (x / rms(x) * w).
+ *     The norm's output is also written into norm_out ((n_tok, n_cols),
+ *     what vkops_rmsnorm writes within float rounding), which must not be x.
+ *   acc: y is also added into res ((n_tok, W's rows) f32, not x): the
+ *     residual add after an output projection.
+ * Within float summation order the results are those of the ops one after
+ * the other. */
+struct vkmm_fuse {
+    bool norm;
+    struct vk_bind norm_w, norm_out;
+    float eps;
+    bool acc;
+    struct vk_bind res;
+};
+
+/* True when vkmm_matmul_fused takes n_tok tokens (the matvec's: <= 32). */
+bool vkmm_fuse_ok(int64_t n_tok);
+/* vkmm_matmul (up NULL) or vkmm_matmul_glu (up set: norm only) of a plain
+ * matrix with the fusions of f (at least one; up to 32 tokens). Recorded. */
+void vkmm_matmul_fused(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
+                       struct vk_bind x, struct vk_bind y, int64_t n_tok,
+                       const struct vkmm_fuse *f);
+
 /* The tiled matmul's path (prefill, n_tok > 32), before any pipeline is
  * made: "auto" (or NULL: per device and type, gpu/vk-mm-coop.c), "f32"
  * (f32 FMA tiles), "int-dot" (8-bit integer dot products on activations
@@ -122,7 +148,9 @@ void vkmm_matmul_id_glu(struct vkmm *mm, const struct vk_wmat *gate, const struc
  * for every type, optionally with the tile shape of the plain / the
  * expert-indexed form), any of them (or nothing) followed by ",mv=WGxR1[xR]"
  * (or "mv=..." alone): the matvec's lanes and rows a workgroup for 1-2 tokens
- * and expert-indexed pairs, and for 4-8 tokens. STRATA_E_CONFIG for a bad
+ * and expert-indexed pairs, and for 4-8 tokens, optionally followed by
+ * ":xtN", the x tile in shared memory of the 1-2 token block path (N vec4s,
+ * 0: none). STRATA_E_CONFIG for a bad
  * spec, STRATA_E_UNSUPPORTED for a path or shape the device (or this build)
  * cannot run. For benchmarks and tests. */
 int vkmm_configure(struct vkmm *mm, const char *spec, struct strata_error *err);

@@ -9,8 +9,9 @@
  * products; one expert of a stack; the fused gate + up + SwiGLU forms
  * (plain and expert-indexed, gate and up split differently); matrices split
  * over several buffer ranges (pieces of whole rows, of whole experts) giving
- * the same bits as one range; a second launch shape; bad calls latching an
- * error and recording nothing. Exit 77 only when no Vulkan device exists.
+ * the same bits as one range; a second launch shape; the x tile in shared
+ * memory; bad calls latching an error and recording nothing; the fused norm
+ * and residual forms (test-vk-mm-fuse.c). Exit 77 only when no Vulkan device exists.
  *
  * Time: lavapipe compiles each pipeline at its first dispatch through LLVM,
  * so the suite's first run costs ~70 s of CPU (release build, this 2-vCPU
@@ -648,8 +649,19 @@ START_TEST(test_mv_spec) {
     check_type_shapes(&g, QUANT_Q8_0, false);
     check_experts(&g, QUANT_Q4_0);
     gpu_close(&g);
-    static const char *bad[] = {"mv=64",   "auto,mv=64x0", "auto,mv=64x2x9", "mv=64x2y",
-                                "f32,mv=", "mv=2000x2",    "mv=x2"};
+    /* x through shared memory in tiles of 8 blocks (320 columns: two tiles
+     * and a half a row), the 1-2 token block path and the experts' */
+    g = gpu_open();
+    ck_assert_msg(vkmm_configure(g.mm, "f32,mv=64x2x1:xt64", &err) == 0, "configure: %s",
+                  err.message);
+    ck_assert_uint_eq(g.mm->tune.mv_xt, 64);
+    check_type_shapes(&g, QUANT_Q4_0, false);
+    check_type_shapes(&g, QUANT_Q8_0, false);
+    check_experts(&g, QUANT_Q8_0);
+    gpu_close(&g);
+    static const char *bad[] = {"mv=64",          "auto,mv=64x0", "auto,mv=64x2x9", "mv=64x2y",
+                                "f32,mv=",        "mv=2000x2",    "mv=x2",          "mv=64x2:xt7",
+                                "mv=64x2:xt8192", "mv=64x2:yt8"};
     g = gpu_open();
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ck_assert_msg(vkmm_configure(g.mm, bad[i], &err) == STRATA_E_CONFIG, "%s accepted", bad[i]);
@@ -958,6 +970,9 @@ START_TEST(test_bad_calls) {
 }
 END_TEST
 
+TCase *vkmm_fuse_tcase(void); /* tests/gpu/test-vk-mm-fuse.c */
+TCase *vkmm_coop_tcase(void); /* tests/gpu/test-vk-mm-coop.c */
+
 static Suite *vk_mm_suite(void) {
     Suite *s = suite_create("vk-mm");
     TCase *tc_types = tcase_create("types"), *tc_experts = tcase_create("experts");
@@ -974,8 +989,9 @@ static Suite *vk_mm_suite(void) {
     tcase_add_test(tc_misc, test_pieces);
     tcase_add_test(tc_misc, test_tune);
     tcase_add_test(tc_misc, test_bad_calls);
-    TCase *all[] = {tc_types, tc_experts, tc_glu, tc_misc, tc_paths};
-    for (int i = 0; i < 5; i++) {
+    TCase *all[] = {tc_types, tc_experts,        tc_glu,           tc_misc,
+                    tc_paths, vkmm_fuse_tcase(), vkmm_coop_tcase()};
+    for (int i = 0; i < 7; i++) {
         tcase_set_timeout(all[i], 300);
         suite_add_tcase(s, all[i]);
     }

@@ -1,0 +1,269 @@
+/* tests/gpu/test-vk-mm-fuse.c: the matvec's fused forms (vkmm_matmul_fused,
+ * gpu/vk-mm.h) against the ops they replace, and the x tile in shared
+ * memory (the ":xtN" matvec spec). Part of test-vk-mm (its main).
+ *
+ * For F32, Q4_0, Q8_0 and Q4_K rows (the unit path and the block path), 67
+ * rows, n_tok 1, 2, 3 and 9 (the 1/2/4-token matvecs and two 8-token
+ * passes), the x tile off and at 8 blocks (several tiles a row, the last
+ * partial):
+ *   norm: y = W (x / rms(x) * w) against the double-precision reference
+ *     (NMSE below 1e-9, as test-vk-mm's matvec checks: float rounding
+ *     only), and the norm's output it writes within 1e-6 of vkops_rmsnorm's
+ *     (the sum of squares runs in another order);
+ *     the same through the fused gate + up + SwiGLU form;
+ *   acc: y = W x against the reference, and the residual it adds into
+ *     bit-equal to r + y in f32 (one add per element, what vkops_add does).
+ * A wrong element, a token's norm applied to another, or a missed tile moves
+ * the NMSE to ~1e-3 or more. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/vk-mm-impl.h"
+#include "gpu/vk-ops.h"
+#include "tests/harness.h"
+
+TCase *vkmm_fuse_tcase(void);
+
+#define FUSE_NMSE 1e-9
+#define FUSE_ROWS 67
+#define FUSE_EPS 1e-5f
+
+static uint32_t fz_state = 0x9e3779b9u;
+static float fz_rand(void) { /* [-1, 1) */
+    fz_state ^= fz_state << 13;
+    fz_state ^= fz_state >> 17;
+    fz_state ^= fz_state << 5;
+    return (float)(fz_state >> 8) / 8388608.0f - 1.0f;
+}
+
+struct fz_gpu {
+    struct vk_dev *d;
+    struct vkmm *mm;
+    struct vkops *ops;
+};
+
+static struct vk_buf *fz_buf(struct fz_gpu *g, const void *src, size_t n) {
+    struct strata_error err = {0};
+    struct vk_buf *b = vk_buf_alloc(g->d, (n + 15) & ~(size_t)15, VK_MEM_DEVICE, &err);
+    ck_assert_msg(b != NULL, "vk_buf_alloc: %s", err.message);
+    if (src)
+        ck_assert_msg(vk_buf_upload(g->d, b, 0, src, n, &err) == 0, "upload: %s", err.message);
+    return b;
+}
+
+static struct vk_bind fz_bd(const struct vk_buf *b) {
+    return (struct vk_bind){b, 0, 0};
+}
+
+static void fz_read(struct fz_gpu *g, const struct vk_buf *b, float *dst, size_t n) {
+    struct strata_error err = {0};
+    ck_assert_int_eq(vk_buf_download(g->d, b, 0, dst, n * sizeof(float), &err), 0);
+}
+
+static void fz_run(struct fz_gpu *g) {
+    struct strata_error err = {0};
+    ck_assert_msg(vk_rec_submit(g->d, &err) == 0, "submit: %s", err.message);
+    ck_assert_msg(vk_rec_wait(g->d, &err) == 0, "wait: %s", err.message);
+    ck_assert_msg(vkmm_status(g->mm, &err) == 0, "vkmm: %s", err.message);
+}
+
+/* A random matrix: its bytes on the device and its dequantized values. */
+struct fz_mat {
+    struct vk_buf *buf;
+    struct vk_wpiece pc;
+    struct vk_wmat w;
+    float *deq; /* (rows, cols) */
+};
+
+static void fz_mat_init(struct fz_gpu *g, struct fz_mat *m, enum quant_type type, int64_t rows,
+                        int64_t cols) {
+    const size_t rb = quant_row_size(type, cols);
+    uint8_t *bytes = malloc((size_t)rows * rb);
+    float *src = malloc(sizeof(float) * (size_t)cols);
+    m->deq = malloc(sizeof(float) * (size_t)(rows * cols));
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t c = 0; c < cols; c++)
+            src[c] = fz_rand() * (0.5f + (float)(r % 5) * 0.25f);
+        if (type == QUANT_F32)
+            memcpy(bytes + (size_t)r * rb, src, sizeof(float) * (size_t)cols);
+        else
+            ck_assert_int_eq(quant_quantize_row(type, src, bytes + (size_t)r * rb, cols), 0);
+        ck_assert_int_eq(
+            quant_dequantize_row(type, bytes + (size_t)r * rb, m->deq + r * cols, cols), 0);
+    }
+    m->buf = fz_buf(g, bytes, (size_t)rows * rb);
+    m->pc = (struct vk_wpiece){m->buf, 0, 0, rows};
+    m->w = (struct vk_wmat){type, rows, cols, rb, 0, 1, &m->pc};
+    free(src);
+    free(bytes);
+}
+
+static void fz_mat_free(struct fz_gpu *g, struct fz_mat *m) {
+    vk_buf_free(g->d, m->buf);
+    free(m->deq);
+}
+
+/* ref[t * rows + r] = W[r] . x[t] in double. */
+static void fz_ref(const struct fz_mat *m, const float *x, int64_t n_tok, double *ref) {
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t r = 0; r < m->w.n_rows; r++) {
+            double s = 0;
+            for (int64_t c = 0; c < m->w.n_cols; c++)
+                s += (double)m->deq[r * m->w.n_cols + c] * (double)x[t * m->w.n_cols + c];
+            ref[t * m->w.n_rows + r] = s;
+        }
+}
+
+static double fz_nmse(const float *y, const double *ref, int64_t n) {
+    double e = 0, s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        e += ((double)y[i] - ref[i]) * ((double)y[i] - ref[i]);
+        s += ref[i] * ref[i];
+    }
+    return s > 0 ? e / s : e;
+}
+
+static void check_fused(struct fz_gpu *g, enum quant_type type, int64_t cols, int64_t nt,
+                        const char *shape) {
+    const int64_t rows = FUSE_ROWS;
+    struct fz_mat a, b;
+    fz_mat_init(g, &a, type, rows, cols);
+    fz_mat_init(g, &b, type, rows, cols);
+    float *x = malloc(sizeof(float) * (size_t)(nt * cols)), *nw = malloc(sizeof(float) * cols);
+    float *r = malloc(sizeof(float) * (size_t)(nt * rows)),
+          *xn_h = malloc(sizeof(float) * (nt * cols));
+    for (int64_t i = 0; i < nt * cols; i++)
+        x[i] = fz_rand() * (1.0f + (float)(i / cols)); /* tokens of different scales */
+    for (int64_t i = 0; i < cols; i++)
+        nw[i] = 1.0f + 0.5f * fz_rand();
+    for (int64_t i = 0; i < nt * rows; i++)
+        r[i] = fz_rand();
+    /* the normalised x in double, as the reference multiplies it */
+    for (int64_t t = 0; t < nt; t++) {
+        double ss = 0;
+        for (int64_t c = 0; c < cols; c++)
+            ss += (double)x[t * cols + c] * x[t * cols + c];
+        const double sc = 1.0 / sqrt(ss / (double)cols + FUSE_EPS);
+        for (int64_t c = 0; c < cols; c++)
+            xn_h[t * cols + c] = (float)(x[t * cols + c] * sc * nw[c]);
+    }
+    double *ra = malloc(sizeof(double) * (size_t)(nt * rows)),
+           *rb = malloc(sizeof(double) * (nt * rows));
+    double *rx = malloc(sizeof(double) * (size_t)(nt * rows));
+    fz_ref(&a, xn_h, nt, ra);
+    fz_ref(&b, xn_h, nt, rb);
+    fz_ref(&a, x, nt, rx);
+
+    const size_t xs = sizeof(float) * (size_t)(nt * cols), ys = sizeof(float) * (size_t)(nt * rows);
+    struct vk_buf *xb = fz_buf(g, x, xs), *nwb = fz_buf(g, nw, sizeof(float) * cols);
+    struct vk_buf *xn1 = fz_buf(g, NULL, xs), *xn2 = fz_buf(g, NULL, xs);
+    struct vk_buf *y1 = fz_buf(g, NULL, ys), *y2 = fz_buf(g, NULL, ys), *y3 = fz_buf(g, NULL, ys);
+    struct vk_buf *rbuf = fz_buf(g, r, ys);
+    struct strata_error err = {0};
+    ck_assert_int_eq(vk_rec_begin(g->d, &err), 0);
+    const struct vkmm_fuse fn = {
+        .norm = true, .norm_w = fz_bd(nwb), .norm_out = fz_bd(xn1), .eps = FUSE_EPS};
+    const struct vkmm_fuse fa = {.acc = true, .res = fz_bd(rbuf)};
+    vkmm_matmul_fused(g->mm, &a.w, NULL, fz_bd(xb), fz_bd(y1), nt, &fn);
+    vkmm_matmul_fused(g->mm, &a.w, &b.w, fz_bd(xb), fz_bd(y2), nt, &fn);
+    vkmm_matmul_fused(g->mm, &a.w, NULL, fz_bd(xb), fz_bd(y3), nt, &fa);
+    vkops_rmsnorm(g->ops, fz_bd(xb), fz_bd(nwb), true, fz_bd(xn2), nt, cols, FUSE_EPS);
+    fz_run(g);
+
+    float *got = malloc(ys), *got2 = malloc(xs), *got3 = malloc(xs);
+    const char *tn = quant_type_name(type);
+    fz_read(g, y1, got, (size_t)(nt * rows));
+    double e = fz_nmse(got, ra, nt * rows);
+    ck_assert_msg(e < FUSE_NMSE, "%s %s norm n_tok %lld: nmse %.3g", shape, tn, (long long)nt, e);
+    fz_read(g, xn1, got2, (size_t)(nt * cols));
+    fz_read(g, xn2, got3, (size_t)(nt * cols));
+    for (int64_t i = 0; i < nt * cols; i++) /* another summation order: an ulp or two */
+        ck_assert_msg(fabsf(got2[i] - got3[i]) <= 1e-6f * fmaxf(1.0f, fabsf(got3[i])),
+                      "%s %s n_tok %lld: the norm's output [%lld] %.9g, vkops_rmsnorm's %.9g",
+                      shape, tn, (long long)nt, (long long)i, got2[i], got3[i]);
+    fz_read(g, y2, got, (size_t)(nt * rows));
+    for (int64_t i = 0; i < nt * rows; i++) /* silu(G xn) * (U xn) */
+        ra[i] = ra[i] / (1.0 + exp(-ra[i])) * rb[i];
+    e = fz_nmse(got, ra, nt * rows);
+    ck_assert_msg(e < FUSE_NMSE, "%s %s norm+glu n_tok %lld: nmse %.3g", shape, tn, (long long)nt,
+                  e);
+    fz_read(g, y3, got, (size_t)(nt * rows));
+    e = fz_nmse(got, rx, nt * rows);
+    ck_assert_msg(e < FUSE_NMSE, "%s %s acc n_tok %lld: nmse %.3g", shape, tn, (long long)nt, e);
+    float *res = malloc(ys);
+    fz_read(g, rbuf, res, (size_t)(nt * rows));
+    for (int64_t i = 0; i < nt * rows; i++) {
+        const float want = r[i] + got[i];
+        ck_assert_msg(memcmp(&res[i], &want, 4) == 0,
+                      "%s %s acc n_tok %lld: res[%lld] %.9g, want %.9g", shape, tn, (long long)nt,
+                      (long long)i, res[i], want);
+    }
+    free(res);
+    free(got3);
+    free(got2);
+    free(got);
+    vk_buf_free(g->d, rbuf);
+    vk_buf_free(g->d, y3);
+    vk_buf_free(g->d, y2);
+    vk_buf_free(g->d, y1);
+    vk_buf_free(g->d, xn2);
+    vk_buf_free(g->d, xn1);
+    vk_buf_free(g->d, nwb);
+    vk_buf_free(g->d, xb);
+    free(rx);
+    free(rb);
+    free(ra);
+    free(xn_h);
+    free(r);
+    free(nw);
+    free(x);
+    fz_mat_free(g, &b);
+    fz_mat_free(g, &a);
+}
+
+/* _i: 0 the default matvec shape, 1 with the x tile at 8 blocks (64 vec4s). */
+START_TEST(test_fused_matvec) {
+    static const enum quant_type tt[] = {QUANT_F32, QUANT_Q4_0, QUANT_Q8_0, QUANT_Q4_K};
+    static const int64_t cols[] = {172, 320, 320, 512};
+    static const int64_t toks[] = {1, 2, 3, 9};
+    struct fz_gpu g = {0};
+    struct strata_error err = {0};
+    ck_assert_msg(vk_dev_open(-1, &g.d, &err) == 0, "vk_dev_open: %s", err.message);
+    ck_assert_msg(vkmm_init(g.d, &g.mm, &err) == 0, "vkmm_init: %s", err.message);
+    ck_assert_msg(vkops_init(g.d, &g.ops, &err) == 0, "vkops_init: %s", err.message);
+    const char *shape = _i ? "mv=128x4x2:xt64" : "auto";
+    ck_assert_msg(vkmm_configure(g.mm, shape, &err) == 0, "configure %s: %s", shape, err.message);
+    if (_i)
+        ck_assert_uint_eq(g.mm->tune.mv_xt, 64);
+    for (int k = 0; k < 4; k++) {
+        if (_i && (tt[k] == QUANT_F32 || tt[k] == QUANT_Q4_K))
+            continue; /* the tile is the block path's (Q4_0, Q8_0) */
+        for (int j = 0; j < 4; j++)
+            check_fused(&g, tt[k], cols[k], toks[j], shape);
+    }
+    /* above 32 tokens the fused forms are refused (the tiled matmul has none) */
+    struct vk_buf *b = fz_buf(&g, NULL, 64);
+    struct fz_mat m;
+    fz_mat_init(&g, &m, QUANT_F32, 4, 4);
+    const struct vkmm_fuse fa = {.acc = true, .res = fz_bd(b)};
+    ck_assert(!vkmm_fuse_ok(33) && vkmm_fuse_ok(32) && !vkmm_fuse_ok(0));
+    ck_assert_int_eq(vk_rec_begin(g.d, &err), 0);
+    vkmm_matmul_fused(g.mm, &m.w, NULL, fz_bd(b), fz_bd(b), 33, &fa);
+    ck_assert_int_eq(vk_rec_submit(g.d, &err), 0);
+    ck_assert_int_eq(vk_rec_wait(g.d, &err), 0);
+    ck_assert_int_eq(vkmm_status(g.mm, &err), STRATA_E_INVALID);
+    fz_mat_free(&g, &m);
+    vk_buf_free(g.d, b);
+    vkops_free(g.ops);
+    vkmm_free(g.mm);
+    vk_dev_close(g.d);
+}
+END_TEST
+
+TCase *vkmm_fuse_tcase(void) {
+    TCase *tc = tcase_create("fuse");
+    tcase_add_loop_test(tc, test_fused_matvec, 0, 2);
+    tcase_set_timeout(tc, 300);
+    return tc;
+}
