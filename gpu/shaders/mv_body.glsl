@@ -137,9 +137,20 @@ void main() {
     // 313: registers of NR x NT partial sums and BQ words per row), so those
     // passes keep the unit path below.
     if (NT <= 2u && XT > 0u) {
+        // The lane's first block of each tile is loaded before the tile's
+        // barriers, so its weight words are in flight while x is staged.
         const uint nb = p.n_cols / (4u * BV), tb = XT / BV;
         for (uint b0 = 0u; b0 < nb; b0 += tb) {
-            const uint nv = min(tb, nb - b0) * BV;
+            const uint nv = min(tb, nb - b0) * BV, b1 = b0 + nv / BV;
+            float d[NM * NR];
+            uint q[NM * NR][BQ];
+            if (b0 + tid < b1) {
+                [[unroll]] for (uint r = 0u; r < NR; r++) {
+                    blk_words(0u, wb + ro[r] + BB * (b0 + tid), d[r], q[r]);
+                    if (GLU != 0u)
+                        blk_words(1u, wb2 + ro[r] + BB * (b0 + tid), d[NR + r], q[NR + r]);
+                }
+            }
             barrier(); // the previous tile's readers are done
             for (uint j = tid; j < nv; j += WG) {
                 const uint lb = j / BV, sl = lb * BV + ((j % BV) ^ (lb % BV));
@@ -147,14 +158,14 @@ void main() {
                     xsh[t * XT + sl] = xload((xr + min(t, nt - 1u)) * xs4, BV * b0 + j);
             }
             barrier();
-            for (uint b = b0 + tid; b < b0 + nv / BV; b += WG) {
+            for (uint b = b0 + tid; b < b1; b += WG) {
                 const uint lb = b - b0;
-                float d[NM * NR];
-                uint q[NM * NR][BQ];
-                [[unroll]] for (uint r = 0u; r < NR; r++) {
-                    blk_words(0u, wb + ro[r] + BB * b, d[r], q[r]);
-                    if (GLU != 0u)
-                        blk_words(1u, wb2 + ro[r] + BB * b, d[NR + r], q[NR + r]);
+                if (b != b0 + tid) {
+                    [[unroll]] for (uint r = 0u; r < NR; r++) {
+                        blk_words(0u, wb + ro[r] + BB * b, d[r], q[r]);
+                        if (GLU != 0u)
+                            blk_words(1u, wb2 + ro[r] + BB * b, d[NR + r], q[NR + r]);
+                    }
                 }
                 float s[NM * NR * NT], xs[NT];
                 [[unroll]] for (uint i = 0u; i < NM * NR * NT; i++)

@@ -659,6 +659,12 @@ START_TEST(test_mv_spec) {
     check_type_shapes(&g, QUANT_Q8_0, false);
     check_experts(&g, QUANT_Q8_0);
     gpu_close(&g);
+    /* 8 lanes over a tile of 16 blocks: two blocks a lane, the first
+     * loaded before the tile's barriers, the second after */
+    g = gpu_open();
+    ck_assert_msg(vkmm_configure(g.mm, "mv=8x2x1:xt128", &err) == 0, "configure: %s", err.message);
+    check_type_shapes(&g, QUANT_Q4_0, false);
+    gpu_close(&g);
     static const char *bad[] = {"mv=64",          "auto,mv=64x0", "auto,mv=64x2x9", "mv=64x2y",
                                 "f32,mv=",        "mv=2000x2",    "mv=x2",          "mv=64x2:xt7",
                                 "mv=64x2:xt8192", "mv=64x2:yt8"};
