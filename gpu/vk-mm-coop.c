@@ -330,17 +330,23 @@ static bool parse_mv(const char *s, struct vkmm_tune *t) {
     } else {
         r = t->mv_rows;
     }
-    unsigned xt = t->mv_xt;
-    if (s[n] == ':') { /* ":xtN": x staged through shared memory in tiles of N vec4s */
+    unsigned unr = t->mv_unr, soa = t->mv_soa;
+    while (s[n] == ':') { /* ":uN" N blocks a lane at once, ":soa" scales-then-quants rows */
         int m = 0;
-        if (sscanf(s + n + 1, "xt%u%n", &xt, &m) != 1)
+        if (strncmp(s + n + 1, "soa", 3) == 0) {
+            soa = 1;
+            n += 4;
+        } else if (sscanf(s + n + 1, "u%u%n", &unr, &m) == 1) {
+            n += 1 + m;
+        } else {
             return false;
-        n += 1 + m;
+        }
     }
-    if (s[n] != '\0' || wg < 1 || wg > 1024 || r1 < 1 || r1 > 8 || r < 1 || r > 8 || xt > 4096 ||
-        xt % 8 != 0)
+    if (s[n] != '\0' || wg < 1 || wg > 1024 || r1 < 1 || r1 > 8 || r < 1 || r > 8 || unr < 1 ||
+        unr > 4)
         return false;
-    t->mv_xt = xt;
+    t->mv_unr = unr;
+    t->mv_soa = soa;
     t->mv_wg = wg;
     t->mv_rows1 = r1;
     t->mv_rows = r;
@@ -369,8 +375,8 @@ int vkmm_configure(struct vkmm *mm, const char *spec, struct strata_error *err) 
     }
     if (mv && !parse_mv(mv, &t))
         return strata_error_set(err, STRATA_E_CONFIG,
-                                "vkmm: matvec shape \"%s\": expected WGxR1[xR][:xtN] (lanes "
-                                "1..1024, rows 1..8, x tile 0..4096 vec4s)",
+                                "vkmm: matvec shape \"%s\": expected WGxR1[xR][:uN][:soa] (lanes "
+                                "1..1024, rows 1..8, 1..4 blocks a lane)",
                                 mv);
     if (strcmp(spec, "auto") == 0)
         return vkmm_set_tune(mm, &t, err);

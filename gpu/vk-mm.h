@@ -132,6 +132,14 @@ struct vkmm_fuse {
     struct vk_bind res;
 };
 
+/* Q4_0 and Q8_0: the types whose 1-2 token matvec has the block path. */
+bool vkmm_soa_type(enum quant_type type);
+/* A GGUF row of such a type (n_cols elements) rewritten as its nb f16
+ * scales, then its nb groups of quants (the same bytes, row_bytes long),
+ * the layout ":soa" reads (mv_body.glsl SOA). For benchmarks: no other
+ * kernel reads it. */
+void vkmm_soa_row(enum quant_type type, const void *src, void *dst, int64_t n_cols);
+
 /* True when vkmm_matmul_fused takes n_tok tokens (the matvec's: <= 32). */
 bool vkmm_fuse_ok(int64_t n_tok);
 /* vkmm_matmul (up NULL) or vkmm_matmul_glu (up set: norm only) of a plain
@@ -149,8 +157,9 @@ void vkmm_matmul_fused(struct vkmm *mm, const struct vk_wmat *w, const struct vk
  * expert-indexed form), any of them (or nothing) followed by ",mv=WGxR1[xR]"
  * (or "mv=..." alone): the matvec's lanes and rows a workgroup for 1-2 tokens
  * and expert-indexed pairs, and for 4-8 tokens, optionally followed by
- * ":xtN", the x tile in shared memory of the 1-2 token block path (N vec4s,
- * 0: none). STRATA_E_CONFIG for a bad
+ * ":uN" (the 1-2 token block path of Q4_0 / Q8_0 loads N blocks a lane at
+ * once) and ":soa" (that path reads rows laid out by vkmm_soa_row: only for
+ * matrices uploaded so, benchmarks). STRATA_E_CONFIG for a bad
  * spec, STRATA_E_UNSUPPORTED for a path or shape the device (or this build)
  * cannot run. For benchmarks and tests. */
 int vkmm_configure(struct vkmm *mm, const char *spec, struct strata_error *err);

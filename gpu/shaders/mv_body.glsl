@@ -32,12 +32,12 @@
 // barrier after it per use: two of each per layer of a llama (the
 // attention and FFN norms; the adds after the output and down projections).
 //
-// XT > 0 (block path): the x rows of the pass are staged through shared
-// memory in tiles of XT vec4s, loaded by consecutive lanes (coalesced) and
-// read back swizzled so that the 8 lanes of a quarter-subgroup hit 32
-// distinct banks. Without it a lane reads its block's BV vec4s straight
-// from x, 128 bytes apart from its neighbour's: each vec4 load of a
-// subgroup touches 32 cache lines.
+// UNR > 1 (block path): a lane loads the words of UNR blocks (b, b + WG,
+// ...) before it multiplies any, more bytes in flight a lane. SOA = 1
+// (block path of Q4_0 / Q8_0): rows laid out as the row's nb scales (f16),
+// then its nb quant groups of BQ words (vk_wmat.layout, repacked at upload:
+// gpu/backend-vk-weights.c), so a lane's quants are BQ / 4 aligned 16-byte
+// loads where the GGUF block costs BQ + 1 word loads and a select each.
 layout(constant_id = 0) const uint WG = 32; // lanes per workgroup
 layout(constant_id = 1) const uint NR = 2;  // rows per workgroup
 layout(constant_id = 2) const uint NT = 1;  // tokens per pass (accumulators)
@@ -45,7 +45,8 @@ layout(constant_id = 3) const uint ID = 0;  // 1: expert-indexed (sel, one token
 layout(constant_id = 4) const uint GLU = 0; // 1: silu(gate) * up, up in binding 4
 layout(constant_id = 5) const uint NORM = 0; // 1: x is normalised first (bindings 5, 6)
 layout(constant_id = 6) const uint ACC = 0;  // 1: y also added into binding 7
-layout(constant_id = 7) const uint XT = 0;   // vec4s of x a shared tile holds (block path); 0: none
+layout(constant_id = 7) const uint UNR = 1;  // blocks a lane loads at once (block path)
+layout(constant_id = 8) const uint SOA = 0;  // 1: scales-then-quants rows (block path)
 layout(local_size_x_id = 0) in;
 
 layout(std430, binding = 5) readonly buffer BufNW { vec4 nw4[]; };
@@ -55,8 +56,6 @@ layout(std430, binding = 7) buffer BufR { float res[]; };
 const uint NM = GLU != 0u ? 2u : 1u; // matrices
 shared float red[NM * NR * NT * WG];
 shared float ssred[NORM != 0u ? NT * WG : 1u];
-const uint XTS = XT > 0u ? XT : 1u;
-shared vec4 xsh[NT * XTS];
 
 // x vec4 i of token row xrow, times the norm's weight under NORM.
 vec4 xload(uint xrow, uint i) {
@@ -82,6 +81,30 @@ void blk_words(uint wh, uint bb, out float d, out uint q[BQ]) {
         const uint nx = wword(wh, i + 1u + j);
         q[j] = hi ? nx : (lo >> 16) | (nx << 16);
         lo = nx;
+    }
+}
+// Block b of a scales-then-quants row at byte rb of nb blocks (SOA): its
+// f16 scale at rb + 2 b, its BQ quant words at rb + 2 nb + 4 BQ b, 16-byte
+// aligned where nb is a multiple of 8 (rows of 256 elements and more: every
+// real model), then loaded as uvec4s; else word by word.
+layout(std430, binding = 0) readonly buffer BufWQ { uvec4 wq4[]; };
+layout(std430, binding = 4) readonly buffer BufUQ { uvec4 uq4[]; };
+void blk_words_soa(uint wh, uint rb, uint nb, uint b, out float d, out uint q[BQ]) {
+    const uint sb = rb + 2u * b;
+    const uint sw = wword(wh, sb >> 2);
+    d = unpackHalf2x16((sb & 2u) != 0u ? sw >> 16 : sw).x;
+    const uint qb = rb + 2u * nb + 4u * BQ * b;
+    if ((nb & 7u) == 0u) {
+        [[unroll]] for (uint j = 0u; j < BQ / 4u; j++) {
+            const uvec4 v = wh == 0u ? wq4[(qb >> 4) + j] : uq4[(qb >> 4) + j];
+            q[4u * j] = v.x;
+            q[4u * j + 1u] = v.y;
+            q[4u * j + 2u] = v.z;
+            q[4u * j + 3u] = v.w;
+        }
+    } else {
+        [[unroll]] for (uint j = 0u; j < BQ; j++)
+            q[j] = wword(wh, (qb >> 2) + j);
     }
 }
 #endif
@@ -136,37 +159,29 @@ void main() {
     // unit path's speed (b8 598 -> 290 tok/s, pp16 through the matvec 710 ->
     // 313: registers of NR x NT partial sums and BQ words per row), so those
     // passes keep the unit path below.
-    if (NT <= 2u && XT > 0u) {
-        // The lane's first block of each tile is loaded before the tile's
-        // barriers, so its weight words are in flight while x is staged.
-        const uint nb = p.n_cols / (4u * BV), tb = XT / BV;
-        for (uint b0 = 0u; b0 < nb; b0 += tb) {
-            const uint nv = min(tb, nb - b0) * BV, b1 = b0 + nv / BV;
-            float d[NM * NR];
-            uint q[NM * NR][BQ];
-            if (b0 + tid < b1) {
+    if (NT <= 2u && (UNR > 1u || SOA != 0u)) {
+        const uint nb = p.n_cols / (4u * BV);
+        for (uint b0 = tid; b0 < nb; b0 += WG * UNR) {
+            float d[UNR][NM * NR];
+            uint q[UNR][NM * NR][BQ];
+            [[unroll]] for (uint k = 0u; k < UNR; k++) {
+                const uint b = min(b0 + k * WG, nb - 1u); // past the end: repeat, not summed
                 [[unroll]] for (uint r = 0u; r < NR; r++) {
-                    blk_words(0u, wb + ro[r] + BB * (b0 + tid), d[r], q[r]);
-                    if (GLU != 0u)
-                        blk_words(1u, wb2 + ro[r] + BB * (b0 + tid), d[NR + r], q[NR + r]);
-                }
-            }
-            barrier(); // the previous tile's readers are done
-            for (uint j = tid; j < nv; j += WG) {
-                const uint lb = j / BV, sl = lb * BV + ((j % BV) ^ (lb % BV));
-                [[unroll]] for (uint t = 0u; t < NT; t++)
-                    xsh[t * XT + sl] = xload((xr + min(t, nt - 1u)) * xs4, BV * b0 + j);
-            }
-            barrier();
-            for (uint b = b0 + tid; b < b1; b += WG) {
-                const uint lb = b - b0;
-                if (b != b0 + tid) {
-                    [[unroll]] for (uint r = 0u; r < NR; r++) {
-                        blk_words(0u, wb + ro[r] + BB * b, d[r], q[r]);
+                    if (SOA != 0u) {
+                        blk_words_soa(0u, wb + ro[r], nb, b, d[k][r], q[k][r]);
                         if (GLU != 0u)
-                            blk_words(1u, wb2 + ro[r] + BB * b, d[NR + r], q[NR + r]);
+                            blk_words_soa(1u, wb2 + ro[r], nb, b, d[k][NR + r], q[k][NR + r]);
+                    } else {
+                        blk_words(0u, wb + ro[r] + BB * b, d[k][r], q[k][r]);
+                        if (GLU != 0u)
+                            blk_words(1u, wb2 + ro[r] + BB * b, d[k][NR + r], q[k][NR + r]);
                     }
                 }
+            }
+            [[unroll]] for (uint k = 0u; k < UNR; k++) {
+                const uint b = b0 + k * WG;
+                if (b >= nb)
+                    break;
                 float s[NM * NR * NT], xs[NT];
                 [[unroll]] for (uint i = 0u; i < NM * NR * NT; i++)
                     s[i] = 0.0;
@@ -174,15 +189,15 @@ void main() {
                     xs[t] = 0.0;
                 [[unroll]] for (uint v = 0u; v < BV; v++) {
                     [[unroll]] for (uint t = 0u; t < NT; t++) {
-                        const vec4 a = xsh[t * XT + lb * BV + (v ^ (lb % BV))];
+                        const vec4 a = xload((xr + min(t, nt - 1u)) * xs4, BV * b + v);
                         xs[t] += dot(a, vec4(1.0));
                         [[unroll]] for (uint m = 0u; m < NM * NR; m++)
-                            s[m * NT + t] += dot(blk_vec(q[m], v), a);
+                            s[m * NT + t] += dot(blk_vec(q[k][m], v), a);
                     }
                 }
                 [[unroll]] for (uint m = 0u; m < NM * NR; m++)
                     [[unroll]] for (uint t = 0u; t < NT; t++)
-                        acc[m * NT + t] += d[m] * (s[m * NT + t] - BOFF * xs[t]);
+                        acc[m * NT + t] += d[k][m] * (s[m * NT + t] - BOFF * xs[t]);
             }
         }
     } else if (NT <= 2u) {

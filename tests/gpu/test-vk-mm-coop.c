@@ -86,6 +86,13 @@ START_TEST(test_coop_layout) {
             printf("  t %d:%s\n", t, line);
         }
     }
+    if (bad) { /* raw values of the first outputs, then the first row's 16 */
+        printf("  raw y[0][0..15]:");
+        for (int r = 0; r < 16; r++)
+            printf(" %g", (double)y[r]);
+        printf("\n");
+    }
+    fflush(stdout); /* Check's forked test exits at the assert */
     ck_assert_msg(bad == 0, "coopmat layout: %d outputs wrong", bad);
     vk_buf_free(d, yb);
     vk_buf_free(d, xb);

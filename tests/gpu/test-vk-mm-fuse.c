@@ -1,11 +1,11 @@
 /* tests/gpu/test-vk-mm-fuse.c: the matvec's fused forms (vkmm_matmul_fused,
- * gpu/vk-mm.h) against the ops they replace, and the x tile in shared
- * memory (the ":xtN" matvec spec). Part of test-vk-mm (its main).
+ * gpu/vk-mm.h) against the ops they replace, and the block path's row
+ * layout of vkmm_soa_row (the ":soa" matvec spec). Part of test-vk-mm (its
+ * main).
  *
  * For F32, Q4_0, Q8_0 and Q4_K rows (the unit path and the block path), 67
  * rows, n_tok 1, 2, 3 and 9 (the 1/2/4-token matvecs and two 8-token
- * passes), the x tile off and at 8 blocks (several tiles a row, the last
- * partial):
+ * passes), one and two blocks a lane at once:
  *   norm: y = W (x / rms(x) * w) against the double-precision reference
  *     (NMSE below 1e-9, as test-vk-mm's matvec checks: float rounding
  *     only), and the norm's output it writes within 1e-6 of vkops_rmsnorm's
@@ -222,7 +222,7 @@ static void check_fused(struct fz_gpu *g, enum quant_type type, int64_t cols, in
     fz_mat_free(g, &a);
 }
 
-/* _i: 0 the default matvec shape, 1 with the x tile at 8 blocks (64 vec4s). */
+/* _i: 0 the default matvec shape, 1 two blocks a lane at once. */
 START_TEST(test_fused_matvec) {
     static const enum quant_type tt[] = {QUANT_F32, QUANT_Q4_0, QUANT_Q8_0, QUANT_Q4_K};
     static const int64_t cols[] = {172, 320, 320, 512};
@@ -232,13 +232,11 @@ START_TEST(test_fused_matvec) {
     ck_assert_msg(vk_dev_open(-1, &g.d, &err) == 0, "vk_dev_open: %s", err.message);
     ck_assert_msg(vkmm_init(g.d, &g.mm, &err) == 0, "vkmm_init: %s", err.message);
     ck_assert_msg(vkops_init(g.d, &g.ops, &err) == 0, "vkops_init: %s", err.message);
-    const char *shape = _i ? "mv=128x4x2:xt64" : "auto";
+    const char *shape = _i ? "mv=128x4x2:u2" : "auto";
     ck_assert_msg(vkmm_configure(g.mm, shape, &err) == 0, "configure %s: %s", shape, err.message);
-    if (_i)
-        ck_assert_uint_eq(g.mm->tune.mv_xt, 64);
     for (int k = 0; k < 4; k++) {
         if (_i && (tt[k] == QUANT_F32 || tt[k] == QUANT_Q4_K))
-            continue; /* the tile is the block path's (Q4_0, Q8_0) */
+            continue; /* two blocks a lane: the block path's (Q4_0, Q8_0) */
         for (int j = 0; j < 4; j++)
             check_fused(&g, tt[k], cols[k], toks[j], shape);
     }
@@ -261,9 +259,70 @@ START_TEST(test_fused_matvec) {
 }
 END_TEST
 
+/* The scales-then-quants rows (vkmm_soa_row, ":soa"): Q4_0 and Q8_0 rows of
+ * 512 columns (16 blocks: the 16-byte loads) and 320 (10: word loads), one
+ * and two tokens, one and two blocks a lane, against the reference of the
+ * GGUF bytes they came from. */
+START_TEST(test_soa) {
+    static const enum quant_type tt[] = {QUANT_Q4_0, QUANT_Q8_0};
+    static const int64_t cols[] = {512, 320};
+    static const char *shapes[] = {"mv=128x4:soa", "mv=32x2:u2:soa"};
+    for (int si = 0; si < 2; si++) {
+        struct fz_gpu g = {0};
+        struct strata_error err = {0};
+        ck_assert_msg(vk_dev_open(-1, &g.d, &err) == 0, "vk_dev_open: %s", err.message);
+        ck_assert_msg(vkmm_init(g.d, &g.mm, &err) == 0, "vkmm_init: %s", err.message);
+        ck_assert_msg(vkmm_configure(g.mm, shapes[si], &err) == 0, "%s: %s", shapes[si],
+                      err.message);
+        ck_assert_uint_eq(g.mm->tune.mv_soa, 1);
+        for (int k = 0; k < 2; k++)
+            for (int ci = 0; ci < 2; ci++) {
+                struct fz_mat m;
+                fz_mat_init(&g, &m, tt[k], FUSE_ROWS, cols[ci]);
+                const size_t bytes = (size_t)FUSE_ROWS * m.w.row_bytes;
+                uint8_t *gguf = malloc(bytes), *soa = malloc(bytes);
+                ck_assert_int_eq(vk_buf_download(g.d, m.buf, 0, gguf, bytes, &err), 0);
+                for (int r = 0; r < FUSE_ROWS; r++)
+                    vkmm_soa_row(tt[k], gguf + (size_t)r * m.w.row_bytes,
+                                 soa + (size_t)r * m.w.row_bytes, cols[ci]);
+                ck_assert_int_eq(vk_buf_upload(g.d, m.buf, 0, soa, bytes, &err), 0);
+                for (int64_t nt = 1; nt <= 2; nt++) {
+                    float *x = malloc(sizeof(float) * (size_t)(nt * cols[ci]));
+                    float *y = malloc(sizeof(float) * (size_t)(nt * FUSE_ROWS));
+                    double *ref = malloc(sizeof(double) * (size_t)(nt * FUSE_ROWS));
+                    for (int64_t i = 0; i < nt * cols[ci]; i++)
+                        x[i] = fz_rand();
+                    fz_ref(&m, x, nt, ref);
+                    struct vk_buf *xb = fz_buf(&g, x, sizeof(float) * (size_t)(nt * cols[ci]));
+                    struct vk_buf *yb = fz_buf(&g, NULL, sizeof(float) * (size_t)(nt * FUSE_ROWS));
+                    ck_assert_int_eq(vk_rec_begin(g.d, &err), 0);
+                    vkmm_matmul(g.mm, &m.w, -1, fz_bd(xb), fz_bd(yb), nt);
+                    fz_run(&g);
+                    fz_read(&g, yb, y, (size_t)(nt * FUSE_ROWS));
+                    const double e = fz_nmse(y, ref, nt * FUSE_ROWS);
+                    ck_assert_msg(e < FUSE_NMSE, "%s %s cols %lld n_tok %lld: nmse %.3g",
+                                  shapes[si], quant_type_name(tt[k]), (long long)cols[ci],
+                                  (long long)nt, e);
+                    vk_buf_free(g.d, yb);
+                    vk_buf_free(g.d, xb);
+                    free(ref);
+                    free(y);
+                    free(x);
+                }
+                free(soa);
+                free(gguf);
+                fz_mat_free(&g, &m);
+            }
+        vkmm_free(g.mm);
+        vk_dev_close(g.d);
+    }
+}
+END_TEST
+
 TCase *vkmm_fuse_tcase(void) {
     TCase *tc = tcase_create("fuse");
     tcase_add_loop_test(tc, test_fused_matvec, 0, 2);
+    tcase_add_test(tc, test_soa);
     tcase_set_timeout(tc, 300);
     return tc;
 }

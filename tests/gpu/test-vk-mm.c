@@ -617,6 +617,7 @@ START_TEST(test_tune) {
     struct vkmm_tune tu = {.mv_wg = 8,
                            .mv_rows = 3,
                            .mv_rows1 = 5,
+                           .mv_unr = 1,
                            .mm_wg = 128,
                            .mm_bm = 32,
                            .mm_bn = 32,
@@ -649,25 +650,24 @@ START_TEST(test_mv_spec) {
     check_type_shapes(&g, QUANT_Q8_0, false);
     check_experts(&g, QUANT_Q4_0);
     gpu_close(&g);
-    /* x through shared memory in tiles of 8 blocks (320 columns: two tiles
-     * and a half a row), the 1-2 token block path and the experts' */
+    /* two and three blocks a lane at once on the block path (10 blocks a
+     * row: 64 lanes leave most idle, 4 lanes take 3, 3 and 3 + 1 past the
+     * end), the experts' too */
     g = gpu_open();
-    ck_assert_msg(vkmm_configure(g.mm, "f32,mv=64x2x1:xt64", &err) == 0, "configure: %s",
+    ck_assert_msg(vkmm_configure(g.mm, "f32,mv=64x2x1:u2", &err) == 0, "configure: %s",
                   err.message);
-    ck_assert_uint_eq(g.mm->tune.mv_xt, 64);
+    ck_assert_uint_eq(g.mm->tune.mv_unr, 2);
     check_type_shapes(&g, QUANT_Q4_0, false);
     check_type_shapes(&g, QUANT_Q8_0, false);
     check_experts(&g, QUANT_Q8_0);
     gpu_close(&g);
-    /* 8 lanes over a tile of 16 blocks: two blocks a lane, the first
-     * loaded before the tile's barriers, the second after */
     g = gpu_open();
-    ck_assert_msg(vkmm_configure(g.mm, "mv=8x2x1:xt128", &err) == 0, "configure: %s", err.message);
+    ck_assert_msg(vkmm_configure(g.mm, "mv=4x2x1:u3", &err) == 0, "configure: %s", err.message);
     check_type_shapes(&g, QUANT_Q4_0, false);
     gpu_close(&g);
-    static const char *bad[] = {"mv=64",          "auto,mv=64x0", "auto,mv=64x2x9", "mv=64x2y",
-                                "f32,mv=",        "mv=2000x2",    "mv=x2",          "mv=64x2:xt7",
-                                "mv=64x2:xt8192", "mv=64x2:yt8"};
+    static const char *bad[] = {"mv=64",      "auto,mv=64x0", "auto,mv=64x2x9", "mv=64x2y",
+                                "f32,mv=",    "mv=2000x2",    "mv=x2",          "mv=64x2:u0",
+                                "mv=64x2:u5", "mv=64x2:soa2", "mv=64x2:"};
     g = gpu_open();
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ck_assert_msg(vkmm_configure(g.mm, bad[i], &err) == STRATA_E_CONFIG, "%s accepted", bad[i]);
