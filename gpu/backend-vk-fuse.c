@@ -5,19 +5,19 @@
  * the held ops as they were asked for (bvk_pend_flush, which every other op
  * runs through bvk_rec) and is then taken on its own. The patterns:
  *
- *   rmsnorm(x -> xn), matmul(xn, jobs)       one matvec per job with the
- *                                            norm inside (vkmm_fuse.norm)
- *   rmsnorm, matmul(gate, up), swiglu        one fused gate+up+SwiGLU matvec
- *                                            with the norm inside
+ *   matmul(gate, up), swiglu                 one fused gate+up+SwiGLU matvec
  *   matmul(a, one job -> t), add(x, t)       the matvec adds into x too
+ *                                            (vkmm_matmul_acc)
  *   moe_ffn(-> t), add(x, t)                 the weighted sum adds into x too
  *   [rmsnorm(q), rmsnorm(k),] rope(q),       vkops_rope_kv
  *     rope(k), kv_write(k, v)
  *
- * A decode step of a llama then takes 8 dispatches a layer instead of 14
- * (the numbers and the H200's figures: bench/README.md, "fused decode").
- * Each fused form writes every tensor its ops write (the norm's output, the
- * matmul's product, the roped k), so nothing later can tell.
+ * A decode step of a llama then takes 10 dispatches a layer instead of 14,
+ * a qwen3moe 13 instead of 19 (bench/README.md, "fused decode", has the
+ * figures, and those of an RMSNorm taken inside the next matvec, which
+ * cost more than the dispatch it saved and was taken out). Each fused
+ * form writes every tensor its ops write (the matmul's product, the roped
+ * k), so nothing later can tell.
  */
 #include <string.h>
 
@@ -92,28 +92,6 @@ static void moe_sum_now(struct bvk_ctx *c, const struct bvk_pend *p,
                 (uint32_t)p->moe.n_tok, 1);
 }
 
-/* A held matmul with a norm inside: each job (or the gate+up pair, glu)
- * takes the norm's input and normalises it itself. */
-static void matmul_norm_now(struct bvk_ctx *c, const struct bvk_pend *p, bool glu,
-                            struct backend_tensor *glu_y) {
-    if (!bvk_rec_raw(c))
-        return;
-    const struct vkmm_fuse f = {.norm = true,
-                                .norm_w = bvk_vec_bind(p->norm.w),
-                                .norm_out = bvk_bind(p->norm.y),
-                                .eps = p->norm.eps};
-    if (glu) {
-        vkmm_matmul_fused(c->mm, &bvk_w(p->mm.jobs[0].w.w)->mat, &bvk_w(p->mm.jobs[1].w.w)->mat,
-                          bvk_bind(p->norm.x), bvk_bind(glu_y), p->mm.n_rows, &f);
-        return;
-    }
-    vk_rec_group(c->dev, true); /* the jobs read x and write their own y */
-    for (int j = 0; j < p->mm.n_jobs; j++)
-        vkmm_matmul_fused(c->mm, &bvk_w(p->mm.jobs[j].w.w)->mat, NULL, bvk_bind(p->norm.x),
-                          bvk_bind(p->mm.jobs[j].y), p->mm.n_rows, &f);
-    vk_rec_group(c->dev, false);
-}
-
 static void pend_now(struct bvk_ctx *c, const struct bvk_pend *p) {
     switch (p->kind) {
     case BVK_PEND_NORM:
@@ -121,10 +99,7 @@ static void pend_now(struct bvk_ctx *c, const struct bvk_pend *p) {
                     p->norm.eps);
         break;
     case BVK_PEND_MATMUL:
-        if (p->norm.x)
-            matmul_norm_now(c, p, false, NULL);
-        else
-            matmul_now(c, p->mm.x, p->mm.n_rows, p->mm.jobs, p->mm.n_jobs);
+        matmul_now(c, p->mm.x, p->mm.n_rows, p->mm.jobs, p->mm.n_jobs);
         break;
     case BVK_PEND_ROPE:
         rope_now(c, p->rope.x, p->rope.n_tok, p->rope.n_head, p->rope.head_dim, p->rope.pos,
@@ -187,14 +162,12 @@ void bvk_rmsnorm(void *ctx, const struct backend_tensor *x, const struct backend
     struct bvk_ctx *c = ctx;
     bvk_fits(x, n_rows, n_cols);
     bvk_fits(y, n_rows, n_cols);
-    if (w && x == y && (c->fuse & BACKEND_VK_FUSE_ROPE) &&
+    /* a per-head q or k norm in place: a rope and kv_write may follow */
+    const bool held =
+        w && x == y && (c->fuse & BACKEND_VK_FUSE_ROPE) &&
         (c->n_pend == 0 || (pend_is(c, 1, BVK_PEND_NORM) &&
-                            c->pend[0].norm.x == c->pend[0].norm.y && c->pend[0].norm.x != x))) {
-        /* a per-head q or k norm in place: a rope and kv_write may follow */
-    } else if (w && x != y && (c->fuse & BACKEND_VK_FUSE_NORM) && vkmm_fuse_ok(n_rows) &&
-               n_cols % 4 == 0) {
-        bvk_pend_flush(c); /* a matmul of y may follow */
-    } else {
+                            c->pend[0].norm.x == c->pend[0].norm.y && c->pend[0].norm.x != x));
+    if (!held) {
         bvk_pend_flush(c);
         rmsnorm_now(c, x, w, y, n_rows, n_cols, eps);
         return;
@@ -210,19 +183,6 @@ void bvk_rmsnorm(void *ctx, const struct backend_tensor *x, const struct backend
     p->norm.eps = eps;
 }
 
-/* Whether the held norm n feeds the matmul (x, n_rows, jobs) as the fused
- * matvec takes it. */
-static bool norm_feeds(const struct bvk_pend *n, const struct backend_tensor *x, int64_t n_rows,
-                       const struct backend_mm *jobs, int n_jobs) {
-    if (n->norm.y != x || n->norm.x == n->norm.y || n->norm.n_rows != n_rows)
-        return false;
-    for (int j = 0; j < n_jobs; j++)
-        if (!plain(&jobs[j]) || bvk_w(jobs[j].w.w)->n_cols != n->norm.n_cols ||
-            jobs[j].y == n->norm.x || jobs[j].y == n->norm.y)
-            return false;
-    return true;
-}
-
 void bvk_matmul(void *ctx, const struct backend_tensor *x, int64_t n_rows,
                 const struct backend_mm *jobs, int n_jobs) {
     struct bvk_ctx *c = ctx;
@@ -232,33 +192,18 @@ void bvk_matmul(void *ctx, const struct backend_tensor *x, int64_t n_rows,
             bvk_fits(x, n_rows, bvk_w(jobs[j].w.w)->n_cols);
             bvk_fits(jobs[j].y, n_rows, bvk_w(jobs[j].w.w)->rows_per);
         }
-    const bool glu = n_rows <= BVK_GLU_MAX_ROWS && glu_pair(jobs, n_jobs);
-    struct bvk_pend norm = {0};
-    if (pend_is(c, 1, BVK_PEND_NORM) && norm_feeds(&c->pend[0], x, n_rows, jobs, n_jobs)) {
-        norm = c->pend[0];
-        c->n_pend = 0;
-    } else {
-        bvk_pend_flush(c);
-    }
+    bvk_pend_flush(c);
     if (c->err_code)
         return;
-    const bool acc = n_jobs == 1 && plain(&jobs[0]) && vkmm_fuse_ok(n_rows) &&
-                     (c->fuse & BACKEND_VK_FUSE_ACC) && !norm.norm.x;
+    const bool glu = n_rows <= BVK_GLU_MAX_ROWS && glu_pair(jobs, n_jobs);
+    const bool acc =
+        n_jobs == 1 && plain(&jobs[0]) && vkmm_acc_ok(n_rows) && (c->fuse & BACKEND_VK_FUSE_ACC);
     if (glu || acc) { /* held: a swiglu (an add) may follow */
         struct bvk_pend *p = pend_push(c, BVK_PEND_MATMUL);
-        p->norm = norm.norm;
         p->mm.x = x;
         p->mm.n_rows = n_rows;
         p->mm.n_jobs = n_jobs;
         memcpy(p->mm.jobs, jobs, (size_t)n_jobs * sizeof *jobs);
-        return;
-    }
-    if (norm.norm.x) {
-        norm.mm.x = x;
-        norm.mm.n_rows = n_rows;
-        norm.mm.n_jobs = n_jobs;
-        memcpy(norm.mm.jobs, jobs, (size_t)n_jobs * sizeof *jobs);
-        matmul_norm_now(c, &norm, false, NULL);
         return;
     }
     matmul_now(c, x, n_rows, jobs, n_jobs);
@@ -277,9 +222,7 @@ void bvk_swiglu(void *ctx, const struct backend_tensor *g, const struct backend_
         /* gate, up and SwiGLU in one dispatch: y = silu(G x) * (U x). The
          * other of g and u keeps what it held (backend-vk.h) */
         c->n_pend = 0;
-        if (p->norm.x) {
-            matmul_norm_now(c, p, true, y);
-        } else if (bvk_rec_raw(c)) {
+        if (bvk_rec_raw(c)) {
             const struct bvk_weight *gw = bvk_w(p->mm.jobs[0].w.w), *uw = bvk_w(p->mm.jobs[1].w.w);
             vkmm_matmul_glu(c->mm, &gw->mat, &uw->mat, -1, bvk_bind(p->mm.x), bvk_bind(y), n_rows);
         }
@@ -302,9 +245,8 @@ void bvk_add(void *ctx, struct backend_tensor *x, const struct backend_tensor *y
         c->n_pend = 0;
         if (!bvk_rec_raw(c))
             return;
-        const struct vkmm_fuse f = {.acc = true, .res = bvk_bind(x)};
-        vkmm_matmul_fused(c->mm, &bvk_w(p->mm.jobs[0].w.w)->mat, NULL, bvk_bind(p->mm.x),
-                          bvk_bind(y), n_rows, &f);
+        vkmm_matmul_acc(c->mm, &bvk_w(p->mm.jobs[0].w.w)->mat, bvk_bind(p->mm.x), bvk_bind(y),
+                        n_rows, bvk_bind(x));
         return;
     }
     if (pend_is(c, 1, BVK_PEND_MOE_SUM) && p->moe.out == y && p->moe.n_tok == n_rows &&

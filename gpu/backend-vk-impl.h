@@ -70,7 +70,7 @@ _Static_assert(sizeof(struct bvk_moe_sum_push) == 20, "be_moe_sum push constants
  * (backend-vk-fuse.c); the fields of its kind are set. */
 enum bvk_pend_kind {
     BVK_PEND_NORM = 1, /* rmsnorm */
-    BVK_PEND_MATMUL,   /* matmul; with norm.x set, of the norm's output */
+    BVK_PEND_MATMUL,   /* matmul (a gate+up pair, or one job) */
     BVK_PEND_ROPE,     /* rope */
     BVK_PEND_MOE_SUM,  /* moe_ffn's weighted sum (its matmuls are recorded) */
 };

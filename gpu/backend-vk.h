@@ -38,12 +38,10 @@
  *     ffn_dense); any other next op records the matmul as asked.
  *   - more fusions of neighbouring ops (params.fuse, backend-vk-fuse.c),
  *     each one dispatch and one barrier where the ops take two or more
- *     (a decode step on a big GPU is bound by its dispatches): an rmsnorm
- *     whose output a matmul of up to 32 rows reads next (the norm is taken
- *     inside the matvec, its output still written); a residual add of a
- *     one-job matmul's output (or of moe_ffn's) next (added inside the
- *     matvec, the product still written); per-head q/k rmsnorms, the two
- *     ropes and the kv_write of a layer (one kernel). An op held back is
+ *     (a decode step on a big GPU is bound by its dispatches): a residual
+ *     add of a one-job matmul's output of up to 32 rows (or of moe_ffn's)
+ *     next (added inside the matvec, the product still written); per-head
+ *     q/k rmsnorms, the two ropes and the kv_write of a layer (one kernel). An op held back is
  *     recorded as asked when the next one does not complete its pattern,
  *     so every tensor an op writes is written, fused or not.
  *   - moe_ffn computes the routed experts of a resident stack on the device
@@ -85,10 +83,9 @@ struct backend_vk_params {
     unsigned fuse;
 };
 
-#define BACKEND_VK_FUSE_NORM 1u /* an RMSNorm into the matvec that reads its output */
-#define BACKEND_VK_FUSE_ACC 2u  /* a residual add into the matvec (MoE sum) it adds */
-#define BACKEND_VK_FUSE_ROPE 4u /* q/k norms, ropes and the KV write: one dispatch */
-#define BACKEND_VK_FUSE_ALL 7u
+#define BACKEND_VK_FUSE_ACC 1u  /* a residual add into the matvec (MoE sum) it adds */
+#define BACKEND_VK_FUSE_ROPE 2u /* q/k norms, ropes and the KV write: one dispatch */
+#define BACKEND_VK_FUSE_ALL 3u
 
 struct backend_vk_params backend_vk_params_default(void);
 

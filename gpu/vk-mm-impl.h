@@ -32,18 +32,14 @@ struct vkmm_push {
     uint32_t pair0;        /* 56 first pair of this dispatch (gl_WorkGroupID.z + pair0) */
     uint32_t w_base2;      /* 60 byte offset of the up matrix's first row in binding 4 */
     uint32_t tok0;         /* 64 matvec: first token (row of x and y) of this dispatch */
-    float eps;             /* 68 matvec with a fused RMSNorm: its epsilon */
-    uint32_t pad[2];       /* 72 */
+    uint32_t pad[3];       /* 68 */
 };
 _Static_assert(sizeof(struct vkmm_push) == 80, "mm_common.glsl Push block");
 _Static_assert(offsetof(struct vkmm_push, expert_bytes) == 48, "mm_common.glsl Push block");
-_Static_assert(offsetof(struct vkmm_push, eps) == 68, "mm_common.glsl Push block");
 
-/* The matvec's fused forms (mv_body.glsl NORM, ACC): an index into the
- * pipeline table, bit 0 the RMSNorm of x, bit 1 the residual add. */
-#define VKMM_FUSE_NORM 1
-#define VKMM_FUSE_ACC 2
-#define VKMM_FUSE_N 4
+/* The matvec's forms (mv_body.glsl ACC): plain, or adding into a residual. */
+#define VKMM_FUSE_ACC 1
+#define VKMM_FUSE_N 2
 
 /* Kernel kinds per type: the matvec for 1, 2, 4 or 8 tokens a pass, its
  * expert-indexed form, the tiled matmul and its expert-indexed form. */
@@ -106,7 +102,7 @@ struct vkmm {
     struct vk_dev *d; /* borrowed */
     const struct vk_dev_info *info;
     struct vkmm_tune tune;
-    /* [type][kind][fused gate+up][VKMM_FUSE_* bits: matvec kinds only] */
+    /* [type][kind][fused gate+up][VKMM_FUSE_ACC or 0: the matvec kinds only] */
     struct vk_pipe *pipe[QUANT_TYPE_COUNT][VKMM_KIND_COUNT][2][VKMM_FUSE_N];
     bool made_any;
     int err_code; /* first latched error, 0 when none */
@@ -145,7 +141,7 @@ void vkmm_tile_shape(const struct vkmm_tune *t, enum vkmm_kind kind, uint32_t *b
 struct vk_pipe *vkmm_make_fast(struct vkmm *mm, enum quant_type type, enum vkmm_kind kind, bool glu,
                                struct strata_error *err);
 
-/* The pipeline of (type, kind, fused gate+up, VKMM_FUSE_* bits), made at
+/* The pipeline of (type, kind, fused gate+up, VKMM_FUSE_ACC or 0), made at
  * first use; NULL and err on failure. fuse is 0 for the tiled kinds. */
 struct vk_pipe *vkmm_pipe(struct vkmm *mm, enum quant_type type, enum vkmm_kind kind, bool glu,
                           int fuse, struct strata_error *err);

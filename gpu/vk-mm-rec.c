@@ -108,30 +108,17 @@ struct rec_call {
     enum quant_type type;
     bool glu;
     struct vk_bind x, y, sel;
-    const struct vkmm_fuse *fuse; /* NULL: none */
+    const struct vk_bind *res; /* the residual y is added into (vkmm_matmul_acc), or NULL */
 };
-
-/* VKMM_FUSE_* bits of a call. */
-static int fuse_bits(const struct vkmm_fuse *f) {
-    return f ? (f->norm ? VKMM_FUSE_NORM : 0) | (f->acc ? VKMM_FUSE_ACC : 0) : 0;
-}
 
 /* One plain dispatch over rows [0, pu->n_rows) of binding w (from w_base),
  * and of u (from w_base2) when fused. */
 static void record_rows(struct vkmm *mm, const struct rec_call *c, struct vk_bind w,
                         struct vk_bind u, const struct vkmm_push *pu) {
     const struct vkmm_tune *t = &mm->tune;
-    const struct vkmm_fuse *f = c->fuse;
-    const int fb = fuse_bits(f);
-    /* sel and the unused fusion bindings: any buffer */
-    struct vk_bind binds[8] = {w,
-                               c->x,
-                               c->y,
-                               c->x,
-                               c->glu ? u : w,
-                               fb & VKMM_FUSE_NORM ? f->norm_w : c->x,
-                               fb & VKMM_FUSE_NORM ? f->norm_out : c->y,
-                               fb & VKMM_FUSE_ACC ? f->res : c->y};
+    const int fb = c->res ? VKMM_FUSE_ACC : 0;
+    /* sel and an unused residual: any buffer */
+    struct vk_bind binds[6] = {w, c->x, c->y, c->x, c->glu ? u : w, c->res ? *c->res : c->y};
     uint32_t gx, gy;
     if (pu->n_tok <= VKMM_MV_CHUNK_TOK) { /* matvec passes of up to 8 tokens */
         struct vkmm_push pc = *pu;
@@ -147,13 +134,12 @@ static void record_rows(struct vkmm *mm, const struct rec_call *c, struct vk_bin
                 return;
             pc.tok0 = t0;
             pc.n_tok = nt;
-            pc.eps = f ? f->eps : 0.0f;
             vk_dispatch(mm->d, p, binds, &pc, gx, gy, 1);
         }
         return;
     }
     if (fb) {
-        vkmm_latch(mm, STRATA_E_INVALID, "vkmm: a fused norm or add above %d tokens",
+        vkmm_latch(mm, STRATA_E_INVALID, "vkmm: a fused residual add above %d tokens",
                    VKMM_MV_CHUNK_TOK);
         return;
     }
@@ -190,7 +176,7 @@ static const struct vk_wpiece *piece_at(const struct vk_wmat *w, int64_t r) {
 
 static void matmul(struct vkmm *mm, const struct vk_wmat *g, const struct vk_wmat *u,
                    int64_t expert, struct vk_bind x, struct vk_bind y, int64_t n_tok,
-                   const struct vkmm_fuse *fuse) {
+                   const struct vk_bind *res) {
     const char *what = u ? "matmul_glu" : "matmul";
     if (check_pair(mm, g, u, what))
         return;
@@ -202,7 +188,7 @@ static void matmul(struct vkmm *mm, const struct vk_wmat *g, const struct vk_wma
         return;
     }
     const struct vk_wmat *u2 = u ? u : g;
-    const struct rec_call c = {g->type, u != NULL, x, y, x, fuse};
+    const struct rec_call c = {g->type, u != NULL, x, y, x, res};
     struct vkmm_push pu;
     push_common(g, &pu);
     pu.n_tok = (uint32_t)n_tok;
@@ -289,7 +275,7 @@ static void matmul_id(struct vkmm *mm, const struct vk_wmat *g, const struct vk_
             pu.w_base = (uint32_t)((uint64_t)(a - gp->row0) * g->row_bytes);
             pu.w_base2 = (uint32_t)((uint64_t)(a - up->row0) * g->row_bytes);
             struct vk_bind wb = piece_bind(g, gp);
-            struct vk_bind binds[8] = {wb, x, y, sel, glu ? piece_bind(u2, up) : wb, x, y, y};
+            struct vk_bind binds[6] = {wb, x, y, sel, glu ? piece_bind(u2, up) : wb, y};
             if (tiled) { /* a workgroup row per expert; each scans every pick */
                 vk_dispatch(mm->d, p, binds, &pu, gx, pu.e1 - pu.e0, 1);
             } else {
@@ -321,19 +307,18 @@ void vkmm_matmul_glu(struct vkmm *mm, const struct vk_wmat *gate, const struct v
     matmul(mm, gate, up, expert, x, y, n_tok, NULL);
 }
 
-bool vkmm_fuse_ok(int64_t n_tok) {
+bool vkmm_acc_ok(int64_t n_tok) {
     return n_tok >= 1 && n_tok <= VKMM_MV_CHUNK_TOK;
 }
 
-void vkmm_matmul_fused(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
-                       struct vk_bind x, struct vk_bind y, int64_t n_tok,
-                       const struct vkmm_fuse *fuse) {
-    if (!fuse || !vkmm_fuse_ok(n_tok) || (up && fuse->acc) || (!fuse->norm && !fuse->acc)) {
-        vkmm_latch(mm, STRATA_E_INVALID, "vkmm matmul_fused: bad call (%lld tokens)",
+void vkmm_matmul_acc(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x, struct vk_bind y,
+                     int64_t n_tok, struct vk_bind res) {
+    if (!vkmm_acc_ok(n_tok)) {
+        vkmm_latch(mm, STRATA_E_INVALID, "vkmm matmul_acc: bad call (%lld tokens)",
                    (long long)n_tok);
         return;
     }
-    matmul(mm, w, up, -1, x, y, n_tok, fuse);
+    matmul(mm, w, NULL, -1, x, y, n_tok, &res);
 }
 
 void vkmm_matmul_id(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x, bool x_per_pick,

@@ -114,23 +114,14 @@ void vkmm_matmul_id_glu(struct vkmm *mm, const struct vk_wmat *gate, const struc
                         struct vk_bind x, bool x_per_pick, struct vk_bind sel, int k, int64_t n_tok,
                         struct vk_bind y);
 
-/* The matvec's fusions with the ops around it, each saving a dispatch and
- * the barrier after it (decode is made of dispatches on a big GPU):
- *   norm: x is the input of an RMSNorm (weight norm_w: (n_cols) f32, eps)
- *     and the product is taken with its output: y = W (x / rms(x) * w).
- *     The norm's output is also written into norm_out ((n_tok, n_cols),
- *     what vkops_rmsnorm writes within float rounding), which must not be x.
- *   acc: y is also added into res ((n_tok, W's rows) f32, not x): the
- *     residual add after an output projection.
- * Within float summation order the results are those of the ops one after
- * the other. */
-struct vkmm_fuse {
-    bool norm;
-    struct vk_bind norm_w, norm_out;
-    float eps;
-    bool acc;
-    struct vk_bind res;
-};
+/* vkmm_matmul of a plain matrix, up to 32 tokens (the matvec), with y also
+ * added into res ((n_tok, W's rows) f32, not x): the residual add after an
+ * output projection in the same dispatch, one dispatch and barrier fewer
+ * (decode on a big GPU is made of dispatches). res gets exactly res + y
+ * (one f32 add an element, as vkops_add). Recorded. */
+bool vkmm_acc_ok(int64_t n_tok);
+void vkmm_matmul_acc(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x, struct vk_bind y,
+                     int64_t n_tok, struct vk_bind res);
 
 /* Q4_0 and Q8_0: the types whose 1-2 token matvec has the block path. */
 bool vkmm_soa_type(enum quant_type type);
@@ -139,14 +130,6 @@ bool vkmm_soa_type(enum quant_type type);
  * the layout ":soa" reads (mv_body.glsl SOA). For benchmarks: no other
  * kernel reads it. */
 void vkmm_soa_row(enum quant_type type, const void *src, void *dst, int64_t n_cols);
-
-/* True when vkmm_matmul_fused takes n_tok tokens (the matvec's: <= 32). */
-bool vkmm_fuse_ok(int64_t n_tok);
-/* vkmm_matmul (up NULL) or vkmm_matmul_glu (up set: norm only) of a plain
- * matrix with the fusions of f (at least one; up to 32 tokens). Recorded. */
-void vkmm_matmul_fused(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
-                       struct vk_bind x, struct vk_bind y, int64_t n_tok,
-                       const struct vkmm_fuse *f);
 
 /* The tiled matmul's path (prefill, n_tok > 32), before any pipeline is
  * made: "auto" (or NULL: per device and type, gpu/vk-mm-coop.c), "f32"

@@ -19,18 +19,12 @@
 // of three (gate, up, swiglu) per layer, x loaded once for both; decode is
 // launch-bound on big GPUs, so fewer dispatches per token count.
 //
-// NORM = 1 (plain matvec only): x is the input of an RMSNorm with weight
-// binding 5 (n_cols f32) and the product is taken with its output,
-// y = (W (x * w)) / rms(x): each workgroup sums x^2 over the row itself
-// (its lanes cover every column), so the norm costs no dispatch and no
-// barrier of its own; workgroup 0 also writes the norm's output x / rms(x)
-// * w into binding 6 (op_rmsnorm.comp's arithmetic; its sum of squares
-// runs in another order, so a value may differ in the last bit), since
-// the backend's contract says the op wrote it. ACC = 1: y is also added
-// into binding 7 (the residual: one workgroup owns each row, so the
-// read-modify-write does not race). Both replace a dispatch and the
-// barrier after it per use: two of each per layer of a llama (the
-// attention and FFN norms; the adds after the output and down projections).
+// ACC = 1 (plain matvec only): y is also added into binding 5, the
+// residual (one workgroup owns each row, so the read-modify-write does not
+// race): the residual add after an output or down projection, which is
+// then no dispatch and no barrier of its own (bench/README.md, "fused
+// decode"). The residual's value is read before the sums, so its load
+// waits on nothing at the end.
 //
 // UNR > 1 (block path): a lane loads the words of UNR blocks (b, b + WG,
 // ...) before it multiplies any, more bytes in flight a lane. SOA = 1
@@ -43,25 +37,15 @@ layout(constant_id = 1) const uint NR = 2;  // rows per workgroup
 layout(constant_id = 2) const uint NT = 1;  // tokens per pass (accumulators)
 layout(constant_id = 3) const uint ID = 0;  // 1: expert-indexed (sel, one token per pair)
 layout(constant_id = 4) const uint GLU = 0; // 1: silu(gate) * up, up in binding 4
-layout(constant_id = 5) const uint NORM = 0; // 1: x is normalised first (bindings 5, 6)
-layout(constant_id = 6) const uint ACC = 0;  // 1: y also added into binding 7
-layout(constant_id = 7) const uint UNR = 1;  // blocks a lane loads at once (block path)
-layout(constant_id = 8) const uint SOA = 0;  // 1: scales-then-quants rows (block path)
+layout(constant_id = 5) const uint ACC = 0; // 1: y also added into binding 5
+layout(constant_id = 6) const uint UNR = 1; // blocks a lane loads at once (block path)
+layout(constant_id = 7) const uint SOA = 0; // 1: scales-then-quants rows (block path)
 layout(local_size_x_id = 0) in;
 
-layout(std430, binding = 5) readonly buffer BufNW { vec4 nw4[]; };
-layout(std430, binding = 6) writeonly buffer BufXN { vec4 xn4[]; };
-layout(std430, binding = 7) buffer BufR { float res[]; };
+layout(std430, binding = 5) buffer BufR { float res[]; };
 
 const uint NM = GLU != 0u ? 2u : 1u; // matrices
 shared float red[NM * NR * NT * WG];
-shared float ssred[NORM != 0u ? NT * WG : 1u];
-
-// x vec4 i of token row xrow, times the norm's weight under NORM.
-vec4 xload(uint xrow, uint i) {
-    const vec4 a = x4[xrow + i];
-    return NORM != 0u ? a * nw4[i] : a;
-}
 
 #ifdef MV_BLK
 // One block of the "f16 d, then BQ words of quants" types (Q4_0: 18 bytes,
@@ -109,14 +93,14 @@ void blk_words_soa(uint wh, uint rb, uint nb, uint b, out float d, out uint q[BQ
 }
 #endif
 
-// y[row, col] (row: token or pair) = s, or silu(s) * s2 (GLU); plus the
-// residual's element under ACC.
-void store(uint row, uint col, float s, float s2) {
+// y[row, col] (row: token or pair) = s, or silu(s) * s2 (GLU); under ACC
+// also res[that] += it, with res's value `pre` when `have` (loaded early).
+void store(uint row, uint col, float s, float s2, bool have, float pre) {
     const float v = GLU != 0u ? silu(s) * s2 : s;
     const uint o = row * p.y_stride + p.y_col0 + col;
     y[o] = v;
     if (ACC != 0u)
-        res[o] += v;
+        res[o] = (have ? pre : res[o]) + v;
 }
 
 void main() {
@@ -139,6 +123,9 @@ void main() {
     }
     const uint tid = gl_LocalInvocationID.x;
     const uint nu = p.n_cols / UNIT, xs4 = p.x_stride >> 2, nt = p.n_tok;
+    float res_pre = 0.0; // ACC: the residual of output tid (the lane that stores it)
+    if (ACC != 0u && tid < NR * NT && r0 + tid / NT < p.n_rows && tid % NT < nt)
+        res_pre = res[(yr + tid % NT) * p.y_stride + p.y_col0 + r0 + tid / NT];
     float acc[NM * NR * NT]; // [matrix][row][token]
     [[unroll]] for (uint i = 0u; i < NM * NR * NT; i++)
         acc[i] = 0.0;
@@ -189,7 +176,7 @@ void main() {
                     xs[t] = 0.0;
                 [[unroll]] for (uint v = 0u; v < BV; v++) {
                     [[unroll]] for (uint t = 0u; t < NT; t++) {
-                        const vec4 a = xload((xr + min(t, nt - 1u)) * xs4, BV * b + v);
+                        const vec4 a = x4[(xr + min(t, nt - 1u)) * xs4 + BV * b + v];
                         xs[t] += dot(a, vec4(1.0));
                         [[unroll]] for (uint m = 0u; m < NM * NR; m++)
                             s[m * NT + t] += dot(blk_vec(q[k][m], v), a);
@@ -217,7 +204,7 @@ void main() {
                 xs[t] = 0.0;
             [[unroll]] for (uint v = 0u; v < BV; v++) {
                 [[unroll]] for (uint t = 0u; t < NT; t++) {
-                    const vec4 a = xload((xr + min(t, nt - 1u)) * xs4, BV * b + v);
+                    const vec4 a = x4[(xr + min(t, nt - 1u)) * xs4 + BV * b + v];
                     xs[t] += dot(a, vec4(1.0));
                     [[unroll]] for (uint m = 0u; m < NM * NR; m++)
                         s[m * NT + t] += dot(blk_vec(q[m], v), a);
@@ -236,9 +223,9 @@ void main() {
             vec4 a0[NT], a1[NT];
             [[unroll]] for (uint t = 0u; t < NT; t++) {
                 const uint xb = (xr + min(t, nt - 1u)) * xs4; // tokens past n_tok repeat the last
-                a0[t] = xload(xb, q0 >> 2);
+                a0[t] = x4[xb + (q0 >> 2)];
                 if (NV == 2u)
-                    a1[t] = xload(xb, q1 >> 2);
+                    a1[t] = x4[xb + (q1 >> 2)];
             }
             [[unroll]] for (uint r = 0u; r < NR; r++) {
                 vec4 v0, v1;
@@ -255,46 +242,6 @@ void main() {
                         if (NV == 2u)
                             acc[(NR + r) * NT + t] += dot(v1, a1[t]);
                     }
-                }
-            }
-        }
-    }
-
-    // NORM: x^2 summed over the row of each token (a coalesced pass of its
-    // own: the loops above visit x in a type's own order), then 1 / rms.
-    float scale[NT];
-    [[unroll]] for (uint t = 0u; t < NT; t++)
-        scale[t] = 1.0;
-    if (NORM != 0u) {
-        const uint n4 = p.n_cols / 4u;
-        float ss[NT];
-        [[unroll]] for (uint t = 0u; t < NT; t++) {
-            ss[t] = 0.0;
-            const uint xb = (xr + min(t, nt - 1u)) * xs4;
-            for (uint i = tid; i < n4; i += WG)
-                ss[t] += dot(x4[xb + i], x4[xb + i]);
-            ss[t] = subgroupAdd(ss[t]);
-        }
-        if (gl_NumSubgroups > 1u) {
-            if (subgroupElect()) {
-                [[unroll]] for (uint t = 0u; t < NT; t++)
-                    ssred[t * WG + gl_SubgroupID] = ss[t];
-            }
-            barrier();
-            [[unroll]] for (uint t = 0u; t < NT; t++) {
-                ss[t] = 0.0;
-                for (uint g = 0u; g < gl_NumSubgroups; g++)
-                    ss[t] += ssred[t * WG + g];
-            }
-        }
-        [[unroll]] for (uint t = 0u; t < NT; t++)
-            scale[t] = 1.0 / sqrt(ss[t] / float(p.n_cols) + p.eps);
-        if (grp == 0u) { // the norm's own output, once per dispatch
-            [[unroll]] for (uint t = 0u; t < NT; t++) {
-                if (t < nt) {
-                    const uint xb = (xr + t) * xs4;
-                    for (uint i = tid; i < n4; i += WG)
-                        xn4[xb + i] = x4[xb + i] * scale[t] * nw4[i];
                 }
             }
         }
@@ -317,13 +264,13 @@ void main() {
             }
             const uint r = i / NT, t = i % NT;
             if (r0 + r < p.n_rows && t < nt)
-                store(yr + t, r0 + r, s * scale[t], s2 * scale[t]);
+                store(yr + t, r0 + r, s, s2, i == tid, res_pre);
         }
     } else if (tid == 0u) {
         [[unroll]] for (uint i = 0u; i < NR * NT; i++) {
             const uint r = i / NT, t = i % NT;
             if (r0 + r < p.n_rows && t < nt)
-                store(yr + t, r0 + r, acc[i] * scale[t], acc[NR * NT + i] * scale[t]);
+                store(yr + t, r0 + r, acc[i], acc[NR * NT + i], i == 0u, res_pre);
         }
     }
 }

@@ -1,26 +1,21 @@
-/* tests/gpu/test-vk-mm-fuse.c: the matvec's fused forms (vkmm_matmul_fused,
- * gpu/vk-mm.h) against the ops they replace, and the block path's row
- * layout of vkmm_soa_row (the ":soa" matvec spec). Part of test-vk-mm (its
- * main).
+/* tests/gpu/test-vk-mm-fuse.c: the matvec's fused residual add
+ * (vkmm_matmul_acc, gpu/vk-mm.h) and the block path's variants (":uN"
+ * blocks a lane at once, ":soa" rows of vkmm_soa_row). Part of test-vk-mm
+ * (its main).
  *
  * For F32, Q4_0, Q8_0 and Q4_K rows (the unit path and the block path), 67
  * rows, n_tok 1, 2, 3 and 9 (the 1/2/4-token matvecs and two 8-token
- * passes), one and two blocks a lane at once:
- *   norm: y = W (x / rms(x) * w) against the double-precision reference
- *     (NMSE below 1e-9, as test-vk-mm's matvec checks: float rounding
- *     only), and the norm's output it writes within 1e-6 of vkops_rmsnorm's
- *     (the sum of squares runs in another order);
- *     the same through the fused gate + up + SwiGLU form;
- *   acc: y = W x against the reference, and the residual it adds into
- *     bit-equal to r + y in f32 (one add per element, what vkops_add does).
- * A wrong element, a token's norm applied to another, or a missed tile moves
- * the NMSE to ~1e-3 or more. */
+ * passes), one and two blocks a lane at once: y = W x against the
+ * double-precision reference (NMSE below 1e-9, as test-vk-mm's matvec
+ * checks: float rounding only), and the residual it adds into bit-equal to
+ * r + y in f32 (one add per element, what vkops_add does). A wrong element
+ * or a row added to another's residual moves the NMSE to ~1e-3 or more, or
+ * the residual off its bits. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpu/vk-mm-impl.h"
-#include "gpu/vk-ops.h"
 #include "tests/harness.h"
 
 TCase *vkmm_fuse_tcase(void);
@@ -40,7 +35,6 @@ static float fz_rand(void) { /* [-1, 1) */
 struct fz_gpu {
     struct vk_dev *d;
     struct vkmm *mm;
-    struct vkops *ops;
 };
 
 static struct vk_buf *fz_buf(struct fz_gpu *g, const void *src, size_t n) {
@@ -124,74 +118,30 @@ static double fz_nmse(const float *y, const double *ref, int64_t n) {
     return s > 0 ? e / s : e;
 }
 
-static void check_fused(struct fz_gpu *g, enum quant_type type, int64_t cols, int64_t nt,
-                        const char *shape) {
+static void check_acc(struct fz_gpu *g, enum quant_type type, int64_t cols, int64_t nt,
+                      const char *shape) {
     const int64_t rows = FUSE_ROWS;
-    struct fz_mat a, b;
+    struct fz_mat a;
     fz_mat_init(g, &a, type, rows, cols);
-    fz_mat_init(g, &b, type, rows, cols);
-    float *x = malloc(sizeof(float) * (size_t)(nt * cols)), *nw = malloc(sizeof(float) * cols);
-    float *r = malloc(sizeof(float) * (size_t)(nt * rows)),
-          *xn_h = malloc(sizeof(float) * (nt * cols));
+    float *x = malloc(sizeof(float) * (size_t)(nt * cols));
+    float *r = malloc(sizeof(float) * (size_t)(nt * rows));
     for (int64_t i = 0; i < nt * cols; i++)
         x[i] = fz_rand() * (1.0f + (float)(i / cols)); /* tokens of different scales */
-    for (int64_t i = 0; i < cols; i++)
-        nw[i] = 1.0f + 0.5f * fz_rand();
     for (int64_t i = 0; i < nt * rows; i++)
         r[i] = fz_rand();
-    /* the normalised x in double, as the reference multiplies it */
-    for (int64_t t = 0; t < nt; t++) {
-        double ss = 0;
-        for (int64_t c = 0; c < cols; c++)
-            ss += (double)x[t * cols + c] * x[t * cols + c];
-        const double sc = 1.0 / sqrt(ss / (double)cols + FUSE_EPS);
-        for (int64_t c = 0; c < cols; c++)
-            xn_h[t * cols + c] = (float)(x[t * cols + c] * sc * nw[c]);
-    }
-    double *ra = malloc(sizeof(double) * (size_t)(nt * rows)),
-           *rb = malloc(sizeof(double) * (nt * rows));
     double *rx = malloc(sizeof(double) * (size_t)(nt * rows));
-    fz_ref(&a, xn_h, nt, ra);
-    fz_ref(&b, xn_h, nt, rb);
     fz_ref(&a, x, nt, rx);
-
     const size_t xs = sizeof(float) * (size_t)(nt * cols), ys = sizeof(float) * (size_t)(nt * rows);
-    struct vk_buf *xb = fz_buf(g, x, xs), *nwb = fz_buf(g, nw, sizeof(float) * cols);
-    struct vk_buf *xn1 = fz_buf(g, NULL, xs), *xn2 = fz_buf(g, NULL, xs);
-    struct vk_buf *y1 = fz_buf(g, NULL, ys), *y2 = fz_buf(g, NULL, ys), *y3 = fz_buf(g, NULL, ys);
-    struct vk_buf *rbuf = fz_buf(g, r, ys);
+    struct vk_buf *xb = fz_buf(g, x, xs), *y3 = fz_buf(g, NULL, ys), *rbuf = fz_buf(g, r, ys);
     struct strata_error err = {0};
     ck_assert_int_eq(vk_rec_begin(g->d, &err), 0);
-    const struct vkmm_fuse fn = {
-        .norm = true, .norm_w = fz_bd(nwb), .norm_out = fz_bd(xn1), .eps = FUSE_EPS};
-    const struct vkmm_fuse fa = {.acc = true, .res = fz_bd(rbuf)};
-    vkmm_matmul_fused(g->mm, &a.w, NULL, fz_bd(xb), fz_bd(y1), nt, &fn);
-    vkmm_matmul_fused(g->mm, &a.w, &b.w, fz_bd(xb), fz_bd(y2), nt, &fn);
-    vkmm_matmul_fused(g->mm, &a.w, NULL, fz_bd(xb), fz_bd(y3), nt, &fa);
-    vkops_rmsnorm(g->ops, fz_bd(xb), fz_bd(nwb), true, fz_bd(xn2), nt, cols, FUSE_EPS);
+    vkmm_matmul_acc(g->mm, &a.w, fz_bd(xb), fz_bd(y3), nt, fz_bd(rbuf));
     fz_run(g);
-
-    float *got = malloc(ys), *got2 = malloc(xs), *got3 = malloc(xs);
+    float *got = malloc(ys), *res = malloc(ys);
     const char *tn = quant_type_name(type);
-    fz_read(g, y1, got, (size_t)(nt * rows));
-    double e = fz_nmse(got, ra, nt * rows);
-    ck_assert_msg(e < FUSE_NMSE, "%s %s norm n_tok %lld: nmse %.3g", shape, tn, (long long)nt, e);
-    fz_read(g, xn1, got2, (size_t)(nt * cols));
-    fz_read(g, xn2, got3, (size_t)(nt * cols));
-    for (int64_t i = 0; i < nt * cols; i++) /* another summation order: an ulp or two */
-        ck_assert_msg(fabsf(got2[i] - got3[i]) <= 1e-6f * fmaxf(1.0f, fabsf(got3[i])),
-                      "%s %s n_tok %lld: the norm's output [%lld] %.9g, vkops_rmsnorm's %.9g",
-                      shape, tn, (long long)nt, (long long)i, got2[i], got3[i]);
-    fz_read(g, y2, got, (size_t)(nt * rows));
-    for (int64_t i = 0; i < nt * rows; i++) /* silu(G xn) * (U xn) */
-        ra[i] = ra[i] / (1.0 + exp(-ra[i])) * rb[i];
-    e = fz_nmse(got, ra, nt * rows);
-    ck_assert_msg(e < FUSE_NMSE, "%s %s norm+glu n_tok %lld: nmse %.3g", shape, tn, (long long)nt,
-                  e);
     fz_read(g, y3, got, (size_t)(nt * rows));
-    e = fz_nmse(got, rx, nt * rows);
+    const double e = fz_nmse(got, rx, nt * rows);
     ck_assert_msg(e < FUSE_NMSE, "%s %s acc n_tok %lld: nmse %.3g", shape, tn, (long long)nt, e);
-    float *res = malloc(ys);
     fz_read(g, rbuf, res, (size_t)(nt * rows));
     for (int64_t i = 0; i < nt * rows; i++) {
         const float want = r[i] + got[i];
@@ -200,30 +150,18 @@ static void check_fused(struct fz_gpu *g, enum quant_type type, int64_t cols, in
                       (long long)i, res[i], want);
     }
     free(res);
-    free(got3);
-    free(got2);
     free(got);
     vk_buf_free(g->d, rbuf);
     vk_buf_free(g->d, y3);
-    vk_buf_free(g->d, y2);
-    vk_buf_free(g->d, y1);
-    vk_buf_free(g->d, xn2);
-    vk_buf_free(g->d, xn1);
-    vk_buf_free(g->d, nwb);
     vk_buf_free(g->d, xb);
     free(rx);
-    free(rb);
-    free(ra);
-    free(xn_h);
     free(r);
-    free(nw);
     free(x);
-    fz_mat_free(g, &b);
     fz_mat_free(g, &a);
 }
 
 /* _i: 0 the default matvec shape, 1 two blocks a lane at once. */
-START_TEST(test_fused_matvec) {
+START_TEST(test_acc_matvec) {
     static const enum quant_type tt[] = {QUANT_F32, QUANT_Q4_0, QUANT_Q8_0, QUANT_Q4_K};
     static const int64_t cols[] = {172, 320, 320, 512};
     static const int64_t toks[] = {1, 2, 3, 9};
@@ -231,29 +169,26 @@ START_TEST(test_fused_matvec) {
     struct strata_error err = {0};
     ck_assert_msg(vk_dev_open(-1, &g.d, &err) == 0, "vk_dev_open: %s", err.message);
     ck_assert_msg(vkmm_init(g.d, &g.mm, &err) == 0, "vkmm_init: %s", err.message);
-    ck_assert_msg(vkops_init(g.d, &g.ops, &err) == 0, "vkops_init: %s", err.message);
     const char *shape = _i ? "mv=128x4x2:u2" : "auto";
     ck_assert_msg(vkmm_configure(g.mm, shape, &err) == 0, "configure %s: %s", shape, err.message);
     for (int k = 0; k < 4; k++) {
         if (_i && (tt[k] == QUANT_F32 || tt[k] == QUANT_Q4_K))
             continue; /* two blocks a lane: the block path's (Q4_0, Q8_0) */
         for (int j = 0; j < 4; j++)
-            check_fused(&g, tt[k], cols[k], toks[j], shape);
+            check_acc(&g, tt[k], cols[k], toks[j], shape);
     }
-    /* above 32 tokens the fused forms are refused (the tiled matmul has none) */
+    /* above 32 tokens the fused form is refused (the tiled matmul has none) */
     struct vk_buf *b = fz_buf(&g, NULL, 64);
     struct fz_mat m;
     fz_mat_init(&g, &m, QUANT_F32, 4, 4);
-    const struct vkmm_fuse fa = {.acc = true, .res = fz_bd(b)};
-    ck_assert(!vkmm_fuse_ok(33) && vkmm_fuse_ok(32) && !vkmm_fuse_ok(0));
+    ck_assert(!vkmm_acc_ok(33) && vkmm_acc_ok(32) && !vkmm_acc_ok(0));
     ck_assert_int_eq(vk_rec_begin(g.d, &err), 0);
-    vkmm_matmul_fused(g.mm, &m.w, NULL, fz_bd(b), fz_bd(b), 33, &fa);
+    vkmm_matmul_acc(g.mm, &m.w, fz_bd(b), fz_bd(b), 33, fz_bd(b));
     ck_assert_int_eq(vk_rec_submit(g.d, &err), 0);
     ck_assert_int_eq(vk_rec_wait(g.d, &err), 0);
     ck_assert_int_eq(vkmm_status(g.mm, &err), STRATA_E_INVALID);
     fz_mat_free(&g, &m);
     vk_buf_free(g.d, b);
-    vkops_free(g.ops);
     vkmm_free(g.mm);
     vk_dev_close(g.d);
 }
@@ -321,7 +256,7 @@ END_TEST
 
 TCase *vkmm_fuse_tcase(void) {
     TCase *tc = tcase_create("fuse");
-    tcase_add_loop_test(tc, test_fused_matvec, 0, 2);
+    tcase_add_loop_test(tc, test_acc_matvec, 0, 2);
     tcase_add_test(tc, test_soa);
     tcase_set_timeout(tc, 300);
     return tc;
