@@ -149,6 +149,14 @@ static void ref_rows(const struct hmat *m, int64_t r0, int64_t n, const float *x
  * so a pick is held to NMSE_DOT_PICK and the call as a whole to NMSE_DOT; a
  * wrong expert or row is ~1. */
 #define NMSE_DOT_PICK 2e-5
+/* The same for the cooperative-matrix path's fused gate + up + SwiGLU of one
+ * pick: f16 weights and activations round both products, which silu(g) * u
+ * multiplies; the H100 run of 2026-12-06 (after the tiles' alignment fix)
+ * had single picks of 19 rows at 2.6e-6 .. 6.3e-6 and the plain products
+ * under NMSE_COOP. So a fused pick is held to NMSE_COOP_PICK and the call
+ * to NMSE_COOP_GLU (printed). */
+#define NMSE_COOP_PICK 2e-5
+#define NMSE_COOP_GLU 4e-6
 static double tol_pick(bool tiled) {
     return tiled && cur_path == VKMM_PATH_DOT ? NMSE_DOT_PICK : tol(tiled);
 }
@@ -759,16 +767,30 @@ static void check_glu(struct gpu *gp, enum quant_type t) {
         const bool tiled = nt > VKMM_MV_MAX_TOK;
         float *xq = ref_x(x, nt, gm.cols, tiled);
         float rg[EXP_ROWS], ru[EXP_ROWS];
+        const bool coop = tiled && cur_path == VKMM_PATH_COOP;
+        double esum = 0, ssum = 0;
         for (int64_t pi = 0; pi < np; pi++) {
             const float *xr = xq + (pi / k) * gm.cols;
             ref_rows(&gm, sel[pi] * er, er, xr, 1, rg, er);
             ref_rows(&um, sel[pi] * er, er, xr, 1, ru, er);
-            for (int r = 0; r < EXP_ROWS; r++)
+            for (int r = 0; r < EXP_ROWS; r++) {
                 rg[r] = silu_ref(rg[r]) * ru[r];
+                const double dv = (double)y[pi * er + r] - rg[r];
+                esum += dv * dv;
+                ssum += (double)rg[r] * rg[r];
+            }
             double e = nmse(y + pi * er, rg, er);
-            ck_assert_msg(e < tol_pick(tiled), "%s glu id n_tok %lld pick %lld: nmse %.3g",
-                          quant_type_name(t), (long long)nt, (long long)pi, e);
+            ck_assert_msg(e < (coop ? NMSE_COOP_PICK : tol_pick(tiled)),
+                          "%s glu id n_tok %lld pick %lld: nmse %.3g", quant_type_name(t),
+                          (long long)nt, (long long)pi, e);
         }
+        const double ecall = ssum > 0 ? esum / ssum : 0.0;
+        if (coop)
+            printf("vk-mm: coopmat %s glu id n_tok %lld: nmse %.3g over the picks\n",
+                   quant_type_name(t), (long long)nt, ecall);
+        ck_assert_msg(ecall < (coop ? NMSE_COOP_GLU : tol(tiled)),
+                      "%s glu id n_tok %lld: nmse %.3g over the picks", quant_type_name(t),
+                      (long long)nt, ecall);
         free(xq);
         vk_buf_free(g.d, sb);
         vk_buf_free(g.d, yb);
