@@ -12,9 +12,14 @@
  *   llama-3.1-8b Q4_K_M  f32 1,296  int-dot 1,865  coopmat 1,077
  *   qwen3-0.6b Q8_0      f32 12,391 int-dot 14,737 coopmat 13,312
  * The cooperative-matrix kernels are not chosen by "auto": on the H200 the
- * same run's tests/gpu/test-vk-mm gave them a normalised error of ~2 (wrong
- * results, not yet understood), so their speed is no figure to trust either;
- * they run only when forced (vkmm_configure "coopmat"). lavapipe has integer
+ * same run's tests/gpu/test-vk-mm gave them a normalised error of ~2, so
+ * those speeds were no figures to trust. The cause was a shared array of
+ * one f16 (mm_coop_body.glsl) that left the weight tile one element off its
+ * 16-byte alignment; fixed, they pass (NMSE 3e-8 .. 2e-7) and on an H100
+ * (device calls of 2026-12-06, same gpu-bench) run pp512 at 1,432 (7B, this
+ * tile), 1,775 (64x64x64x2) and 1,420 (MoE) against int-dot's 2,175 and
+ * 2,282: slower, so still forced only (vkmm_configure "coopmat"); a tile
+ * that feeds the tensor cores faster is the work left. lavapipe has integer
  * dot products (emulated, not accelerated) and no cooperative matrix, so it
  * keeps the f32 tiles; the tests force each path it can run.
  */

@@ -151,12 +151,11 @@ static void ref_rows(const struct hmat *m, int64_t r0, int64_t n, const float *x
 #define NMSE_DOT_PICK 2e-5
 /* The same for the cooperative-matrix path's fused gate + up + SwiGLU of one
  * pick: f16 weights and activations round both products, which silu(g) * u
- * multiplies; the H100 run of 2026-12-06 (after the tiles' alignment fix)
- * had single picks of 19 rows at 2.6e-6 .. 6.3e-6 and the plain products
- * under NMSE_COOP. So a fused pick is held to NMSE_COOP_PICK and the call
- * to NMSE_COOP_GLU (printed). */
+ * multiplies; on the H100 (device calls of 2026-12-06, after the tiles'
+ * alignment fix) single picks of 19 rows reached 2.6e-6 .. 6.3e-6 while
+ * whole calls (printed) gave 4.5e-8 .. 2.3e-7. So a fused pick is held to
+ * NMSE_COOP_PICK and the call to NMSE_COOP. */
 #define NMSE_COOP_PICK 2e-5
-#define NMSE_COOP_GLU 4e-6
 static double tol_pick(bool tiled) {
     return tiled && cur_path == VKMM_PATH_DOT ? NMSE_DOT_PICK : tol(tiled);
 }
@@ -788,9 +787,8 @@ static void check_glu(struct gpu *gp, enum quant_type t) {
         if (coop)
             printf("vk-mm: coopmat %s glu id n_tok %lld: nmse %.3g over the picks\n",
                    quant_type_name(t), (long long)nt, ecall);
-        ck_assert_msg(ecall < (coop ? NMSE_COOP_GLU : tol(tiled)),
-                      "%s glu id n_tok %lld: nmse %.3g over the picks", quant_type_name(t),
-                      (long long)nt, ecall);
+        ck_assert_msg(ecall < tol(tiled), "%s glu id n_tok %lld: nmse %.3g over the picks",
+                      quant_type_name(t), (long long)nt, ecall);
         free(xq);
         vk_buf_free(g.d, sb);
         vk_buf_free(g.d, yb);
