@@ -281,8 +281,8 @@ static struct vk_pipe *make_pipe(struct vkmm *mm, enum quant_type type, enum vkm
                                  bool glu, int fuse, struct strata_error *err) {
     const struct vkmm_shader *sh = shader_of(type);
     char name[48];
-    snprintf(name, sizeof name, "%s.%s%s%s%s", quant_type_name(type), vkmm_kind_name(kind),
-             glu ? ".glu" : "", "", fuse & VKMM_FUSE_ACC ? ".acc" : "");
+    snprintf(name, sizeof name, "%s.%s%s%s", quant_type_name(type), vkmm_kind_name(kind),
+             glu ? ".glu" : "", fuse & VKMM_FUSE_ACC ? ".acc" : "");
     const struct vkmm_tune *t = &mm->tune;
     if (kind > VKMM_MM_ID)
         return vkmm_make_fast(mm, type, kind, glu, err);

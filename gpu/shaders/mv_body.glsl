@@ -29,9 +29,12 @@
 // UNR > 1 (block path): a lane loads the words of UNR blocks (b, b + WG,
 // ...) before it multiplies any, more bytes in flight a lane. SOA = 1
 // (block path of Q4_0 / Q8_0): rows laid out as the row's nb scales (f16),
-// then its nb quant groups of BQ words (vk_wmat.layout, repacked at upload:
-// gpu/backend-vk-weights.c), so a lane's quants are BQ / 4 aligned 16-byte
-// loads where the GGUF block costs BQ + 1 word loads and a select each.
+// then its nb quant groups of BQ words (vkmm_soa_row), so a lane's quants
+// are BQ / 4 aligned 16-byte loads where the GGUF block costs BQ + 1 word
+// loads and a select each. Both are benchmark knobs (the ":uN" and ":soa"
+// matvec specs, bench/mv-bench): on the H100 neither moved the Q4_0
+// matvec beyond the run's noise (bench/README.md, "fused decode"), so the
+// defaults are 1 and 0 and no upload repacks.
 layout(constant_id = 0) const uint WG = 32; // lanes per workgroup
 layout(constant_id = 1) const uint NR = 2;  // rows per workgroup
 layout(constant_id = 2) const uint NT = 1;  // tokens per pass (accumulators)
