@@ -9,9 +9,11 @@
  * products; one expert of a stack; the fused gate + up + SwiGLU forms
  * (plain and expert-indexed, gate and up split differently); matrices split
  * over several buffer ranges (pieces of whole rows, of whole experts) giving
- * the same bits as one range; a second launch shape; the x tile in shared
- * memory; bad calls latching an error and recording nothing; the fused norm
- * and residual forms (test-vk-mm-fuse.c). Exit 77 only when no Vulkan device exists.
+ * the same bits as one range; a second launch shape; several blocks a
+ * lane at once; bad calls latching an error and recording nothing; the
+ * fused residual add and the scales-then-quants rows (test-vk-mm-fuse.c);
+ * the coopmat tiles' layout (test-vk-mm-coop.c). Exit 77 only when no
+ * Vulkan device exists.
  *
  * Time: lavapipe compiles each pipeline at its first dispatch through LLVM,
  * so the suite's first run costs ~70 s of CPU (release build, this 2-vCPU
