@@ -2,7 +2,7 @@
  * suite; built as bench/gpu-bench, driven by bench/gpu).
  *
  *   gpu-bench MODEL [device=-1] [n_decode=128] [n_prefill=512] [batches=8,32]
- *             [profile=0] [hbm_gbs=4300] [pipeline_cache=FILE] [mm=auto]
+ *             [profile=0] [hbm_gbs=4300] [pipeline_cache=FILE] [mm=auto] [fuse=3]
  *
  * Prints, one line each (and one JSON line at the end):
  *   tg: n_decode greedy decode steps of one sequence after a 1-token prompt
@@ -20,7 +20,10 @@
  * profile=1 times every dispatch of an extra 16 decode steps
  * (STRATA_GPU_PROFILE's table) and prints it per kernel; profile=2 that of
  * one more prefill chunk. mm: the prefill matmul's path (vkmm_configure:
- * auto, f32, int-dot, coopmat[:tile]). The model loads
+ * auto, f32, int-dot, coopmat[:tile], and the matvec's shape ",mv=WGxR1xR").
+ * fuse: the backend's BACKEND_VK_FUSE_* bits (backend-vk.h; 3 all, 0 none:
+ * the ops one dispatch each), so one binary compares them; tg also prints
+ * the dispatches a decode step records. The model loads
  * with the context n_prefill + n_decode + 8. */
 #include <math.h>
 #include <stdio.h>
@@ -78,7 +81,8 @@ static double bytes_per_token(const char *path) {
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: gpu-bench MODEL [device=-1] [n_decode=128] [n_prefill=512] "
-                        "[batches=8,32] [profile=0] [hbm_gbs=4300] [pipeline_cache] [mm=auto]\n");
+                        "[batches=8,32] [profile=0] [hbm_gbs=4300] [pipeline_cache] [mm=auto] "
+                        "[fuse=3]\n");
         return 2;
     }
     const char *path = argv[1];
@@ -91,6 +95,7 @@ int main(int argc, char **argv) {
     const double hbm_gbs = argc > 7 ? atof(argv[7]) : 4300.0;
     const char *pcache = argc > 8 && *argv[8] ? argv[8] : NULL;
     const char *mm_path = argc > 9 && *argv[9] ? argv[9] : "auto";
+    const unsigned fuse = argc > 10 ? (unsigned)atoi(argv[10]) : BACKEND_VK_FUSE_ALL;
     int nb[8], n_nb = 0;
     for (const char *p = batches; *p && n_nb < 8;) {
         int v = atoi(p);
@@ -110,6 +115,7 @@ int main(int argc, char **argv) {
     vp.device = device;
     vp.pipeline_cache = pcache;
     vp.mm_path = mm_path;
+    vp.fuse = fuse;
     double t_init = now_s();
     struct backend *be = backend_vk_init(&vp, &err);
     t_init = now_s() - t_init;
@@ -167,6 +173,7 @@ int main(int argc, char **argv) {
     e[0] = (struct model_batch_entry){0, 0, 1, true};
     FWD(1);
     int tok = argmax(logits, V);
+    const uint64_t disp0 = backend_vk_dispatches(be);
     t0 = now_s();
     for (int i = 0; i < n_decode; i++) {
         e[0] = (struct model_batch_entry){0, 1 + i, tok, true};
@@ -174,6 +181,7 @@ int main(int argc, char **argv) {
         tok = argmax(logits, V);
     }
     const double tg = n_decode / (now_s() - t0);
+    const double disp = (double)(backend_vk_dispatches(be) - disp0) / n_decode;
     kv_seq_clear(kv, 0, NULL);
 
     /* pp: one chunk of n_prefill tokens, logits of the last */
@@ -222,7 +230,8 @@ int main(int argc, char **argv) {
 
     const double bpt = bytes_per_token(path);
     const double share = bpt * tg / (hbm_gbs * 1e9);
-    printf("tg%d: %.1f tok/s (%.3f ms a token)\n", n_decode, tg, 1e3 / tg);
+    printf("tg%d: %.1f tok/s (%.3f ms a token, %.0f dispatches a token, fuse %u)\n", n_decode, tg,
+           1e3 / tg, disp, fuse);
     printf("pp%d: %.1f tok/s (best of 3; first chunk %.1f)\n", n_prefill, pp, pp_first);
     for (int k = 0; k < n_nb; k++)
         printf("b%d: %.1f tok/s (%d steps of %d sequences)\n", nb[k], bt[k], b_steps, nb[k]);
@@ -246,7 +255,8 @@ int main(int argc, char **argv) {
     printf("{\"device\":\"%s\",\"tg\":%.2f,\"pp\":%.2f", in->name, tg, pp);
     for (int k = 0; k < n_nb; k++)
         printf(",\"b%d\":%.2f", nb[k], bt[k]);
-    printf(",\"bytes_per_token\":%.0f,\"hbm_share\":%.4f}\n", bpt, share);
+    printf(",\"bytes_per_token\":%.0f,\"hbm_share\":%.4f,\"dispatches\":%.0f,\"fuse\":%u}\n", bpt,
+           share, disp, fuse);
     rc = 0;
 done:
     free(e);

@@ -1,6 +1,7 @@
 /* gpu/backend-vk-impl.h: the Vulkan backend's internals shared by
- * gpu/backend-vk.c (tensors, the step, the ops), gpu/backend-vk-weights.c
- * (weights_bind) and gpu/backend-vk-kv.c (the KV store). Callers use
+ * gpu/backend-vk.c (tensors, the step, the ops), gpu/backend-vk-fuse.c (the
+ * ops with fused forms), gpu/backend-vk-weights.c (weights_bind) and
+ * gpu/backend-vk-kv.c (the KV store). Callers use
  * gpu/backend-vk.h.
  *
  * Threading: the forward thread only (backend.h).
@@ -58,23 +59,68 @@ struct bvk_read {
 
 struct bvk_kv; /* the KV store (backend-vk-kv.c) */
 
+/* be_moe_sum.comp's push block: n_tok @0, k @4, n_embd @8, accumulate @12,
+ * resid @16 */
+struct bvk_moe_sum_push {
+    uint32_t n_tok, k, n_embd, accumulate, resid;
+};
+_Static_assert(sizeof(struct bvk_moe_sum_push) == 20, "be_moe_sum push constants");
+
+/* An op held back because the next one may complete a fused pattern
+ * (backend-vk-fuse.c); the fields of its kind are set. */
+enum bvk_pend_kind {
+    BVK_PEND_NORM = 1, /* rmsnorm */
+    BVK_PEND_MATMUL,   /* matmul (a gate+up pair, or one job) */
+    BVK_PEND_ROPE,     /* rope */
+    BVK_PEND_MOE_SUM,  /* moe_ffn's weighted sum (its matmuls are recorded) */
+};
+struct bvk_pend {
+    enum bvk_pend_kind kind;
+    struct {
+        const struct backend_tensor *x;
+        const struct backend_weight *w;
+        struct backend_tensor *y;
+        int64_t n_rows, n_cols;
+        float eps;
+    } norm;
+    struct {
+        const struct backend_tensor *x;
+        int64_t n_rows;
+        struct backend_mm jobs[BACKEND_MM_MAX];
+        int n_jobs;
+    } mm;
+    struct {
+        struct backend_tensor *x;
+        const struct backend_tensor *pos;
+        int n_tok, n_head, head_dim;
+        struct backend_rope cfg;
+    } rope;
+    struct {
+        const struct backend_tensor *x, *sel_w;
+        struct backend_tensor *out;
+        int n_tok, k;
+        int64_t n_embd;
+        bool accumulate;
+    } moe;
+};
+#define BVK_PEND_MAX 4 /* q-norm, k-norm, rope q, rope k */
+
 struct bvk_ctx {
     struct vk_dev *dev;
     struct vkmm *mm;
     struct vkops *ops;
     struct backend_vk_params params;
     struct vk_pipe *moe_sum; /* the routed experts' weighted sum (be_moe_sum.comp) */
+    unsigned fuse;           /* BACKEND_VK_FUSE_* of params */
     /* the step */
     bool in_step;
     int err_code;      /* first recording error (STRATA_E_*), reported at submit */
     char err_msg[256]; /* its message */
     int io_group;      /* an open barrier group of consecutive writes (1) or reads (2) */
-    /* a two-job matmul (gate, up) held back: a swiglu over its outputs next
-     * makes it one fused dispatch (vkmm_matmul_glu); any other op records it */
-    bool pend_on;
-    const struct backend_tensor *pend_x;
-    int64_t pend_rows;
-    struct backend_mm pend_jobs[2];
+    /* ops held back for a fusion with the next (backend-vk-fuse.c); any op
+     * that completes no pattern records them first, as they were asked */
+    struct bvk_pend pend[BVK_PEND_MAX];
+    int n_pend;
     uint64_t n_sub;           /* submits so far */
     uint64_t n_waited;        /* submits whose reads have landed */
     struct bvk_chunk *chunks; /* (n_chunk) staging, reset at begin */
@@ -104,13 +150,47 @@ static inline const struct bvk_weight *bvk_w(const struct backend_weight *w) {
 static inline struct vk_bind bvk_bind(const struct backend_tensor *t) {
     return (struct vk_bind){bvk_t(t)->buf, 0, 0};
 }
+/* A VEC weight's one piece as a binding. */
+static inline struct vk_bind bvk_vec_bind(const struct backend_weight *bw) {
+    const struct bvk_weight *w = bvk_w(bw);
+    STRATA_ASSERT(w->use == BACKEND_USE_VEC && w->n_piece == 1);
+    return w->rows[0].data;
+}
+/* Asserts that a (rows, cols) view fits the tensor: a caller bug otherwise. */
+static inline void bvk_fits(const struct backend_tensor *t, int64_t n_rows, int64_t n_cols) {
+    STRATA_ASSERT(t && n_rows >= 0 && n_cols >= 0 && n_rows * n_cols <= t->n_rows * t->n_cols);
+}
 
 /* Records the first error of the step (reported at submit). */
 void bvk_fail(struct bvk_ctx *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Records the held-back ops first, then as bvk_rec_raw. */
+bool bvk_rec(struct bvk_ctx *c);
 /* Opens a recording when none is (after a submit inside the step); false
  * when recording cannot go on (the error is recorded). */
-bool bvk_rec(struct bvk_ctx *c);
+bool bvk_rec_raw(struct bvk_ctx *c);
+/* Whether kv is the step's KV cache (else the step fails). */
+bool bvk_kv_is_step(struct bvk_ctx *c, const struct kv_cache *kv);
+
+/* the ops with fused forms and the held-back ops (backend-vk-fuse.c) */
+void bvk_pend_flush(struct bvk_ctx *c); /* records the held ops as asked */
+void bvk_rmsnorm(void *ctx, const struct backend_tensor *x, const struct backend_weight *w,
+                 struct backend_tensor *y, int64_t n_rows, int64_t n_cols, float eps);
+void bvk_matmul(void *ctx, const struct backend_tensor *x, int64_t n_rows,
+                const struct backend_mm *jobs, int n_jobs);
+void bvk_add(void *ctx, struct backend_tensor *x, const struct backend_tensor *y, int64_t n_rows,
+             int64_t n_cols);
+void bvk_rope(void *ctx, struct backend_tensor *x, int n_tok, int n_head, int head_dim,
+              const struct backend_tensor *pos, const struct backend_rope *cfg);
+void bvk_kv_write(void *ctx, struct kv_cache *kv, int layer, const struct backend_tensor *k,
+                  const struct backend_tensor *v, const struct backend_tensor *seq,
+                  const struct backend_tensor *pos, int n_tok, int n_head_kv, int head_dim_k,
+                  int head_dim_v);
+void bvk_swiglu(void *ctx, const struct backend_tensor *g, const struct backend_tensor *u,
+                struct backend_tensor *y, int64_t n_rows, int64_t n_cols);
+/* moe_ffn's weighted sum of c->moe_d into m->out (held: an add of m->out
+ * into the residual next is fused into it). */
+void bvk_moe_sum(struct bvk_ctx *c, const struct backend_moe *m);
 /* Makes *b at least n bytes of device memory (the old buffer retired). */
 bool bvk_scratch(struct bvk_ctx *c, struct vk_buf **b, uint64_t n);
 

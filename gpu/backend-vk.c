@@ -14,12 +14,6 @@ static const uint32_t spv_moe_sum[] =
 #include "gpu/shaders/be_moe_sum.spv.h"
     ;
 
-/* be_moe_sum.comp's push block: n_tok @0, k @4, n_embd @8, accumulate @12 */
-struct bvk_moe_sum_push {
-    uint32_t n_tok, k, n_embd, accumulate;
-};
-_Static_assert(sizeof(struct bvk_moe_sum_push) == 16, "be_moe_sum push constants");
-
 void bvk_fail(struct bvk_ctx *c, int code, const char *fmt, ...) {
     if (c->err_code)
         return;
@@ -30,19 +24,7 @@ void bvk_fail(struct bvk_ctx *c, int code, const char *fmt, ...) {
     va_end(ap);
 }
 
-static void bvk_matmul_now(struct bvk_ctx *c, const struct backend_tensor *x, int64_t n_rows,
-                           const struct backend_mm *jobs, int n_jobs);
-
-/* Records a held-back matmul as it was asked for. */
-static void bvk_pend_flush(struct bvk_ctx *c) {
-    if (!c->pend_on)
-        return;
-    c->pend_on = false;
-    bvk_matmul_now(c, c->pend_x, c->pend_rows, c->pend_jobs, 2);
-}
-
-bool bvk_rec(struct bvk_ctx *c) {
-    bvk_pend_flush(c);
+bool bvk_rec_raw(struct bvk_ctx *c) {
     if (c->err_code)
         return false;
     if (c->io_group) { /* the writes (reads) before this op: one barrier after them */
@@ -62,6 +44,11 @@ bool bvk_rec(struct bvk_ctx *c) {
         return false;
     }
     return true;
+}
+
+bool bvk_rec(struct bvk_ctx *c) {
+    bvk_pend_flush(c);
+    return bvk_rec_raw(c);
 }
 
 static void bvk_retire(struct bvk_ctx *c, struct vk_buf *b) {
@@ -118,7 +105,7 @@ bool bvk_scratch(struct bvk_ctx *c, struct vk_buf **b, uint64_t n) {
  * different staging, so each run of them shares one barrier (the ids,
  * positions and sequences of a step; a step's read-backs). */
 static bool bvk_rec_io(struct bvk_ctx *c, int kind) {
-    if (c->io_group == kind && !c->err_code && vk_rec_active(c->dev))
+    if (c->io_group == kind && !c->n_pend && !c->err_code && vk_rec_active(c->dev))
         return true;
     if (!bvk_rec(c))
         return false;
@@ -162,11 +149,6 @@ static bool bvk_stage(struct bvk_ctx *c, uint64_t n, struct vk_buf **buf, uint64
     *buf = b;
     *off = 0;
     return true;
-}
-
-/* Asserts that a (rows, cols) view fits the tensor: a caller bug otherwise. */
-static void fits(const struct backend_tensor *t, int64_t n_rows, int64_t n_cols) {
-    STRATA_ASSERT(t && n_rows >= 0 && n_cols >= 0 && n_rows * n_cols <= t->n_rows * t->n_cols);
 }
 
 /* ---- tensors ------------------------------------------------------------------ */
@@ -301,7 +283,7 @@ static int bvk_begin(void *ctx, const struct backend_step *s, struct strata_erro
     c->cur_chunk = 0;
     c->in_step = false;
     c->io_group = 0;
-    c->pend_on = false;
+    c->n_pend = 0;
     c->kv = NULL;
     c->n_kv_max = s->n_kv_max;
     if ((rc = vk_rec_begin(c->dev, err)))
@@ -323,7 +305,7 @@ static int bvk_submit(void *ctx, struct strata_error *err) {
         c->in_step = false; /* the next begin drops the recording */
         return strata_error_set(err, rc, "%s", c->err_msg);
     }
-    if (c->in_step && vk_rec_active(c->dev))
+    if (c->in_step && c->n_pend) /* the ops held back, as they were asked for */
         bvk_pend_flush(c);
     int rc = vkmm_status(c->mm, err);
     if (rc) {
@@ -345,7 +327,7 @@ static int bvk_submit(void *ctx, struct strata_error *err) {
 static void bvk_tensor_write(void *ctx, struct backend_tensor *t, int64_t row0, const void *src,
                              int64_t n_rows) {
     struct bvk_ctx *c = ctx;
-    fits(t, row0 + n_rows, t->n_cols);
+    bvk_fits(t, row0 + n_rows, t->n_cols);
     const uint64_t n = (uint64_t)n_rows * (uint64_t)t->n_cols * 4;
     struct vk_buf *sb;
     uint64_t so;
@@ -358,7 +340,7 @@ static void bvk_tensor_write(void *ctx, struct backend_tensor *t, int64_t row0, 
 static void bvk_tensor_read(void *ctx, const struct backend_tensor *t, int64_t row0, void *dst,
                             int64_t n_rows) {
     struct bvk_ctx *c = ctx;
-    fits(t, row0 + n_rows, t->n_cols);
+    bvk_fits(t, row0 + n_rows, t->n_cols);
     const uint64_t n = (uint64_t)n_rows * (uint64_t)t->n_cols * 4;
     struct vk_buf *sb;
     uint64_t so;
@@ -384,8 +366,8 @@ static void bvk_embed(void *ctx, const struct backend_weight *bw, const struct b
     struct bvk_ctx *c = ctx;
     const struct bvk_weight *w = bvk_w(bw);
     STRATA_ASSERT(w->use == BACKEND_USE_ROWS);
-    fits(ids, n, 1);
-    fits(out, n, w->n_cols);
+    bvk_fits(ids, n, 1);
+    bvk_fits(out, n, w->n_cols);
     if (!bvk_rec(c))
         return;
     const struct vkops_rows rows = {.type = w->type,
@@ -401,151 +383,32 @@ static void bvk_copy_rows(void *ctx, const struct backend_tensor *src,
                           const struct backend_tensor *ids, int n, int64_t n_cols,
                           struct backend_tensor *dst) {
     struct bvk_ctx *c = ctx;
-    fits(ids, n, 1);
-    fits(dst, n, n_cols);
+    bvk_fits(ids, n, 1);
+    bvk_fits(dst, n, n_cols);
     if (bvk_rec(c))
         vkops_copy_rows(c->ops, bvk_bind(src), bvk_bind(ids), n, n_cols, bvk_bind(dst));
-}
-
-/* A VEC weight's one piece as a binding. */
-static struct vk_bind vec_bind(const struct backend_weight *bw) {
-    const struct bvk_weight *w = bvk_w(bw);
-    STRATA_ASSERT(w->use == BACKEND_USE_VEC && w->n_piece == 1);
-    return w->rows[0].data;
-}
-
-static void bvk_rmsnorm(void *ctx, const struct backend_tensor *x, const struct backend_weight *w,
-                        struct backend_tensor *y, int64_t n_rows, int64_t n_cols, float eps) {
-    struct bvk_ctx *c = ctx;
-    fits(x, n_rows, n_cols);
-    fits(y, n_rows, n_cols);
-    if (bvk_rec(c))
-        vkops_rmsnorm(c->ops, bvk_bind(x), w ? vec_bind(w) : bvk_bind(x), w != NULL, bvk_bind(y),
-                      n_rows, n_cols, eps);
-}
-
-/* Whether jobs are a gate and an up of one type and shape (bound, plain
- * matrices): the pair vkmm_matmul_glu fuses. */
-#define BVK_GLU_MAX_ROWS 32
-
-static bool glu_pair(const struct backend_mm *jobs, int n_jobs) {
-    if (n_jobs != 2 || !jobs[0].w.w || !jobs[1].w.w)
-        return false;
-    const struct bvk_weight *g = bvk_w(jobs[0].w.w), *u = bvk_w(jobs[1].w.w);
-    return g->use == BACKEND_USE_MATMUL && u->use == BACKEND_USE_MATMUL && g->n_expert == 1 &&
-           u->n_expert == 1 && g->type == u->type && g->n_rows == u->n_rows &&
-           g->n_cols == u->n_cols && jobs[0].y != jobs[1].y;
-}
-
-static void bvk_matmul(void *ctx, const struct backend_tensor *x, int64_t n_rows,
-                       const struct backend_mm *jobs, int n_jobs) {
-    struct bvk_ctx *c = ctx;
-    STRATA_ASSERT(n_jobs >= 1 && n_jobs <= BACKEND_MM_MAX);
-    if (!bvk_rec(c)) /* records what was held back before */
-        return;
-    /* Fused only where the matvec runs (<= 32 rows: 8-token passes). The
-     * H200 (2026-12-02, bench/gpu, llama-2-7b Q4_0): fused, tg128 138.9 ->
-     * 145.8 tok/s, but the fused tiled form took pp512 from 1397 to 320
-     * tok/s (qwen3-0.6b Q8_0 11741 -> 4136), so prefill keeps two tiled
-     * matmuls and the SwiGLU op. */
-    if (n_rows <= BVK_GLU_MAX_ROWS && glu_pair(jobs, n_jobs)) { /* held: a swiglu may follow */
-        for (int j = 0; j < 2; j++) {
-            fits(x, n_rows, bvk_w(jobs[j].w.w)->n_cols);
-            fits(jobs[j].y, n_rows, bvk_w(jobs[j].w.w)->rows_per);
-        }
-        c->pend_on = true;
-        c->pend_x = x;
-        c->pend_rows = n_rows;
-        c->pend_jobs[0] = jobs[0];
-        c->pend_jobs[1] = jobs[1];
-        return;
-    }
-    bvk_matmul_now(c, x, n_rows, jobs, n_jobs);
-}
-
-static void bvk_matmul_now(struct bvk_ctx *c, const struct backend_tensor *x, int64_t n_rows,
-                           const struct backend_mm *jobs, int n_jobs) {
-    /* the jobs (and a matrix's pieces) read x and write their own y: one
-     * barrier after them all */
-    vk_rec_group(c->dev, true);
-    for (int j = 0; j < n_jobs; j++) {
-        const struct backend_mat *m = &jobs[j].w;
-        if (!m->w) {
-            bvk_fail(c, STRATA_E_UNSUPPORTED, "backend vulkan: a matrix in host memory");
-            break;
-        }
-        const struct bvk_weight *w = bvk_w(m->w);
-        STRATA_ASSERT(w->use == BACKEND_USE_MATMUL && m->index >= 0 && m->index < w->n_expert);
-        fits(x, n_rows, w->n_cols);
-        fits(jobs[j].y, n_rows, w->rows_per);
-        vkmm_matmul(c->mm, &w->mat, w->n_expert > 1 ? m->index : -1, bvk_bind(x),
-                    bvk_bind(jobs[j].y), n_rows);
-    }
-    vk_rec_group(c->dev, false);
 }
 
 static void bvk_add_bias(void *ctx, struct backend_tensor *y, const struct backend_weight *b,
                          int64_t n_rows, int64_t n_cols) {
     struct bvk_ctx *c = ctx;
-    fits(y, n_rows, n_cols);
+    bvk_fits(y, n_rows, n_cols);
     if (bvk_rec(c))
-        vkops_add_bias(c->ops, bvk_bind(y), vec_bind(b), n_rows, n_cols);
+        vkops_add_bias(c->ops, bvk_bind(y), bvk_vec_bind(b), n_rows, n_cols);
 }
 
-static void bvk_add(void *ctx, struct backend_tensor *x, const struct backend_tensor *y,
-                    int64_t n_rows, int64_t n_cols) {
-    struct bvk_ctx *c = ctx;
-    fits(x, n_rows, n_cols);
-    fits(y, n_rows, n_cols);
-    if (bvk_rec(c))
-        vkops_add(c->ops, bvk_bind(x), bvk_bind(y), n_rows, n_cols);
-}
-
-static void bvk_rope(void *ctx, struct backend_tensor *x, int n_tok, int n_head, int head_dim,
-                     const struct backend_tensor *pos, const struct backend_rope *cfg) {
-    struct bvk_ctx *c = ctx;
-    fits(x, n_tok, (int64_t)n_head * head_dim);
-    fits(pos, n_tok, 1);
-    if (!bvk_rec(c))
-        return;
-    const struct vkops_rope r = {
-        .n_rot = cfg->n_rot,
-        .mode = cfg->mode,
-        .freq_base = cfg->freq_base,
-        .freq_scale = cfg->freq_scale,
-        .ext_factor = cfg->ext_factor,
-        .attn_factor = cfg->attn_factor,
-        .n_ctx_orig = cfg->n_ctx_orig,
-        .has_freq_factors = cfg->freq_factors != NULL,
-        .freq_factors = cfg->freq_factors ? vec_bind(cfg->freq_factors) : bvk_bind(pos),
-    };
-    vkops_rope(c->ops, bvk_bind(x), n_tok, n_head, head_dim, bvk_bind(pos), &r);
-}
-
-static bool kv_is_step(struct bvk_ctx *c, const struct kv_cache *kv) {
+bool bvk_kv_is_step(struct bvk_ctx *c, const struct kv_cache *kv) {
     if (kv && kv == c->kv)
         return true;
     bvk_fail(c, STRATA_E_INVALID, "backend vulkan: a KV cache other than the step's");
     return false;
 }
 
-static void bvk_kv_write(void *ctx, struct kv_cache *kv, int layer, const struct backend_tensor *k,
-                         const struct backend_tensor *v, const struct backend_tensor *seq,
-                         const struct backend_tensor *pos, int n_tok, int n_head_kv, int head_dim_k,
-                         int head_dim_v) {
-    struct bvk_ctx *c = ctx;
-    fits(k, n_tok, (int64_t)n_head_kv * head_dim_k);
-    fits(v, n_tok, (int64_t)n_head_kv * head_dim_v);
-    if (bvk_rec(c) && kv_is_step(c, kv))
-        vkops_kv_write(c->ops, &c->kvv, layer, bvk_bind(k), bvk_bind(v), bvk_bind(seq),
-                       bvk_bind(pos), n_tok, n_head_kv, head_dim_k, head_dim_v);
-}
-
 static void bvk_attention(void *ctx, const struct backend_attn *a) {
     struct bvk_ctx *c = ctx;
-    fits(a->q, a->n_tok, (int64_t)a->n_head * a->head_dim_k);
-    fits(a->out, a->n_tok, (int64_t)a->n_head * a->head_dim_v);
-    if (!bvk_rec(c) || !kv_is_step(c, a->kv))
+    bvk_fits(a->q, a->n_tok, (int64_t)a->n_head * a->head_dim_k);
+    bvk_fits(a->out, a->n_tok, (int64_t)a->n_head * a->head_dim_v);
+    if (!bvk_rec(c) || !bvk_kv_is_step(c, a->kv))
         return;
     if (!vkops_attn_supported(a->n_head, a->n_head_kv, a->head_dim_k, a->head_dim_v)) {
         bvk_fail(c, STRATA_E_UNSUPPORTED,
@@ -572,30 +435,11 @@ static void bvk_attention(void *ctx, const struct backend_attn *a) {
     vkops_attention(c->ops, &c->kvv, &va);
 }
 
-static void bvk_swiglu(void *ctx, const struct backend_tensor *g, const struct backend_tensor *u,
-                       struct backend_tensor *y, int64_t n_rows, int64_t n_cols) {
-    struct bvk_ctx *c = ctx;
-    fits(g, n_rows, n_cols);
-    fits(u, n_rows, n_cols);
-    fits(y, n_rows, n_cols);
-    if (c->pend_on && c->pend_jobs[0].y == g && c->pend_jobs[1].y == u && c->pend_rows == n_rows &&
-        bvk_w(c->pend_jobs[0].w.w)->n_rows == n_cols && (y == g || y == u) && !c->err_code) {
-        /* gate, up and SwiGLU in one dispatch: y = silu(G x) * (U x). The
-         * other of g and u keeps what it held (backend-vk.h) */
-        c->pend_on = false;
-        const struct bvk_weight *gw = bvk_w(c->pend_jobs[0].w.w), *uw = bvk_w(c->pend_jobs[1].w.w);
-        vkmm_matmul_glu(c->mm, &gw->mat, &uw->mat, -1, bvk_bind(c->pend_x), bvk_bind(y), n_rows);
-        return;
-    }
-    if (bvk_rec(c))
-        vkops_swiglu(c->ops, bvk_bind(g), bvk_bind(u), bvk_bind(y), n_rows, n_cols);
-}
-
 static void bvk_moe_route(void *ctx, const struct backend_route *r) {
     struct bvk_ctx *c = ctx;
-    fits(r->logits, r->n_tok, r->n_expert);
-    fits(r->sel, r->n_tok, r->k);
-    fits(r->sel_w, r->n_tok, r->k);
+    bvk_fits(r->logits, r->n_tok, r->n_expert);
+    bvk_fits(r->sel, r->n_tok, r->k);
+    bvk_fits(r->sel_w, r->n_tok, r->k);
     if (r->n_expert > VKOPS_ROUTE_MAX || r->k > VKOPS_ROUTE_K_MAX) {
         bvk_fail(c, STRATA_E_UNSUPPORTED, "backend vulkan: routing %d experts, top %d", r->n_expert,
                  r->k);
@@ -624,10 +468,10 @@ static const struct bvk_weight *moe_stack(const struct backend_moe *m, int which
 
 static void bvk_moe_ffn(void *ctx, const struct backend_moe *m) {
     struct bvk_ctx *c = ctx;
-    fits(m->x, m->n_tok, m->n_embd);
-    fits(m->sel, m->n_tok, m->k);
-    fits(m->sel_w, m->n_tok, m->k);
-    fits(m->out, m->n_tok, m->n_embd);
+    bvk_fits(m->x, m->n_tok, m->n_embd);
+    bvk_fits(m->sel, m->n_tok, m->k);
+    bvk_fits(m->sel_w, m->n_tok, m->k);
+    bvk_fits(m->out, m->n_tok, m->n_embd);
     if (!bvk_rec(c))
         return;
     const struct bvk_weight *gw = moe_stack(m, 0), *uw = moe_stack(m, 1), *dw = moe_stack(m, 2);
@@ -654,11 +498,7 @@ static void bvk_moe_ffn(void *ctx, const struct backend_moe *m) {
         vkops_swiglu(c->ops, g, u, g, (int64_t)n_pick, m->n_ff);
     }
     vkmm_matmul_id(c->mm, &dw->mat, g, true, bvk_bind(m->sel), m->k, m->n_tok, d);
-    const struct bvk_moe_sum_push pc = {(uint32_t)m->n_tok, (uint32_t)m->k, (uint32_t)m->n_embd,
-                                        m->accumulate ? 1u : 0u};
-    const struct vk_bind b[3] = {bvk_bind(m->out), d, bvk_bind(m->sel_w)};
-    vk_dispatch(c->dev, c->moe_sum, b, &pc, (uint32_t)((m->n_embd + 63) / 64), (uint32_t)m->n_tok,
-                1);
+    bvk_moe_sum(c, m); /* the weighted sum: held, a residual add may follow */
 }
 
 /* Sampling on the device (vkops_argmax, vkops_sample): a decode step hands
@@ -671,10 +511,10 @@ static int bvk_sample(void *ctx, const struct backend_tensor *logits, int n_rows
     const bool greedy = p->temperature <= 0.0f;
     if (!greedy && (p->top_k < 1 || p->top_k > VKOPS_SAMPLE_K_MAX))
         return STRATA_E_UNSUPPORTED; /* top_k 0 sorts the whole vocabulary: the host's */
-    fits(logits, n_rows, n_vocab);
-    fits(ids, n_rows, 1);
+    bvk_fits(logits, n_rows, n_vocab);
+    bvk_fits(ids, n_rows, 1);
     if (!greedy)
-        fits(u, n_rows, 1);
+        bvk_fits(u, n_rows, 1);
     if (bvk_rec(c)) {
         if (greedy) {
             vkops_argmax(c->ops, bvk_bind(logits), n_rows, n_vocab, bvk_bind(ids));
@@ -690,9 +530,9 @@ static int bvk_sample(void *ctx, const struct backend_tensor *logits, int n_rows
 static void bvk_add_gated(void *ctx, struct backend_tensor *out, const struct backend_tensor *s,
                           const struct backend_tensor *gate, int64_t n_rows, int64_t n_cols) {
     struct bvk_ctx *c = ctx;
-    fits(out, n_rows, n_cols);
-    fits(s, n_rows, n_cols);
-    fits(gate, n_rows, 1);
+    bvk_fits(out, n_rows, n_cols);
+    bvk_fits(s, n_rows, n_cols);
+    bvk_fits(gate, n_rows, 1);
     if (bvk_rec(c))
         vkops_add_gated(c->ops, bvk_bind(out), bvk_bind(s), bvk_bind(gate), n_rows, n_cols);
 }
@@ -759,7 +599,7 @@ static const struct backend_ops bvk_ops = {
 };
 
 struct backend_vk_params backend_vk_params_default(void) {
-    return (struct backend_vk_params){.device = -1, .profile = false};
+    return (struct backend_vk_params){.device = -1, .profile = false, .fuse = BACKEND_VK_FUSE_ALL};
 }
 
 struct backend *backend_vk_init(const struct backend_vk_params *p, struct strata_error *err) {
@@ -772,13 +612,14 @@ struct backend *backend_vk_init(const struct backend_vk_params *p, struct strata
     c->params = p ? *p : backend_vk_params_default();
     c->params.pipeline_cache = NULL; /* borrowed for init only */
     c->params.mm_path = NULL;
+    c->fuse = c->params.fuse & BACKEND_VK_FUSE_ALL;
     const char *pcache = p ? p->pipeline_cache : NULL;
     if (vk_dev_open(c->params.device, &c->dev, err) ||
         (pcache && *pcache && vk_dev_pipeline_cache(c->dev, pcache, err)) ||
         vkmm_init(c->dev, &c->mm, err) || vkmm_configure(c->mm, p ? p->mm_path : NULL, err) ||
         vkops_init(c->dev, &c->ops, err))
         goto fail;
-    if (!(c->moe_sum = vk_pipe_create(c->dev, "moe_sum", spv_moe_sum, sizeof spv_moe_sum, 3,
+    if (!(c->moe_sum = vk_pipe_create(c->dev, "moe_sum", spv_moe_sum, sizeof spv_moe_sum, 4,
                                       sizeof(struct bvk_moe_sum_push), NULL, 0, err)))
         goto fail;
     vk_prof_enable(c->dev, c->params.profile);
@@ -820,4 +661,10 @@ void backend_vk_profile_enable(const struct backend *be, bool on) {
 void backend_vk_profile_report(const struct backend *be, FILE *out) {
     if (be && be->ops == &bvk_ops)
         vk_prof_report(((struct bvk_ctx *)be->ctx)->dev, out);
+}
+
+uint64_t backend_vk_dispatches(const struct backend *be) {
+    if (!be || be->ops != &bvk_ops)
+        return 0;
+    return vk_dev_dispatches(((struct bvk_ctx *)be->ctx)->dev);
 }

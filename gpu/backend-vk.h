@@ -36,6 +36,14 @@
  *     output tensor is not written (it keeps what it held: the forward pass
  *     never reads the up product after the SwiGLU, engine/model's
  *     ffn_dense); any other next op records the matmul as asked.
+ *   - more fusions of neighbouring ops (params.fuse, backend-vk-fuse.c),
+ *     each one dispatch and one barrier where the ops take two or more
+ *     (a decode step on a big GPU is bound by its dispatches): a residual
+ *     add of a one-job matmul's output of up to 32 rows (or of moe_ffn's)
+ *     next (added inside the matvec, the product still written); per-head
+ *     q/k rmsnorms, the two ropes and the kv_write of a layer (one kernel). An op held back is
+ *     recorded as asked when the next one does not complete its pattern,
+ *     so every tensor an op writes is written, fused or not.
  *   - moe_ffn computes the routed experts of a resident stack on the device
  *     (expert-indexed matmuls, SwiGLU, the weighted sum); a table that
  *     names experts outside one resident stack fails the step
@@ -70,7 +78,14 @@ struct backend_vk_params {
     /* Device memory the backend may hold in bytes (vk_dev_set_budget); 0:
      * the device's. */
     uint64_t mem_budget;
+    /* BACKEND_VK_FUSE_* bits: which neighbouring ops the step may record as
+     * one dispatch (default all; benchmarks and tests compare with fewer). */
+    unsigned fuse;
 };
+
+#define BACKEND_VK_FUSE_ACC 1u  /* a residual add into the matvec (MoE sum) it adds */
+#define BACKEND_VK_FUSE_ROPE 2u /* q/k norms, ropes and the KV write: one dispatch */
+#define BACKEND_VK_FUSE_ALL 3u
 
 struct backend_vk_params backend_vk_params_default(void);
 
@@ -90,5 +105,8 @@ void backend_vk_mm_describe(const struct backend *be, char *buf, size_t cap);
 void backend_vk_profile_enable(const struct backend *be, bool on);
 /* Prints the profile table so far (and resets it); nothing when empty. */
 void backend_vk_profile_report(const struct backend *be, FILE *out);
+/* Dispatches the backend has recorded so far (vk_dev_dispatches); 0 for
+ * another backend. */
+uint64_t backend_vk_dispatches(const struct backend *be);
 
 #endif

@@ -453,6 +453,10 @@ bool vk_dev_lost(const struct vk_dev *d) {
     return d->lost;
 }
 
+uint64_t vk_dev_dispatches(const struct vk_dev *d) {
+    return d->n_dispatch;
+}
+
 void vk_dev_set_budget(struct vk_dev *d, uint64_t bytes) {
     d->budget = bytes;
 }

@@ -64,6 +64,7 @@ struct vk_dev {
     uint64_t budget; /* device memory vk_buf_alloc may hold, bytes; 0: the device's */
     /* profile */
     bool prof_on;
+    uint64_t n_dispatch; /* dispatches recorded since open (vk_dev_dispatches) */
     VkQueryPool qpool;
     const struct vk_pipe *prof_pipe[VK_PROF_MAX]; /* dispatch i: queries 2i, 2i+1 */
     int prof_n;

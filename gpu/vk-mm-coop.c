@@ -12,9 +12,14 @@
  *   llama-3.1-8b Q4_K_M  f32 1,296  int-dot 1,865  coopmat 1,077
  *   qwen3-0.6b Q8_0      f32 12,391 int-dot 14,737 coopmat 13,312
  * The cooperative-matrix kernels are not chosen by "auto": on the H200 the
- * same run's tests/gpu/test-vk-mm gave them a normalised error of ~2 (wrong
- * results, not yet understood), so their speed is no figure to trust either;
- * they run only when forced (vkmm_configure "coopmat"). lavapipe has integer
+ * same run's tests/gpu/test-vk-mm gave them a normalised error of ~2, so
+ * those speeds were no figures to trust. The cause was a shared array of
+ * one f16 (mm_coop_body.glsl) that left the weight tile one element off its
+ * 16-byte alignment; fixed, they pass (NMSE 3e-8 .. 2e-7) and on an H100
+ * (device calls of 2026-12-06, same gpu-bench) run pp512 at 1,432 (7B, this
+ * tile), 1,775 (64x64x64x2) and 1,420 (MoE) against int-dot's 2,175 and
+ * 2,282: slower, so still forced only (vkmm_configure "coopmat"); a tile
+ * that feeds the tensor cores faster is the work left. lavapipe has integer
  * dot products (emulated, not accelerated) and no cooperative matrix, so it
  * keeps the f32 tiles; the tests force each path it can run.
  */
@@ -330,8 +335,23 @@ static bool parse_mv(const char *s, struct vkmm_tune *t) {
     } else {
         r = t->mv_rows;
     }
-    if (s[n] != '\0' || wg < 1 || wg > 1024 || r1 < 1 || r1 > 8 || r < 1 || r > 8)
+    unsigned unr = t->mv_unr, soa = t->mv_soa;
+    while (s[n] == ':') { /* ":uN" N blocks a lane at once, ":soa" scales-then-quants rows */
+        int m = 0;
+        if (strncmp(s + n + 1, "soa", 3) == 0) {
+            soa = 1;
+            n += 4;
+        } else if (sscanf(s + n + 1, "u%u%n", &unr, &m) == 1) {
+            n += 1 + m;
+        } else {
+            return false;
+        }
+    }
+    if (s[n] != '\0' || wg < 1 || wg > 1024 || r1 < 1 || r1 > 8 || r < 1 || r > 8 || unr < 1 ||
+        unr > 4)
         return false;
+    t->mv_unr = unr;
+    t->mv_soa = soa;
     t->mv_wg = wg;
     t->mv_rows1 = r1;
     t->mv_rows = r;
@@ -360,8 +380,8 @@ int vkmm_configure(struct vkmm *mm, const char *spec, struct strata_error *err) 
     }
     if (mv && !parse_mv(mv, &t))
         return strata_error_set(err, STRATA_E_CONFIG,
-                                "vkmm: matvec shape \"%s\": expected WGxR1[xR] (lanes 1..1024, "
-                                "rows 1..8)",
+                                "vkmm: matvec shape \"%s\": expected WGxR1[xR][:uN][:soa] (lanes "
+                                "1..1024, rows 1..8, 1..4 blocks a lane)",
                                 mv);
     if (strcmp(spec, "auto") == 0)
         return vkmm_set_tune(mm, &t, err);

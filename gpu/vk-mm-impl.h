@@ -37,6 +37,10 @@ struct vkmm_push {
 _Static_assert(sizeof(struct vkmm_push) == 80, "mm_common.glsl Push block");
 _Static_assert(offsetof(struct vkmm_push, expert_bytes) == 48, "mm_common.glsl Push block");
 
+/* The matvec's forms (mv_body.glsl ACC): plain, or adding into a residual. */
+#define VKMM_FUSE_ACC 1
+#define VKMM_FUSE_N 2
+
 /* Kernel kinds per type: the matvec for 1, 2, 4 or 8 tokens a pass, its
  * expert-indexed form, the tiled matmul and its expert-indexed form. */
 enum vkmm_kind {
@@ -84,6 +88,8 @@ struct vkmm_tune {
     uint32_t mv_wg;    /* lanes of a matvec workgroup */
     uint32_t mv_rows;  /* rows of a matvec workgroup of 4 or 8 tokens */
     uint32_t mv_rows1; /* of 1 or 2 tokens, and of the expert-indexed matvec */
+    uint32_t mv_unr;   /* blocks a lane loads at once on the block path (mv_body.glsl UNR) */
+    uint32_t mv_soa;   /* 1: the block path reads scales-then-quants rows (vkmm_soa_row) */
     uint32_t mm_wg;    /* lanes of a matmul workgroup: (bm / tm) * (bn / tn) */
     uint32_t mm_bm, mm_bn, mm_tm, mm_tn;
     uint32_t mm_lcap;               /* picks an expert-indexed matmul workgroup lists at once */
@@ -96,7 +102,8 @@ struct vkmm {
     struct vk_dev *d; /* borrowed */
     const struct vk_dev_info *info;
     struct vkmm_tune tune;
-    struct vk_pipe *pipe[QUANT_TYPE_COUNT][VKMM_KIND_COUNT][2]; /* [type][kind][fused gate+up] */
+    /* [type][kind][fused gate+up][VKMM_FUSE_ACC or 0: the matvec kinds only] */
+    struct vk_pipe *pipe[QUANT_TYPE_COUNT][VKMM_KIND_COUNT][2][VKMM_FUSE_N];
     bool made_any;
     int err_code; /* first latched error, 0 when none */
     char err_msg[STRATA_ERROR_MSG_MAX];
@@ -134,10 +141,10 @@ void vkmm_tile_shape(const struct vkmm_tune *t, enum vkmm_kind kind, uint32_t *b
 struct vk_pipe *vkmm_make_fast(struct vkmm *mm, enum quant_type type, enum vkmm_kind kind, bool glu,
                                struct strata_error *err);
 
-/* The pipeline of (type, kind, fused), made at first use; NULL and err on
- * failure. */
+/* The pipeline of (type, kind, fused gate+up, VKMM_FUSE_ACC or 0), made at
+ * first use; NULL and err on failure. fuse is 0 for the tiled kinds. */
 struct vk_pipe *vkmm_pipe(struct vkmm *mm, enum quant_type type, enum vkmm_kind kind, bool glu,
-                          struct strata_error *err);
+                          int fuse, struct strata_error *err);
 const char *vkmm_kind_name(enum vkmm_kind k);
 /* Latches the first error of the record calls (vkmm_status returns it). */
 #if defined(__GNUC__)

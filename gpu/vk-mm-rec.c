@@ -77,9 +77,9 @@ static struct vk_bind piece_bind(const struct vk_wmat *w, const struct vk_wpiece
 }
 
 static struct vk_pipe *pipe_or_latch(struct vkmm *mm, enum quant_type type, enum vkmm_kind kind,
-                                     bool glu) {
+                                     bool glu, int fuse) {
     struct strata_error e = {0};
-    struct vk_pipe *p = vkmm_pipe(mm, type, kind, glu, &e);
+    struct vk_pipe *p = vkmm_pipe(mm, type, kind, glu, fuse, &e);
     if (!p)
         vkmm_latch(mm, e.code ? e.code : STRATA_E_INTERNAL, "vkmm: pipeline %s.%s: %s",
                    quant_type_name(type), vkmm_kind_name(kind), e.message);
@@ -108,6 +108,7 @@ struct rec_call {
     enum quant_type type;
     bool glu;
     struct vk_bind x, y, sel;
+    const struct vk_bind *res; /* the residual y is added into (vkmm_matmul_acc), or NULL */
 };
 
 /* One plain dispatch over rows [0, pu->n_rows) of binding w (from w_base),
@@ -115,7 +116,9 @@ struct rec_call {
 static void record_rows(struct vkmm *mm, const struct rec_call *c, struct vk_bind w,
                         struct vk_bind u, const struct vkmm_push *pu) {
     const struct vkmm_tune *t = &mm->tune;
-    struct vk_bind binds[5] = {w, c->x, c->y, c->x, c->glu ? u : w}; /* sel unused: any buffer */
+    const int fb = c->res ? VKMM_FUSE_ACC : 0;
+    /* sel and an unused residual: any buffer */
+    struct vk_bind binds[6] = {w, c->x, c->y, c->x, c->glu ? u : w, c->res ? *c->res : c->y};
     uint32_t gx, gy;
     if (pu->n_tok <= VKMM_MV_CHUNK_TOK) { /* matvec passes of up to 8 tokens */
         struct vkmm_push pc = *pu;
@@ -125,7 +128,7 @@ static void record_rows(struct vkmm *mm, const struct rec_call *c, struct vk_bin
                                   : nt == 2 ? VKMM_MV2
                                   : nt <= 4 ? VKMM_MV4
                                             : VKMM_MV8;
-            struct vk_pipe *p = pipe_or_latch(mm, c->type, kind, c->glu);
+            struct vk_pipe *p = pipe_or_latch(mm, c->type, kind, c->glu, fb);
             const uint32_t nr = vkmm_mv_rows(t, kind);
             if (!p || split_groups(mm, (pu->n_rows + nr - 1) / nr, &gx, &gy))
                 return;
@@ -135,8 +138,13 @@ static void record_rows(struct vkmm *mm, const struct rec_call *c, struct vk_bin
         }
         return;
     }
+    if (fb) {
+        vkmm_latch(mm, STRATA_E_INVALID, "vkmm: a fused residual add above %d tokens",
+                   VKMM_MV_CHUNK_TOK);
+        return;
+    }
     const enum vkmm_kind kind = vkmm_tiled_kind(t, c->type, false);
-    struct vk_pipe *p = pipe_or_latch(mm, c->type, kind, c->glu);
+    struct vk_pipe *p = pipe_or_latch(mm, c->type, kind, c->glu, 0);
     if (!p)
         return;
     uint32_t bm, bn;
@@ -167,7 +175,8 @@ static const struct vk_wpiece *piece_at(const struct vk_wmat *w, int64_t r) {
 }
 
 static void matmul(struct vkmm *mm, const struct vk_wmat *g, const struct vk_wmat *u,
-                   int64_t expert, struct vk_bind x, struct vk_bind y, int64_t n_tok) {
+                   int64_t expert, struct vk_bind x, struct vk_bind y, int64_t n_tok,
+                   const struct vk_bind *res) {
     const char *what = u ? "matmul_glu" : "matmul";
     if (check_pair(mm, g, u, what))
         return;
@@ -179,7 +188,7 @@ static void matmul(struct vkmm *mm, const struct vk_wmat *g, const struct vk_wma
         return;
     }
     const struct vk_wmat *u2 = u ? u : g;
-    const struct rec_call c = {g->type, u != NULL, x, y, x};
+    const struct rec_call c = {g->type, u != NULL, x, y, x, res};
     struct vkmm_push pu;
     push_common(g, &pu);
     pu.n_tok = (uint32_t)n_tok;
@@ -226,7 +235,7 @@ static void matmul_id(struct vkmm *mm, const struct vk_wmat *g, const struct vk_
     }
     const bool tiled = n_tok > VKMM_MV_MAX_TOK, glu = u != NULL;
     const enum vkmm_kind kind = tiled ? vkmm_tiled_kind(&mm->tune, g->type, true) : VKMM_MV_ID;
-    struct vk_pipe *p = pipe_or_latch(mm, g->type, kind, glu);
+    struct vk_pipe *p = pipe_or_latch(mm, g->type, kind, glu, 0);
     if (!p)
         return;
     const int64_t er = expert_rows(g);
@@ -266,7 +275,7 @@ static void matmul_id(struct vkmm *mm, const struct vk_wmat *g, const struct vk_
             pu.w_base = (uint32_t)((uint64_t)(a - gp->row0) * g->row_bytes);
             pu.w_base2 = (uint32_t)((uint64_t)(a - up->row0) * g->row_bytes);
             struct vk_bind wb = piece_bind(g, gp);
-            struct vk_bind binds[5] = {wb, x, y, sel, glu ? piece_bind(u2, up) : wb};
+            struct vk_bind binds[6] = {wb, x, y, sel, glu ? piece_bind(u2, up) : wb, y};
             if (tiled) { /* a workgroup row per expert; each scans every pick */
                 vk_dispatch(mm->d, p, binds, &pu, gx, pu.e1 - pu.e0, 1);
             } else {
@@ -286,7 +295,7 @@ static void matmul_id(struct vkmm *mm, const struct vk_wmat *g, const struct vk_
 
 void vkmm_matmul(struct vkmm *mm, const struct vk_wmat *w, int64_t expert, struct vk_bind x,
                  struct vk_bind y, int64_t n_tok) {
-    matmul(mm, w, NULL, expert, x, y, n_tok);
+    matmul(mm, w, NULL, expert, x, y, n_tok, NULL);
 }
 
 void vkmm_matmul_glu(struct vkmm *mm, const struct vk_wmat *gate, const struct vk_wmat *up,
@@ -295,7 +304,21 @@ void vkmm_matmul_glu(struct vkmm *mm, const struct vk_wmat *gate, const struct v
         vkmm_latch(mm, STRATA_E_INVALID, "vkmm matmul_glu: no up matrix");
         return;
     }
-    matmul(mm, gate, up, expert, x, y, n_tok);
+    matmul(mm, gate, up, expert, x, y, n_tok, NULL);
+}
+
+bool vkmm_acc_ok(int64_t n_tok) {
+    return n_tok >= 1 && n_tok <= VKMM_MV_CHUNK_TOK;
+}
+
+void vkmm_matmul_acc(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x, struct vk_bind y,
+                     int64_t n_tok, struct vk_bind res) {
+    if (!vkmm_acc_ok(n_tok)) {
+        vkmm_latch(mm, STRATA_E_INVALID, "vkmm matmul_acc: bad call (%lld tokens)",
+                   (long long)n_tok);
+        return;
+    }
+    matmul(mm, w, NULL, -1, x, y, n_tok, &res);
 }
 
 void vkmm_matmul_id(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x, bool x_per_pick,

@@ -166,6 +166,8 @@ void vkmm_tune_for(const struct vk_dev_info *in, struct vkmm_tune *t) {
      * was the limit; 4 rows halve the x loads per weight byte and keep as
      * many weight bytes in flight per lane (1,024 workgroups of 128). */
     t->mv_rows1 = 4;
+    t->mv_unr = 1;
+    t->mv_soa = 0;
     /* Kept after the block path (mv_body.glsl, MV_BLK): H200, 7B Q4_0 tg128
      * (gpu-bench MODEL -1 128 64 8 0 4300 PC auto,mv=WGxR1xR, one device call
      * of 2026-12-02): 128x4 210.5 tok/s, 64x4 207.8, 128x8 191.3, 256x4
@@ -204,7 +206,8 @@ void vkmm_free(struct vkmm *mm) {
     for (int t = QUANT_TYPE_COUNT - 1; t >= 0; t--)
         for (int k = VKMM_KIND_COUNT - 1; k >= 0; k--)
             for (int g = 1; g >= 0; g--)
-                vk_pipe_free(mm->d, mm->pipe[t][k][g]);
+                for (int f = VKMM_FUSE_N - 1; f >= 0; f--)
+                    vk_pipe_free(mm->d, mm->pipe[t][k][g][f]);
     free(mm);
 }
 
@@ -218,13 +221,29 @@ int vkmm_set_tune(struct vkmm *mm, const struct vkmm_tune *t, struct strata_erro
               t->mm_bm % t->mm_tm == 0 && t->mm_bn % t->mm_tn == 0 &&
               t->mm_wg == (t->mm_bm / t->mm_tm) * (t->mm_bn / t->mm_tn) && t->mm_wg <= maxwg &&
               tile_bytes(t) + 4ull * t->mm_lcap + 64 <= in->max_shared_bytes && t->mm_lcap >= 1 &&
-              4ull * 2 * t->mv_rows * VKMM_MV_MAX_TOK * t->mv_wg <= in->max_shared_bytes &&
-              4ull * 2 * t->mv_rows1 * 2 * t->mv_wg <= in->max_shared_bytes &&
+              4ull * (2 * t->mv_rows + 1) * VKMM_MV_MAX_TOK * t->mv_wg <= in->max_shared_bytes &&
+              t->mv_unr >= 1 && t->mv_unr <= 4 && t->mv_soa <= 1 &&
+              4ull * (2 * t->mv_rows1 + 1) * 2 * t->mv_wg <= in->max_shared_bytes &&
               vkmm_tune_paths_ok(in, t);
     if (!ok)
         return strata_error_set(err, STRATA_E_INVALID, "vkmm: tuning the shaders cannot run");
     mm->tune = *t;
     return 0;
+}
+
+bool vkmm_soa_type(enum quant_type type) {
+    return type == QUANT_Q4_0 || type == QUANT_Q8_0;
+}
+
+void vkmm_soa_row(enum quant_type type, const void *src, void *dst, int64_t n_cols) {
+    STRATA_ASSERT(vkmm_soa_type(type) && n_cols % 32 == 0);
+    const size_t bb = type == QUANT_Q4_0 ? 18 : 34, nb = (size_t)n_cols / 32;
+    const uint8_t *s = src;
+    uint8_t *d = dst;
+    for (size_t b = 0; b < nb; b++) {
+        memcpy(d + 2 * b, s + bb * b, 2);
+        memcpy(d + 2 * nb + (bb - 2) * b, s + bb * b + 2, bb - 2);
+    }
 }
 
 bool vkmm_supports(enum quant_type type, int64_t n_cols) {
@@ -252,16 +271,18 @@ const char *vkmm_kind_name(enum vkmm_kind k) {
     return names[k];
 }
 
-/* Bindings of every matrix pipeline: W, x, y, sel, the up matrix (unused
- * ones get any buffer). */
+/* Bindings of every matrix pipeline: W, x, y, sel, the up matrix; the
+ * matvec's also the residual (mv_body.glsl ACC). Unused ones get any
+ * buffer. */
 #define VKMM_N_BIND 5
+#define VKMM_N_BIND_MV 6
 
 static struct vk_pipe *make_pipe(struct vkmm *mm, enum quant_type type, enum vkmm_kind kind,
-                                 bool glu, struct strata_error *err) {
+                                 bool glu, int fuse, struct strata_error *err) {
     const struct vkmm_shader *sh = shader_of(type);
     char name[48];
-    snprintf(name, sizeof name, "%s.%s%s", quant_type_name(type), vkmm_kind_name(kind),
-             glu ? ".glu" : "");
+    snprintf(name, sizeof name, "%s.%s%s%s", quant_type_name(type), vkmm_kind_name(kind),
+             glu ? ".glu" : "", fuse & VKMM_FUSE_ACC ? ".acc" : "");
     const struct vkmm_tune *t = &mm->tune;
     if (kind > VKMM_MM_ID)
         return vkmm_make_fast(mm, type, kind, glu, err);
@@ -273,16 +294,25 @@ static struct vk_pipe *make_pipe(struct vkmm *mm, enum quant_type type, enum vkm
                               sizeof(struct vkmm_push), spec, 8, err);
     }
     static const uint32_t nt[] = {1, 2, 4, 8, 1};
-    uint32_t spec[5] = {t->mv_wg, vkmm_mv_rows(t, kind), nt[kind], kind == VKMM_MV_ID, glu};
-    return vk_pipe_create(mm->d, name, sh->mv, sh->mv_bytes, VKMM_N_BIND, sizeof(struct vkmm_push),
-                          spec, 5, err);
+    const bool blk = nt[kind] <= 2 && vkmm_soa_type(type); /* the block path's types */
+    uint32_t spec[8] = {t->mv_wg,
+                        vkmm_mv_rows(t, kind),
+                        nt[kind],
+                        kind == VKMM_MV_ID,
+                        glu,
+                        (fuse & VKMM_FUSE_ACC) != 0,
+                        blk ? t->mv_unr : 1,
+                        blk ? t->mv_soa : 0};
+    return vk_pipe_create(mm->d, name, sh->mv, sh->mv_bytes, VKMM_N_BIND_MV,
+                          sizeof(struct vkmm_push), spec, 8, err);
 }
 
 struct vk_pipe *vkmm_pipe(struct vkmm *mm, enum quant_type type, enum vkmm_kind kind, bool glu,
-                          struct strata_error *err) {
-    struct vk_pipe **slot = &mm->pipe[type][kind][glu];
+                          int fuse, struct strata_error *err) {
+    STRATA_ASSERT(fuse >= 0 && fuse < VKMM_FUSE_N && (fuse == 0 || kind <= VKMM_MV8));
+    struct vk_pipe **slot = &mm->pipe[type][kind][glu][fuse];
     if (!*slot) {
-        *slot = make_pipe(mm, type, kind, glu, err);
+        *slot = make_pipe(mm, type, kind, glu, fuse, err);
         if (*slot)
             mm->made_any = true;
     }
@@ -300,7 +330,7 @@ int vkmm_prepare(struct vkmm *mm, enum quant_type type, struct strata_error *err
         if (k >= VKMM_MM && k != (int)tiled[0] && k != (int)tiled[1])
             continue;
         for (int g = 0; g < 2; g++)
-            if (!vkmm_pipe(mm, type, (enum vkmm_kind)k, g, err))
+            if (!vkmm_pipe(mm, type, (enum vkmm_kind)k, g, 0, err))
                 return err ? err->code : STRATA_E_INTERNAL;
     }
     return 0;

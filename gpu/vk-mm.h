@@ -114,6 +114,23 @@ void vkmm_matmul_id_glu(struct vkmm *mm, const struct vk_wmat *gate, const struc
                         struct vk_bind x, bool x_per_pick, struct vk_bind sel, int k, int64_t n_tok,
                         struct vk_bind y);
 
+/* vkmm_matmul of a plain matrix, up to 32 tokens (the matvec), with y also
+ * added into res ((n_tok, W's rows) f32, not x): the residual add after an
+ * output projection in the same dispatch, one dispatch and barrier fewer
+ * (decode on a big GPU is made of dispatches). res gets exactly res + y
+ * (one f32 add an element, as vkops_add). Recorded. */
+bool vkmm_acc_ok(int64_t n_tok);
+void vkmm_matmul_acc(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x, struct vk_bind y,
+                     int64_t n_tok, struct vk_bind res);
+
+/* Q4_0 and Q8_0: the types whose 1-2 token matvec has the block path. */
+bool vkmm_soa_type(enum quant_type type);
+/* A GGUF row of such a type (n_cols elements) rewritten as its nb f16
+ * scales, then its nb groups of quants (the same bytes, row_bytes long),
+ * the layout ":soa" reads (mv_body.glsl SOA). For benchmarks: no other
+ * kernel reads it. */
+void vkmm_soa_row(enum quant_type type, const void *src, void *dst, int64_t n_cols);
+
 /* The tiled matmul's path (prefill, n_tok > 32), before any pipeline is
  * made: "auto" (or NULL: per device and type, gpu/vk-mm-coop.c), "f32"
  * (f32 FMA tiles), "int-dot" (8-bit integer dot products on activations
@@ -122,7 +139,10 @@ void vkmm_matmul_id_glu(struct vkmm *mm, const struct vk_wmat *gate, const struc
  * for every type, optionally with the tile shape of the plain / the
  * expert-indexed form), any of them (or nothing) followed by ",mv=WGxR1[xR]"
  * (or "mv=..." alone): the matvec's lanes and rows a workgroup for 1-2 tokens
- * and expert-indexed pairs, and for 4-8 tokens. STRATA_E_CONFIG for a bad
+ * and expert-indexed pairs, and for 4-8 tokens, optionally followed by
+ * ":uN" (the 1-2 token block path of Q4_0 / Q8_0 loads N blocks a lane at
+ * once) and ":soa" (that path reads rows laid out by vkmm_soa_row: only for
+ * matrices uploaded so, benchmarks). STRATA_E_CONFIG for a bad
  * spec, STRATA_E_UNSUPPORTED for a path or shape the device (or this build)
  * cannot run. For benchmarks and tests. */
 int vkmm_configure(struct vkmm *mm, const char *spec, struct strata_error *err);

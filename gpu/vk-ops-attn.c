@@ -11,6 +11,16 @@ struct push_kv_write {
 };
 _Static_assert(sizeof(struct push_kv_write) == 56, "op_kv_write.comp");
 
+struct push_rope_kv {
+    struct vkops_kv_geom g;
+    uint32_t layer, n_tok, n_head, n_head_kv, hdk, hdv, n_rot, mode;
+    float theta_scale, freq_scale, ext_factor, mscale, corr0, corr1;
+    uint32_t has_ff, norm_q, norm_k;
+    float eps_q, eps_k;
+    uint32_t pad;
+};
+_Static_assert(sizeof(struct push_rope_kv) == 112, "op_rope_kv.comp");
+
 struct push_attn_split {
     struct vkops_kv_geom g;
     uint32_t layer, n_tok, n_head, n_head_kv, hdk, hdv, chunk, n_chunk, direct;
@@ -95,6 +105,54 @@ void vkops_kv_write(struct vkops *o, const struct vkops_kv *kv, int layer, struc
     uint32_t gx, gy;
     vkops_grid((uint64_t)n_tok * push.n_tiles, &gx, &gy);
     vk_dispatch(o->dev, o->kv_write, b, &push, gx, gy, 1);
+}
+
+bool vkops_rope_kv_supported(int head_dim_k, int head_dim_v, int n_rot) {
+    return head_dim_k >= 2 && head_dim_v >= 2 && head_dim_k % 2 == 0 && head_dim_v % 2 == 0 &&
+           head_dim_k <= VKOPS_HEAD_DIM_MAX && head_dim_v <= VKOPS_HEAD_DIM_MAX && n_rot >= 2 &&
+           n_rot % 2 == 0 && n_rot <= head_dim_k && n_rot <= VKOPS_ROT_MAX;
+}
+
+void vkops_rope_kv(struct vkops *o, const struct vkops_kv *kv, const struct vkops_rope_kv *a) {
+    STRATA_ASSERT(a->n_tok >= 0 && a->layer >= 0 && a->layer < kv->n_layer && a->n_head >= 1);
+    STRATA_ASSERT(vkops_rope_kv_supported(a->head_dim_k, a->head_dim_v, a->rope.n_rot));
+    check_heads(kv, a->n_head_kv, a->head_dim_k, a->head_dim_v);
+    if (a->n_tok == 0)
+        return;
+    struct vkops_rope_angles an;
+    vkops_rope_angles(&a->rope, &an);
+    struct push_rope_kv push = {.layer = (uint32_t)a->layer,
+                                .n_tok = (uint32_t)a->n_tok,
+                                .n_head = (uint32_t)a->n_head,
+                                .n_head_kv = (uint32_t)a->n_head_kv,
+                                .hdk = (uint32_t)a->head_dim_k,
+                                .hdv = (uint32_t)a->head_dim_v,
+                                .n_rot = (uint32_t)a->rope.n_rot,
+                                .mode = a->rope.mode == 2 ? 2u : 0u,
+                                .theta_scale = an.theta_scale,
+                                .freq_scale = an.freq_scale,
+                                .ext_factor = an.ext_factor,
+                                .mscale = an.mscale,
+                                .corr0 = an.corr0,
+                                .corr1 = an.corr1,
+                                .has_ff = a->rope.has_freq_factors,
+                                .norm_q = a->norm_q,
+                                .norm_k = a->norm_k,
+                                .eps_q = a->eps_q,
+                                .eps_k = a->eps_k};
+    vkops_kv_geom(kv, &push.g);
+    struct vk_bind b[13] = {a->q,
+                            a->k,
+                            a->v,
+                            a->seq,
+                            a->pos,
+                            a->rope.has_freq_factors ? a->rope.freq_factors : a->pos,
+                            a->norm_q ? a->q_norm : a->q,
+                            a->norm_k ? a->k_norm : a->k};
+    kv_binds(kv, b + 8);
+    uint32_t gx, gy;
+    vkops_grid((uint64_t)a->n_tok * (uint64_t)(a->n_head + 2 * a->n_head_kv), &gx, &gy);
+    vk_dispatch(o->dev, o->rope_kv, b, &push, gx, gy, 1);
 }
 
 bool vkops_attn_supported(int n_head, int n_head_kv, int head_dim_k, int head_dim_v) {

@@ -15,7 +15,7 @@ struct vkops {
     struct vk_dev *dev; /* borrowed */
     struct vk_pipe *eltwise, *copy_rows, *rows, *rmsnorm, *rope, *embed, *moe_route, *argmax,
         *sample;
-    struct vk_pipe *kv_write, *attn_split;
+    struct vk_pipe *kv_write, *attn_split, *rope_kv;
     struct vk_pipe *attn_prefill; /* NULL on subgroups narrower than 8 (the split serves all) */
 };
 
@@ -23,6 +23,13 @@ struct vkops {
  * x at most 65535, the floor of maxComputeWorkGroupCount; the shaders
  * return from the surplus groups of the last row. */
 void vkops_grid(uint64_t n, uint32_t *gx, uint32_t *gy);
+
+/* RoPE's per-call constants as op_rope.comp and op_rope_kv.comp take them
+ * (engine/cpu/ops.c's arithmetic, YaRN's correction dims included). */
+struct vkops_rope_angles {
+    float theta_scale, freq_scale, ext_factor, mscale, corr0, corr1;
+};
+void vkops_rope_angles(const struct vkops_rope *cfg, struct vkops_rope_angles *a);
 
 /* op_kv.glsl struct kv_geom */
 struct vkops_kv_geom {

@@ -42,6 +42,9 @@ static const uint32_t spv_kv_write[] =
 static const uint32_t spv_attn_split[] =
 #include "gpu/shaders/op_attn_split.spv.h"
     ;
+static const uint32_t spv_rope_kv[] =
+#include "gpu/shaders/op_rope_kv.spv.h"
+    ;
 static const uint32_t spv_attn_prefill[] =
 #include "gpu/shaders/op_attn_prefill.spv.h"
     ;
@@ -100,6 +103,7 @@ _Static_assert(sizeof(struct push_sample) == 24, "op_sample.comp");
 #define PUSH_KV_WRITE 56
 #define PUSH_ATTN_SPLIT 72
 #define PUSH_ATTN_PREFILL 64
+#define PUSH_ROPE_KV 112
 
 void vkops_grid(uint64_t n, uint32_t *gx, uint32_t *gy) {
     STRATA_ASSERT(n >= 1 && n <= 65535ull * 65535ull);
@@ -139,6 +143,7 @@ int vkops_init(struct vk_dev *d, struct vkops **out, struct strata_error *err) {
         PIPE(sample, spv_sample, 3, sizeof(struct push_sample)),
         PIPE(kv_write, spv_kv_write, 9, PUSH_KV_WRITE),
         PIPE(attn_split, spv_attn_split, 10, PUSH_ATTN_SPLIT),
+        PIPE(rope_kv, spv_rope_kv, 13, PUSH_ROPE_KV),
     };
     *out = NULL;
     const struct vk_dev_info *in = vk_dev_info(d);
@@ -194,6 +199,7 @@ void vkops_free(struct vkops *o) {
         return;
     /* reverse creation order */
     vk_pipe_free(o->dev, o->attn_prefill);
+    vk_pipe_free(o->dev, o->rope_kv);
     vk_pipe_free(o->dev, o->attn_split);
     vk_pipe_free(o->dev, o->kv_write);
     vk_pipe_free(o->dev, o->sample);
@@ -339,31 +345,44 @@ static float yarn_dim(int n_rot, int n_ctx_orig, float beta, float base) {
     return n_rot * logf(n_ctx_orig / (beta * 2 * (float)M_PI)) / (2 * logf(base));
 }
 
+void vkops_rope_angles(const struct vkops_rope *cfg, struct vkops_rope_angles *a) {
+    *a = (struct vkops_rope_angles){
+        .theta_scale = powf(cfg->freq_base, -2.0f / (float)cfg->n_rot),
+        .freq_scale = cfg->freq_scale,
+        .ext_factor = cfg->ext_factor,
+        .mscale = cfg->attn_factor,
+    };
+    if (cfg->ext_factor != 0.0f) {
+        a->mscale *= 1.0f + 0.1f * logf(1.0f / cfg->freq_scale);
+        const float start = floorf(yarn_dim(cfg->n_rot, cfg->n_ctx_orig, 32.0f, cfg->freq_base));
+        const float end = ceilf(yarn_dim(cfg->n_rot, cfg->n_ctx_orig, 1.0f, cfg->freq_base));
+        a->corr0 = start > 0 ? start : 0;
+        a->corr1 = end < (float)(cfg->n_rot - 1) ? end : (float)(cfg->n_rot - 1);
+    }
+}
+
 void vkops_rope(struct vkops *o, struct vk_bind x, int n_tok, int n_head, int head_dim,
                 struct vk_bind pos, const struct vkops_rope *cfg) {
     STRATA_ASSERT(n_tok >= 0 && n_head >= 1 && cfg->n_rot >= 2 && cfg->n_rot % 2 == 0 &&
                   cfg->n_rot <= head_dim && cfg->n_rot <= VKOPS_ROT_MAX);
     if (n_tok == 0)
         return;
-    struct push_rope push = {
+    struct vkops_rope_angles an;
+    vkops_rope_angles(cfg, &an);
+    const struct push_rope push = {
         .n_head = (uint32_t)n_head,
         .head_dim = (uint32_t)head_dim,
         .n_rot = (uint32_t)cfg->n_rot,
         .mode = cfg->mode == 2 ? 2u : 0u,
-        .theta_scale = powf(cfg->freq_base, -2.0f / (float)cfg->n_rot),
-        .freq_scale = cfg->freq_scale,
-        .ext_factor = cfg->ext_factor,
-        .mscale = cfg->attn_factor,
+        .theta_scale = an.theta_scale,
+        .freq_scale = an.freq_scale,
+        .ext_factor = an.ext_factor,
+        .mscale = an.mscale,
+        .corr0 = an.corr0,
+        .corr1 = an.corr1,
         .has_ff = cfg->has_freq_factors,
         .n_tok = (uint32_t)n_tok,
     };
-    if (cfg->ext_factor != 0.0f) {
-        push.mscale *= 1.0f + 0.1f * logf(1.0f / cfg->freq_scale);
-        const float start = floorf(yarn_dim(cfg->n_rot, cfg->n_ctx_orig, 32.0f, cfg->freq_base));
-        const float end = ceilf(yarn_dim(cfg->n_rot, cfg->n_ctx_orig, 1.0f, cfg->freq_base));
-        push.corr0 = start > 0 ? start : 0;
-        push.corr1 = end < (float)(cfg->n_rot - 1) ? end : (float)(cfg->n_rot - 1);
-    }
     const struct vk_bind b[3] = {x, pos, cfg->has_freq_factors ? cfg->freq_factors : pos};
     const uint64_t n_pairs = (uint64_t)n_tok * n_head * (cfg->n_rot / 2);
     STRATA_ASSERT(n_pairs <= UINT32_MAX);

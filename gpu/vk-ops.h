@@ -188,6 +188,26 @@ void vkops_kv_write(struct vkops *o, const struct vkops_kv *kv, int layer, struc
                     struct vk_bind v, struct vk_bind seq, struct vk_bind pos, int n_tok,
                     int n_head_kv, int head_dim_k, int head_dim_v);
 
+/* What follows a layer's Q, K and V projections, in one dispatch: per head
+ * of q (and of k) an optional RMSNorm with weight q_norm (k_norm: (head_dim_k)
+ * f32, eps_q, eps_k), then rope (the rope's n_rot <= head_dim_k) of q and k
+ * in place, then K and V rows into the cache as vkops_kv_write. q: (n_tok,
+ * n_head * head_dim_k), k: (n_tok, n_head_kv * head_dim_k), v: (n_tok,
+ * n_head_kv * head_dim_v) f32; results as vkops_rmsnorm, vkops_rope and
+ * vkops_kv_write one after the other, within float rounding. */
+struct vkops_rope_kv {
+    struct vk_bind q, k, v, seq, pos;
+    int layer, n_tok, n_head, n_head_kv, head_dim_k, head_dim_v;
+    struct vkops_rope rope;
+    bool norm_q, norm_k;
+    struct vk_bind q_norm, k_norm;
+    float eps_q, eps_k;
+};
+
+/* True when vkops_rope_kv takes these head dims and rotated dims. */
+bool vkops_rope_kv_supported(int head_dim_k, int head_dim_v, int n_rot);
+void vkops_rope_kv(struct vkops *o, const struct vkops_kv *kv, const struct vkops_rope_kv *a);
+
 struct vkops_attn {
     struct vk_bind q;        /* (n_tok, n_head * head_dim_k) f32, roped */
     struct vk_bind out;      /* (n_tok, n_head * head_dim_v) f32 */

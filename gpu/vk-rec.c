@@ -306,6 +306,7 @@ void vk_dispatch(struct vk_dev *d, const struct vk_pipe *p, const struct vk_bind
         vkCmdWriteTimestamp(d->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, d->qpool,
                             (uint32_t)(2 * d->prof_n));
     vkCmdDispatch(d->cmd, gx, gy, gz);
+    d->n_dispatch++;
     if (timed) {
         vkCmdWriteTimestamp(d->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, d->qpool,
                             (uint32_t)(2 * d->prof_n + 1));

@@ -126,6 +126,9 @@ void vk_dev_close(struct vk_dev *d);
 int vk_dev_pipeline_cache(struct vk_dev *d, const char *path, struct strata_error *err);
 /* 1 once the device was lost (every later call fails). */
 bool vk_dev_lost(const struct vk_dev *d);
+/* Dispatches recorded on the device since it was opened (tests count what
+ * a step records: the fused forms of gpu/backend-vk-fuse.c). */
+uint64_t vk_dev_dispatches(const struct vk_dev *d);
 /* Caps the device memory vk_buf_alloc hands out at `bytes` (0: no cap
  * beyond the device's own): an allocation past it fails as the device's
  * out-of-memory does (STRATA_E_NOMEM), so tests on lavapipe reach that

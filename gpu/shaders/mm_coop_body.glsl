@@ -37,8 +37,14 @@ const uint CM = WM / 16u, CN = WN / 16u; // its fragments
 const uint NM = GLU != 0u ? 2u : 1u;     // matrices
 const uint LDS = BK + 8u;                // halves per shared row
 const uint BK4 = BK / 4u;
+// Every shared array is a whole number of 16-byte units (the unused second
+// weight tile 8 halves, not 1; mm_tiles.glsl's pick list and counter
+// likewise), so wherever the driver places them each starts 16-byte
+// aligned, as the fragment loads need. tests/gpu/test-vk-mm-coop.c on the
+// H100 of 2026-12-06 read y[t][r] = x[t][r + 1] through an identity with a
+// 1-element sa2: the weight tile one element off its address.
 shared float16_t sa[BM * LDS];
-shared float16_t sa2[GLU != 0u ? BM * LDS : 1u];
+shared float16_t sa2[GLU != 0u ? BM * LDS : 8u];
 shared float16_t sb[BN * LDS];
 shared float sc[NSG * 256u * NM];
 

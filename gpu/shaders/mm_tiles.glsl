@@ -9,8 +9,8 @@
 // pairs, compacted through a shared counter), then runs the tiles over those
 // pairs as its tokens. A pair's result never depends on which other pairs
 // share its tile, so the counter's order changes no bit.
-shared uint plist[LCAP];
-shared uint pcount;
+shared uint plist[(LCAP + 3u) / 4u * 4u];
+shared uint pcount4[4]; // the counter in [0], 16 bytes (mm_coop_body.glsl: alignment)
 
 // x row and y row of tile column n (false: no token there).
 bool tok_rows(uint t0, uint cnt, uint n, out uint xr, out uint yr) {
@@ -43,14 +43,14 @@ void main() {
     const uint tid = gl_LocalInvocationID.x;
     for (uint base = 0u; base < p.n_pairs; base += LCAP) {
         if (tid == 0u)
-            pcount = 0u;
+            pcount4[0] = 0u;
         barrier();
         const uint nw = min(LCAP, p.n_pairs - base);
         for (uint i = tid; i < nw; i += WG)
             if (sel[base + i] == int(e))
-                plist[atomicAdd(pcount, 1u)] = base + i;
+                plist[atomicAdd(pcount4[0], 1u)] = base + i;
         barrier();
-        const uint cnt = pcount;
+        const uint cnt = pcount4[0];
         for (uint t0 = 0u; t0 < cnt; t0 += BN)
             tile(wb, wb2, r0, t0, cnt);
         barrier(); // every lane has read pcount before the next window resets it

@@ -18,12 +18,34 @@
 // binding 0 and U in binding 4 (same type and shape): one dispatch instead
 // of three (gate, up, swiglu) per layer, x loaded once for both; decode is
 // launch-bound on big GPUs, so fewer dispatches per token count.
+//
+// ACC = 1 (plain matvec only): y is also added into binding 5, the
+// residual (one workgroup owns each row, so the read-modify-write does not
+// race): the residual add after an output or down projection, which is
+// then no dispatch and no barrier of its own (bench/README.md, "fused
+// decode"). The residual's value is read before the sums, so its load
+// waits on nothing at the end.
+//
+// UNR > 1 (block path): a lane loads the words of UNR blocks (b, b + WG,
+// ...) before it multiplies any, more bytes in flight a lane. SOA = 1
+// (block path of Q4_0 / Q8_0): rows laid out as the row's nb scales (f16),
+// then its nb quant groups of BQ words (vkmm_soa_row), so a lane's quants
+// are BQ / 4 aligned 16-byte loads where the GGUF block costs BQ + 1 word
+// loads and a select each. Both are benchmark knobs (the ":uN" and ":soa"
+// matvec specs, bench/mv-bench): on the H100 neither moved the Q4_0
+// matvec beyond the run's noise (bench/README.md, "fused decode"), so the
+// defaults are 1 and 0 and no upload repacks.
 layout(constant_id = 0) const uint WG = 32; // lanes per workgroup
 layout(constant_id = 1) const uint NR = 2;  // rows per workgroup
 layout(constant_id = 2) const uint NT = 1;  // tokens per pass (accumulators)
 layout(constant_id = 3) const uint ID = 0;  // 1: expert-indexed (sel, one token per pair)
 layout(constant_id = 4) const uint GLU = 0; // 1: silu(gate) * up, up in binding 4
+layout(constant_id = 5) const uint ACC = 0; // 1: y also added into binding 5
+layout(constant_id = 6) const uint UNR = 1; // blocks a lane loads at once (block path)
+layout(constant_id = 7) const uint SOA = 0; // 1: scales-then-quants rows (block path)
 layout(local_size_x_id = 0) in;
+
+layout(std430, binding = 5) buffer BufR { float res[]; };
 
 const uint NM = GLU != 0u ? 2u : 1u; // matrices
 shared float red[NM * NR * NT * WG];
@@ -48,7 +70,41 @@ void blk_words(uint wh, uint bb, out float d, out uint q[BQ]) {
         lo = nx;
     }
 }
+// Block b of a scales-then-quants row at byte rb of nb blocks (SOA): its
+// f16 scale at rb + 2 b, its BQ quant words at rb + 2 nb + 4 BQ b, 16-byte
+// aligned where nb is a multiple of 8 (rows of 256 elements and more: every
+// real model), then loaded as uvec4s; else word by word.
+layout(std430, binding = 0) readonly buffer BufWQ { uvec4 wq4[]; };
+layout(std430, binding = 4) readonly buffer BufUQ { uvec4 uq4[]; };
+void blk_words_soa(uint wh, uint rb, uint nb, uint b, out float d, out uint q[BQ]) {
+    const uint sb = rb + 2u * b;
+    const uint sw = wword(wh, sb >> 2);
+    d = unpackHalf2x16((sb & 2u) != 0u ? sw >> 16 : sw).x;
+    const uint qb = rb + 2u * nb + 4u * BQ * b;
+    if ((nb & 7u) == 0u) {
+        [[unroll]] for (uint j = 0u; j < BQ / 4u; j++) {
+            const uvec4 v = wh == 0u ? wq4[(qb >> 4) + j] : uq4[(qb >> 4) + j];
+            q[4u * j] = v.x;
+            q[4u * j + 1u] = v.y;
+            q[4u * j + 2u] = v.z;
+            q[4u * j + 3u] = v.w;
+        }
+    } else {
+        [[unroll]] for (uint j = 0u; j < BQ; j++)
+            q[j] = wword(wh, (qb >> 2) + j);
+    }
+}
 #endif
+
+// y[row, col] (row: token or pair) = s, or silu(s) * s2 (GLU); under ACC
+// also res[that] += it, with res's value `pre` when `have` (loaded early).
+void store(uint row, uint col, float s, float s2, bool have, float pre) {
+    const float v = GLU != 0u ? silu(s) * s2 : s;
+    const uint o = row * p.y_stride + p.y_col0 + col;
+    y[o] = v;
+    if (ACC != 0u)
+        res[o] = (have ? pre : res[o]) + v;
+}
 
 void main() {
     const uint grp = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
@@ -70,6 +126,9 @@ void main() {
     }
     const uint tid = gl_LocalInvocationID.x;
     const uint nu = p.n_cols / UNIT, xs4 = p.x_stride >> 2, nt = p.n_tok;
+    float res_pre = 0.0; // ACC: the residual of output tid (the lane that stores it)
+    if (ACC != 0u && tid < NR * NT && r0 + tid / NT < p.n_rows && tid % NT < nt)
+        res_pre = res[(yr + tid % NT) * p.y_stride + p.y_col0 + r0 + tid / NT];
     float acc[NM * NR * NT]; // [matrix][row][token]
     [[unroll]] for (uint i = 0u; i < NM * NR * NT; i++)
         acc[i] = 0.0;
@@ -90,7 +149,48 @@ void main() {
     // unit path's speed (b8 598 -> 290 tok/s, pp16 through the matvec 710 ->
     // 313: registers of NR x NT partial sums and BQ words per row), so those
     // passes keep the unit path below.
-    if (NT <= 2u) {
+    if (NT <= 2u && (UNR > 1u || SOA != 0u)) {
+        const uint nb = p.n_cols / (4u * BV);
+        for (uint b0 = tid; b0 < nb; b0 += WG * UNR) {
+            float d[UNR][NM * NR];
+            uint q[UNR][NM * NR][BQ];
+            [[unroll]] for (uint k = 0u; k < UNR; k++) {
+                const uint b = min(b0 + k * WG, nb - 1u); // past the end: repeat, not summed
+                [[unroll]] for (uint r = 0u; r < NR; r++) {
+                    if (SOA != 0u) {
+                        blk_words_soa(0u, wb + ro[r], nb, b, d[k][r], q[k][r]);
+                        if (GLU != 0u)
+                            blk_words_soa(1u, wb2 + ro[r], nb, b, d[k][NR + r], q[k][NR + r]);
+                    } else {
+                        blk_words(0u, wb + ro[r] + BB * b, d[k][r], q[k][r]);
+                        if (GLU != 0u)
+                            blk_words(1u, wb2 + ro[r] + BB * b, d[k][NR + r], q[k][NR + r]);
+                    }
+                }
+            }
+            [[unroll]] for (uint k = 0u; k < UNR; k++) {
+                const uint b = b0 + k * WG;
+                if (b >= nb)
+                    break;
+                float s[NM * NR * NT], xs[NT];
+                [[unroll]] for (uint i = 0u; i < NM * NR * NT; i++)
+                    s[i] = 0.0;
+                [[unroll]] for (uint t = 0u; t < NT; t++)
+                    xs[t] = 0.0;
+                [[unroll]] for (uint v = 0u; v < BV; v++) {
+                    [[unroll]] for (uint t = 0u; t < NT; t++) {
+                        const vec4 a = x4[(xr + min(t, nt - 1u)) * xs4 + BV * b + v];
+                        xs[t] += dot(a, vec4(1.0));
+                        [[unroll]] for (uint m = 0u; m < NM * NR; m++)
+                            s[m * NT + t] += dot(blk_vec(q[k][m], v), a);
+                    }
+                }
+                [[unroll]] for (uint m = 0u; m < NM * NR; m++)
+                    [[unroll]] for (uint t = 0u; t < NT; t++)
+                        acc[m * NT + t] += d[k][m] * (s[m * NT + t] - BOFF * xs[t]);
+            }
+        }
+    } else if (NT <= 2u) {
         const uint nb = p.n_cols / (4u * BV);
         for (uint b = tid; b < nb; b += WG) {
             float d[NM * NR];
@@ -167,14 +267,13 @@ void main() {
             }
             const uint r = i / NT, t = i % NT;
             if (r0 + r < p.n_rows && t < nt)
-                y[(yr + t) * p.y_stride + p.y_col0 + r0 + r] = GLU != 0u ? silu(s) * s2 : s;
+                store(yr + t, r0 + r, s, s2, i == tid, res_pre);
         }
     } else if (tid == 0u) {
         [[unroll]] for (uint i = 0u; i < NR * NT; i++) {
             const uint r = i / NT, t = i % NT;
             if (r0 + r < p.n_rows && t < nt)
-                y[(yr + t) * p.y_stride + p.y_col0 + r0 + r] =
-                    GLU != 0u ? silu(acc[i]) * acc[NR * NT + i] : acc[i];
+                store(yr + t, r0 + r, acc[i], acc[NR * NT + i], i == 0u, res_pre);
         }
     }
 }

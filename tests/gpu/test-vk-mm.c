@@ -9,8 +9,11 @@
  * products; one expert of a stack; the fused gate + up + SwiGLU forms
  * (plain and expert-indexed, gate and up split differently); matrices split
  * over several buffer ranges (pieces of whole rows, of whole experts) giving
- * the same bits as one range; a second launch shape; bad calls latching an
- * error and recording nothing. Exit 77 only when no Vulkan device exists.
+ * the same bits as one range; a second launch shape; several blocks a
+ * lane at once; bad calls latching an error and recording nothing; the
+ * fused residual add and the scales-then-quants rows (test-vk-mm-fuse.c);
+ * the coopmat tiles' layout (test-vk-mm-coop.c). Exit 77 only when no
+ * Vulkan device exists.
  *
  * Time: lavapipe compiles each pipeline at its first dispatch through LLVM,
  * so the suite's first run costs ~70 s of CPU (release build, this 2-vCPU
@@ -148,6 +151,13 @@ static void ref_rows(const struct hmat *m, int64_t r0, int64_t n, const float *x
  * so a pick is held to NMSE_DOT_PICK and the call as a whole to NMSE_DOT; a
  * wrong expert or row is ~1. */
 #define NMSE_DOT_PICK 2e-5
+/* The same for the cooperative-matrix path's fused gate + up + SwiGLU of one
+ * pick: f16 weights and activations round both products, which silu(g) * u
+ * multiplies; on the H100 (device calls of 2026-12-06, after the tiles'
+ * alignment fix) single picks of 19 rows reached 2.6e-6 .. 6.3e-6 while
+ * whole calls (printed) gave 4.5e-8 .. 2.3e-7. So a fused pick is held to
+ * NMSE_COOP_PICK and the call to NMSE_COOP. */
+#define NMSE_COOP_PICK 2e-5
 static double tol_pick(bool tiled) {
     return tiled && cur_path == VKMM_PATH_DOT ? NMSE_DOT_PICK : tol(tiled);
 }
@@ -616,6 +626,7 @@ START_TEST(test_tune) {
     struct vkmm_tune tu = {.mv_wg = 8,
                            .mv_rows = 3,
                            .mv_rows1 = 5,
+                           .mv_unr = 1,
                            .mm_wg = 128,
                            .mm_bm = 32,
                            .mm_bn = 32,
@@ -648,8 +659,24 @@ START_TEST(test_mv_spec) {
     check_type_shapes(&g, QUANT_Q8_0, false);
     check_experts(&g, QUANT_Q4_0);
     gpu_close(&g);
-    static const char *bad[] = {"mv=64",   "auto,mv=64x0", "auto,mv=64x2x9", "mv=64x2y",
-                                "f32,mv=", "mv=2000x2",    "mv=x2"};
+    /* two and three blocks a lane at once on the block path (10 blocks a
+     * row: 64 lanes leave most idle, 4 lanes take 3, 3 and 3 + 1 past the
+     * end), the experts' too */
+    g = gpu_open();
+    ck_assert_msg(vkmm_configure(g.mm, "f32,mv=64x2x1:u2", &err) == 0, "configure: %s",
+                  err.message);
+    ck_assert_uint_eq(g.mm->tune.mv_unr, 2);
+    check_type_shapes(&g, QUANT_Q4_0, false);
+    check_type_shapes(&g, QUANT_Q8_0, false);
+    check_experts(&g, QUANT_Q8_0);
+    gpu_close(&g);
+    g = gpu_open();
+    ck_assert_msg(vkmm_configure(g.mm, "mv=4x2x1:u3", &err) == 0, "configure: %s", err.message);
+    check_type_shapes(&g, QUANT_Q4_0, false);
+    gpu_close(&g);
+    static const char *bad[] = {"mv=64",      "auto,mv=64x0", "auto,mv=64x2x9", "mv=64x2y",
+                                "f32,mv=",    "mv=2000x2",    "mv=x2",          "mv=64x2:u0",
+                                "mv=64x2:u5", "mv=64x2:soa2", "mv=64x2:"};
     g = gpu_open();
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ck_assert_msg(vkmm_configure(g.mm, bad[i], &err) == STRATA_E_CONFIG, "%s accepted", bad[i]);
@@ -741,16 +768,29 @@ static void check_glu(struct gpu *gp, enum quant_type t) {
         const bool tiled = nt > VKMM_MV_MAX_TOK;
         float *xq = ref_x(x, nt, gm.cols, tiled);
         float rg[EXP_ROWS], ru[EXP_ROWS];
+        const bool coop = tiled && cur_path == VKMM_PATH_COOP;
+        double esum = 0, ssum = 0;
         for (int64_t pi = 0; pi < np; pi++) {
             const float *xr = xq + (pi / k) * gm.cols;
             ref_rows(&gm, sel[pi] * er, er, xr, 1, rg, er);
             ref_rows(&um, sel[pi] * er, er, xr, 1, ru, er);
-            for (int r = 0; r < EXP_ROWS; r++)
+            for (int r = 0; r < EXP_ROWS; r++) {
                 rg[r] = silu_ref(rg[r]) * ru[r];
+                const double dv = (double)y[pi * er + r] - rg[r];
+                esum += dv * dv;
+                ssum += (double)rg[r] * rg[r];
+            }
             double e = nmse(y + pi * er, rg, er);
-            ck_assert_msg(e < tol_pick(tiled), "%s glu id n_tok %lld pick %lld: nmse %.3g",
-                          quant_type_name(t), (long long)nt, (long long)pi, e);
+            ck_assert_msg(e < (coop ? NMSE_COOP_PICK : tol_pick(tiled)),
+                          "%s glu id n_tok %lld pick %lld: nmse %.3g", quant_type_name(t),
+                          (long long)nt, (long long)pi, e);
         }
+        const double ecall = ssum > 0 ? esum / ssum : 0.0;
+        if (coop)
+            printf("vk-mm: coopmat %s glu id n_tok %lld: nmse %.3g over the picks\n",
+                   quant_type_name(t), (long long)nt, ecall);
+        ck_assert_msg(ecall < tol(tiled), "%s glu id n_tok %lld: nmse %.3g over the picks",
+                      quant_type_name(t), (long long)nt, ecall);
         free(xq);
         vk_buf_free(g.d, sb);
         vk_buf_free(g.d, yb);
@@ -958,6 +998,9 @@ START_TEST(test_bad_calls) {
 }
 END_TEST
 
+TCase *vkmm_fuse_tcase(void); /* tests/gpu/test-vk-mm-fuse.c */
+TCase *vkmm_coop_tcase(void); /* tests/gpu/test-vk-mm-coop.c */
+
 static Suite *vk_mm_suite(void) {
     Suite *s = suite_create("vk-mm");
     TCase *tc_types = tcase_create("types"), *tc_experts = tcase_create("experts");
@@ -974,8 +1017,9 @@ static Suite *vk_mm_suite(void) {
     tcase_add_test(tc_misc, test_pieces);
     tcase_add_test(tc_misc, test_tune);
     tcase_add_test(tc_misc, test_bad_calls);
-    TCase *all[] = {tc_types, tc_experts, tc_glu, tc_misc, tc_paths};
-    for (int i = 0; i < 5; i++) {
+    TCase *all[] = {tc_types, tc_experts,        tc_glu,           tc_misc,
+                    tc_paths, vkmm_fuse_tcase(), vkmm_coop_tcase()};
+    for (int i = 0; i < 7; i++) {
         tcase_set_timeout(all[i], 300);
         suite_add_tcase(s, all[i]);
     }

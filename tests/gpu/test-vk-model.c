@@ -562,6 +562,94 @@ START_TEST(test_device_sampling) {
 }
 END_TEST
 
+/* The fused forms of the backend's step (backend-vk-fuse.c): a model on a
+ * backend with every fusion and on one with none gives the same logits
+ * within float rounding (relative 1e-4 of a row's scale: the per-head norms
+ * sum in another order), and each step records exactly the dispatches the
+ * fusions save a layer: for up to 32 rows a llama 4 (the two residual adds
+ * into the output and down matvecs, both ropes into the KV write), a qwen3
+ * 6 (its q and k norms too) and a qwen3moe 6 (the attention's add, the MoE
+ * sum's add, the ropes' 2, the q/k norms' 2: 19 dispatches a layer become
+ * 13);
+ * above 32 rows (the tiled matmul) only the ropes' 2, the q/k norms' 2 and
+ * the MoE sum's add. */
+static void check_fused(const char *which, int save1, int save_big) {
+    struct spec s = spec_of(which);
+    char path[256];
+    tmp_path(path, sizeof path, which);
+    write_model(path, &s);
+    struct strata_error err = {0};
+    struct backend_vk_params vp = backend_vk_params_default();
+    ck_assert_uint_eq(vp.fuse, BACKEND_VK_FUSE_ALL);
+    struct backend *bf = backend_vk_init(&vp, &err);
+    vp.fuse = 0;
+    struct backend *bu = backend_vk_init(&vp, &err);
+    ck_assert_msg(bf && bu, "backend_vk_init: %s", err.message);
+    struct model_params mp = model_params_default();
+    mp.n_ctx_max = 64;
+    mp.n_batch_max = 40;
+    mp.backend = bf;
+    struct model *mf = model_load(path, &mp, &err);
+    mp.backend = bu;
+    struct model *mu = model_load(path, &mp, &err);
+    ck_assert_msg(mf && mu, "model_load: %s", err.message);
+    struct kv_cache *kf = model_kv_init(mf, 3, 0, &err), *ku = model_kv_init(mu, 3, 0, &err);
+    ck_assert_msg(kf && ku, "%s", err.message);
+    const int V = model_n_vocab(mf);
+    float *lf = malloc((size_t)40 * V * sizeof(float)),
+          *lu = malloc((size_t)40 * V * sizeof(float));
+    struct model_batch_entry e[40];
+    /* steps: a 40-token prompt of seq 0 (tiled), one token of seq 1, then
+     * three steps of 1, 3 and 2 tokens */
+    static const int steps[][3] = {{40, 0, 0}, {1, 1, 0}, {1, 0, 40}, {3, 0, 41}, {2, 1, 1}};
+    int pos[3] = {0, 0, 0};
+    for (size_t st = 0; st < sizeof steps / sizeof steps[0]; st++) {
+        const int n = steps[st][0];
+        for (int i = 0; i < n; i++) {
+            const int q = n == 40 ? 0 : n == 3 ? i : n == 2 ? i + 1 : steps[st][1];
+            e[i] =
+                (struct model_batch_entry){q, pos[q]++, (int32_t)((7 * i + 3 * st + 1) % V), true};
+        }
+        const uint64_t f0 = backend_vk_dispatches(bf), u0 = backend_vk_dispatches(bu);
+        step(mf, kf, e, n, lf);
+        step(mu, ku, e, n, lu);
+        const uint64_t df = backend_vk_dispatches(bf) - f0, du = backend_vk_dispatches(bu) - u0;
+        const int save = (n > 32 ? save_big : save1) * s.n_layer;
+        ck_assert_msg(du - df == (uint64_t)save,
+                      "%s step of %d rows: %llu dispatches fused, %llu not (want %d fewer)", which,
+                      n, (unsigned long long)df, (unsigned long long)du, save);
+        for (int i = 0; i < n; i++) {
+            const float *a = lf + (size_t)i * V, *b = lu + (size_t)i * V;
+            float scale = 0, d = 0;
+            for (int j = 0; j < V; j++) {
+                scale = fmaxf(scale, fabsf(b[j]));
+                d = fmaxf(d, fabsf(a[j] - b[j]));
+            }
+            ck_assert_msg(d <= 1e-4f * scale,
+                          "%s step of %d rows, row %d: logits %.3g apart (%.3g)", which, n, i, d,
+                          scale);
+        }
+        printf("%s: a %d-row step, %llu dispatches fused, %llu not\n", which, n,
+               (unsigned long long)df, (unsigned long long)du);
+    }
+    free(lf);
+    free(lu);
+    kv_free(kf);
+    kv_free(ku);
+    model_free(mf);
+    model_free(mu);
+    backend_free(bf);
+    backend_free(bu);
+    unlink(path);
+}
+
+START_TEST(test_fusions) {
+    check_fused("llama", 4, 2);
+    check_fused("qwen3", 6, 4);
+    check_fused("qwen3moe", 6, 5);
+}
+END_TEST
+
 /* The backend's step: a write, an op and a read; a read lands only at the
  * wait; two submits in one step; a begin drops what was not submitted;
  * errors of bad use are reported at submit. */
@@ -763,6 +851,7 @@ static Suite *vk_model_suite(void) {
     tcase_add_test(tc, test_split_qwen3moe);
     tcase_add_test(tc, test_oom_at_load);
     tcase_add_test(tc, test_device_sampling);
+    tcase_add_test(tc, test_fusions);
     tcase_add_test(tc, test_golden_llama2_tiny_random);
     tcase_add_test(tc, test_llama);
     tcase_add_test(tc, test_llama_q8);

@@ -5,8 +5,9 @@
  * (so block ids are not in position order and positions cross blocks of
  * 16), the pool in four device buffers, both part layouts (whole rows and
  * one part per KV head), GQA groups of 1, 3 and 8, head_dim_k 48 and
- * head_dim_v 32, and heads of 256 (the widest the kernels take). Part of test-vk-ops (its main and
- * device fixture). */
+ * head_dim_v 32, and heads of 256 (the widest the kernels take); the fused
+ * norm + rope + KV write (vkops_rope_kv) against the ops it replaces. Part
+ * of test-vk-ops (its main and device fixture). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +33,8 @@ void vkops_attn_use(struct vk_dev **d, struct vkops **o) {
 
 enum { N_LAYER = 3, N_SEQ = 3, N_CTX = 256, NB = 16, HKV = 2, PIECES = 4 };
 /* head dims of the cache under test (test_attention_wide widens them) */
-static int HDK = 48, HDV = 32;
+#define HDK_DEFAULT 48
+static int HDK = HDK_DEFAULT, HDV = 32;
 static const int lens[N_SEQ] = {1, 37, 150};
 
 struct fixture {
@@ -245,6 +247,158 @@ START_TEST(test_kv_write) {
 }
 END_TEST
 
+/* ---- the fused norm + rope + KV write (vkops_rope_kv) ------------------------- */
+
+/* The unfused ops (per-head rmsnorms, two ropes, kv_write: each checked
+ * against the CPU above and in test-vk-ops.c) against vkops_rope_kv on
+ * copies of the same q, k, v: q and k within float rounding (the norm's sum
+ * runs in another order, the rope's products may contract differently), and
+ * every f16 of the two caches equal or one ulp apart (an f32 that moved by
+ * rounding can land on the other side of an f16 rounding boundary). Head
+ * slots: 4 q heads over HKV = 2 (GQA 2), both part layouts, layers 0 and 1
+ * (layer 2's NaN/inf values go through a norm differently in either order). */
+#define ROPE_KV_NH (2 * HKV)
+
+struct rope_kv_case {
+    int n_rot, mode, norm_q, norm_k, ff;
+    float fscale, ext;
+};
+
+/* A second pool of the fixture's shape, zeroed. */
+static void pool_copy(struct fixture *f, struct vk_buf *dst[PIECES]) {
+    for (int i = 0; i < PIECES; i++)
+        dst[i] = buf_of(NULL, (size_t)vk_buf_size(f->pool[i]));
+}
+
+static void rope_kv_case(struct fixture *f, int layer, const struct rope_kv_case *k,
+                         struct strata_rng *r) {
+    struct strata_error err = {0};
+    const int nt = f->n_tok, nq = nt * ROPE_KV_NH * HDK, nk = nt * HKV * HDK, nv = nt * HKV * HDV;
+    float *q = malloc((size_t)nq * 4), *qn = malloc(HDK * 4), *kn = malloc(HDK * 4);
+    float *ff = malloc(HDK * 4);
+    for (int i = 0; i < nq; i++)
+        q[i] = (float)(strata_rng_uniform(r) * 4 - 2);
+    for (int i = 0; i < HDK; i++) {
+        qn[i] = (float)(0.5 + strata_rng_uniform(r));
+        kn[i] = (float)(0.5 + strata_rng_uniform(r));
+        ff[i] = 1.0f + (float)(i % 5) * 0.5f;
+    }
+    struct vk_buf *bs = buf_of(f->seq, nt * 4), *bp = buf_of(f->pos, nt * 4);
+    struct vk_buf *bqn = buf_of(qn, HDK * 4), *bkn = buf_of(kn, HDK * 4),
+                  *bff = buf_of(ff, HDK * 4);
+    struct vk_buf *q1 = buf_of(q, nq * 4), *k1 = buf_of(f->k[layer], nk * 4);
+    struct vk_buf *q2 = buf_of(q, nq * 4), *k2 = buf_of(f->k[layer], nk * 4);
+    struct vk_buf *bv = buf_of(f->v[layer], nv * 4);
+    struct vk_buf *pool2[PIECES];
+    pool_copy(f, pool2);
+    for (int i = 0; i < PIECES; i++) /* both caches start empty */
+        ck_assert_int_eq(vk_buf_fill(dev, f->pool[i], 0, vk_buf_size(f->pool[i]), 0, &err), 0);
+    struct vkops_kv kv2 = f->gkv;
+    for (int i = 0; i < PIECES; i++)
+        kv2.pool[i] = bd(pool2[i]);
+    const struct vkops_rope rc = {k->n_rot, k->mode, 10000.0f,   k->fscale, k->ext,
+                                  1.0f,     64,      k->ff != 0, bd(bff)};
+    const float eps = 1e-6f;
+    ck_assert_int_eq(vk_rec_begin(dev, &err), 0);
+    if (k->norm_q)
+        vkops_rmsnorm(ops, bd(q1), bd(bqn), true, bd(q1), nt * ROPE_KV_NH, HDK, eps);
+    if (k->norm_k)
+        vkops_rmsnorm(ops, bd(k1), bd(bkn), true, bd(k1), nt * HKV, HDK, eps);
+    vkops_rope(ops, bd(q1), nt, ROPE_KV_NH, HDK, bd(bp), &rc);
+    vkops_rope(ops, bd(k1), nt, HKV, HDK, bd(bp), &rc);
+    vkops_kv_write(ops, &f->gkv, layer, bd(k1), bd(bv), bd(bs), bd(bp), nt, HKV, HDK, HDV);
+    const struct vkops_rope_kv a = {.q = bd(q2),
+                                    .k = bd(k2),
+                                    .v = bd(bv),
+                                    .seq = bd(bs),
+                                    .pos = bd(bp),
+                                    .layer = layer,
+                                    .n_tok = nt,
+                                    .n_head = ROPE_KV_NH,
+                                    .n_head_kv = HKV,
+                                    .head_dim_k = HDK,
+                                    .head_dim_v = HDV,
+                                    .rope = rc,
+                                    .norm_q = k->norm_q != 0,
+                                    .norm_k = k->norm_k != 0,
+                                    .q_norm = bd(bqn),
+                                    .k_norm = bd(bkn),
+                                    .eps_q = eps,
+                                    .eps_k = eps};
+    ck_assert(vkops_rope_kv_supported(HDK, HDV, k->n_rot));
+    vkops_rope_kv(ops, &kv2, &a);
+    run();
+    char what[96];
+    snprintf(what, sizeof what, "rope_kv n_rot %d mode %d norms %d%d ff %d layer %d parts %d",
+             k->n_rot, k->mode, k->norm_q, k->norm_k, k->ff, layer, f->gkv.n_part);
+    float *g1 = malloc((size_t)nq * 4), *g2 = malloc((size_t)nq * 4);
+    ck_assert_int_eq(vk_buf_download(dev, q1, 0, g1, (size_t)nq * 4, &err), 0);
+    ck_assert_int_eq(vk_buf_download(dev, q2, 0, g2, (size_t)nq * 4, &err), 0);
+    for (int i = 0; i < nq; i++)
+        ck_assert_msg(fabsf(g1[i] - g2[i]) <= 4e-6f * fmaxf(1.0f, fabsf(g1[i])),
+                      "%s: q[%d] %.9g fused %.9g", what, i, g1[i], g2[i]);
+    ck_assert_int_eq(vk_buf_download(dev, k1, 0, g1, (size_t)nk * 4, &err), 0);
+    ck_assert_int_eq(vk_buf_download(dev, k2, 0, g2, (size_t)nk * 4, &err), 0);
+    for (int i = 0; i < nk; i++)
+        ck_assert_msg(fabsf(g1[i] - g2[i]) <= 4e-6f * fmaxf(1.0f, fabsf(g1[i])),
+                      "%s: k[%d] %.9g fused %.9g", what, i, g1[i], g2[i]);
+    int n_diff = 0;
+    for (int p = 0; p < PIECES; p++) {
+        const size_t bytes = (size_t)vk_buf_size(f->pool[p]);
+        uint16_t *h1 = malloc(bytes), *h2 = malloc(bytes);
+        ck_assert_int_eq(vk_buf_download(dev, f->pool[p], 0, h1, bytes, &err), 0);
+        ck_assert_int_eq(vk_buf_download(dev, pool2[p], 0, h2, bytes, &err), 0);
+        for (size_t i = 0; i < bytes / 2; i++) {
+            const int d = (int)h1[i] - (int)h2[i];
+            ck_assert_msg(d >= -1 && d <= 1 && (h1[i] & 0x8000) == (h2[i] & 0x8000),
+                          "%s: cache piece %d f16 %zu: %04x fused %04x", what, p, i, h1[i], h2[i]);
+            n_diff += d != 0;
+        }
+        free(h2);
+        free(h1);
+    }
+    ck_assert_msg(n_diff * 1000 <= nk + nv, "%s: %d f16 one ulp apart", what, n_diff);
+    free(g2);
+    free(g1);
+    for (int i = PIECES - 1; i >= 0; i--)
+        vk_buf_free(dev, pool2[i]);
+    vk_buf_free(dev, bv);
+    vk_buf_free(dev, k2);
+    vk_buf_free(dev, q2);
+    vk_buf_free(dev, k1);
+    vk_buf_free(dev, q1);
+    vk_buf_free(dev, bff);
+    vk_buf_free(dev, bkn);
+    vk_buf_free(dev, bqn);
+    vk_buf_free(dev, bp);
+    vk_buf_free(dev, bs);
+    free(ff);
+    free(kn);
+    free(qn);
+    free(q);
+}
+
+START_TEST(test_rope_kv) {
+    static const struct rope_kv_case cases[] = {
+        {HDK_DEFAULT, 0, 0, 0, 0, 1.0f, 0.0f},  /* llama */
+        {32, 2, 1, 1, 0, 1.0f, 0.0f},           /* qwen3: norms, neox over part of the head */
+        {HDK_DEFAULT, 2, 0, 1, 1, 0.25f, 1.0f}, /* k norm only, freq factors, YaRN */
+        {20, 2, 1, 0, 0, 1.0f, 0.0f},           /* neox with an odd half (10) */
+        {20, 0, 1, 1, 0, 1.0f, 0.0f},           /* adjacent pairs, n_rot < head_dim */
+    };
+    struct strata_rng r;
+    strata_rng_seed(&r, 77);
+    for (int n_part = 1; n_part <= HKV; n_part += HKV - 1) {
+        struct fixture f;
+        fixture_init(&f, n_part);
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            for (int layer = 0; layer < 2; layer++)
+                rope_kv_case(&f, layer, &cases[c], &r);
+        fixture_free(&f);
+    }
+}
+END_TEST
+
 /* Attention of n_tok queries (seq[t], pos[t]) at layer `layer` on the GPU
  * against ops_attn_head on the host cache; `kernel` names the pipeline that
  * must have run (read from the device's profile, where it has timestamps),
@@ -407,6 +561,7 @@ TCase *vkops_attn_tcase(void) {
     TCase *tc = tcase_create("attention");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_kv_write);
+    tcase_add_test(tc, test_rope_kv);
     tcase_add_test(tc, test_attention);
     tcase_add_test(tc, test_attention_wide);
     return tc;

@@ -372,7 +372,10 @@ static void route_ref(float *p, int ne, int k, bool norm, float scale, int32_t *
 
 START_TEST(test_moe_route) {
     strata_rng_seed(&rng, 16);
-    const int cases[][4] = {{5, 60, 4, 1}, {3, 128, 8, 0}, {2, 300, 6, 1}, {1, 7, 7, 0}};
+    /* the last: 1000 experts of 3 distinct logits, top 32: the picks tie
+     * across every subgroup (the two-level top k keeps the lower ids) */
+    const int cases[][4] = {
+        {5, 60, 4, 1}, {3, 128, 8, 0}, {2, 300, 6, 1}, {1, 7, 7, 0}, {2, 1000, 32, 1}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int nt = cases[c][0], ne = cases[c][1], k = cases[c][2];
         const bool norm = cases[c][3];
@@ -383,6 +386,9 @@ START_TEST(test_moe_route) {
             lg[t * ne + ne / 2] = 9.0f;
             lg[t * ne + 2] = 9.0f;
         }
+        if (ne == 1000)
+            for (int i = 0; i < nt * ne; i++)
+                lg[i] = (float)((i * 7919) % 3);
         struct vk_buf *bl = buf_of(lg, (size_t)nt * ne * 4);
         struct vk_buf *bs = buf_of(NULL, (size_t)nt * k * 4),
                       *bw = buf_of(NULL, (size_t)nt * k * 4);
