@@ -173,10 +173,26 @@ static uint64_t coop_bytes(const struct vkmm_coop_tile *c, uint32_t sg, bool glu
     return 2 * lds * (nm * c->bm + c->bn) + 4ull * (c->wg / sg) * 256 * nm;
 }
 
-/* Shared memory of mm_dot_body.glsl for the f32 tiles' shape. */
-static uint64_t dot_bytes(const struct vkmm_tune *t, bool glu) {
-    uint64_t nm = glu ? 2 : 1;
-    return 4 * (nm * 8 * (t->mm_bm + 1) + nm * 3 * t->mm_bm + 8 * (t->mm_bn + 1) + 2 * t->mm_bn);
+/* Shared memory of mm_dot_body.glsl's tile: two K steps, each nb blocks of
+ * 32 levels (two uvec4) and two floats (a scale and a min or second scale)
+ * per row slot and per token; besides the pick list. */
+static uint64_t dot_bytes(const struct vkmm_dot_tile *c) {
+    return 2ull * c->nb * (32 + 8) * (c->bm + c->bn);
+}
+
+/* Whether the shader can run the tile with a pick list of lcap: the lanes'
+ * grid covers it, the fused form splits a lane's row slots into gate and up
+ * halves (tm even), a lane stages at most 4 units of each side a step (the
+ * registers its prefetch holds), and shared memory holds it. */
+static bool dot_tile_ok(const struct vk_dev_info *in, const struct vkmm_dot_tile *c,
+                        uint32_t lcap) {
+    if (c->tm < 2 || c->tm % 2 || c->tn < 1 || c->tm * c->tn > 64 || c->bm % c->tm ||
+        c->bn % c->tn || c->nb < 1 || c->nb > 4 || lcap < 1)
+        return false;
+    const uint64_t wg = (uint64_t)(c->bm / c->tm) * (c->bn / c->tn);
+    return wg == c->wg && wg <= in->max_wg_invocations && (uint64_t)c->bm * c->nb <= 4 * wg &&
+           (uint64_t)c->bn * c->nb <= 4 * wg &&
+           dot_bytes(c) + 4ull * ((lcap + 3) / 4 * 4) + 16 + 64 <= in->max_shared_bytes;
 }
 
 /* The K step of a coopmat pipeline: the tile's, halved for the fused form
@@ -214,7 +230,37 @@ static uint32_t lcap_left(const struct vk_dev_info *in, uint64_t used, uint32_t 
 static void set_lcaps(const struct vk_dev_info *in, struct vkmm_tune *t) {
     uint32_t sg = in->subgroup_size ? in->subgroup_size : 32;
     t->coop_lcap = lcap_left(in, coop_bytes(&t->coop_id, sg, false, t->coop_id.bk), t->coop_id.wg);
-    t->dot_lcap = lcap_left(in, dot_bytes(t, true), t->mm_wg);
+    t->dot_lcap = lcap_left(in, dot_bytes(&t->dot_id), t->dot_id.wg);
+}
+
+/* Integer-dot tiles, the first of each list that fits the device: see
+ * mm_dot_body.glsl and bench/README.md ("Prefill matmul tiles") for what
+ * each gave. */
+static const struct vkmm_dot_tile dot_tiles[] = {
+    {256, 128, 128, 8, 8, 2}, /* 40 KB: NVIDIA's 48 KB */
+    {256, 64, 64, 4, 4, 2},   /* 20 KB: lavapipe's 32 KB */
+    {128, 32, 32, 2, 4, 1},
+};
+static const struct vkmm_dot_tile dot_id_tiles[] = {
+    {256, 64, 64, 4, 4, 2}, /* an expert's picks are few: 64 tokens a tile */
+    {128, 32, 32, 2, 4, 1},
+};
+
+static void pick_dot(const struct vk_dev_info *in, struct vkmm_tune *t) {
+    t->dot = dot_tiles[sizeof dot_tiles / sizeof dot_tiles[0] - 1];
+    for (size_t i = 0; i < sizeof dot_tiles / sizeof dot_tiles[0]; i++)
+        if (dot_tile_ok(in, &dot_tiles[i], 1)) {
+            t->dot = dot_tiles[i];
+            break;
+        }
+    t->dot_id = dot_id_tiles[sizeof dot_id_tiles / sizeof dot_id_tiles[0] - 1];
+    for (size_t i = 0; i < sizeof dot_id_tiles / sizeof dot_id_tiles[0]; i++) {
+        const struct vkmm_dot_tile *c = &dot_id_tiles[i];
+        if (dot_tile_ok(in, c, lcap_left(in, dot_bytes(c), c->wg))) {
+            t->dot_id = *c;
+            break;
+        }
+    }
 }
 
 /* Coopmat tiles: 4 subgroups in a 2 x 2 grid (128 lanes on NVIDIA), each
@@ -226,14 +272,16 @@ void vkmm_tune_paths(const struct vk_dev_info *in, struct vkmm_tune *t) {
     uint32_t sg = in->subgroup_size ? in->subgroup_size : 32;
     t->coop = (struct vkmm_coop_tile){4 * sg, 64, 64, 128, 2};
     t->coop_id = (struct vkmm_coop_tile){4 * sg, 64, 64, 64, 2};
+    pick_dot(in, t);
     set_lcaps(in, t);
     const bool coop_ok =
         coop_tile_ok(in, &t->coop, 1) && coop_tile_ok(in, &t->coop_id, t->coop_lcap);
+    const bool dot_ok = dot_tile_ok(in, &t->dot, 1) && dot_tile_ok(in, &t->dot_id, t->dot_lcap);
     for (int q = 0; q < QUANT_TYPE_COUNT; q++) {
         enum quant_type type = (enum quant_type)q;
         enum vkmm_path path = VKMM_PATH_F32;
         (void)coop_ok; /* coopmat: forced only (vkmm_configure), see above */
-        if (in->int_dot_accel && t->mm_bn <= t->mm_wg && vkmm_path_ok(in, type, VKMM_PATH_DOT))
+        if (in->int_dot_accel && dot_ok && vkmm_path_ok(in, type, VKMM_PATH_DOT))
             path = VKMM_PATH_DOT;
         t->path[q] = (uint8_t)path;
     }
@@ -250,8 +298,7 @@ bool vkmm_tune_paths_ok(const struct vk_dev_info *in, const struct vkmm_tune *t)
     if (any_coop &&
         (!coop_tile_ok(in, &t->coop, 1) || !coop_tile_ok(in, &t->coop_id, t->coop_lcap)))
         return false;
-    if (any_dot && (t->mm_bn > t->mm_wg || t->dot_lcap < 1 ||
-                    dot_bytes(t, true) + 4ull * t->dot_lcap + 64 > in->max_shared_bytes))
+    if (any_dot && (!dot_tile_ok(in, &t->dot, 1) || !dot_tile_ok(in, &t->dot_id, t->dot_lcap)))
         return false;
     return true;
 }
@@ -267,11 +314,16 @@ enum vkmm_kind vkmm_tiled_kind(const struct vkmm_tune *t, enum quant_type type, 
     }
 }
 
-void vkmm_tile_shape(const struct vkmm_tune *t, enum vkmm_kind kind, uint32_t *bm, uint32_t *bn) {
+void vkmm_tile_shape(const struct vkmm_tune *t, enum vkmm_kind kind, bool glu, uint32_t *bm,
+                     uint32_t *bn) {
     const struct vkmm_coop_tile *c = kind == VKMM_MM_ID_COOP ? &t->coop_id : &t->coop;
+    const struct vkmm_dot_tile *d = kind == VKMM_MM_ID_DOT ? &t->dot_id : &t->dot;
     if (kind == VKMM_MM_COOP || kind == VKMM_MM_ID_COOP) {
         *bm = c->bm;
         *bn = c->bn;
+    } else if (kind == VKMM_MM_DOT || kind == VKMM_MM_ID_DOT) {
+        *bm = glu ? d->bm / 2 : d->bm; /* row slots: gate and up halves */
+        *bn = d->bn;
     } else {
         *bm = t->mm_bm;
         *bn = t->mm_bn;
@@ -302,10 +354,10 @@ struct vk_pipe *vkmm_make_fast(struct vkmm *mm, enum quant_type type, enum vkmm_
         return vk_pipe_create(mm->d, name, s.code, s.bytes, 5, sizeof(struct vkmm_push), spec, 9,
                               err);
     }
-    uint32_t spec[8] = {t->mm_wg, t->mm_bm, t->mm_bn, t->mm_tm, t->mm_tn, id, id ? t->dot_lcap : 1,
-                        glu};
+    const struct vkmm_dot_tile *d = id ? &t->dot_id : &t->dot;
+    uint32_t spec[9] = {d->wg, d->bm, d->bn, d->tm, d->tn, id, id ? t->dot_lcap : 1, glu, d->nb};
     struct spv s = dot_spv(type);
-    return vk_pipe_create(mm->d, name, s.code, s.bytes, 5, sizeof(struct vkmm_push), spec, 8, err);
+    return vk_pipe_create(mm->d, name, s.code, s.bytes, 5, sizeof(struct vkmm_push), spec, 9, err);
 }
 
 /* "BMxBNxBKxSGM[xSGN]" -> a tile of SGM x SGN subgroups (SGN 2 when not
@@ -316,6 +368,17 @@ static bool parse_tile(const char *s, uint32_t sg, struct vkmm_coop_tile *c) {
     if (n < 4)
         return false;
     *c = (struct vkmm_coop_tile){sgm * sgn * sg, bm, bn, bk, sgm};
+    return true;
+}
+
+/* "BMxBNxTMxTNxNB" -> an integer-dot tile. */
+static bool parse_dot(const char *s, struct vkmm_dot_tile *c) {
+    unsigned bm, bn, tm, tn, nb;
+    int n = 0;
+    if (sscanf(s, "%ux%ux%ux%ux%u%n", &bm, &bn, &tm, &tn, &nb, &n) != 5 || (s[n] && s[n] != '/') ||
+        tm == 0 || tn == 0)
+        return false;
+    *c = (struct vkmm_dot_tile){(bm / tm) * (bn / tn), bm, bn, tm, tn, nb};
     return true;
 }
 
@@ -389,18 +452,25 @@ int vkmm_configure(struct vkmm *mm, const char *spec, struct strata_error *err) 
     const char *rest = NULL;
     if (strcmp(spec, "f32") == 0)
         want = VKMM_PATH_F32;
-    else if (strcmp(spec, "int-dot") == 0)
+    else if (strncmp(spec, "int-dot", 7) == 0 && (spec[7] == '\0' || spec[7] == ':')) {
         want = VKMM_PATH_DOT;
-    else if (strncmp(spec, "coopmat", 7) == 0 && (spec[7] == '\0' || spec[7] == ':')) {
+        rest = spec[7] == ':' ? spec + 8 : NULL;
+    } else if (strncmp(spec, "coopmat", 7) == 0 && (spec[7] == '\0' || spec[7] == ':')) {
         want = VKMM_PATH_COOP;
         rest = spec[7] == ':' ? spec + 8 : NULL;
     } else {
         return strata_error_set(err, STRATA_E_CONFIG,
-                                "vkmm: prefill matmul \"%s\": expected auto, f32, int-dot or "
+                                "vkmm: prefill matmul \"%s\": expected auto, f32, "
+                                "int-dot[:BMxBNxTMxTNxNB[/BMxBNxTMxTNxNB]] or "
                                 "coopmat[:BMxBNxBKxSGM[xSGN][/BMxBNxBKxSGM[xSGN]]]",
                                 spec);
     }
-    if (rest) {
+    if (rest && want == VKMM_PATH_DOT) { /* "int-dot:PLAIN[/EXPERT-INDEXED]" */
+        const char *slash = strchr(rest, '/');
+        if (!parse_dot(rest, &t.dot) || (slash && !parse_dot(slash + 1, &t.dot_id)))
+            return strata_error_set(err, STRATA_E_CONFIG, "vkmm: bad int-dot tile \"%s\"", rest);
+        set_lcaps(in, &t);
+    } else if (rest) {
         uint32_t sg = in->subgroup_size ? in->subgroup_size : 32;
         const char *slash = strchr(rest, '/');
         if (!parse_tile(rest, sg, &t.coop) || (slash && !parse_tile(slash + 1, sg, &t.coop_id)))

@@ -75,6 +75,13 @@ struct vkmm_coop_tile {
     uint32_t wg, bm, bn, bk, sgm;
 };
 
+/* An integer-dot tile (mm_dot_body.glsl): bm row slots (the fused form: bm
+ * / 2 rows of gate and of up) x bn tokens, tm x tn a lane, so wg = (bm / tm)
+ * * (bn / tn) lanes; K steps of nb q8 blocks (32 elements each). */
+struct vkmm_dot_tile {
+    uint32_t wg, bm, bn, tm, tn, nb;
+};
+
 #define VKMM_MV_MAX_TOK 8 /* tokens of one matvec pass; above: the tiled matmul_id */
 /* Plain matmuls of up to this many tokens run as 8-token matvec passes (the
  * weights read once per 8 tokens), above it the tiled matmul: on the H200
@@ -95,6 +102,7 @@ struct vkmm_tune {
     uint32_t mm_lcap;               /* picks an expert-indexed matmul workgroup lists at once */
     uint8_t path[QUANT_TYPE_COUNT]; /* enum vkmm_path of each type's tiled matmul */
     struct vkmm_coop_tile coop, coop_id; /* plain and expert-indexed coopmat tiles */
+    struct vkmm_dot_tile dot, dot_id;    /* plain and expert-indexed integer-dot tiles */
     uint32_t coop_lcap, dot_lcap;        /* mm_lcap of the coopmat and integer-dot forms */
 };
 
@@ -135,8 +143,10 @@ void vkmm_tune_paths(const struct vk_dev_info *in, struct vkmm_tune *t);
 bool vkmm_tune_paths_ok(const struct vk_dev_info *in, const struct vkmm_tune *t);
 /* The tiled kind (plain or expert-indexed) of `type` under the tuning. */
 enum vkmm_kind vkmm_tiled_kind(const struct vkmm_tune *t, enum quant_type type, bool id);
-/* Rows and tokens of one workgroup's tile of a tiled kind. */
-void vkmm_tile_shape(const struct vkmm_tune *t, enum vkmm_kind kind, uint32_t *bm, uint32_t *bn);
+/* Output rows and tokens of one workgroup's tile of a tiled kind (glu: its
+ * fused gate + up form). */
+void vkmm_tile_shape(const struct vkmm_tune *t, enum vkmm_kind kind, bool glu, uint32_t *bm,
+                     uint32_t *bn);
 /* Makes the pipeline of a VKMM_MM_DOT .. VKMM_MM_ID_COOP kind. */
 struct vk_pipe *vkmm_make_fast(struct vkmm *mm, enum quant_type type, enum vkmm_kind kind, bool glu,
                                struct strata_error *err);

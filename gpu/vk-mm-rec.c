@@ -148,7 +148,7 @@ static void record_rows(struct vkmm *mm, const struct rec_call *c, struct vk_bin
     if (!p)
         return;
     uint32_t bm, bn;
-    vkmm_tile_shape(t, kind, &bm, &bn);
+    vkmm_tile_shape(t, kind, c->glu, &bm, &bn);
     uint64_t bx = (pu->n_rows + bm - 1) / bm, by = (pu->n_tok + bn - 1) / bn;
     if (bx > mm->info->max_wg_count[0] || by > mm->info->max_wg_count[1]) {
         vkmm_latch(mm, STRATA_E_RANGE,
@@ -242,7 +242,7 @@ static void matmul_id(struct vkmm *mm, const struct vk_wmat *g, const struct vk_
     uint32_t gx, gy;
     if (tiled) {
         uint32_t bm, bn;
-        vkmm_tile_shape(&mm->tune, kind, &bm, &bn);
+        vkmm_tile_shape(&mm->tune, kind, glu, &bm, &bn);
         gx = (uint32_t)((er + bm - 1) / bm);
         gy = 1;
         if (gx > mm->info->max_wg_count[0]) {

@@ -876,7 +876,10 @@ START_TEST(test_paths) {
 }
 END_TEST
 
-/* Second shapes: integer dot on 32 x 32 tiles of 2 x 4 outputs a lane;
+/* Second shapes: integer dot on 32 x 32 tiles of 2 x 4 outputs a lane, one
+ * block a K step, and, expert-indexed, 16 x 32 tiles of 2 x 8 (32 lanes)
+ * with K steps of 3 blocks (a last step part past the columns: 320 = 10
+ * blocks, 512 = 16);
  * coopmat on 128 x 64 tiles of 4 x 2 subgroups (K steps of 32) and, expert-
  * indexed, 32 x 32 tiles of 1 x 2 subgroups (K steps of 16); pick lists of
  * 16 / 32 (several windows). */
@@ -898,11 +901,8 @@ START_TEST(test_path_tune) {
                           "configure: %s", err.message);
         struct vkmm_tune tu = g.mm->tune;
         if (path == VKMM_PATH_DOT) {
-            tu.mm_wg = 128;
-            tu.mm_bm = 32;
-            tu.mm_bn = 32;
-            tu.mm_tm = 2;
-            tu.mm_tn = 4;
+            tu.dot = (struct vkmm_dot_tile){128, 32, 32, 2, 4, 1};
+            tu.dot_id = (struct vkmm_dot_tile){32, 16, 32, 2, 8, 3};
             tu.dot_lcap = 16;
             for (int i = 0; i < 4; i++)
                 tu.path[tt[i]] = vkmm_dot_type(tt[i]) ? VKMM_PATH_DOT : VKMM_PATH_F32;
@@ -924,6 +924,20 @@ START_TEST(test_path_tune) {
     struct gpu g = gpu_open();
     ck_assert_int_eq(vkmm_configure(g.mm, "tensor", &err), STRATA_E_CONFIG);
     ck_assert_int_eq(vkmm_configure(g.mm, "coopmat:64x64", &err), STRATA_E_CONFIG);
+    ck_assert_int_eq(vkmm_configure(g.mm, "int-dot:64x64", &err), STRATA_E_CONFIG);
+    ck_assert_int_eq(vkmm_configure(g.mm, "int-dot:64x64x4x4x2x", &err), STRATA_E_CONFIG);
+    if (!path_missing(vk_dev_info(g.d), VKMM_PATH_DOT)) { /* odd rows a lane: no gate/up split */
+        ck_assert_int_eq(vkmm_configure(g.mm, "int-dot:48x64x3x4x2", &err), STRATA_E_INVALID);
+        /* 8 x 8 a lane (the NVIDIA tile's, with one block a K step to fit 32 KB) */
+        ck_assert_msg(vkmm_configure(g.mm, "int-dot:128x64x8x8x1/32x16x2x2x2", &err) == 0, "%s",
+                      err.message);
+        ck_assert_uint_eq(g.mm->tune.dot.wg, 128);
+        ck_assert_uint_eq(g.mm->tune.dot_id.nb, 2);
+        cur_path = VKMM_PATH_DOT;
+        check_type_shapes(&g, QUANT_Q8_0, true);
+        check_glu(&g, QUANT_Q4_0);
+        cur_path = VKMM_PATH_F32;
+    }
     if (path_missing(vk_dev_info(g.d), VKMM_PATH_COOP))
         ck_assert_int_eq(vkmm_configure(g.mm, "coopmat", &err), STRATA_E_UNSUPPORTED);
     else /* a tile the subgroup grid cannot cover */
