@@ -233,29 +233,48 @@ static void set_lcaps(const struct vk_dev_info *in, struct vkmm_tune *t) {
     t->dot_lcap = lcap_left(in, dot_bytes(&t->dot_id), t->dot_id.wg);
 }
 
-/* Integer-dot tiles, the first of each list that fits the device: see
- * mm_dot_body.glsl and bench/README.md ("Prefill matmul tiles") for what
- * each gave. */
+/* Integer-dot tiles, the first of each list that fits the device. Measured
+ * on an H100 (two device calls of 2026-12-06, `gpu-bench MODEL -1 8 512 1 0
+ * 4300 PC int-dot:TILE`, pp512 tok/s, mm_dot_body.glsl of this tree against
+ * the 64x64 tiles of 4x4 a lane, one block a step and no prefetch it
+ * replaced, "before", in the same call):
+ *   7B Q4_0, plain tile (BMxBNxTMxTNxNB): before 2,172; 128x128x8x4x2 (512
+ *   lanes) 2,812; 128x128x8x8x2 2,770; 128x128x4x8x2 2,713; 128x128x8x8x1
+ *   2,542; 128x64x8x4x2 2,495; 64x64x4x4x2 2,410; 128x128x4x4x2 (1,024
+ *   lanes) 1,665: the wider lane tile and two blocks a step each pay, up to
+ *   the lanes a workgroup holds.
+ *   MoE 128 experts top-8 Q4_0, expert-indexed tile: 128x64x8x4x2 3,048;
+ *   64x64x4x4x2 2,904 (before 2,253); on 12 of its layers 64x32x4x4x2
+ *   10,917 against 64x64's 11,782: tiles of more tokens than an expert's
+ *   ~32 picks a chunk still win.
+ *   qwen3-0.6b Q8_0 (matrices of 1,024 to 3,072 rows): 128 x 128 tiles gave
+ *   13,847 against before's 15,013: a 1,024-row matrix of 512 tokens is 32
+ *   such tiles for 132 SMs. So a plain dispatch of fewer than 128 tiles
+ *   (the 7B's 4,096 rows give 32 x 4) takes the next tile of the list
+ *   (dot_s). */
 static const struct vkmm_dot_tile dot_tiles[] = {
-    {256, 128, 128, 8, 8, 2}, /* 40 KB: NVIDIA's 48 KB */
+    {512, 128, 128, 8, 4, 2}, /* 40 KB: NVIDIA's 48 KB */
     {256, 64, 64, 4, 4, 2},   /* 20 KB: lavapipe's 32 KB */
     {128, 32, 32, 2, 4, 1},
 };
 static const struct vkmm_dot_tile dot_id_tiles[] = {
-    {256, 64, 64, 4, 4, 2}, /* an expert's picks are few: 64 tokens a tile */
+    {256, 128, 64, 8, 4, 2}, /* 30 KB beside a pick list of 4,096 */
+    {256, 64, 64, 4, 4, 2},
     {128, 32, 32, 2, 4, 1},
 };
+#define DOT_S_BELOW 128
 
 static void pick_dot(const struct vk_dev_info *in, struct vkmm_tune *t) {
-    t->dot = dot_tiles[sizeof dot_tiles / sizeof dot_tiles[0] - 1];
-    for (size_t i = 0; i < sizeof dot_tiles / sizeof dot_tiles[0]; i++)
-        if (dot_tile_ok(in, &dot_tiles[i], 1)) {
-            t->dot = dot_tiles[i];
-            break;
-        }
+    const size_t n = sizeof dot_tiles / sizeof dot_tiles[0];
+    size_t i = 0;
+    while (i + 1 < n && !dot_tile_ok(in, &dot_tiles[i], 1))
+        i++;
+    t->dot = dot_tiles[i];
+    t->dot_s = dot_tiles[i + 1 < n && dot_tile_ok(in, &dot_tiles[i + 1], 1) ? i + 1 : i];
+    t->dot_s_below = DOT_S_BELOW;
     t->dot_id = dot_id_tiles[sizeof dot_id_tiles / sizeof dot_id_tiles[0] - 1];
-    for (size_t i = 0; i < sizeof dot_id_tiles / sizeof dot_id_tiles[0]; i++) {
-        const struct vkmm_dot_tile *c = &dot_id_tiles[i];
+    for (size_t k = 0; k < sizeof dot_id_tiles / sizeof dot_id_tiles[0]; k++) {
+        const struct vkmm_dot_tile *c = &dot_id_tiles[k];
         if (dot_tile_ok(in, c, lcap_left(in, dot_bytes(c), c->wg))) {
             t->dot_id = *c;
             break;
@@ -276,7 +295,8 @@ void vkmm_tune_paths(const struct vk_dev_info *in, struct vkmm_tune *t) {
     set_lcaps(in, t);
     const bool coop_ok =
         coop_tile_ok(in, &t->coop, 1) && coop_tile_ok(in, &t->coop_id, t->coop_lcap);
-    const bool dot_ok = dot_tile_ok(in, &t->dot, 1) && dot_tile_ok(in, &t->dot_id, t->dot_lcap);
+    const bool dot_ok = dot_tile_ok(in, &t->dot, 1) && dot_tile_ok(in, &t->dot_id, t->dot_lcap) &&
+                        dot_tile_ok(in, &t->dot_s, 1);
     for (int q = 0; q < QUANT_TYPE_COUNT; q++) {
         enum quant_type type = (enum quant_type)q;
         enum vkmm_path path = VKMM_PATH_F32;
@@ -298,7 +318,8 @@ bool vkmm_tune_paths_ok(const struct vk_dev_info *in, const struct vkmm_tune *t)
     if (any_coop &&
         (!coop_tile_ok(in, &t->coop, 1) || !coop_tile_ok(in, &t->coop_id, t->coop_lcap)))
         return false;
-    if (any_dot && (!dot_tile_ok(in, &t->dot, 1) || !dot_tile_ok(in, &t->dot_id, t->dot_lcap)))
+    if (any_dot && (!dot_tile_ok(in, &t->dot, 1) || !dot_tile_ok(in, &t->dot_id, t->dot_lcap) ||
+                    !dot_tile_ok(in, &t->dot_s, 1)))
         return false;
     return true;
 }
@@ -317,11 +338,13 @@ enum vkmm_kind vkmm_tiled_kind(const struct vkmm_tune *t, enum quant_type type, 
 void vkmm_tile_shape(const struct vkmm_tune *t, enum vkmm_kind kind, bool glu, uint32_t *bm,
                      uint32_t *bn) {
     const struct vkmm_coop_tile *c = kind == VKMM_MM_ID_COOP ? &t->coop_id : &t->coop;
-    const struct vkmm_dot_tile *d = kind == VKMM_MM_ID_DOT ? &t->dot_id : &t->dot;
+    const struct vkmm_dot_tile *d = kind == VKMM_MM_ID_DOT  ? &t->dot_id
+                                    : kind == VKMM_MM_DOT_S ? &t->dot_s
+                                                            : &t->dot;
     if (kind == VKMM_MM_COOP || kind == VKMM_MM_ID_COOP) {
         *bm = c->bm;
         *bn = c->bn;
-    } else if (kind == VKMM_MM_DOT || kind == VKMM_MM_ID_DOT) {
+    } else if (kind == VKMM_MM_DOT || kind == VKMM_MM_ID_DOT || kind == VKMM_MM_DOT_S) {
         *bm = glu ? d->bm / 2 : d->bm; /* row slots: gate and up halves */
         *bn = d->bn;
     } else {
@@ -354,7 +377,7 @@ struct vk_pipe *vkmm_make_fast(struct vkmm *mm, enum quant_type type, enum vkmm_
         return vk_pipe_create(mm->d, name, s.code, s.bytes, 5, sizeof(struct vkmm_push), spec, 9,
                               err);
     }
-    const struct vkmm_dot_tile *d = id ? &t->dot_id : &t->dot;
+    const struct vkmm_dot_tile *d = id ? &t->dot_id : kind == VKMM_MM_DOT_S ? &t->dot_s : &t->dot;
     uint32_t spec[9] = {d->wg, d->bm, d->bn, d->tm, d->tn, id, id ? t->dot_lcap : 1, glu, d->nb};
     struct spv s = dot_spv(type);
     return vk_pipe_create(mm->d, name, s.code, s.bytes, 5, sizeof(struct vkmm_push), spec, 9, err);
@@ -469,6 +492,7 @@ int vkmm_configure(struct vkmm *mm, const char *spec, struct strata_error *err) 
         const char *slash = strchr(rest, '/');
         if (!parse_dot(rest, &t.dot) || (slash && !parse_dot(slash + 1, &t.dot_id)))
             return strata_error_set(err, STRATA_E_CONFIG, "vkmm: bad int-dot tile \"%s\"", rest);
+        t.dot_s_below = 0; /* the tile given, whatever the dispatch */
         set_lcaps(in, &t);
     } else if (rest) {
         uint32_t sg = in->subgroup_size ? in->subgroup_size : 32;

@@ -55,6 +55,7 @@ enum vkmm_kind {
     VKMM_MM_ID_DOT,  /* its expert-indexed form */
     VKMM_MM_COOP,    /* the tiled matmul on cooperative matrices (mm_coop.comp) */
     VKMM_MM_ID_COOP, /* its expert-indexed form */
+    VKMM_MM_DOT_S,   /* VKMM_MM_DOT on the smaller tile for a dispatch of few tiles */
     VKMM_KIND_COUNT,
 };
 
@@ -103,7 +104,9 @@ struct vkmm_tune {
     uint8_t path[QUANT_TYPE_COUNT]; /* enum vkmm_path of each type's tiled matmul */
     struct vkmm_coop_tile coop, coop_id; /* plain and expert-indexed coopmat tiles */
     struct vkmm_dot_tile dot, dot_id;    /* plain and expert-indexed integer-dot tiles */
-    uint32_t coop_lcap, dot_lcap;        /* mm_lcap of the coopmat and integer-dot forms */
+    struct vkmm_dot_tile dot_s;          /* the plain one for a dispatch of few tiles */
+    uint32_t dot_s_below;         /* a plain dispatch of fewer dot tiles takes dot_s (0: never) */
+    uint32_t coop_lcap, dot_lcap; /* mm_lcap of the coopmat and integer-dot forms */
 };
 
 struct vkmm {
@@ -147,7 +150,7 @@ enum vkmm_kind vkmm_tiled_kind(const struct vkmm_tune *t, enum quant_type type, 
  * fused gate + up form). */
 void vkmm_tile_shape(const struct vkmm_tune *t, enum vkmm_kind kind, bool glu, uint32_t *bm,
                      uint32_t *bn);
-/* Makes the pipeline of a VKMM_MM_DOT .. VKMM_MM_ID_COOP kind. */
+/* Makes the pipeline of a VKMM_MM_DOT .. VKMM_MM_DOT_S kind. */
 struct vk_pipe *vkmm_make_fast(struct vkmm *mm, enum quant_type type, enum vkmm_kind kind, bool glu,
                                struct strata_error *err);
 

@@ -865,6 +865,11 @@ START_TEST(test_paths) {
                   "configure: %s", err.message);
     ck_assert_int_eq(vkmm_tiled_kind(&g.mm->tune, t, false),
                      path == VKMM_PATH_DOT ? VKMM_MM_DOT : VKMM_MM_COOP);
+    if (path == VKMM_PATH_DOT) { /* the main tile: these small products would take dot_s */
+        struct vkmm_tune tu = g.mm->tune;
+        tu.dot_s_below = 0;
+        ck_assert_msg(vkmm_set_tune(g.mm, &tu, &err) == 0, "%s", err.message);
+    }
     ck_assert_msg(vkmm_prepare(g.mm, t, &err) == 0, "prepare: %s", err.message);
     cur_path = path;
     check_type_shapes(&g, t, true);
@@ -877,7 +882,8 @@ START_TEST(test_paths) {
 END_TEST
 
 /* Second shapes: integer dot on 32 x 32 tiles of 2 x 4 outputs a lane, one
- * block a K step, and, expert-indexed, 16 x 32 tiles of 2 x 8 (32 lanes)
+ * block a K step (128 x 64 of 8 x 4 for a dispatch of 1 or 2 tiles), and,
+ * expert-indexed, 16 x 32 tiles of 2 x 8 (32 lanes)
  * with K steps of 3 blocks (a last step part past the columns: 320 = 10
  * blocks, 512 = 16);
  * coopmat on 128 x 64 tiles of 4 x 2 subgroups (K steps of 32) and, expert-
@@ -903,6 +909,9 @@ START_TEST(test_path_tune) {
         if (path == VKMM_PATH_DOT) {
             tu.dot = (struct vkmm_dot_tile){128, 32, 32, 2, 4, 1};
             tu.dot_id = (struct vkmm_dot_tile){32, 16, 32, 2, 8, 3};
+            /* dispatches of 1 or 2 tiles take dot_s (8 x 4 a lane): rows 1 */
+            tu.dot_s = (struct vkmm_dot_tile){256, 128, 64, 8, 4, 1};
+            tu.dot_s_below = 3;
             tu.dot_lcap = 16;
             for (int i = 0; i < 4; i++)
                 tu.path[tt[i]] = vkmm_dot_type(tt[i]) ? VKMM_PATH_DOT : VKMM_PATH_F32;
