@@ -882,7 +882,7 @@ START_TEST(test_paths) {
 END_TEST
 
 /* Second shapes: integer dot on 32 x 32 tiles of 2 x 4 outputs a lane, one
- * block a K step (128 x 64 of 8 x 4 for a dispatch of 1 or 2 tiles), and,
+ * block a K step (128 x 128 of 8 x 4 for a dispatch of 1 or 2 tiles), and,
  * expert-indexed, 16 x 32 tiles of 2 x 8 (32 lanes)
  * with K steps of 3 blocks (a last step part past the columns: 320 = 10
  * blocks, 512 = 16);
@@ -909,8 +909,9 @@ START_TEST(test_path_tune) {
         if (path == VKMM_PATH_DOT) {
             tu.dot = (struct vkmm_dot_tile){128, 32, 32, 2, 4, 1};
             tu.dot_id = (struct vkmm_dot_tile){32, 16, 32, 2, 8, 3};
-            /* dispatches of 1 or 2 tiles take dot_s (8 x 4 a lane): rows 1 */
-            tu.dot_s = (struct vkmm_dot_tile){256, 128, 64, 8, 4, 1};
+            /* dispatches of 1 or 2 tiles take dot_s (rows 1): the NVIDIA
+             * tile's 512 lanes of 8 x 4, one block a step to fit 32 KB */
+            tu.dot_s = (struct vkmm_dot_tile){512, 128, 128, 8, 4, 1};
             tu.dot_s_below = 3;
             tu.dot_lcap = 16;
             for (int i = 0; i < 4; i++)
@@ -937,13 +938,16 @@ START_TEST(test_path_tune) {
     ck_assert_int_eq(vkmm_configure(g.mm, "int-dot:64x64x4x4x2x", &err), STRATA_E_CONFIG);
     if (!path_missing(vk_dev_info(g.d), VKMM_PATH_DOT)) { /* odd rows a lane: no gate/up split */
         ck_assert_int_eq(vkmm_configure(g.mm, "int-dot:48x64x3x4x2", &err), STRATA_E_INVALID);
-        /* 8 x 8 a lane (the NVIDIA tile's, with one block a K step to fit 32 KB) */
-        ck_assert_msg(vkmm_configure(g.mm, "int-dot:128x64x8x8x1/32x16x2x2x2", &err) == 0, "%s",
+        /* 8 x 8 a lane; expert-indexed the NVIDIA tile's 128 x 64 of 8 x 4
+         * (one block a K step to fit 32 KB) */
+        ck_assert_msg(vkmm_configure(g.mm, "int-dot:128x64x8x8x1/128x64x8x4x1", &err) == 0, "%s",
                       err.message);
         ck_assert_uint_eq(g.mm->tune.dot.wg, 128);
-        ck_assert_uint_eq(g.mm->tune.dot_id.nb, 2);
+        ck_assert_uint_eq(g.mm->tune.dot_id.wg, 256);
+        ck_assert_uint_eq(g.mm->tune.dot_s_below, 0);
         cur_path = VKMM_PATH_DOT;
         check_type_shapes(&g, QUANT_Q8_0, true);
+        check_experts(&g, QUANT_Q4_0);
         check_glu(&g, QUANT_Q4_0);
         cur_path = VKMM_PATH_F32;
     }
