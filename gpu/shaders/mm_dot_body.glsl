@@ -29,7 +29,7 @@
 // weight words and activations into registers before it computes step s and
 // writes them (converted) into the other buffer after, so the loads' latency
 // hides behind the dot products and one barrier a step remains. What each
-// choice gave is in gpu/vk-mm-coop.c (vkmm_tune_paths).
+// choice gave on an H100 is in gpu/vk-mm-coop.c (dot_tiles).
 layout(constant_id = 0) const uint WG = 256; // lanes: (BM / TM) * (BN / TN)
 layout(constant_id = 1) const uint BM = 128; // row slots per tile (GLU: BM / 2 rows)
 layout(constant_id = 2) const uint BN = 128; // tokens per tile
