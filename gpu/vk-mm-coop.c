@@ -21,7 +21,9 @@
  * 2,282: slower, so still forced only (vkmm_configure "coopmat"); a tile
  * that feeds the tensor cores faster is the work left. lavapipe has integer
  * dot products (emulated, not accelerated) and no cooperative matrix, so it
- * keeps the f32 tiles; the tests force each path it can run.
+ * keeps the f32 tiles; the tests force each path it can run. The integer-dot
+ * tiles were reworked since (dot_tiles below): 7B pp512 2,173 -> 2,812 on an
+ * H100.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,10 +175,26 @@ static uint64_t coop_bytes(const struct vkmm_coop_tile *c, uint32_t sg, bool glu
     return 2 * lds * (nm * c->bm + c->bn) + 4ull * (c->wg / sg) * 256 * nm;
 }
 
-/* Shared memory of mm_dot_body.glsl for the f32 tiles' shape. */
-static uint64_t dot_bytes(const struct vkmm_tune *t, bool glu) {
-    uint64_t nm = glu ? 2 : 1;
-    return 4 * (nm * 8 * (t->mm_bm + 1) + nm * 3 * t->mm_bm + 8 * (t->mm_bn + 1) + 2 * t->mm_bn);
+/* Shared memory of mm_dot_body.glsl's tile: two K steps, each nb blocks of
+ * 32 levels (two uvec4) and two floats (a scale and a min or second scale)
+ * per row slot and per token; besides the pick list. */
+static uint64_t dot_bytes(const struct vkmm_dot_tile *c) {
+    return 2ull * c->nb * (32 + 8) * (c->bm + c->bn);
+}
+
+/* Whether the shader can run the tile with a pick list of lcap: the lanes'
+ * grid covers it, the fused form splits a lane's row slots into gate and up
+ * halves (tm even), a lane stages at most 4 units of each side a step (the
+ * registers its prefetch holds), and shared memory holds it. */
+static bool dot_tile_ok(const struct vk_dev_info *in, const struct vkmm_dot_tile *c,
+                        uint32_t lcap) {
+    if (c->tm < 2 || c->tm % 2 || c->tn < 1 || c->tm * c->tn > 64 || c->bm % c->tm ||
+        c->bn % c->tn || c->nb < 1 || c->nb > 4 || lcap < 1)
+        return false;
+    const uint64_t wg = (uint64_t)(c->bm / c->tm) * (c->bn / c->tn);
+    return wg == c->wg && wg <= in->max_wg_invocations && (uint64_t)c->bm * c->nb <= 4 * wg &&
+           (uint64_t)c->bn * c->nb <= 4 * wg &&
+           dot_bytes(c) + 4ull * ((lcap + 3) / 4 * 4) + 16 + 64 <= in->max_shared_bytes;
 }
 
 /* The K step of a coopmat pipeline: the tile's, halved for the fused form
@@ -214,7 +232,56 @@ static uint32_t lcap_left(const struct vk_dev_info *in, uint64_t used, uint32_t 
 static void set_lcaps(const struct vk_dev_info *in, struct vkmm_tune *t) {
     uint32_t sg = in->subgroup_size ? in->subgroup_size : 32;
     t->coop_lcap = lcap_left(in, coop_bytes(&t->coop_id, sg, false, t->coop_id.bk), t->coop_id.wg);
-    t->dot_lcap = lcap_left(in, dot_bytes(t, true), t->mm_wg);
+    t->dot_lcap = lcap_left(in, dot_bytes(&t->dot_id), t->dot_id.wg);
+}
+
+/* Integer-dot tiles, the first of each list that fits the device. Measured
+ * on an H100 (two device calls of 2026-12-06, `gpu-bench MODEL -1 8 512 1 0
+ * 4300 PC int-dot:TILE`, pp512 tok/s, mm_dot_body.glsl of this tree against
+ * the 64x64 tiles of 4x4 a lane, one block a step and no prefetch it
+ * replaced, "before", in the same call):
+ *   7B Q4_0, plain tile (BMxBNxTMxTNxNB): before 2,172; 128x128x8x4x2 (512
+ *   lanes) 2,812; 128x128x8x8x2 2,770; 128x128x4x8x2 2,713; 128x128x8x8x1
+ *   2,542; 128x64x8x4x2 2,495; 64x64x4x4x2 2,410; 128x128x4x4x2 (1,024
+ *   lanes) 1,665: the wider lane tile and two blocks a step each pay, up to
+ *   the lanes a workgroup holds.
+ *   MoE 128 experts top-8 Q4_0, expert-indexed tile: 128x64x8x4x2 3,048;
+ *   64x64x4x4x2 2,904 (before 2,253); on 12 of its layers 64x32x4x4x2
+ *   10,917 against 64x64's 11,782: tiles of more tokens than an expert's
+ *   ~32 picks a chunk still win.
+ *   qwen3-0.6b Q8_0 (matrices of 1,024 to 3,072 rows): 128 x 128 tiles gave
+ *   13,847 against before's 15,013: a 1,024-row matrix of 512 tokens is 32
+ *   such tiles for 132 SMs. So a plain dispatch of fewer than 128 tiles
+ *   (the 7B's 4,096 rows give 32 x 4) takes the next tile of the list
+ *   (dot_s). */
+static const struct vkmm_dot_tile dot_tiles[] = {
+    {512, 128, 128, 8, 4, 2}, /* 40 KB: NVIDIA's 48 KB */
+    {256, 64, 64, 4, 4, 2},   /* 20 KB: lavapipe's 32 KB */
+    {128, 32, 32, 2, 4, 1},
+};
+static const struct vkmm_dot_tile dot_id_tiles[] = {
+    {256, 128, 64, 8, 4, 2}, /* 30 KB beside a pick list of 4,096 */
+    {256, 64, 64, 4, 4, 2},
+    {128, 32, 32, 2, 4, 1},
+};
+#define DOT_S_BELOW 128
+
+static void pick_dot(const struct vk_dev_info *in, struct vkmm_tune *t) {
+    const size_t n = sizeof dot_tiles / sizeof dot_tiles[0];
+    size_t i = 0;
+    while (i + 1 < n && !dot_tile_ok(in, &dot_tiles[i], 1))
+        i++;
+    t->dot = dot_tiles[i];
+    t->dot_s = dot_tiles[i + 1 < n && dot_tile_ok(in, &dot_tiles[i + 1], 1) ? i + 1 : i];
+    t->dot_s_below = DOT_S_BELOW;
+    t->dot_id = dot_id_tiles[sizeof dot_id_tiles / sizeof dot_id_tiles[0] - 1];
+    for (size_t k = 0; k < sizeof dot_id_tiles / sizeof dot_id_tiles[0]; k++) {
+        const struct vkmm_dot_tile *c = &dot_id_tiles[k];
+        if (dot_tile_ok(in, c, lcap_left(in, dot_bytes(c), c->wg))) {
+            t->dot_id = *c;
+            break;
+        }
+    }
 }
 
 /* Coopmat tiles: 4 subgroups in a 2 x 2 grid (128 lanes on NVIDIA), each
@@ -226,14 +293,17 @@ void vkmm_tune_paths(const struct vk_dev_info *in, struct vkmm_tune *t) {
     uint32_t sg = in->subgroup_size ? in->subgroup_size : 32;
     t->coop = (struct vkmm_coop_tile){4 * sg, 64, 64, 128, 2};
     t->coop_id = (struct vkmm_coop_tile){4 * sg, 64, 64, 64, 2};
+    pick_dot(in, t);
     set_lcaps(in, t);
     const bool coop_ok =
         coop_tile_ok(in, &t->coop, 1) && coop_tile_ok(in, &t->coop_id, t->coop_lcap);
+    const bool dot_ok = dot_tile_ok(in, &t->dot, 1) && dot_tile_ok(in, &t->dot_id, t->dot_lcap) &&
+                        dot_tile_ok(in, &t->dot_s, 1);
     for (int q = 0; q < QUANT_TYPE_COUNT; q++) {
         enum quant_type type = (enum quant_type)q;
         enum vkmm_path path = VKMM_PATH_F32;
         (void)coop_ok; /* coopmat: forced only (vkmm_configure), see above */
-        if (in->int_dot_accel && t->mm_bn <= t->mm_wg && vkmm_path_ok(in, type, VKMM_PATH_DOT))
+        if (in->int_dot_accel && dot_ok && vkmm_path_ok(in, type, VKMM_PATH_DOT))
             path = VKMM_PATH_DOT;
         t->path[q] = (uint8_t)path;
     }
@@ -250,8 +320,8 @@ bool vkmm_tune_paths_ok(const struct vk_dev_info *in, const struct vkmm_tune *t)
     if (any_coop &&
         (!coop_tile_ok(in, &t->coop, 1) || !coop_tile_ok(in, &t->coop_id, t->coop_lcap)))
         return false;
-    if (any_dot && (t->mm_bn > t->mm_wg || t->dot_lcap < 1 ||
-                    dot_bytes(t, true) + 4ull * t->dot_lcap + 64 > in->max_shared_bytes))
+    if (any_dot && (!dot_tile_ok(in, &t->dot, 1) || !dot_tile_ok(in, &t->dot_id, t->dot_lcap) ||
+                    !dot_tile_ok(in, &t->dot_s, 1)))
         return false;
     return true;
 }
@@ -267,11 +337,18 @@ enum vkmm_kind vkmm_tiled_kind(const struct vkmm_tune *t, enum quant_type type, 
     }
 }
 
-void vkmm_tile_shape(const struct vkmm_tune *t, enum vkmm_kind kind, uint32_t *bm, uint32_t *bn) {
+void vkmm_tile_shape(const struct vkmm_tune *t, enum vkmm_kind kind, bool glu, uint32_t *bm,
+                     uint32_t *bn) {
     const struct vkmm_coop_tile *c = kind == VKMM_MM_ID_COOP ? &t->coop_id : &t->coop;
+    const struct vkmm_dot_tile *d = kind == VKMM_MM_ID_DOT  ? &t->dot_id
+                                    : kind == VKMM_MM_DOT_S ? &t->dot_s
+                                                            : &t->dot;
     if (kind == VKMM_MM_COOP || kind == VKMM_MM_ID_COOP) {
         *bm = c->bm;
         *bn = c->bn;
+    } else if (kind == VKMM_MM_DOT || kind == VKMM_MM_ID_DOT || kind == VKMM_MM_DOT_S) {
+        *bm = glu ? d->bm / 2 : d->bm; /* row slots: gate and up halves */
+        *bn = d->bn;
     } else {
         *bm = t->mm_bm;
         *bn = t->mm_bn;
@@ -302,10 +379,10 @@ struct vk_pipe *vkmm_make_fast(struct vkmm *mm, enum quant_type type, enum vkmm_
         return vk_pipe_create(mm->d, name, s.code, s.bytes, 5, sizeof(struct vkmm_push), spec, 9,
                               err);
     }
-    uint32_t spec[8] = {t->mm_wg, t->mm_bm, t->mm_bn, t->mm_tm, t->mm_tn, id, id ? t->dot_lcap : 1,
-                        glu};
+    const struct vkmm_dot_tile *d = id ? &t->dot_id : kind == VKMM_MM_DOT_S ? &t->dot_s : &t->dot;
+    uint32_t spec[9] = {d->wg, d->bm, d->bn, d->tm, d->tn, id, id ? t->dot_lcap : 1, glu, d->nb};
     struct spv s = dot_spv(type);
-    return vk_pipe_create(mm->d, name, s.code, s.bytes, 5, sizeof(struct vkmm_push), spec, 8, err);
+    return vk_pipe_create(mm->d, name, s.code, s.bytes, 5, sizeof(struct vkmm_push), spec, 9, err);
 }
 
 /* "BMxBNxBKxSGM[xSGN]" -> a tile of SGM x SGN subgroups (SGN 2 when not
@@ -316,6 +393,17 @@ static bool parse_tile(const char *s, uint32_t sg, struct vkmm_coop_tile *c) {
     if (n < 4)
         return false;
     *c = (struct vkmm_coop_tile){sgm * sgn * sg, bm, bn, bk, sgm};
+    return true;
+}
+
+/* "BMxBNxTMxTNxNB" -> an integer-dot tile. */
+static bool parse_dot(const char *s, struct vkmm_dot_tile *c) {
+    unsigned bm, bn, tm, tn, nb;
+    int n = 0;
+    if (sscanf(s, "%ux%ux%ux%ux%u%n", &bm, &bn, &tm, &tn, &nb, &n) != 5 || (s[n] && s[n] != '/') ||
+        tm == 0 || tn == 0)
+        return false;
+    *c = (struct vkmm_dot_tile){(bm / tm) * (bn / tn), bm, bn, tm, tn, nb};
     return true;
 }
 
@@ -389,18 +477,26 @@ int vkmm_configure(struct vkmm *mm, const char *spec, struct strata_error *err) 
     const char *rest = NULL;
     if (strcmp(spec, "f32") == 0)
         want = VKMM_PATH_F32;
-    else if (strcmp(spec, "int-dot") == 0)
+    else if (strncmp(spec, "int-dot", 7) == 0 && (spec[7] == '\0' || spec[7] == ':')) {
         want = VKMM_PATH_DOT;
-    else if (strncmp(spec, "coopmat", 7) == 0 && (spec[7] == '\0' || spec[7] == ':')) {
+        rest = spec[7] == ':' ? spec + 8 : NULL;
+    } else if (strncmp(spec, "coopmat", 7) == 0 && (spec[7] == '\0' || spec[7] == ':')) {
         want = VKMM_PATH_COOP;
         rest = spec[7] == ':' ? spec + 8 : NULL;
     } else {
         return strata_error_set(err, STRATA_E_CONFIG,
-                                "vkmm: prefill matmul \"%s\": expected auto, f32, int-dot or "
+                                "vkmm: prefill matmul \"%s\": expected auto, f32, "
+                                "int-dot[:BMxBNxTMxTNxNB[/BMxBNxTMxTNxNB]] or "
                                 "coopmat[:BMxBNxBKxSGM[xSGN][/BMxBNxBKxSGM[xSGN]]]",
                                 spec);
     }
-    if (rest) {
+    if (rest && want == VKMM_PATH_DOT) { /* "int-dot:PLAIN[/EXPERT-INDEXED]" */
+        const char *slash = strchr(rest, '/');
+        if (!parse_dot(rest, &t.dot) || (slash && !parse_dot(slash + 1, &t.dot_id)))
+            return strata_error_set(err, STRATA_E_CONFIG, "vkmm: bad int-dot tile \"%s\"", rest);
+        t.dot_s_below = 0; /* the tile given, whatever the dispatch */
+        set_lcaps(in, &t);
+    } else if (rest) {
         uint32_t sg = in->subgroup_size ? in->subgroup_size : 32;
         const char *slash = strchr(rest, '/');
         if (!parse_tile(rest, sg, &t.coop) || (slash && !parse_tile(slash + 1, sg, &t.coop_id)))

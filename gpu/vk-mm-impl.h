@@ -55,6 +55,7 @@ enum vkmm_kind {
     VKMM_MM_ID_DOT,  /* its expert-indexed form */
     VKMM_MM_COOP,    /* the tiled matmul on cooperative matrices (mm_coop.comp) */
     VKMM_MM_ID_COOP, /* its expert-indexed form */
+    VKMM_MM_DOT_S,   /* VKMM_MM_DOT on the smaller tile for a dispatch of few tiles */
     VKMM_KIND_COUNT,
 };
 
@@ -73,6 +74,13 @@ enum vkmm_path {
  * sgm x (the rest) grid over bm rows x bn tokens, K steps of bk. */
 struct vkmm_coop_tile {
     uint32_t wg, bm, bn, bk, sgm;
+};
+
+/* An integer-dot tile (mm_dot_body.glsl): bm row slots (the fused form: bm
+ * / 2 rows of gate and of up) x bn tokens, tm x tn a lane, so wg = (bm / tm)
+ * * (bn / tn) lanes; K steps of nb q8 blocks (32 elements each). */
+struct vkmm_dot_tile {
+    uint32_t wg, bm, bn, tm, tn, nb;
 };
 
 #define VKMM_MV_MAX_TOK 8 /* tokens of one matvec pass; above: the tiled matmul_id */
@@ -95,7 +103,10 @@ struct vkmm_tune {
     uint32_t mm_lcap;               /* picks an expert-indexed matmul workgroup lists at once */
     uint8_t path[QUANT_TYPE_COUNT]; /* enum vkmm_path of each type's tiled matmul */
     struct vkmm_coop_tile coop, coop_id; /* plain and expert-indexed coopmat tiles */
-    uint32_t coop_lcap, dot_lcap;        /* mm_lcap of the coopmat and integer-dot forms */
+    struct vkmm_dot_tile dot, dot_id;    /* plain and expert-indexed integer-dot tiles */
+    struct vkmm_dot_tile dot_s;          /* the plain one for a dispatch of few tiles */
+    uint32_t dot_s_below;         /* a plain dispatch of fewer dot tiles takes dot_s (0: never) */
+    uint32_t coop_lcap, dot_lcap; /* mm_lcap of the coopmat and integer-dot forms */
 };
 
 struct vkmm {
@@ -135,9 +146,11 @@ void vkmm_tune_paths(const struct vk_dev_info *in, struct vkmm_tune *t);
 bool vkmm_tune_paths_ok(const struct vk_dev_info *in, const struct vkmm_tune *t);
 /* The tiled kind (plain or expert-indexed) of `type` under the tuning. */
 enum vkmm_kind vkmm_tiled_kind(const struct vkmm_tune *t, enum quant_type type, bool id);
-/* Rows and tokens of one workgroup's tile of a tiled kind. */
-void vkmm_tile_shape(const struct vkmm_tune *t, enum vkmm_kind kind, uint32_t *bm, uint32_t *bn);
-/* Makes the pipeline of a VKMM_MM_DOT .. VKMM_MM_ID_COOP kind. */
+/* Output rows and tokens of one workgroup's tile of a tiled kind (glu: its
+ * fused gate + up form). */
+void vkmm_tile_shape(const struct vkmm_tune *t, enum vkmm_kind kind, bool glu, uint32_t *bm,
+                     uint32_t *bn);
+/* Makes the pipeline of a VKMM_MM_DOT .. VKMM_MM_DOT_S kind. */
 struct vk_pipe *vkmm_make_fast(struct vkmm *mm, enum quant_type type, enum vkmm_kind kind, bool glu,
                                struct strata_error *err);
 

@@ -143,13 +143,19 @@ static void record_rows(struct vkmm *mm, const struct rec_call *c, struct vk_bin
                    VKMM_MV_CHUNK_TOK);
         return;
     }
-    const enum vkmm_kind kind = vkmm_tiled_kind(t, c->type, false);
+    enum vkmm_kind kind = vkmm_tiled_kind(t, c->type, false);
+    uint32_t bm, bn;
+    vkmm_tile_shape(t, kind, c->glu, &bm, &bn);
+    uint64_t bx = (pu->n_rows + bm - 1) / bm, by = (pu->n_tok + bn - 1) / bn;
+    if (kind == VKMM_MM_DOT && bx * by < t->dot_s_below) { /* too few tiles to fill the GPU */
+        kind = VKMM_MM_DOT_S;
+        vkmm_tile_shape(t, kind, c->glu, &bm, &bn);
+        bx = (pu->n_rows + bm - 1) / bm;
+        by = (pu->n_tok + bn - 1) / bn;
+    }
     struct vk_pipe *p = pipe_or_latch(mm, c->type, kind, c->glu, 0);
     if (!p)
         return;
-    uint32_t bm, bn;
-    vkmm_tile_shape(t, kind, &bm, &bn);
-    uint64_t bx = (pu->n_rows + bm - 1) / bm, by = (pu->n_tok + bn - 1) / bn;
     if (bx > mm->info->max_wg_count[0] || by > mm->info->max_wg_count[1]) {
         vkmm_latch(mm, STRATA_E_RANGE,
                    "vkmm: %u rows x %u tokens exceed the device's workgroup counts", pu->n_rows,
@@ -242,7 +248,7 @@ static void matmul_id(struct vkmm *mm, const struct vk_wmat *g, const struct vk_
     uint32_t gx, gy;
     if (tiled) {
         uint32_t bm, bn;
-        vkmm_tile_shape(&mm->tune, kind, &bm, &bn);
+        vkmm_tile_shape(&mm->tune, kind, glu, &bm, &bn);
         gx = (uint32_t)((er + bm - 1) / bm);
         gy = 1;
         if (gx > mm->info->max_wg_count[0]) {

@@ -265,9 +265,9 @@ bool vkmm_supports(enum quant_type type, int64_t n_cols) {
 }
 
 const char *vkmm_kind_name(enum vkmm_kind k) {
-    static const char *names[VKMM_KIND_COUNT] = {"mv1",       "mv2",     "mv4",       "mv8",
-                                                 "mv_id",     "mm",      "mm_id",     "mm_dot",
-                                                 "mm_id_dot", "mm_coop", "mm_id_coop"};
+    static const char *names[VKMM_KIND_COUNT] = {"mv1",       "mv2",     "mv4",        "mv8",
+                                                 "mv_id",     "mm",      "mm_id",      "mm_dot",
+                                                 "mm_id_dot", "mm_coop", "mm_id_coop", "mm_dot_s"};
     return names[k];
 }
 
@@ -327,7 +327,8 @@ int vkmm_prepare(struct vkmm *mm, enum quant_type type, struct strata_error *err
     const enum vkmm_kind tiled[2] = {vkmm_tiled_kind(&mm->tune, type, false),
                                      vkmm_tiled_kind(&mm->tune, type, true)};
     for (int k = 0; k < VKMM_KIND_COUNT; k++) {
-        if (k >= VKMM_MM && k != (int)tiled[0] && k != (int)tiled[1])
+        const bool small = k == VKMM_MM_DOT_S && tiled[0] == VKMM_MM_DOT && mm->tune.dot_s_below;
+        if (k >= VKMM_MM && k != (int)tiled[0] && k != (int)tiled[1] && !small)
             continue;
         for (int g = 0; g < 2; g++)
             if (!vkmm_pipe(mm, type, (enum vkmm_kind)k, g, 0, err))

@@ -33,6 +33,7 @@ layout(constant_id = 7) const uint GLU = 0;  // 1: silu(gate) * up, up in bindin
 layout(local_size_x_id = 0) in;
 
 const uint BK = 32u;
+const uint TILE_ROWS = BM; // output rows of a tile (mm_tiles.glsl)
 shared float sa[BK * (BM + 1u)];
 shared float sb[BK * (BN + 1u)];
 shared float sa2[GLU != 0u ? BK * (BM + 1u) : 1u];

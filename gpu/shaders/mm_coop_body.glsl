@@ -37,6 +37,7 @@ const uint CM = WM / 16u, CN = WN / 16u; // its fragments
 const uint NM = GLU != 0u ? 2u : 1u;     // matrices
 const uint LDS = BK + 8u;                // halves per shared row
 const uint BK4 = BK / 4u;
+const uint TILE_ROWS = BM; // output rows of a tile (mm_tiles.glsl)
 // Every shared array is a whole number of 16-byte units (the unused second
 // weight tile 8 halves, not 1; mm_tiles.glsl's pick list and counter
 // likewise), so wherever the driver places them each starts 16-byte

@@ -2,7 +2,8 @@
 // tiles; mm_coop_body.glsl: cooperative matrix; mm_dot_body.glsl: integer
 // dot) share: a tile's columns as tokens or as the listed picks of one
 // expert, and main() over the tiles. Included after the
-// body has declared WG, BN, ID and LCAP; the body defines tile() after it.
+// body has declared WG, BN, ID, LCAP and TILE_ROWS (output rows a tile);
+// the body defines tile() after it.
 //
 // Expert-indexed (ID = 1): workgroup (row tile, expert e0 + gl_WorkGroupID.y)
 // lists the pairs that picked its expert (a scan of sel in windows of LCAP
@@ -32,7 +33,7 @@ bool tok_rows(uint t0, uint cnt, uint n, out uint xr, out uint yr) {
 void tile(uint wb, uint wb2, uint r0, uint t0, uint cnt);
 
 void main() {
-    const uint r0 = gl_WorkGroupID.x * BM;
+    const uint r0 = gl_WorkGroupID.x * TILE_ROWS;
     if (ID == 0u) {
         tile(p.w_base, p.w_base2, r0, gl_WorkGroupID.y * BN, 0u);
         return;

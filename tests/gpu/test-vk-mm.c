@@ -865,6 +865,11 @@ START_TEST(test_paths) {
                   "configure: %s", err.message);
     ck_assert_int_eq(vkmm_tiled_kind(&g.mm->tune, t, false),
                      path == VKMM_PATH_DOT ? VKMM_MM_DOT : VKMM_MM_COOP);
+    if (path == VKMM_PATH_DOT) { /* the main tile: these small products would take dot_s */
+        struct vkmm_tune tu = g.mm->tune;
+        tu.dot_s_below = 0;
+        ck_assert_msg(vkmm_set_tune(g.mm, &tu, &err) == 0, "%s", err.message);
+    }
     ck_assert_msg(vkmm_prepare(g.mm, t, &err) == 0, "prepare: %s", err.message);
     cur_path = path;
     check_type_shapes(&g, t, true);
@@ -876,7 +881,11 @@ START_TEST(test_paths) {
 }
 END_TEST
 
-/* Second shapes: integer dot on 32 x 32 tiles of 2 x 4 outputs a lane;
+/* Second shapes: integer dot on 32 x 32 tiles of 2 x 4 outputs a lane, one
+ * block a K step (128 x 128 of 8 x 4 for a dispatch of 1 or 2 tiles), and,
+ * expert-indexed, 16 x 32 tiles of 2 x 8 (32 lanes)
+ * with K steps of 3 blocks (a last step part past the columns: 320 = 10
+ * blocks, 512 = 16);
  * coopmat on 128 x 64 tiles of 4 x 2 subgroups (K steps of 32) and, expert-
  * indexed, 32 x 32 tiles of 1 x 2 subgroups (K steps of 16); pick lists of
  * 16 / 32 (several windows). */
@@ -898,11 +907,12 @@ START_TEST(test_path_tune) {
                           "configure: %s", err.message);
         struct vkmm_tune tu = g.mm->tune;
         if (path == VKMM_PATH_DOT) {
-            tu.mm_wg = 128;
-            tu.mm_bm = 32;
-            tu.mm_bn = 32;
-            tu.mm_tm = 2;
-            tu.mm_tn = 4;
+            tu.dot = (struct vkmm_dot_tile){128, 32, 32, 2, 4, 1};
+            tu.dot_id = (struct vkmm_dot_tile){32, 16, 32, 2, 8, 3};
+            /* dispatches of 1 or 2 tiles take dot_s (rows 1): the NVIDIA
+             * tile's 512 lanes of 8 x 4, one block a step to fit 32 KB */
+            tu.dot_s = (struct vkmm_dot_tile){512, 128, 128, 8, 4, 1};
+            tu.dot_s_below = 3;
             tu.dot_lcap = 16;
             for (int i = 0; i < 4; i++)
                 tu.path[tt[i]] = vkmm_dot_type(tt[i]) ? VKMM_PATH_DOT : VKMM_PATH_F32;
@@ -924,6 +934,23 @@ START_TEST(test_path_tune) {
     struct gpu g = gpu_open();
     ck_assert_int_eq(vkmm_configure(g.mm, "tensor", &err), STRATA_E_CONFIG);
     ck_assert_int_eq(vkmm_configure(g.mm, "coopmat:64x64", &err), STRATA_E_CONFIG);
+    ck_assert_int_eq(vkmm_configure(g.mm, "int-dot:64x64", &err), STRATA_E_CONFIG);
+    ck_assert_int_eq(vkmm_configure(g.mm, "int-dot:64x64x4x4x2x", &err), STRATA_E_CONFIG);
+    if (!path_missing(vk_dev_info(g.d), VKMM_PATH_DOT)) { /* odd rows a lane: no gate/up split */
+        ck_assert_int_eq(vkmm_configure(g.mm, "int-dot:48x64x3x4x2", &err), STRATA_E_INVALID);
+        /* 8 x 8 a lane; expert-indexed the NVIDIA tile's 128 x 64 of 8 x 4
+         * (one block a K step to fit 32 KB) */
+        ck_assert_msg(vkmm_configure(g.mm, "int-dot:128x64x8x8x1/128x64x8x4x1", &err) == 0, "%s",
+                      err.message);
+        ck_assert_uint_eq(g.mm->tune.dot.wg, 128);
+        ck_assert_uint_eq(g.mm->tune.dot_id.wg, 256);
+        ck_assert_uint_eq(g.mm->tune.dot_s_below, 0);
+        cur_path = VKMM_PATH_DOT;
+        check_type_shapes(&g, QUANT_Q8_0, true);
+        check_experts(&g, QUANT_Q4_0);
+        check_glu(&g, QUANT_Q4_0);
+        cur_path = VKMM_PATH_F32;
+    }
     if (path_missing(vk_dev_info(g.d), VKMM_PATH_COOP))
         ck_assert_int_eq(vkmm_configure(g.mm, "coopmat", &err), STRATA_E_UNSUPPORTED);
     else /* a tile the subgroup grid cannot cover */
