@@ -3,7 +3,6 @@
 #include "engine/backend/backend-split.h"
 
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -165,13 +164,12 @@ static struct backend_mat mat_on(const struct backend_mat *m, int s) {
     return r;
 }
 
-/* The side of a weight by its tensor name and use (backend-split.h). */
+/* The side of a weight by its layer and use (backend-split.h). The layer
+ * travels in the descriptor (in_layer), never parsed out of a name: the
+ * model names a layer's tensors without their "blk.N." prefix. */
 static int weight_side(const struct split_ctx *c, const struct backend_weight_desc *d) {
-    int layer;
     if (d->in_layer)
         return d->layer < c->n_lo ? SIDE_LO : SIDE_HI;
-    if (d->name && sscanf(d->name, "blk.%d.", &layer) == 1) /* a caller naming it whole */
-        return layer < c->n_lo ? SIDE_LO : SIDE_HI;
     if (d->use == BACKEND_USE_VEC)
         return SIDE_BOTH;
     return d->use == BACKEND_USE_ROWS ? SIDE_LO : SIDE_HI;

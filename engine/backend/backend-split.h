@@ -9,7 +9,7 @@
  *   backend_free(be);                     // frees both
  *
  * Where things run: a weight is bound on the side of its layer
- * (backend_weight_desc.layer; else a "blk.N." prefix of its name); token_embd's rows (embed) on lo,
+ * (backend_weight_desc.layer, where in_layer); token_embd's rows (embed) on lo,
  * the side of layer 0; the other matrices outside a layer (output, a tied output's token_embd) on
  * hi, the side of the last layer, so the logits come from hi and only the hidden state crosses;
  * vectors outside a layer (output_norm, rope_freqs) on both. An op with a weight runs on that
