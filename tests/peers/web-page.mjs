@@ -89,8 +89,18 @@ async function withKey(port) {
         /text\/html/.test(resp.headers()["content-type"]), String(resp.status()));
   check("GET / has a CSP", /script-src 'self'/.test(resp.headers()["content-security-policy"] || ""));
   await page.waitForSelector("#key-dialog[open]", { timeout: 10000 });
-  // the 401s before the key are expected console noise of fetch: start counting after
+  // the 401s before the key are expected console noise of fetch: start counting after.
+  // A refresh sent just before the key can still come back 401 after this point (the
+  // ASan daemon of a fresh-clone run answered one late, 2026-12-06), so a console 401
+  // is judged by its request instead: a 401 to a request that carried the key fails
+  // below, and requests without it after the key are counted by "API calls after the
+  // key carry it".
   errors.length = 0;
+  const keyed401 = [];
+  page.on("response", (r) => {
+    if (r.status() === 401 && r.request().headers()["authorization"])
+      keyed401.push(new URL(r.url()).pathname);
+  });
   await page.fill("#key", KEY);
   await page.click("#key-ok");
   // one refresh fills f-isa from /status, then f-requests from /metrics: wait for both
@@ -174,7 +184,10 @@ async function withKey(port) {
   const unauthed = apiCalls.filter((c, i) => i > 1 && c.auth !== `Bearer ${KEY}`);
   check("API calls after the key carry it", apiCalls.length > 4 && unauthed.length <= 2,
         JSON.stringify(unauthed.slice(0, 4)));
-  check("no console errors", errors.length === 0, JSON.stringify(errors.slice(0, 5)));
+  check("no 401 to a request carrying the key", keyed401.length === 0, JSON.stringify(keyed401));
+  const others = errors.filter((e) => !/status of 401 \(Unauthorized\)/.test(e));
+  check("no console errors (but the 401s of requests sent before the key)", others.length === 0,
+        JSON.stringify(others.slice(0, 5)));
 
   const dir = process.env.STRATA_TEST_OUT || mkdtempSync(join(tmpdir(), "strata-web-"));
   mkdirSync(dir, { recursive: true });
