@@ -11,8 +11,6 @@
  *   the same, then rmsnorm(x -> y)           and its last workgroup writes
  *                                            y (vkmm_matmul_acc_norm)
  *   moe_ffn(-> t), add(x, t)                 the weighted sum adds into x too
- *                                            (and normalises it, when a norm
- *                                            of x follows)
  *   [rmsnorm(q), rmsnorm(k),] rope(q),       vkops_rope_kv
  *     rope(k), kv_write(k, v)
  *
@@ -82,26 +80,19 @@ static void rope_now(struct bvk_ctx *c, struct backend_tensor *x, int n_tok, int
     vkops_rope(c->ops, bvk_bind(x), n_tok, n_head, head_dim, bvk_bind(pos), &r);
 }
 
-/* The weighted sum of moe_ffn's picks (c->moe_d) into out, with res also
- * into res (the residual add after it), and with n (a held norm of res)
- * the RMSNorm of res after that into n's output. */
+/* The weighted sum of moe_ffn's picks (c->moe_d) into out, and with res
+ * also into res (the residual add after it). */
 static void moe_sum_now(struct bvk_ctx *c, const struct bvk_pend *p,
-                        const struct backend_tensor *res, const struct bvk_pend *n) {
+                        const struct backend_tensor *res) {
     if (!bvk_rec_raw(c))
         return;
-    const struct bvk_moe_sum_push pc = {(uint32_t)p->moe.n_tok,  (uint32_t)p->moe.k,
+    const struct bvk_moe_sum_push pc = {(uint32_t)p->moe.n_tok, (uint32_t)p->moe.k,
                                         (uint32_t)p->moe.n_embd, p->moe.accumulate ? 1u : 0u,
-                                        res ? 1u : 0u,           n ? 1u : 0u,
-                                        n ? n->norm.eps : 0.0f};
-    const struct vk_bind out = bvk_bind(p->moe.out);
-    const struct vk_bind b[7] = {out,
+                                        res ? 1u : 0u};
+    const struct vk_bind b[4] = {bvk_bind(p->moe.out),
                                  {c->moe_d, 0, 0},
                                  bvk_bind(p->moe.sel_w),
-                                 res ? bvk_bind(res) : out,
-                                 n ? bvk_vec_bind(n->norm.w) : out,
-                                 n ? bvk_bind(n->norm.y) : out,
-                                 c->norm_cnt ? (struct vk_bind){c->norm_cnt, 0, BVK_CNT_BYTES}
-                                             : out};
+                                 res ? bvk_bind(res) : bvk_bind(p->moe.out)};
     vk_dispatch(c->dev, c->moe_sum, b, &pc, (uint32_t)((p->moe.n_embd + 63) / 64),
                 (uint32_t)p->moe.n_tok, 1);
 }
@@ -120,10 +111,7 @@ static void pend_now(struct bvk_ctx *c, const struct bvk_pend *p) {
                  &p->rope.cfg);
         break;
     case BVK_PEND_MOE_SUM:
-        moe_sum_now(c, p, NULL, NULL);
-        break;
-    case BVK_PEND_MOE_ACC:
-        moe_sum_now(c, p, p->acc_res, NULL);
+        moe_sum_now(c, p, NULL);
         break;
     case BVK_PEND_ACC:
         if (bvk_rec_raw(c))
@@ -195,16 +183,6 @@ void bvk_rmsnorm(void *ctx, const struct backend_tensor *x, const struct backend
             vkmm_matmul_acc_norm(c->mm, &bvk_w(h.mm.jobs[0].w.w)->mat, bvk_bind(h.mm.x),
                                  bvk_bind(h.mm.jobs[0].y), n_rows, bvk_bind(x), bvk_vec_bind(w),
                                  bvk_bind(y), eps);
-        return;
-    }
-    if (pend_is(c, 1, BVK_PEND_MOE_ACC) && a->acc_res == x && w && y != x && y != a->moe.out &&
-        y != a->moe.sel_w && a->moe.n_tok == n_rows && a->moe.n_embd == n_cols && !c->err_code) {
-        /* x += the weighted sum, then y = rmsnorm(x) * w, in its dispatch
-         * (y may be the MoE's input: the sum reads only the picks' rows) */
-        const struct bvk_pend h = *a;
-        const struct bvk_pend n = {.kind = BVK_PEND_NORM, .norm = {x, w, y, n_rows, n_cols, eps}};
-        c->n_pend = 0;
-        moe_sum_now(c, &h, x, &n);
         return;
     }
     /* a per-head q or k norm in place: a rope and kv_write may follow */
@@ -303,13 +281,8 @@ void bvk_add(void *ctx, struct backend_tensor *x, const struct backend_tensor *y
     }
     if (pend_is(c, 1, BVK_PEND_MOE_SUM) && p->moe.out == y && p->moe.n_tok == n_rows &&
         p->moe.n_embd == n_cols && x != y && x != p->moe.x && x != p->moe.sel_w && !c->err_code) {
-        if ((c->fuse & BACKEND_VK_FUSE_NORM) && c->norm_cnt && vkmm_acc_ok(n_rows)) {
-            c->pend[0].kind = BVK_PEND_MOE_ACC; /* held while an RMSNorm of x may follow */
-            c->pend[0].acc_res = x;
-            return;
-        }
         c->n_pend = 0;
-        moe_sum_now(c, p, x, NULL);
+        moe_sum_now(c, p, x);
         return;
     }
     if (bvk_rec(c))
@@ -327,7 +300,7 @@ void bvk_moe_sum(struct bvk_ctx *c, const struct backend_moe *m) {
     p.moe.n_embd = m->n_embd;
     p.moe.accumulate = m->accumulate;
     if (!(c->fuse & BACKEND_VK_FUSE_ACC) || c->err_code) {
-        moe_sum_now(c, &p, NULL, NULL);
+        moe_sum_now(c, &p, NULL);
         return;
     }
     c->pend[0] = p;

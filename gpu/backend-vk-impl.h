@@ -60,13 +60,11 @@ struct bvk_read {
 struct bvk_kv; /* the KV store (backend-vk-kv.c) */
 
 /* be_moe_sum.comp's push block: n_tok @0, k @4, n_embd @8, accumulate @12,
- * resid @16, norm @20, eps @24 */
+ * resid @16 */
 struct bvk_moe_sum_push {
-    uint32_t n_tok, k, n_embd, accumulate, resid, norm;
-    float eps;
+    uint32_t n_tok, k, n_embd, accumulate, resid;
 };
-_Static_assert(sizeof(struct bvk_moe_sum_push) == 28, "be_moe_sum push constants");
-#define BVK_CNT_BYTES 256 /* be_moe_sum.comp's norm counter */
+_Static_assert(sizeof(struct bvk_moe_sum_push) == 20, "be_moe_sum push constants");
 
 /* An op held back because the next one may complete a fused pattern
  * (backend-vk-fuse.c); the fields of its kind are set. */
@@ -76,7 +74,6 @@ enum bvk_pend_kind {
     BVK_PEND_ROPE,     /* rope */
     BVK_PEND_MOE_SUM,  /* moe_ffn's weighted sum (its matmuls are recorded) */
     BVK_PEND_ACC,      /* a matmul (mm, one job) whose add into acc_res came: a norm may follow */
-    BVK_PEND_MOE_ACC,  /* a weighted sum (moe) whose add into acc_res came: the same */
 };
 struct bvk_pend {
     enum bvk_pend_kind kind;
@@ -116,7 +113,6 @@ struct bvk_ctx {
     struct vkops *ops;
     struct backend_vk_params params;
     struct vk_pipe *moe_sum; /* the routed experts' weighted sum (be_moe_sum.comp) */
-    struct vk_buf *norm_cnt; /* its norm tail's counter (BVK_CNT_BYTES, zero), or NULL */
     unsigned fuse;           /* BACKEND_VK_FUSE_* of params */
     /* the step */
     bool in_step;

@@ -555,7 +555,6 @@ static void bvk_free(void *ctx) {
         vk_buf_free(c->dev, c->moe_u);
         vk_buf_free(c->dev, c->moe_d);
         vk_pipe_free(c->dev, c->moe_sum);
-        vk_buf_free(c->dev, c->norm_cnt);
         vkops_free(c->ops);
         vkmm_free(c->mm);
         vk_dev_close(c->dev);
@@ -620,17 +619,9 @@ struct backend *backend_vk_init(const struct backend_vk_params *p, struct strata
         vkmm_init(c->dev, &c->mm, err) || vkmm_configure(c->mm, p ? p->mm_path : NULL, err) ||
         vkops_init(c->dev, &c->ops, err))
         goto fail;
-    if (!(c->moe_sum = vk_pipe_create(c->dev, "moe_sum", spv_moe_sum, sizeof spv_moe_sum, 7,
+    if (!(c->moe_sum = vk_pipe_create(c->dev, "moe_sum", spv_moe_sum, sizeof spv_moe_sum, 4,
                                       sizeof(struct bvk_moe_sum_push), NULL, 0, err)))
         goto fail;
-    /* the weighted sum's norm counter: without it the norm after a MoE
-     * layer is its own dispatch */
-    struct strata_error ce = {0};
-    c->norm_cnt = vk_buf_alloc(c->dev, BVK_CNT_BYTES, VK_MEM_DEVICE, &ce);
-    if (c->norm_cnt && vk_buf_fill(c->dev, c->norm_cnt, 0, BVK_CNT_BYTES, 0, &ce)) {
-        vk_buf_free(c->dev, c->norm_cnt);
-        c->norm_cnt = NULL;
-    }
     vk_prof_enable(c->dev, c->params.profile);
     vk_dev_set_budget(c->dev, c->params.mem_budget);
     be->ops = &bvk_ops;
