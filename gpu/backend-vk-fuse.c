@@ -8,8 +8,6 @@
  *   matmul(gate, up), swiglu                 one fused gate+up+SwiGLU matvec
  *   matmul(a, one job -> t), add(x, t)       the matvec adds into x too
  *                                            (vkmm_matmul_acc)
- *   the same, then rmsnorm(x -> y)           and its last workgroup writes
- *                                            y (vkmm_matmul_acc_norm)
  *   moe_ffn(-> t), add(x, t)                 the weighted sum adds into x too
  *   [rmsnorm(q), rmsnorm(k),] rope(q),       vkops_rope_kv
  *     rope(k), kv_write(k, v)
@@ -113,11 +111,6 @@ static void pend_now(struct bvk_ctx *c, const struct bvk_pend *p) {
     case BVK_PEND_MOE_SUM:
         moe_sum_now(c, p, NULL);
         break;
-    case BVK_PEND_ACC:
-        if (bvk_rec_raw(c))
-            vkmm_matmul_acc(c->mm, &bvk_w(p->mm.jobs[0].w.w)->mat, bvk_bind(p->mm.x),
-                            bvk_bind(p->mm.jobs[0].y), p->mm.n_rows, bvk_bind(p->acc_res));
-        break;
     }
 }
 
@@ -172,19 +165,6 @@ void bvk_rmsnorm(void *ctx, const struct backend_tensor *x, const struct backend
     struct bvk_ctx *c = ctx;
     bvk_fits(x, n_rows, n_cols);
     bvk_fits(y, n_rows, n_cols);
-    const struct bvk_pend *a = &c->pend[0];
-    if (pend_is(c, 1, BVK_PEND_ACC) && a->acc_res == x && w && y != x && y != a->mm.x &&
-        y != a->mm.jobs[0].y && a->mm.n_rows == n_rows &&
-        bvk_w(a->mm.jobs[0].w.w)->n_rows == n_cols && !c->err_code) {
-        /* x += W a, then y = rmsnorm(x) * w, in the matvec's dispatch */
-        const struct bvk_pend h = *a;
-        c->n_pend = 0;
-        if (bvk_rec_raw(c))
-            vkmm_matmul_acc_norm(c->mm, &bvk_w(h.mm.jobs[0].w.w)->mat, bvk_bind(h.mm.x),
-                                 bvk_bind(h.mm.jobs[0].y), n_rows, bvk_bind(x), bvk_vec_bind(w),
-                                 bvk_bind(y), eps);
-        return;
-    }
     /* a per-head q or k norm in place: a rope and kv_write may follow */
     const bool held =
         w && x == y && (c->fuse & BACKEND_VK_FUSE_ROPE) &&
@@ -264,14 +244,7 @@ void bvk_add(void *ctx, struct backend_tensor *x, const struct backend_tensor *y
     if (pend_is(c, 1, BVK_PEND_MATMUL) && p->mm.n_jobs == 1 && !p->norm.x && p->mm.jobs[0].y == y &&
         p->mm.n_rows == n_rows && bvk_w(p->mm.jobs[0].w.w)->n_rows == n_cols && x != y &&
         x != p->mm.x && !c->err_code) {
-        /* x += W a inside the matvec (which still writes y = W a); held
-         * while an RMSNorm of x may follow (bvk_rmsnorm) */
-        if ((c->fuse & BACKEND_VK_FUSE_NORM) &&
-            vkmm_acc_norm_ok(c->mm, &bvk_w(p->mm.jobs[0].w.w)->mat, n_rows)) {
-            c->pend[0].kind = BVK_PEND_ACC;
-            c->pend[0].acc_res = x;
-            return;
-        }
+        /* x += W a inside the matvec (which still writes y = W a) */
         c->n_pend = 0;
         if (!bvk_rec_raw(c))
             return;

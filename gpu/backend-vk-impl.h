@@ -73,7 +73,6 @@ enum bvk_pend_kind {
     BVK_PEND_MATMUL,   /* matmul (a gate+up pair, or one job) */
     BVK_PEND_ROPE,     /* rope */
     BVK_PEND_MOE_SUM,  /* moe_ffn's weighted sum (its matmuls are recorded) */
-    BVK_PEND_ACC,      /* a matmul (mm, one job) whose add into acc_res came: a norm may follow */
 };
 struct bvk_pend {
     enum bvk_pend_kind kind;
@@ -96,7 +95,6 @@ struct bvk_pend {
         int n_tok, n_head, head_dim;
         struct backend_rope cfg;
     } rope;
-    struct backend_tensor *acc_res; /* BVK_PEND_ACC: the residual the matvec adds into */
     struct {
         const struct backend_tensor *x, *sel_w;
         struct backend_tensor *out;

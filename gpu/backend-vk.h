@@ -85,8 +85,7 @@ struct backend_vk_params {
 
 #define BACKEND_VK_FUSE_ACC 1u  /* a residual add into the matvec (MoE sum) it adds */
 #define BACKEND_VK_FUSE_ROPE 2u /* q/k norms, ropes and the KV write: one dispatch */
-#define BACKEND_VK_FUSE_NORM 4u /* with ACC: the RMSNorm after that add, in the matvec too */
-#define BACKEND_VK_FUSE_ALL 7u
+#define BACKEND_VK_FUSE_ALL 3u
 
 struct backend_vk_params backend_vk_params_default(void);
 

@@ -32,19 +32,14 @@ struct vkmm_push {
     uint32_t pair0;        /* 56 first pair of this dispatch (gl_WorkGroupID.z + pair0) */
     uint32_t w_base2;      /* 60 byte offset of the up matrix's first row in binding 4 */
     uint32_t tok0;         /* 64 matvec: first token (row of x and y) of this dispatch */
-    float eps;             /* 68 matvec NORM (VKMM_FUSE_NORM): the RMSNorm's epsilon */
-    uint32_t pad[2];       /* 72 */
+    uint32_t pad[3];       /* 68 */
 };
 _Static_assert(sizeof(struct vkmm_push) == 80, "mm_common.glsl Push block");
 _Static_assert(offsetof(struct vkmm_push, expert_bytes) == 48, "mm_common.glsl Push block");
-_Static_assert(offsetof(struct vkmm_push, eps) == 68, "mm_common.glsl Push block");
 
-/* The matvec's forms (mv_body.glsl ACC, NORM): plain, adding into a
- * residual, or adding into it and then normalising it (ACC | NORM). */
+/* The matvec's forms (mv_body.glsl ACC): plain, or adding into a residual. */
 #define VKMM_FUSE_ACC 1
-#define VKMM_FUSE_NORM 2
-#define VKMM_FUSE_N 4
-#define VKMM_CNT_BYTES 256
+#define VKMM_FUSE_N 2
 
 /* Kernel kinds per type: the matvec for 1, 2, 4 or 8 tokens a pass, its
  * expert-indexed form, the tiled matmul and its expert-indexed form. */
@@ -118,9 +113,8 @@ struct vkmm {
     struct vk_dev *d; /* borrowed */
     const struct vk_dev_info *info;
     struct vkmm_tune tune;
-    /* [type][kind][fused gate+up][VKMM_FUSE_* bits or 0: the matvec kinds only] */
+    /* [type][kind][fused gate+up][VKMM_FUSE_ACC or 0: the matvec kinds only] */
     struct vk_pipe *pipe[QUANT_TYPE_COUNT][VKMM_KIND_COUNT][2][VKMM_FUSE_N];
-    struct vk_buf *cnt; /* the norm tail's counter (VKMM_CNT_BYTES, zero), or NULL */
     bool made_any;
     int err_code; /* first latched error, 0 when none */
     char err_msg[STRATA_ERROR_MSG_MAX];

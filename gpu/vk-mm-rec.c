@@ -108,8 +108,7 @@ struct rec_call {
     enum quant_type type;
     bool glu;
     struct vk_bind x, y, sel;
-    const struct vk_bind *res;  /* the residual y is added into (vkmm_matmul_acc), or NULL */
-    const struct vk_bind *norm; /* with res: the norm's weight and output (vkmm_matmul_acc_norm) */
+    const struct vk_bind *res; /* the residual y is added into (vkmm_matmul_acc), or NULL */
 };
 
 /* One plain dispatch over rows [0, pu->n_rows) of binding w (from w_base),
@@ -117,14 +116,9 @@ struct rec_call {
 static void record_rows(struct vkmm *mm, const struct rec_call *c, struct vk_bind w,
                         struct vk_bind u, const struct vkmm_push *pu) {
     const struct vkmm_tune *t = &mm->tune;
-    const int fb = (c->res ? VKMM_FUSE_ACC : 0) | (c->norm ? VKMM_FUSE_NORM : 0);
+    const int fb = c->res ? VKMM_FUSE_ACC : 0;
     /* sel and an unused residual: any buffer */
-    struct vk_bind binds[9] = {w, c->x, c->y, c->x, c->glu ? u : w, c->res ? *c->res : c->y};
-    if (c->norm) {
-        binds[6] = c->norm[0];
-        binds[7] = c->norm[1];
-        binds[8] = (struct vk_bind){mm->cnt, 0, VKMM_CNT_BYTES};
-    }
+    struct vk_bind binds[6] = {w, c->x, c->y, c->x, c->glu ? u : w, c->res ? *c->res : c->y};
     uint32_t gx, gy;
     if (pu->n_tok <= VKMM_MV_CHUNK_TOK) { /* matvec passes of up to 8 tokens */
         struct vkmm_push pc = *pu;
@@ -188,7 +182,7 @@ static const struct vk_wpiece *piece_at(const struct vk_wmat *w, int64_t r) {
 
 static void matmul(struct vkmm *mm, const struct vk_wmat *g, const struct vk_wmat *u,
                    int64_t expert, struct vk_bind x, struct vk_bind y, int64_t n_tok,
-                   const struct vk_bind *res, const struct vk_bind *norm, float eps) {
+                   const struct vk_bind *res) {
     const char *what = u ? "matmul_glu" : "matmul";
     if (check_pair(mm, g, u, what))
         return;
@@ -200,11 +194,10 @@ static void matmul(struct vkmm *mm, const struct vk_wmat *g, const struct vk_wma
         return;
     }
     const struct vk_wmat *u2 = u ? u : g;
-    const struct rec_call c = {g->type, u != NULL, x, y, x, res, norm};
+    const struct rec_call c = {g->type, u != NULL, x, y, x, res};
     struct vkmm_push pu;
     push_common(g, &pu);
     pu.n_tok = (uint32_t)n_tok;
-    pu.eps = eps;
     if (expert >= 0 && n_exp > 1) { /* one expert: its rows lie in one piece of each */
         const int64_t er = expert_rows(g), r0 = expert * er;
         const struct vk_wpiece *gp = piece_at(g, r0), *up = piece_at(u2, r0);
@@ -308,7 +301,7 @@ static void matmul_id(struct vkmm *mm, const struct vk_wmat *g, const struct vk_
 
 void vkmm_matmul(struct vkmm *mm, const struct vk_wmat *w, int64_t expert, struct vk_bind x,
                  struct vk_bind y, int64_t n_tok) {
-    matmul(mm, w, NULL, expert, x, y, n_tok, NULL, NULL, 0.0f);
+    matmul(mm, w, NULL, expert, x, y, n_tok, NULL);
 }
 
 void vkmm_matmul_glu(struct vkmm *mm, const struct vk_wmat *gate, const struct vk_wmat *up,
@@ -317,7 +310,7 @@ void vkmm_matmul_glu(struct vkmm *mm, const struct vk_wmat *gate, const struct v
         vkmm_latch(mm, STRATA_E_INVALID, "vkmm matmul_glu: no up matrix");
         return;
     }
-    matmul(mm, gate, up, expert, x, y, n_tok, NULL, NULL, 0.0f);
+    matmul(mm, gate, up, expert, x, y, n_tok, NULL);
 }
 
 bool vkmm_acc_ok(int64_t n_tok) {
@@ -331,23 +324,7 @@ void vkmm_matmul_acc(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x,
                    (long long)n_tok);
         return;
     }
-    matmul(mm, w, NULL, -1, x, y, n_tok, &res, NULL, 0.0f);
-}
-
-bool vkmm_acc_norm_ok(const struct vkmm *mm, const struct vk_wmat *w, int64_t n_tok) {
-    return mm->cnt && w && w->n_piece == 1 && w->n_expert <= 1 && vkmm_acc_ok(n_tok);
-}
-
-void vkmm_matmul_acc_norm(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x,
-                          struct vk_bind y, int64_t n_tok, struct vk_bind res,
-                          struct vk_bind norm_w, struct vk_bind norm_y, float eps) {
-    if (!vkmm_acc_norm_ok(mm, w, n_tok)) {
-        vkmm_latch(mm, STRATA_E_INVALID, "vkmm matmul_acc_norm: bad call (%lld tokens)",
-                   (long long)n_tok);
-        return;
-    }
-    const struct vk_bind norm[2] = {norm_w, norm_y};
-    matmul(mm, w, NULL, -1, x, y, n_tok, &res, norm, eps);
+    matmul(mm, w, NULL, -1, x, y, n_tok, &res);
 }
 
 void vkmm_matmul_id(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x, bool x_per_pick,

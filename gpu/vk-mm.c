@@ -196,15 +196,6 @@ int vkmm_init(struct vk_dev *d, struct vkmm **out, struct strata_error *err) {
     mm->d = d;
     mm->info = vk_dev_info(d);
     vkmm_tune_for(mm->info, &mm->tune);
-    /* the counter of the matvec's norm tail (VKMM_FUSE_NORM), zero between
-     * dispatches (its last workgroup resets it); without it (out of device
-     * memory) the norm is not fused (vkmm_acc_norm_ok) */
-    struct strata_error e = {0};
-    mm->cnt = vk_buf_alloc(d, VKMM_CNT_BYTES, VK_MEM_DEVICE, &e);
-    if (mm->cnt && vk_buf_fill(d, mm->cnt, 0, VKMM_CNT_BYTES, 0, &e)) {
-        vk_buf_free(d, mm->cnt);
-        mm->cnt = NULL;
-    }
     *out = mm;
     return 0;
 }
@@ -217,7 +208,6 @@ void vkmm_free(struct vkmm *mm) {
             for (int g = 1; g >= 0; g--)
                 for (int f = VKMM_FUSE_N - 1; f >= 0; f--)
                     vk_pipe_free(mm->d, mm->pipe[t][k][g][f]);
-    vk_buf_free(mm->d, mm->cnt);
     free(mm);
 }
 
@@ -286,15 +276,13 @@ const char *vkmm_kind_name(enum vkmm_kind k) {
  * buffer. */
 #define VKMM_N_BIND 5
 #define VKMM_N_BIND_MV 6
-#define VKMM_N_BIND_MV_NORM 9 /* and the norm's weight, output and counter */
 
 static struct vk_pipe *make_pipe(struct vkmm *mm, enum quant_type type, enum vkmm_kind kind,
                                  bool glu, int fuse, struct strata_error *err) {
     const struct vkmm_shader *sh = shader_of(type);
     char name[48];
-    snprintf(name, sizeof name, "%s.%s%s%s%s", quant_type_name(type), vkmm_kind_name(kind),
-             glu ? ".glu" : "", fuse & VKMM_FUSE_ACC ? ".acc" : "",
-             fuse & VKMM_FUSE_NORM ? ".norm" : "");
+    snprintf(name, sizeof name, "%s.%s%s%s", quant_type_name(type), vkmm_kind_name(kind),
+             glu ? ".glu" : "", fuse & VKMM_FUSE_ACC ? ".acc" : "");
     const struct vkmm_tune *t = &mm->tune;
     if (kind > VKMM_MM_ID)
         return vkmm_make_fast(mm, type, kind, glu, err);
@@ -307,25 +295,21 @@ static struct vk_pipe *make_pipe(struct vkmm *mm, enum quant_type type, enum vkm
     }
     static const uint32_t nt[] = {1, 2, 4, 8, 1};
     const bool blk = nt[kind] <= 2 && vkmm_soa_type(type); /* the block path's types */
-    const bool norm = (fuse & VKMM_FUSE_NORM) != 0;
-    uint32_t spec[9] = {t->mv_wg,
+    uint32_t spec[8] = {t->mv_wg,
                         vkmm_mv_rows(t, kind),
                         nt[kind],
                         kind == VKMM_MV_ID,
                         glu,
                         (fuse & VKMM_FUSE_ACC) != 0,
                         blk ? t->mv_unr : 1,
-                        blk ? t->mv_soa : 0,
-                        norm};
-    return vk_pipe_create(mm->d, name, sh->mv, sh->mv_bytes,
-                          norm ? VKMM_N_BIND_MV_NORM : VKMM_N_BIND_MV, sizeof(struct vkmm_push),
-                          spec, 9, err);
+                        blk ? t->mv_soa : 0};
+    return vk_pipe_create(mm->d, name, sh->mv, sh->mv_bytes, VKMM_N_BIND_MV,
+                          sizeof(struct vkmm_push), spec, 8, err);
 }
 
 struct vk_pipe *vkmm_pipe(struct vkmm *mm, enum quant_type type, enum vkmm_kind kind, bool glu,
                           int fuse, struct strata_error *err) {
-    STRATA_ASSERT(fuse >= 0 && fuse < VKMM_FUSE_N && (fuse == 0 || kind <= VKMM_MV8) &&
-                  (!(fuse & VKMM_FUSE_NORM) || ((fuse & VKMM_FUSE_ACC) && !glu)));
+    STRATA_ASSERT(fuse >= 0 && fuse < VKMM_FUSE_N && (fuse == 0 || kind <= VKMM_MV8));
     struct vk_pipe **slot = &mm->pipe[type][kind][glu][fuse];
     if (!*slot) {
         *slot = make_pipe(mm, type, kind, glu, fuse, err);

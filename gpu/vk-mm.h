@@ -123,18 +123,6 @@ bool vkmm_acc_ok(int64_t n_tok);
 void vkmm_matmul_acc(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x, struct vk_bind y,
                      int64_t n_tok, struct vk_bind res);
 
-/* vkmm_matmul_acc followed by the RMSNorm of res into norm_y: norm_y[t, :] =
- * res[t, :] * (1 / sqrt(mean(res[t, :]^2) + eps)) * norm_w (the arithmetic
- * of vkops_rmsnorm; norm_w f32 of W's rows, norm_y (n_tok, W's rows) f32,
- * neither res) in the same dispatch: the norm that follows a residual add
- * is then no dispatch of its own. Only where vkmm_acc_norm_ok: W in one
- * piece (one dispatch a pass of tokens) and the device's counter there.
- * Recorded. */
-bool vkmm_acc_norm_ok(const struct vkmm *mm, const struct vk_wmat *w, int64_t n_tok);
-void vkmm_matmul_acc_norm(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x,
-                          struct vk_bind y, int64_t n_tok, struct vk_bind res,
-                          struct vk_bind norm_w, struct vk_bind norm_y, float eps);
-
 /* Q4_0 and Q8_0: the types whose 1-2 token matvec has the block path. */
 bool vkmm_soa_type(enum quant_type type);
 /* A GGUF row of such a type (n_cols elements) rewritten as its nb f16

@@ -45,8 +45,7 @@ layout(push_constant) uniform Push {
     uint pair0;        // 56 first pair of the dispatch (gl_WorkGroupID.z + pair0)
     uint w_base2;      // 60 byte offset of the first row of the up matrix in binding 4
     uint tok0;         // 64 matvec: first token (row of x and y) of the dispatch
-    float eps;         // 68 matvec NORM: the RMSNorm's epsilon
-    uint pad1, pad2;   // 72
+    uint pad0, pad1, pad2; // 68
 } p;
 
 uint rd8(uint wh, uint b) { return bitfieldExtract(wword(wh, b >> 2), int((b & 3u) * 8u), 8); }

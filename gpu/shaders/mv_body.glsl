@@ -26,17 +26,6 @@
 // decode"). The residual's value is read before the sums, so its load
 // waits on nothing at the end.
 //
-// NORM = 1 (with ACC): the RMSNorm of the residual after the add, y2 =
-// res * (1 / sqrt(mean(res^2) + eps)) * nw (bindings 7 and 6, eps in the
-// push block), by the workgroup that finishes last (a counter in binding 8
-// that it resets): the attention and feed-forward norms that follow an
-// output or down projection are then no dispatch and no barrier of their
-// own. Each workgroup's residual stores go out before its count
-// (memoryBarrierBuffer on the coherent binding 5), and the last one reads
-// them after it, as op_attn_split.comp merges its chunks. The host fuses
-// only a one-piece matrix whose rows are the whole residual row
-// (vkmm_acc_norm_ok).
-//
 // UNR > 1 (block path): a lane loads the words of UNR blocks (b, b + WG,
 // ...) before it multiplies any, more bytes in flight a lane. SOA = 1
 // (block path of Q4_0 / Q8_0): rows laid out as the row's nb scales (f16),
@@ -54,14 +43,9 @@ layout(constant_id = 4) const uint GLU = 0; // 1: silu(gate) * up, up in binding
 layout(constant_id = 5) const uint ACC = 0; // 1: y also added into binding 5
 layout(constant_id = 6) const uint UNR = 1; // blocks a lane loads at once (block path)
 layout(constant_id = 7) const uint SOA = 0; // 1: scales-then-quants rows (block path)
-layout(constant_id = 8) const uint NORM = 0; // 1 (with ACC): the residual's RMSNorm into binding 7
 layout(local_size_x_id = 0) in;
 
-layout(std430, binding = 5) coherent buffer BufR { float res[]; };
-layout(std430, binding = 6) readonly buffer BufNW { float nw[]; };
-layout(std430, binding = 7) writeonly buffer BufNY { float ny[]; };
-layout(std430, binding = 8) coherent buffer BufCnt { uint cnt[]; };
-shared bool s_last;
+layout(std430, binding = 5) buffer BufR { float res[]; };
 
 const uint NM = GLU != 0u ? 2u : 1u; // matrices
 shared float red[NM * NR * NT * WG];
@@ -120,57 +104,6 @@ void store(uint row, uint col, float s, float s2, bool have, float pre) {
     y[o] = v;
     if (ACC != 0u)
         res[o] = (have ? pre : res[o]) + v;
-}
-
-// NORM: counts this workgroup's rows done; the last of the dispatch's
-// workgroups normalises the nt residual rows from yr (p.n_rows wide: the
-// whole row, y_col0 0) into ny with weight nw, then resets the counter.
-const uint NORM_REG = 32u;
-void norm_tail(uint yr, uint nt) {
-    memoryBarrierBuffer();
-    barrier();
-    const uint tid = gl_LocalInvocationID.x;
-    if (tid == 0u)
-        s_last = atomicAdd(cnt[0], 1u) == (p.n_rows + NR - 1u) / NR - 1u;
-    barrier();
-    if (!s_last)
-        return;
-    memoryBarrierBuffer();
-    const uint n = p.n_rows;
-    for (uint t = 0u; t < nt; t++) {
-        const uint base = (yr + t) * p.y_stride;
-        // the first NORM_REG * WG values stay in registers for the scaling
-        // pass, all their loads issued before the sum (op_rmsnorm.comp's
-        // reason: a loop of dependent loads is latency-bound)
-        float v[NORM_REG];
-        [[unroll]] for (uint j = 0u; j < NORM_REG; j++) {
-            const uint i = tid + j * WG;
-            v[j] = i < n ? res[base + i] : 0.0;
-        }
-        float ss = 0.0;
-        [[unroll]] for (uint j = 0u; j < NORM_REG; j++)
-            ss += v[j] * v[j];
-        for (uint i = tid + NORM_REG * WG; i < n; i += WG)
-            ss += res[base + i] * res[base + i];
-        ss = subgroupAdd(ss);
-        barrier(); // red[] of the previous token is read
-        if (subgroupElect())
-            red[gl_SubgroupID] = ss;
-        barrier();
-        float tot = 0.0;
-        for (uint g = 0u; g < gl_NumSubgroups; g++)
-            tot += red[g];
-        const float scale = 1.0 / sqrt(tot / float(n) + p.eps);
-        [[unroll]] for (uint j = 0u; j < NORM_REG; j++) {
-            const uint i = tid + j * WG;
-            if (i < n)
-                ny[base + i] = v[j] * scale * nw[i];
-        }
-        for (uint i = tid + NORM_REG * WG; i < n; i += WG)
-            ny[base + i] = res[base + i] * scale * nw[i];
-    }
-    if (tid == 0u)
-        cnt[0] = 0u;
 }
 
 void main() {
@@ -343,6 +276,4 @@ void main() {
                 store(yr + t, r0 + r, acc[i], acc[NR * NT + i], i == 0u, res_pre);
         }
     }
-    if (NORM != 0u)
-        norm_tail(yr, nt);
 }

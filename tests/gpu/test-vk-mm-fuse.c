@@ -10,9 +10,7 @@
  * checks: float rounding only), and the residual it adds into bit-equal to
  * r + y in f32 (one add per element, what vkops_add does). A wrong element
  * or a row added to another's residual moves the NMSE to ~1e-3 or more, or
- * the residual off its bits. The same with the RMSNorm of the residual
- * after it (vkmm_matmul_acc_norm), on rows of 67 and on rows wider than
- * the norm tail keeps in registers. */
+ * the residual off its bits. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,85 +160,6 @@ static void check_acc(struct fz_gpu *g, enum quant_type type, int64_t cols, int6
     fz_mat_free(g, &a);
 }
 
-/* vkmm_matmul_acc_norm: y and the residual as check_acc wants them, and
- * the norm's output against the double-precision RMSNorm of the residual
- * the GPU left (NMSE below 1e-9: float rounding only; a norm of the
- * residual before the add, or of another token's row, or one workgroup's
- * rows only, is off by ~1e-2 or more). Two such dispatches in one
- * recording: the counter the first resets serves the second. */
-static void check_acc_norm(struct fz_gpu *g, enum quant_type type, int64_t rows, int64_t cols,
-                           int64_t nt, const char *shape) {
-    struct fz_mat a;
-    fz_mat_init(g, &a, type, rows, cols);
-    ck_assert(vkmm_acc_norm_ok(g->mm, &a.w, nt));
-    float *x = malloc(sizeof(float) * (size_t)(nt * cols));
-    float *r = malloc(sizeof(float) * (size_t)(nt * rows)), *nw = malloc(sizeof(float) * rows);
-    for (int64_t i = 0; i < nt * cols; i++)
-        x[i] = fz_rand() * (1.0f + (float)(i / cols));
-    for (int64_t i = 0; i < nt * rows; i++)
-        r[i] = fz_rand() * (float)(1 + i / rows); /* rows of different norms */
-    for (int64_t i = 0; i < rows; i++)
-        nw[i] = 0.5f + fz_rand();
-    double *rx = malloc(sizeof(double) * (size_t)(nt * rows));
-    fz_ref(&a, x, nt, rx);
-    const size_t xs = sizeof(float) * (size_t)(nt * cols), ys = sizeof(float) * (size_t)(nt * rows);
-    struct vk_buf *xb = fz_buf(g, x, xs), *yb = fz_buf(g, NULL, ys), *rb = fz_buf(g, r, ys),
-                  *nwb = fz_buf(g, nw, sizeof(float) * (size_t)rows), *nb = fz_buf(g, NULL, ys),
-                  *rb2 = fz_buf(g, r, ys), *nb2 = fz_buf(g, NULL, ys);
-    struct strata_error err = {0};
-    ck_assert_int_eq(vk_rec_begin(g->d, &err), 0);
-    vkmm_matmul_acc_norm(g->mm, &a.w, fz_bd(xb), fz_bd(yb), nt, fz_bd(rb), fz_bd(nwb), fz_bd(nb),
-                         FUSE_EPS);
-    vkmm_matmul_acc_norm(g->mm, &a.w, fz_bd(xb), fz_bd(yb), nt, fz_bd(rb2), fz_bd(nwb), fz_bd(nb2),
-                         FUSE_EPS);
-    fz_run(g);
-    float *got = malloc(ys), *res = malloc(ys), *nrm = malloc(ys);
-    double *want = malloc(sizeof(double) * (size_t)(nt * rows));
-    const char *tn = quant_type_name(type);
-    fz_read(g, yb, got, (size_t)(nt * rows));
-    const double e = fz_nmse(got, rx, nt * rows);
-    ck_assert_msg(e < FUSE_NMSE, "%s %s acc+norm %lldx%lld n_tok %lld: nmse %.3g", shape, tn,
-                  (long long)rows, (long long)cols, (long long)nt, e);
-    for (int pass = 0; pass < 2; pass++) {
-        fz_read(g, pass ? rb2 : rb, res, (size_t)(nt * rows));
-        fz_read(g, pass ? nb2 : nb, nrm, (size_t)(nt * rows));
-        for (int64_t i = 0; i < nt * rows; i++) {
-            const float w1 = r[i] + got[i];
-            ck_assert_msg(memcmp(&res[i], &w1, 4) == 0,
-                          "%s %s acc+norm n_tok %lld: res[%lld] %.9g, want %.9g", shape, tn,
-                          (long long)nt, (long long)i, res[i], w1);
-        }
-        for (int64_t t = 0; t < nt; t++) {
-            double ss = 0;
-            for (int64_t i = 0; i < rows; i++)
-                ss += (double)res[t * rows + i] * res[t * rows + i];
-            const double sc = 1.0 / sqrt(ss / (double)rows + FUSE_EPS);
-            for (int64_t i = 0; i < rows; i++)
-                want[t * rows + i] = (double)res[t * rows + i] * sc * nw[i];
-        }
-        const double en = fz_nmse(nrm, want, nt * rows);
-        ck_assert_msg(en < FUSE_NMSE,
-                      "%s %s acc+norm %lldx%lld n_tok %lld (dispatch %d): norm nmse %.3g", shape,
-                      tn, (long long)rows, (long long)cols, (long long)nt, pass + 1, en);
-    }
-    free(want);
-    free(nrm);
-    free(res);
-    free(got);
-    vk_buf_free(g->d, nb2);
-    vk_buf_free(g->d, rb2);
-    vk_buf_free(g->d, nb);
-    vk_buf_free(g->d, nwb);
-    vk_buf_free(g->d, rb);
-    vk_buf_free(g->d, yb);
-    vk_buf_free(g->d, xb);
-    free(rx);
-    free(nw);
-    free(r);
-    free(x);
-    fz_mat_free(g, &a);
-}
-
 /* _i: 0 the default matvec shape, 1 two blocks a lane at once. */
 START_TEST(test_acc_matvec) {
     static const enum quant_type tt[] = {QUANT_F32, QUANT_Q4_0, QUANT_Q8_0, QUANT_Q4_K};
@@ -255,14 +174,9 @@ START_TEST(test_acc_matvec) {
     for (int k = 0; k < 4; k++) {
         if (_i && (tt[k] == QUANT_F32 || tt[k] == QUANT_Q4_K))
             continue; /* two blocks a lane: the block path's (Q4_0, Q8_0) */
-        for (int j = 0; j < 4; j++) {
+        for (int j = 0; j < 4; j++)
             check_acc(&g, tt[k], cols[k], toks[j], shape);
-            check_acc_norm(&g, tt[k], FUSE_ROWS, cols[k], toks[j], shape);
-        }
     }
-    /* rows wider than the tail's registers hold (32 a lane) */
-    const int64_t wide = 32 * (int64_t)g.mm->tune.mv_wg + 37;
-    check_acc_norm(&g, QUANT_Q8_0, wide, 64, 3, shape);
     /* above 32 tokens the fused form is refused (the tiled matmul has none) */
     struct vk_buf *b = fz_buf(&g, NULL, 64);
     struct fz_mat m;
