@@ -13,7 +13,8 @@
  * step records them), over enough copies of the matrix that they do not
  * fit the GPU's L2 (50 MB on an H100/H200: every launch reads from HBM, as
  * decode does), timed on the host from submit to wait: microseconds a
- * launch and the weight bytes a second that makes. The best of 3. Then the
+ * launch and the weight bytes a second that makes (MV_COPIES=1: one copy,
+ * read from L2 after the first launch). The best of 3. Then the
  * same launches of the 4096 x 4096 shape without barriers between them (a
  * group: what independent Q, K, V matvecs cost). A ":soa" SPEC reads rows
  * put through vkmm_soa_row. Shapes are the outer loop and each SPEC's
@@ -55,6 +56,11 @@ static int mats_make(struct vk_dev *d, struct mats *m, int64_t rows, int64_t col
     m->n = (int)((256ull << 20) / bytes) + 1;
     if (m->n > 64)
         m->n = 64;
+    /* MV_COPIES=N: N copies instead (1: every launch reads one matrix that
+     * stays in L2 after the first, to time the kernel without HBM) */
+    const char *nc = getenv("MV_COPIES");
+    if (nc && atoi(nc) >= 1 && atoi(nc) <= 64)
+        m->n = atoi(nc);
     m->buf = calloc((size_t)m->n, sizeof *m->buf);
     m->pc = calloc((size_t)m->n, sizeof *m->pc);
     m->w = calloc((size_t)m->n, sizeof *m->w);

@@ -28,22 +28,50 @@
 
 /* ---- the ops as asked ---------------------------------------------------------- */
 
+/* ---- q8 activations (BACKEND_VK_FUSE_Q8) ------------------------------------------ */
+
+bool bvk_q8_valid(const struct bvk_ctx *c, const struct backend_tensor *x) {
+    return c->q8_src && (!x || x == c->q8_src) && vk_dev_dispatches(c->dev) == c->q8_n &&
+           vk_rec_active(c->dev);
+}
+
+void bvk_q8_keep(struct bvk_ctx *c) {
+    c->q8_n = vk_dev_dispatches(c->dev);
+}
+
 static void rmsnorm_now(struct bvk_ctx *c, const struct backend_tensor *x,
                         const struct backend_weight *w, struct backend_tensor *y, int64_t n_rows,
                         int64_t n_cols, float eps) {
-    if (bvk_rec_raw(c))
-        vkops_rmsnorm(c->ops, bvk_bind(x), w ? bvk_vec_bind(w) : bvk_bind(x), w != NULL,
-                      bvk_bind(y), n_rows, n_cols, eps);
+    if (!bvk_rec_raw(c))
+        return;
+    c->q8_src = NULL;
+    const struct vk_bind wb = w ? bvk_vec_bind(w) : bvk_bind(x);
+    /* a decode token's norm also writes its q8 copy for the matvecs after it */
+    if ((c->fuse & BACKEND_VK_FUSE_Q8) && n_rows == 1 && x != y && n_cols % 32 == 0 &&
+        bvk_scratch(c, &c->xq8, vkops_q8_bytes(n_rows, n_cols)) &&
+        vkops_rmsnorm_q8(c->ops, bvk_bind(x), wb, w != NULL, bvk_bind(y),
+                         (struct vk_bind){c->xq8, 0, 0}, n_rows, n_cols, eps)) {
+        c->q8_src = y;
+        bvk_q8_keep(c);
+        return;
+    }
+    vkops_rmsnorm(c->ops, bvk_bind(x), wb, w != NULL, bvk_bind(y), n_rows, n_cols, eps);
 }
 
 static void matmul_now(struct bvk_ctx *c, const struct backend_tensor *x, int64_t n_rows,
                        const struct backend_mm *jobs, int n_jobs) {
     if (!bvk_rec_raw(c))
         return;
+    /* x's q8 copy from the norm before (BACKEND_VK_FUSE_Q8): taken by the
+     * jobs of a type with the integer-dot matvec, and still valid after
+     * them unless one writes x */
+    const bool q8 = n_rows == 1 && bvk_q8_valid(c, x);
+    bool keep = q8;
     /* the jobs (and a matrix's pieces) read x and write their own y: one
      * barrier after them all */
     vk_rec_group(c->dev, true);
     for (int j = 0; j < n_jobs; j++) {
+        keep = keep && jobs[j].y != x;
         const struct backend_mat *m = &jobs[j].w;
         if (!m->w) {
             bvk_fail(c, STRATA_E_UNSUPPORTED, "backend vulkan: a matrix in host memory");
@@ -53,10 +81,16 @@ static void matmul_now(struct bvk_ctx *c, const struct backend_tensor *x, int64_
         STRATA_ASSERT(w->use == BACKEND_USE_MATMUL && m->index >= 0 && m->index < w->n_expert);
         bvk_fits(x, n_rows, w->n_cols);
         bvk_fits(jobs[j].y, n_rows, w->rows_per);
-        vkmm_matmul(c->mm, &w->mat, w->n_expert > 1 ? m->index : -1, bvk_bind(x),
-                    bvk_bind(jobs[j].y), n_rows);
+        if (q8 && w->n_expert <= 1 && vkmm_q8x_ok(c->mm, w->type))
+            vkmm_matmul_q8x(c->mm, &w->mat, NULL, (struct vk_bind){c->xq8, 0, 0},
+                            bvk_bind(jobs[j].y));
+        else
+            vkmm_matmul(c->mm, &w->mat, w->n_expert > 1 ? m->index : -1, bvk_bind(x),
+                        bvk_bind(jobs[j].y), n_rows);
     }
     vk_rec_group(c->dev, false);
+    if (keep)
+        bvk_q8_keep(c);
 }
 
 static void rope_now(struct bvk_ctx *c, struct backend_tensor *x, int n_tok, int n_head,
@@ -227,7 +261,12 @@ void bvk_swiglu(void *ctx, const struct backend_tensor *g, const struct backend_
         c->n_pend = 0;
         if (bvk_rec_raw(c)) {
             const struct bvk_weight *gw = bvk_w(p->mm.jobs[0].w.w), *uw = bvk_w(p->mm.jobs[1].w.w);
-            vkmm_matmul_glu(c->mm, &gw->mat, &uw->mat, -1, bvk_bind(p->mm.x), bvk_bind(y), n_rows);
+            if (n_rows == 1 && bvk_q8_valid(c, p->mm.x) && vkmm_q8x_ok(c->mm, gw->type))
+                vkmm_matmul_q8x(c->mm, &gw->mat, &uw->mat, (struct vk_bind){c->xq8, 0, 0},
+                                bvk_bind(y));
+            else
+                vkmm_matmul_glu(c->mm, &gw->mat, &uw->mat, -1, bvk_bind(p->mm.x), bvk_bind(y),
+                                n_rows);
         }
         return;
     }

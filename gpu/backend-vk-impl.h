@@ -136,6 +136,11 @@ struct bvk_ctx {
     int n_kv_max;
     /* scratch grown on demand; the old ones are freed after the next wait */
     struct vk_buf *attn_scratch, *moe_g, *moe_u, *moe_d;
+    /* BACKEND_VK_FUSE_Q8: the q8 copy of the last norm's output (q8_src),
+     * valid while the device's dispatch count is q8_n (bvk_q8_valid) */
+    struct vk_buf *xq8;
+    const struct backend_tensor *q8_src;
+    uint64_t q8_n;
     struct vk_buf **retired; /* (n_retired) freed at the next wait */
     int n_retired, cap_retired;
     uint64_t weight_bytes, tensor_bytes, kv_bytes; /* device memory held now */
@@ -193,6 +198,13 @@ void bvk_swiglu(void *ctx, const struct backend_tensor *g, const struct backend_
 void bvk_moe_sum(struct bvk_ctx *c, const struct backend_moe *m);
 /* Makes *b at least n bytes of device memory (the old buffer retired). */
 bool bvk_scratch(struct bvk_ctx *c, struct vk_buf **b, uint64_t n);
+/* BACKEND_VK_FUSE_Q8 (backend-vk-fuse.c): whether c->xq8 holds the q8 copy
+ * of x (NULL: of the last norm's output, whichever it was) because nothing
+ * was recorded since the norm but ops that keep it (bvk_q8_keep after
+ * them: matmuls that do not write x, the routing); bvk_q8_keep marks what
+ * was just recorded as such. */
+bool bvk_q8_valid(const struct bvk_ctx *c, const struct backend_tensor *x);
+void bvk_q8_keep(struct bvk_ctx *c);
 
 /* weights (backend-vk-weights.c) */
 int bvk_supports(void *ctx, enum quant_type type, int64_t n_cols, enum backend_use use);

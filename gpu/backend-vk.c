@@ -445,9 +445,13 @@ static void bvk_moe_route(void *ctx, const struct backend_route *r) {
                  r->k);
         return;
     }
-    if (bvk_rec(c))
+    if (bvk_rec(c)) {
+        const bool q8 = bvk_q8_valid(c, NULL);
         vkops_moe_route(c->ops, bvk_bind(r->logits), bvk_bind(r->sel), bvk_bind(r->sel_w), r->n_tok,
                         r->n_expert, r->k, r->norm_topk, r->scale);
+        if (q8) /* it writes neither the norm's output nor its q8 copy */
+            bvk_q8_keep(c);
+    }
 }
 
 /* The stack every expert of the table comes from (expert e at index e), or
@@ -486,7 +490,12 @@ static void bvk_moe_ffn(void *ctx, const struct backend_moe *m) {
         !bvk_scratch(c, &c->moe_d, n_pick * (uint64_t)m->n_embd * 4))
         return;
     const struct vk_bind g = {c->moe_g, 0, 0}, u = {c->moe_u, 0, 0}, d = {c->moe_d, 0, 0};
-    if (gw->type == uw->type && gw->n_rows == uw->n_rows && gw->n_cols == uw->n_cols) {
+    const bool same = gw->type == uw->type && gw->n_rows == uw->n_rows && gw->n_cols == uw->n_cols;
+    if (same && m->n_tok == 1 && bvk_q8_valid(c, m->x) && vkmm_q8x_ok(c->mm, gw->type)) {
+        /* the norm's q8 copy of x: integer dot products */
+        vkmm_matmul_id_q8x(c->mm, &gw->mat, &uw->mat, (struct vk_bind){c->xq8, 0, 0},
+                           bvk_bind(m->sel), m->k, g);
+    } else if (same) {
         /* gate, up and SwiGLU of every pick in one dispatch */
         vkmm_matmul_id_glu(c->mm, &gw->mat, &uw->mat, bvk_bind(m->x), false, bvk_bind(m->sel), m->k,
                            m->n_tok, g);
@@ -551,6 +560,7 @@ static void bvk_free(void *ctx) {
             vk_buf_free(c->dev, c->chunks[i].buf);
         vk_buf_free(c->dev, c->table);
         vk_buf_free(c->dev, c->attn_scratch);
+        vk_buf_free(c->dev, c->xq8);
         vk_buf_free(c->dev, c->moe_g);
         vk_buf_free(c->dev, c->moe_u);
         vk_buf_free(c->dev, c->moe_d);
@@ -612,7 +622,7 @@ struct backend *backend_vk_init(const struct backend_vk_params *p, struct strata
     c->params = p ? *p : backend_vk_params_default();
     c->params.pipeline_cache = NULL; /* borrowed for init only */
     c->params.mm_path = NULL;
-    c->fuse = c->params.fuse & BACKEND_VK_FUSE_ALL;
+    c->fuse = c->params.fuse & BACKEND_VK_FUSE_MASK;
     const char *pcache = p ? p->pipeline_cache : NULL;
     if (vk_dev_open(c->params.device, &c->dev, err) ||
         (pcache && *pcache && vk_dev_pipeline_cache(c->dev, pcache, err)) ||

@@ -86,6 +86,12 @@ struct backend_vk_params {
 #define BACKEND_VK_FUSE_ACC 1u  /* a residual add into the matvec (MoE sum) it adds */
 #define BACKEND_VK_FUSE_ROPE 2u /* q/k norms, ropes and the KV write: one dispatch */
 #define BACKEND_VK_FUSE_ALL 3u
+/* Not in ALL (an experiment until measured): a decode step's RMSNorm also
+ * writes its output as q8 blocks, and the matvecs that read it next (q, k,
+ * v; the fused gate + up; the routed experts' gate + up) run on integer
+ * dot products over them (vkmm_matmul_q8x). */
+#define BACKEND_VK_FUSE_Q8 4u
+#define BACKEND_VK_FUSE_MASK 7u
 
 struct backend_vk_params backend_vk_params_default(void);
 

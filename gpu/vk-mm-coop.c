@@ -47,6 +47,21 @@ static const uint32_t spv_dot_q5_k[] =
 static const uint32_t spv_dot_q6_k[] =
 #include "gpu/shaders/mm_dot_q6_k.spv.h"
     ;
+static const uint32_t spv_mvdot_q8_0[] =
+#include "gpu/shaders/mv_dot_q8_0.spv.h"
+    ;
+static const uint32_t spv_mvdot_q4_0[] =
+#include "gpu/shaders/mv_dot_q4_0.spv.h"
+    ;
+static const uint32_t spv_mvdot_q4_k[] =
+#include "gpu/shaders/mv_dot_q4_k.spv.h"
+    ;
+static const uint32_t spv_mvdot_q5_k[] =
+#include "gpu/shaders/mv_dot_q5_k.spv.h"
+    ;
+static const uint32_t spv_mvdot_q6_k[] =
+#include "gpu/shaders/mv_dot_q6_k.spv.h"
+    ;
 #if defined(STRATA_VKMM_COOP)
 static const uint32_t spv_coop_f32[] =
 #include "gpu/shaders/mm_coop_f32.spv.h"
@@ -104,6 +119,49 @@ static struct spv dot_spv(enum quant_type type) {
     default:
         return (struct spv){NULL, 0};
     }
+}
+
+static struct spv mvdot_spv(enum quant_type type) {
+    switch (type) {
+    case QUANT_Q8_0:
+        return SPV(spv_mvdot_q8_0);
+    case QUANT_Q4_0:
+        return SPV(spv_mvdot_q4_0);
+    case QUANT_Q4_K:
+        return SPV(spv_mvdot_q4_k);
+    case QUANT_Q5_K:
+        return SPV(spv_mvdot_q5_k);
+    case QUANT_Q6_K:
+        return SPV(spv_mvdot_q6_k);
+    default:
+        return (struct spv){NULL, 0};
+    }
+}
+
+bool vkmm_q8x_ok(const struct vkmm *mm, enum quant_type type) {
+    return mm->info->int_dot && mvdot_spv(type).code != NULL;
+}
+
+struct vk_pipe *vkmm_q8_pipe(struct vkmm *mm, enum quant_type type, bool glu, bool id,
+                             struct strata_error *err) {
+    struct vk_pipe **slot = &mm->q8pipe[type][glu][id];
+    if (*slot)
+        return *slot;
+    if (!vkmm_q8x_ok(mm, type)) {
+        strata_error_set(err, STRATA_E_UNSUPPORTED, "vkmm: no q8 matvec for %s on this device",
+                         quant_type_name(type));
+        return NULL;
+    }
+    const struct spv sp = mvdot_spv(type);
+    char name[48];
+    snprintf(name, sizeof name, "%s.mvq8%s%s", quant_type_name(type), id ? "_id" : "",
+             glu ? ".glu" : "");
+    const uint32_t spec[4] = {mm->tune.mv_wg, mm->tune.mv_rows1, glu, id};
+    *slot = vk_pipe_create(mm->d, name, sp.code, sp.bytes, 6, sizeof(struct vkmm_push), spec, 4,
+                           err);
+    if (*slot)
+        mm->made_any = true;
+    return *slot;
 }
 
 static struct spv coop_spv(enum quant_type type) {

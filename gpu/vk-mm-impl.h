@@ -115,6 +115,8 @@ struct vkmm {
     struct vkmm_tune tune;
     /* [type][kind][fused gate+up][VKMM_FUSE_ACC or 0: the matvec kinds only] */
     struct vk_pipe *pipe[QUANT_TYPE_COUNT][VKMM_KIND_COUNT][2][VKMM_FUSE_N];
+    /* the integer-dot matvec over q8 activations (mv_dot.comp): [type][glu][id] */
+    struct vk_pipe *q8pipe[QUANT_TYPE_COUNT][2][2];
     bool made_any;
     int err_code; /* first latched error, 0 when none */
     char err_msg[STRATA_ERROR_MSG_MAX];
@@ -159,6 +161,11 @@ struct vk_pipe *vkmm_make_fast(struct vkmm *mm, enum quant_type type, enum vkmm_
 struct vk_pipe *vkmm_pipe(struct vkmm *mm, enum quant_type type, enum vkmm_kind kind, bool glu,
                           int fuse, struct strata_error *err);
 const char *vkmm_kind_name(enum vkmm_kind k);
+/* The mv_dot.comp pipeline of (type, fused gate+up, expert-indexed), made
+ * at first use (gpu/vk-mm-coop.c); NULL and err where the type has none or
+ * the device no integer dot product. */
+struct vk_pipe *vkmm_q8_pipe(struct vkmm *mm, enum quant_type type, bool glu, bool id,
+                             struct strata_error *err);
 /* Latches the first error of the record calls (vkmm_status returns it). */
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))

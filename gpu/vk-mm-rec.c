@@ -109,6 +109,7 @@ struct rec_call {
     bool glu;
     struct vk_bind x, y, sel;
     const struct vk_bind *res; /* the residual y is added into (vkmm_matmul_acc), or NULL */
+    bool q8;                   /* x as q8 blocks (vkmm_matmul_q8x): one token, mv_dot.comp */
 };
 
 /* One plain dispatch over rows [0, pu->n_rows) of binding w (from w_base),
@@ -120,6 +121,18 @@ static void record_rows(struct vkmm *mm, const struct rec_call *c, struct vk_bin
     /* sel and an unused residual: any buffer */
     struct vk_bind binds[6] = {w, c->x, c->y, c->x, c->glu ? u : w, c->res ? *c->res : c->y};
     uint32_t gx, gy;
+    if (c->q8) {
+        struct strata_error e = {0};
+        struct vk_pipe *p = vkmm_q8_pipe(mm, c->type, c->glu, false, &e);
+        if (!p) {
+            vkmm_latch(mm, e.code ? e.code : STRATA_E_INTERNAL, "vkmm: %s", e.message);
+            return;
+        }
+        if (split_groups(mm, (pu->n_rows + t->mv_rows1 - 1) / t->mv_rows1, &gx, &gy))
+            return;
+        vk_dispatch(mm->d, p, binds, pu, gx, gy, 1);
+        return;
+    }
     if (pu->n_tok <= VKMM_MV_CHUNK_TOK) { /* matvec passes of up to 8 tokens */
         struct vkmm_push pc = *pu;
         for (uint32_t t0 = 0; t0 < pu->n_tok; t0 += VKMM_MV_MAX_TOK) {
@@ -182,7 +195,7 @@ static const struct vk_wpiece *piece_at(const struct vk_wmat *w, int64_t r) {
 
 static void matmul(struct vkmm *mm, const struct vk_wmat *g, const struct vk_wmat *u,
                    int64_t expert, struct vk_bind x, struct vk_bind y, int64_t n_tok,
-                   const struct vk_bind *res) {
+                   const struct vk_bind *res, bool q8) {
     const char *what = u ? "matmul_glu" : "matmul";
     if (check_pair(mm, g, u, what))
         return;
@@ -194,10 +207,17 @@ static void matmul(struct vkmm *mm, const struct vk_wmat *g, const struct vk_wma
         return;
     }
     const struct vk_wmat *u2 = u ? u : g;
-    const struct rec_call c = {g->type, u != NULL, x, y, x, res};
+    if (q8 && (n_tok != 1 || res || g->n_cols % 32 != 0)) {
+        vkmm_latch(mm, STRATA_E_INVALID, "vkmm %s: q8 activations need one token, 32 | cols",
+                   what);
+        return;
+    }
+    const struct rec_call c = {g->type, u != NULL, x, y, x, res, q8};
     struct vkmm_push pu;
     push_common(g, &pu);
     pu.n_tok = (uint32_t)n_tok;
+    if (q8) /* words of a row of x */
+        pu.x_stride = (uint32_t)(g->n_cols / 32 * (VKMM_Q8_BLOCK_BYTES / 4));
     if (expert >= 0 && n_exp > 1) { /* one expert: its rows lie in one piece of each */
         const int64_t er = expert_rows(g), r0 = expert * er;
         const struct vk_wpiece *gp = piece_at(g, r0), *up = piece_at(u2, r0);
@@ -229,7 +249,7 @@ static void matmul(struct vkmm *mm, const struct vk_wmat *g, const struct vk_wma
 
 static void matmul_id(struct vkmm *mm, const struct vk_wmat *g, const struct vk_wmat *u,
                       struct vk_bind x, bool x_per_pick, struct vk_bind sel, int k, int64_t n_tok,
-                      struct vk_bind y) {
+                      struct vk_bind y, bool q8) {
     const char *what = u ? "matmul_id_glu" : "matmul_id";
     if (check_pair(mm, g, u, what))
         return;
@@ -239,11 +259,21 @@ static void matmul_id(struct vkmm *mm, const struct vk_wmat *g, const struct vk_
                    (long long)n_tok, k);
         return;
     }
-    const bool tiled = n_tok > VKMM_MV_MAX_TOK, glu = u != NULL;
+    const bool tiled = n_tok > VKMM_MV_MAX_TOK && !q8, glu = u != NULL;
     const enum vkmm_kind kind = tiled ? vkmm_tiled_kind(&mm->tune, g->type, true) : VKMM_MV_ID;
-    struct vk_pipe *p = pipe_or_latch(mm, g->type, kind, glu, 0);
-    if (!p)
+    if (q8 && (x_per_pick || n_tok != 1 || g->n_cols % 32 != 0)) {
+        vkmm_latch(mm, STRATA_E_INVALID, "vkmm %s: q8 activations need one token, 32 | cols",
+                   what);
         return;
+    }
+    struct strata_error e8 = {0};
+    struct vk_pipe *p = q8 ? vkmm_q8_pipe(mm, g->type, glu, true, &e8)
+                           : pipe_or_latch(mm, g->type, kind, glu, 0);
+    if (!p) {
+        if (q8)
+            vkmm_latch(mm, e8.code ? e8.code : STRATA_E_INTERNAL, "vkmm: %s", e8.message);
+        return;
+    }
     const int64_t er = expert_rows(g);
     uint32_t gx, gy;
     if (tiled) {
@@ -270,6 +300,8 @@ static void matmul_id(struct vkmm *mm, const struct vk_wmat *g, const struct vk_
     pu.x_per_pick = x_per_pick;
     pu.expert_bytes = (uint32_t)((uint64_t)er * g->row_bytes);
     pu.n_pairs = (uint32_t)n_pairs;
+    if (q8)
+        pu.x_stride = (uint32_t)(g->n_cols / 32 * (VKMM_Q8_BLOCK_BYTES / 4));
     const struct vk_wmat *u2 = u ? u : g;
     for (int i = 0, j = 0; i < g->n_piece && j < u2->n_piece;) {
         const struct vk_wpiece *gp = &g->piece[i], *up = &u2->piece[j];
@@ -301,7 +333,7 @@ static void matmul_id(struct vkmm *mm, const struct vk_wmat *g, const struct vk_
 
 void vkmm_matmul(struct vkmm *mm, const struct vk_wmat *w, int64_t expert, struct vk_bind x,
                  struct vk_bind y, int64_t n_tok) {
-    matmul(mm, w, NULL, expert, x, y, n_tok, NULL);
+    matmul(mm, w, NULL, expert, x, y, n_tok, NULL, false);
 }
 
 void vkmm_matmul_glu(struct vkmm *mm, const struct vk_wmat *gate, const struct vk_wmat *up,
@@ -310,7 +342,7 @@ void vkmm_matmul_glu(struct vkmm *mm, const struct vk_wmat *gate, const struct v
         vkmm_latch(mm, STRATA_E_INVALID, "vkmm matmul_glu: no up matrix");
         return;
     }
-    matmul(mm, gate, up, expert, x, y, n_tok, NULL);
+    matmul(mm, gate, up, expert, x, y, n_tok, NULL, false);
 }
 
 bool vkmm_acc_ok(int64_t n_tok) {
@@ -324,12 +356,12 @@ void vkmm_matmul_acc(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x,
                    (long long)n_tok);
         return;
     }
-    matmul(mm, w, NULL, -1, x, y, n_tok, &res);
+    matmul(mm, w, NULL, -1, x, y, n_tok, &res, false);
 }
 
 void vkmm_matmul_id(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x, bool x_per_pick,
                     struct vk_bind sel, int k, int64_t n_tok, struct vk_bind y) {
-    matmul_id(mm, w, NULL, x, x_per_pick, sel, k, n_tok, y);
+    matmul_id(mm, w, NULL, x, x_per_pick, sel, k, n_tok, y, false);
 }
 
 void vkmm_matmul_id_glu(struct vkmm *mm, const struct vk_wmat *gate, const struct vk_wmat *up,
@@ -339,5 +371,15 @@ void vkmm_matmul_id_glu(struct vkmm *mm, const struct vk_wmat *gate, const struc
         vkmm_latch(mm, STRATA_E_INVALID, "vkmm matmul_id_glu: no up matrix");
         return;
     }
-    matmul_id(mm, gate, up, x, x_per_pick, sel, k, n_tok, y);
+    matmul_id(mm, gate, up, x, x_per_pick, sel, k, n_tok, y, false);
+}
+
+void vkmm_matmul_q8x(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
+                     struct vk_bind xq, struct vk_bind y) {
+    matmul(mm, w, up, -1, xq, y, 1, NULL, true);
+}
+
+void vkmm_matmul_id_q8x(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
+                        struct vk_bind xq, struct vk_bind sel, int k, struct vk_bind y) {
+    matmul_id(mm, w, up, xq, false, sel, k, 1, y, true);
 }

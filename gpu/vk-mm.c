@@ -208,6 +208,10 @@ void vkmm_free(struct vkmm *mm) {
             for (int g = 1; g >= 0; g--)
                 for (int f = VKMM_FUSE_N - 1; f >= 0; f--)
                     vk_pipe_free(mm->d, mm->pipe[t][k][g][f]);
+    for (int t = QUANT_TYPE_COUNT - 1; t >= 0; t--)
+        for (int g = 1; g >= 0; g--)
+            for (int i = 1; i >= 0; i--)
+                vk_pipe_free(mm->d, mm->q8pipe[t][g][i]);
     free(mm);
 }
 

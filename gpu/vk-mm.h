@@ -123,6 +123,22 @@ bool vkmm_acc_ok(int64_t n_tok);
 void vkmm_matmul_acc(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x, struct vk_bind y,
                      int64_t n_tok, struct vk_bind res);
 
+/* The decode matvec over activations quantized to q8 blocks of 32 (the
+ * layout of vkops_rmsnorm_q8's yq, VKMM_Q8_BLOCK_BYTES a block) on 8-bit
+ * integer dot products (mv_dot.comp): one token, W's columns a multiple of
+ * 32, for Q4_0, Q8_0, Q4_K, Q5_K and Q6_K where the device has integer dot
+ * products (vkmm_q8x_ok). up non-NULL: the fused gate + up + SwiGLU form
+ * (as vkmm_matmul_glu). _id: the expert-indexed form over the token's k
+ * picks (sel: k ints; y: k rows; as vkmm_matmul_id_glu with x_per_pick
+ * false). The results are the dequantized weights times the dequantized
+ * activations up to f32 rounding, as the integer-dot tiles'. Recorded. */
+#define VKMM_Q8_BLOCK_BYTES 48
+bool vkmm_q8x_ok(const struct vkmm *mm, enum quant_type type);
+void vkmm_matmul_q8x(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
+                     struct vk_bind xq, struct vk_bind y);
+void vkmm_matmul_id_q8x(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
+                        struct vk_bind xq, struct vk_bind sel, int k, struct vk_bind y);
+
 /* Q4_0 and Q8_0: the types whose 1-2 token matvec has the block path. */
 bool vkmm_soa_type(enum quant_type type);
 /* A GGUF row of such a type (n_cols elements) rewritten as its nb f16

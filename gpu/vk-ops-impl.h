@@ -17,6 +17,7 @@ struct vkops {
         *sample;
     struct vk_pipe *kv_write, *attn_split, *rope_kv;
     struct vk_pipe *attn_prefill; /* NULL on subgroups narrower than 8 (the split serves all) */
+    struct vk_pipe *rmsnorm_q8;   /* op_rmsnorm.comp with its q8 output (Q8 = 1) */
 };
 
 /* gx, gy for n workgroups of a linear grid (ops_group_id in op_common.glsl):

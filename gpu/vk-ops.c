@@ -135,7 +135,7 @@ int vkops_init(struct vk_dev *d, struct vkops **out, struct strata_error *err) {
         PIPE(eltwise, spv_eltwise, 3, sizeof(struct push_eltwise)),
         PIPE(copy_rows, spv_copy_rows, 3, sizeof(struct push_copy_rows)),
         PIPE(rows, spv_rows, 3, sizeof(struct push_rows)),
-        PIPE(rmsnorm, spv_rmsnorm, 3, sizeof(struct push_rmsnorm)),
+        PIPE(rmsnorm, spv_rmsnorm, 4, sizeof(struct push_rmsnorm)),
         PIPE(rope, spv_rope, 3, sizeof(struct push_rope)),
         PIPE(embed, spv_embed, 3, sizeof(struct push_embed)),
         PIPE(moe_route, spv_moe_route, 3, sizeof(struct push_route)),
@@ -180,6 +180,12 @@ int vkops_init(struct vk_dev *d, struct vkops **out, struct strata_error *err) {
         }
         *(struct vk_pipe **)((char *)o + p->field) = pp;
     }
+    o->rmsnorm_q8 = vk_pipe_create(d, "op_rmsnorm.q8", spv_rmsnorm, sizeof spv_rmsnorm, 4,
+                                   sizeof(struct push_rmsnorm), (const uint32_t[]){1}, 1, err);
+    if (!o->rmsnorm_q8) {
+        vkops_free(o);
+        return err ? err->code : STRATA_E_IO;
+    }
     /* the prefill kernel sums a row's score over 8 lanes by shuffles */
     if (in->subgroup_size >= 8 && in->subgroup_size % 8 == 0) {
         o->attn_prefill =
@@ -199,6 +205,7 @@ void vkops_free(struct vkops *o) {
         return;
     /* reverse creation order */
     vk_pipe_free(o->dev, o->attn_prefill);
+    vk_pipe_free(o->dev, o->rmsnorm_q8);
     vk_pipe_free(o->dev, o->rope_kv);
     vk_pipe_free(o->dev, o->attn_split);
     vk_pipe_free(o->dev, o->kv_write);
@@ -324,8 +331,25 @@ void vkops_rmsnorm(struct vkops *o, struct vk_bind x, struct vk_bind w, bool has
     }
     STRATA_ASSERT(n_rows > 0 && (uint64_t)(n_rows * n_cols) <= UINT32_MAX);
     const struct push_rmsnorm push = {(uint32_t)(n_cols / 4), has_w, eps, (uint32_t)n_rows};
-    const struct vk_bind b[3] = {x, has_w ? w : x, y};
+    const struct vk_bind b[4] = {x, has_w ? w : x, y, y};
     dispatch_linear(o, o->rmsnorm, b, &push, (uint64_t)n_rows);
+}
+
+uint64_t vkops_q8_bytes(int64_t n_rows, int64_t n_cols) {
+    return (uint64_t)n_rows * (uint64_t)(n_cols / 32) * VKOPS_Q8_BLOCK_BYTES;
+}
+
+bool vkops_rmsnorm_q8(struct vkops *o, struct vk_bind x, struct vk_bind w, bool has_w,
+                      struct vk_bind y, struct vk_bind yq, int64_t n_rows, int64_t n_cols,
+                      float eps) {
+    if (n_rows < 1 || n_cols % 32 != 0 || x.off % 16 || y.off % 16 || yq.off % 16 ||
+        (has_w && w.off % 16))
+        return false;
+    STRATA_ASSERT((uint64_t)(n_rows * n_cols) <= UINT32_MAX);
+    const struct push_rmsnorm push = {(uint32_t)(n_cols / 4), has_w, eps, (uint32_t)n_rows};
+    const struct vk_bind b[4] = {x, has_w ? w : x, y, yq};
+    dispatch_linear(o, o->rmsnorm_q8, b, &push, (uint64_t)n_rows);
+    return true;
 }
 
 void vkops_softmax(struct vkops *o, struct vk_bind x, int64_t n_rows, int64_t n_cols) {

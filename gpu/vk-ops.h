@@ -136,6 +136,16 @@ void vkops_copy_rows(struct vkops *o, struct vk_bind src, struct vk_bind ids, in
  * ignored: pass any bind); y may be x. One workgroup a row. */
 void vkops_rmsnorm(struct vkops *o, struct vk_bind x, struct vk_bind w, bool has_w,
                    struct vk_bind y, int64_t n_rows, int64_t n_cols, float eps);
+/* vkops_rmsnorm that also writes y quantized to q8 blocks of 32 into yq
+ * (VKOPS_Q8_BLOCK_BYTES a block, vkops_q8_bytes a tensor: op_rmsnorm.comp
+ * gives the layout), the activations of the integer-dot matvec
+ * (vkmm_matmul_q8x). false, recording nothing, where n_cols is not a
+ * multiple of 32 or a binding is not 16-byte aligned. */
+#define VKOPS_Q8_BLOCK_BYTES 48
+uint64_t vkops_q8_bytes(int64_t n_rows, int64_t n_cols);
+bool vkops_rmsnorm_q8(struct vkops *o, struct vk_bind x, struct vk_bind w, bool has_w,
+                      struct vk_bind y, struct vk_bind yq, int64_t n_rows, int64_t n_cols,
+                      float eps);
 /* In-place softmax of each row of n_cols. */
 void vkops_softmax(struct vkops *o, struct vk_bind x, int64_t n_rows, int64_t n_cols);
 /* y = silu(g) * u over (n_rows, n_cols); y may be g. */

@@ -6,14 +6,26 @@
  * first version looped over 16 dependent scalar loads an invocation and
  * took 11.1 us a 4096-wide row on the H200 (lead's profile of llama-2-7b
  * Q4_0 decode, 1040 calls), bound by load latency, not bandwidth.
- * Same arithmetic as op_rows.comp: y = x * (1 / sqrt(mean(x^2) + eps)) * w. */
+ * Same arithmetic as op_rows.comp: y = x * (1 / sqrt(mean(x^2) + eps)) * w.
+ *
+ * Q8 = 1 (vkops_rmsnorm_q8, rows a multiple of 32 wide): y also quantized
+ * to q8 blocks of 32 into binding 3, the activations of the integer-dot
+ * matvec (mv_dot.comp) that reads the norm next. Block b of row r at word
+ * 12 (r * n / 32 + b): 8 words of int8 levels (element j in byte j % 4 of
+ * word j / 4), then d (float bits), the levels' sum, two zero words; d =
+ * max|y| / 127, level = round(y / d), as mm_dot_body.glsl quantizes. An
+ * invocation recomputes its blocks' y from x (cached) rather than reading
+ * what other invocations wrote. */
+#extension GL_EXT_control_flow_attributes : require
 #include "op_common.glsl"
 
+layout(constant_id = 0) const uint Q8 = 0;
 layout(local_size_x = 256) in;
 
 layout(std430, binding = 0) readonly buffer X { vec4 x[]; };
 layout(std430, binding = 1) readonly buffer W { vec4 w[]; };
 layout(std430, binding = 2) writeonly buffer Y { vec4 y[]; };
+layout(std430, binding = 3) writeonly buffer YQ { uvec4 yq[]; };
 
 layout(push_constant) uniform P {
     uint n4; /* n_cols / 4 */
@@ -46,5 +58,31 @@ void main() {
     for (uint i = lid + 1024u; i < p.n4; i += 256u) {
         const vec4 o = x[base + i] * scale;
         y[base + i] = p.has_w != 0u ? o * w[i] : o;
+    }
+    if (Q8 == 0u)
+        return;
+    const uint nb = p.n4 / 8u;
+    for (uint b = lid; b < nb; b += 256u) {
+        vec4 v[8];
+        float amax = 0.0;
+        [[unroll]] for (uint k = 0u; k < 8u; k++) {
+            const uint i = 8u * b + k;
+            v[k] = p.has_w != 0u ? x[base + i] * scale * w[i] : x[base + i] * scale;
+            const vec4 a = abs(v[k]);
+            amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
+        }
+        const float d = amax / 127.0, id = d > 0.0 ? 1.0 / d : 0.0;
+        int sum = 0;
+        uint q[8];
+        [[unroll]] for (uint k = 0u; k < 8u; k++) {
+            const ivec4 l = ivec4(round(v[k] * id));
+            sum += l.x + l.y + l.z + l.w;
+            q[k] = uint(l.x & 255) | (uint(l.y & 255) << 8) | (uint(l.z & 255) << 16) |
+                   (uint(l.w & 255) << 24);
+        }
+        const uint o = 3u * (row * nb + b);
+        yq[o] = uvec4(q[0], q[1], q[2], q[3]);
+        yq[o + 1u] = uvec4(q[4], q[5], q[6], q[7]);
+        yq[o + 2u] = uvec4(floatBitsToUint(d), uint(sum), 0u, 0u);
     }
 }

@@ -12,7 +12,8 @@
  * the same bits as one range; a second launch shape; several blocks a
  * lane at once; bad calls latching an error and recording nothing; the
  * fused residual add and the scales-then-quants rows (test-vk-mm-fuse.c);
- * the coopmat tiles' layout (test-vk-mm-coop.c). Exit 77 only when no
+ * the coopmat tiles' layout (test-vk-mm-coop.c); the decode matvec over q8
+ * activations and the norm that writes them (test-vk-mm-q8.c). Exit 77 only when no
  * Vulkan device exists.
  *
  * Time: lavapipe compiles each pipeline at its first dispatch through LLVM,
@@ -1027,6 +1028,7 @@ END_TEST
 
 TCase *vkmm_fuse_tcase(void); /* tests/gpu/test-vk-mm-fuse.c */
 TCase *vkmm_coop_tcase(void); /* tests/gpu/test-vk-mm-coop.c */
+TCase *vkmm_q8_tcase(void);   /* tests/gpu/test-vk-mm-q8.c */
 
 static Suite *vk_mm_suite(void) {
     Suite *s = suite_create("vk-mm");
@@ -1044,9 +1046,9 @@ static Suite *vk_mm_suite(void) {
     tcase_add_test(tc_misc, test_pieces);
     tcase_add_test(tc_misc, test_tune);
     tcase_add_test(tc_misc, test_bad_calls);
-    TCase *all[] = {tc_types, tc_experts,        tc_glu,           tc_misc,
-                    tc_paths, vkmm_fuse_tcase(), vkmm_coop_tcase()};
-    for (int i = 0; i < 7; i++) {
+    TCase *all[] = {tc_types,          tc_experts,        tc_glu,          tc_misc, tc_paths,
+                    vkmm_fuse_tcase(), vkmm_coop_tcase(), vkmm_q8_tcase()};
+    for (int i = 0; i < 8; i++) {
         tcase_set_timeout(all[i], 300);
         suite_add_tcase(s, all[i]);
     }

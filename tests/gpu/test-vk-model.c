@@ -650,6 +650,107 @@ START_TEST(test_fusions) {
 }
 END_TEST
 
+/* q8 activations (BACKEND_VK_FUSE_Q8): a one-token step's norms write a q8
+ * copy that the q/k/v, gate + up and routed experts' matvecs read
+ * (mv_dot.comp), so the logits move by the activations' q8 rounding only:
+ * NMSE of each row against the same fusions without it below
+ * MODEL_Q8_NMSE, and its greedy pick the same unless the two best logits
+ * lie within twice the largest difference of the row (a near-tie). Steps
+ * of several rows do not use it but read the KV the one-token steps wrote,
+ * so they are held to the same rule. The dispatches a step records do not
+ * change (the norm writes its copy in its own dispatch), and some one-token
+ * logits must move (the path ran). */
+#define MODEL_Q8_NMSE 1e-3
+static void check_q8(const char *which, enum quant_type mat_type) {
+    struct spec s = spec_of(which);
+    if (mat_type != QUANT_F32)
+        s.mat_type = mat_type;
+    char path[256];
+    tmp_path(path, sizeof path, which);
+    write_model(path, &s);
+    struct strata_error err = {0};
+    struct backend_vk_params vp = backend_vk_params_default();
+    struct backend *bf = backend_vk_init(&vp, &err);
+    vp.fuse |= BACKEND_VK_FUSE_Q8;
+    struct backend *bq = backend_vk_init(&vp, &err);
+    ck_assert_msg(bf && bq, "backend_vk_init: %s", err.message);
+    struct model_params mp = model_params_default();
+    mp.n_ctx_max = 64;
+    mp.n_batch_max = 40;
+    mp.backend = bf;
+    struct model *mf = model_load(path, &mp, &err);
+    mp.backend = bq;
+    struct model *mq = model_load(path, &mp, &err);
+    ck_assert_msg(mf && mq, "model_load: %s", err.message);
+    struct kv_cache *kf = model_kv_init(mf, 2, 0, &err), *kq = model_kv_init(mq, 2, 0, &err);
+    ck_assert_msg(kf && kq, "%s", err.message);
+    const int V = model_n_vocab(mf);
+    float *lf = malloc((size_t)40 * V * sizeof(float)),
+          *lq = malloc((size_t)40 * V * sizeof(float));
+    struct model_batch_entry e[40];
+    static const int steps[][2] = {{20, 0}, {1, 0}, {1, 1}, {3, 0}, {1, 0}, {1, 1}, {1, 0}};
+    int pos[2] = {0, 0};
+    double worst = 0;
+    bool moved = false;
+    for (size_t st = 0; st < sizeof steps / sizeof steps[0]; st++) {
+        const int n = steps[st][0];
+        for (int i = 0; i < n; i++) {
+            const int q = n == 3 ? i % 2 : steps[st][1];
+            e[i] =
+                (struct model_batch_entry){q, pos[q]++, (int32_t)((11 * i + 5 * st + 3) % V), true};
+        }
+        const uint64_t f0 = backend_vk_dispatches(bf), q0 = backend_vk_dispatches(bq);
+        step(mf, kf, e, n, lf);
+        step(mq, kq, e, n, lq);
+        ck_assert_uint_eq(backend_vk_dispatches(bq) - q0, backend_vk_dispatches(bf) - f0);
+        for (int row = 0; row < n; row++) {
+            const float *lf_r = lf + (size_t)row * V, *lq_r = lq + (size_t)row * V;
+            double es = 0, ss = 0, dmax = 0;
+            int af = 0, aq = 0, a2 = -1;
+            for (int j = 0; j < V; j++) {
+                const double d = (double)lq_r[j] - lf_r[j];
+                es += d * d;
+                ss += (double)lf_r[j] * lf_r[j];
+                dmax = fmax(dmax, fabs(d));
+                if (lf_r[j] > lf_r[af])
+                    af = j;
+                if (lq_r[j] > lq_r[aq])
+                    aq = j;
+            }
+            for (int j = 0; j < V; j++)
+                if (j != af && (a2 < 0 || lf_r[j] > lf_r[a2]))
+                    a2 = j;
+            const double e1 = ss > 0 ? es / ss : es;
+            worst = fmax(worst, e1);
+            moved = moved || (n == 1 && es > 0);
+            ck_assert_msg(e1 < MODEL_Q8_NMSE, "%s step %zu row %d: logits NMSE %.3g with q8", which,
+                          st, row, e1);
+            ck_assert_msg(af == aq || lf_r[af] - lf_r[a2] < 2 * dmax,
+                          "%s step %zu: greedy %d with q8, %d without (gap %.3g, diff %.3g)", which,
+                          st, aq, af, lf_r[af] - lf_r[a2], dmax);
+        }
+    }
+    ck_assert_msg(moved, "%s: no one-token logits moved: the q8 path did not run", which);
+    printf("%s: q8 activations, worst logits NMSE %.2g\n", which, worst);
+    fflush(stdout);
+    free(lf);
+    free(lq);
+    kv_free(kf);
+    kv_free(kq);
+    model_free(mf);
+    model_free(mq);
+    backend_free(bf);
+    backend_free(bq);
+    unlink(path);
+}
+
+START_TEST(test_q8) {
+    check_q8("llama-q8", QUANT_F32);
+    check_q8("llama", QUANT_Q4_0);
+    check_q8("qwen3moe", QUANT_F32);
+}
+END_TEST
+
 /* The backend's step: a write, an op and a read; a read lands only at the
  * wait; two submits in one step; a begin drops what was not submitted;
  * errors of bad use are reported at submit. */
@@ -852,6 +953,7 @@ static Suite *vk_model_suite(void) {
     tcase_add_test(tc, test_oom_at_load);
     tcase_add_test(tc, test_device_sampling);
     tcase_add_test(tc, test_fusions);
+    tcase_add_test(tc, test_q8);
     tcase_add_test(tc, test_golden_llama2_tiny_random);
     tcase_add_test(tc, test_llama);
     tcase_add_test(tc, test_llama_q8);

@@ -1,0 +1,112 @@
+// gpu/shaders/mv_dot_body.glsl: y[t, r] = W[r, :] . x[t, :] for one token,
+// with x given as q8 blocks (binding 1: vkops_rmsnorm_q8's layout, 48 bytes
+// a block of 32: 8 words of int8 levels, d, the levels' sum, 2 zero words;
+// p.x_stride is the words of one row of x). The plain, fused gate + up +
+// SwiGLU (GLU = 1, up in binding 4) and expert-indexed (ID = 1) forms of
+// mv_body.glsl, with its work split: each workgroup of WG lanes takes NR
+// whole rows, its lanes one 32-element block of every row at a time.
+//
+// Why: decode's f32 matvec is not bound by DRAM on the H200. With half of
+// a matrix already in L2 (the prefetch of branch vkpf) it ran no faster
+// (bench/README.md, "H200, 2026-12-06 (late)"); it spends ~500
+// instructions a lane on converting levels to floats, 8 vec4 loads of x a
+// block and 32 FMAs a row. Here a block of a row costs its raw words, the
+// levels as packed int8 (blk_conv, mm_dot_types.glsl) and 8 packed dot
+// products (OpSDot, as mm_dot_body.glsl), and x three uvec4 loads a block
+// shared by the NR rows:
+//   acc += dx * (s0 * dot(q0, x0) + s1 * dot(q1, x1)) - mn * dx * sum(xq)
+// Integer sums are exact; the result is the dequantized weights times the
+// dequantized q8 activations up to f32 rounding (as the integer-dot tiles).
+layout(constant_id = 0) const uint WG = 128; // lanes per workgroup
+layout(constant_id = 1) const uint NR = 4;   // rows per workgroup
+layout(constant_id = 2) const uint GLU = 0;  // 1: silu(gate) * up, up in binding 4
+layout(constant_id = 3) const uint ID = 0;   // 1: expert-indexed (sel, one token per pair)
+layout(local_size_x_id = 0) in;
+
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018],
+                  id = 4450) int sdot4(uint a, uint b, spirv_literal int packed_4x8);
+
+const uint NM = GLU != 0u ? 2u : 1u; // matrices
+shared float red[NM * NR * WG];
+
+// |v| < 2^22 exactly as a float (mm_dot_body.glsl's i2f)
+float i2f(int v) { return intBitsToFloat(v + 0x4B400000) - 12582912.0; }
+
+int dot16(uvec4 a, uvec4 b) {
+    return sdot4(a.x, b.x, 0) + sdot4(a.y, b.y, 0) + sdot4(a.z, b.z, 0) + sdot4(a.w, b.w, 0);
+}
+
+void main() {
+    const uint grp = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    const uint r0 = grp * NR;
+    if (r0 >= p.n_rows)
+        return; // the whole workgroup
+    uint wb = p.w_base, wb2 = p.w_base2, xr = p.tok0, yr = p.tok0;
+    if (ID != 0u) {
+        const uint pair = gl_WorkGroupID.z + p.pair0;
+        if (pair >= p.n_pairs)
+            return;
+        const int e = sel[pair];
+        if (e < int(p.e0) || e >= int(p.e1))
+            return; // another piece holds this expert (or a bad id: nothing written)
+        wb += uint(e - int(p.e0)) * p.expert_bytes;
+        wb2 += uint(e - int(p.e0)) * p.expert_bytes;
+        xr = p.x_per_pick != 0u ? pair : pair / p.k;
+        yr = pair;
+    }
+    const uint tid = gl_LocalInvocationID.x, nb = p.n_cols / 32u;
+    float acc[NM * NR];
+    [[unroll]] for (uint i = 0u; i < NM * NR; i++)
+        acc[i] = 0.0;
+    uint ro[NR];
+    [[unroll]] for (uint r = 0u; r < NR; r++)
+        ro[r] = min(r0 + r, p.n_rows - 1u) * p.row_bytes; // past the end: the last row again
+    const uint xq0 = (xr * p.x_stride) >> 2; // uvec4s
+    for (uint b = tid; b < nb; b += WG) {
+        uint raw[NM * NR][RAWN];
+        [[unroll]] for (uint r = 0u; r < NR; r++) {
+            blk_load(0u, wb + ro[r], b, raw[r]);
+            if (GLU != 0u)
+                blk_load(1u, wb2 + ro[r], b, raw[NR + r]);
+        }
+        const uint xo = xq0 + 3u * b;
+        const uvec4 xa = floatBitsToUint(x4[xo]), xb = floatBitsToUint(x4[xo + 1u]);
+        const uvec4 xc = floatBitsToUint(x4[xo + 2u]);
+        const float dx = uintBitsToFloat(xc.x);
+        const float sx = DOT_MIN ? dx * i2f(int(xc.y)) : 0.0;
+        [[unroll]] for (uint m = 0u; m < NM * NR; m++) {
+            uvec4 q0, q1;
+            float s0, s1, mn;
+            blk_conv(raw[m], q0, q1, s0, s1, mn);
+            float v = s0 * i2f(dot16(q0, xa));
+            v += DOT_TWO ? s1 * i2f(dot16(q1, xb)) : s0 * i2f(dot16(q1, xb));
+            acc[m] += dx * v;
+            if (DOT_MIN)
+                acc[m] -= mn * sx;
+        }
+    }
+    [[unroll]] for (uint i = 0u; i < NM * NR; i++)
+        acc[i] = subgroupAdd(acc[i]);
+    if (gl_NumSubgroups > 1u) {
+        if (subgroupElect()) {
+            [[unroll]] for (uint i = 0u; i < NM * NR; i++)
+                red[i * WG + gl_SubgroupID] = acc[i];
+        }
+        barrier();
+        if (tid < NR) {
+            float s = 0.0, s2 = 0.0;
+            for (uint g = 0u; g < gl_NumSubgroups; g++) {
+                s += red[tid * WG + g];
+                if (GLU != 0u)
+                    s2 += red[(NR + tid) * WG + g];
+            }
+            if (r0 + tid < p.n_rows)
+                y[yr * p.y_stride + p.y_col0 + r0 + tid] = GLU != 0u ? silu(s) * s2 : s;
+        }
+    } else if (tid == 0u) {
+        [[unroll]] for (uint r = 0u; r < NR; r++)
+            if (r0 + r < p.n_rows)
+                y[yr * p.y_stride + p.y_col0 + r0 + r] =
+                    GLU != 0u ? silu(acc[r]) * acc[NR + r] : acc[r];
+    }
+}
