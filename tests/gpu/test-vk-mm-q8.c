@@ -8,103 +8,48 @@
  * dequantized weights and the dequantized q8 x the host wrote. The sums are
  * exact integers scaled in f32, so only float rounding remains (~1e-14
  * measured on lavapipe; Q8_QX_NMSE 1e-9, as the f32 matvec's tests); one
- * wrong level of a 4-bit weight is ~1e-5, a wrong expert ~1.
+ * wrong level of a 4-bit weight is ~1e-5, a wrong expert ~1; against the
+ * f32 x, the q8 rounding (Q8_ROUND_NMSE).
  *
  * The norm's q8 output against the host's norm of the same x, quantized by
  * the same rule (d = max|y| / 127, level = round(y / d)): d to 1e-5
  * relative, every level within 1 of the host's (f32 sums in another order
  * can put a value on the other side of a rounding tie) and at most 2% of
  * them off, each block's sum the sum of its levels; and the norm + matvec
- * chain against the unquantized norm output: the q8 rounding, NMSE below
- * 1e-4 (~1.5e-5 for random rows). */
+ * chain against the host's q8 of the norm (Q8_TIE_NMSE) and against the
+ * unquantized norm output (the q8 rounding: Q8_SPIKE_NMSE). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu/vk-mm-impl.h"
 #include "gpu/vk-ops.h"
-#include "tests/harness.h"
+#include "tests/gpu/vk-mm-fixture.h"
 
 TCase *vkmm_q8_tcase(void);
 
 #define Q8_QX_NMSE 1e-9
-#define Q8_ROUND_NMSE 1e-4
+/* Against the f32 x, the q8 rounding: 2e-5 .. 4.4e-5 measured on lavapipe;
+ * the tight check is the one above, this one only sees that the two agree. */
+#define Q8_ROUND_NMSE 1e-3
+/* The norm chain: the host's q8 of the same norm differs by a level at a
+ * rounding tie now and then (1e-6 holds ~50 such levels); against the f32
+ * norm, the row's spikes (every 97th value x8) coarsen their blocks' levels:
+ * 1.0e-4 measured for Q6_K on lavapipe, so 1e-3 (a wrong block is ~1e-2). */
+#define Q8_TIE_NMSE 1e-6
+#define Q8_SPIKE_NMSE Q8_ROUND_NMSE
 #define Q8_ROWS 67
 
 static const enum quant_type q8_types[] = {QUANT_Q8_0, QUANT_Q4_0, QUANT_Q4_K, QUANT_Q5_K,
                                            QUANT_Q6_K};
 
-static uint32_t q8_state = 0x2468ace1u;
-static float q8_rand(void) { /* [-1, 1) */
-    q8_state ^= q8_state << 13;
-    q8_state ^= q8_state >> 17;
-    q8_state ^= q8_state << 5;
-    return (float)(q8_state >> 8) / 8388608.0f - 1.0f;
-}
-
 struct q8_gpu {
-    struct vk_dev *d;
-    struct vkmm *mm;
+    struct fz_gpu g; /* d, mm */
     struct vkops *ops;
 };
 
-static struct vk_buf *q8_buf(struct q8_gpu *g, const void *src, size_t n) {
-    struct strata_error err = {0};
-    struct vk_buf *b = vk_buf_alloc(g->d, (n + 15) & ~(size_t)15, VK_MEM_DEVICE, &err);
-    ck_assert_msg(b != NULL, "vk_buf_alloc: %s", err.message);
-    if (src)
-        ck_assert_msg(vk_buf_upload(g->d, b, 0, src, n, &err) == 0, "upload: %s", err.message);
-    return b;
-}
-
-static struct vk_bind q8_bd(const struct vk_buf *b) {
-    return (struct vk_bind){b, 0, 0};
-}
-
-static void q8_run(struct q8_gpu *g) {
-    struct strata_error err = {0};
-    ck_assert_msg(vk_rec_submit(g->d, &err) == 0, "submit: %s", err.message);
-    ck_assert_msg(vk_rec_wait(g->d, &err) == 0, "wait: %s", err.message);
-    ck_assert_msg(vkmm_status(g->mm, &err) == 0, "vkmm: %s", err.message);
-}
-
-static void q8_read(struct q8_gpu *g, const struct vk_buf *b, void *dst, size_t n) {
+static void q8_read(struct fz_gpu *g, const struct vk_buf *b, void *dst, size_t n) {
     struct strata_error err = {0};
     ck_assert_int_eq(vk_buf_download(g->d, b, 0, dst, n, &err), 0);
-}
-
-/* A random matrix of n_exp experts (1: a plain one) of `rows` rows each. */
-struct q8_mat {
-    struct vk_buf *buf;
-    struct vk_wpiece pc;
-    struct vk_wmat w;
-    float *deq;
-};
-
-static void q8_mat_init(struct q8_gpu *g, struct q8_mat *m, enum quant_type type, int64_t rows,
-                        int64_t cols, int64_t n_exp) {
-    const int64_t all = rows * n_exp;
-    const size_t rb = quant_row_size(type, cols);
-    uint8_t *bytes = malloc((size_t)all * rb);
-    float *src = malloc(sizeof(float) * (size_t)cols);
-    m->deq = malloc(sizeof(float) * (size_t)(all * cols));
-    for (int64_t r = 0; r < all; r++) {
-        for (int64_t c = 0; c < cols; c++)
-            src[c] = q8_rand() * (0.5f + (float)(r % 5) * 0.25f);
-        ck_assert_int_eq(quant_quantize_row(type, src, bytes + (size_t)r * rb, cols), 0);
-        ck_assert_int_eq(
-            quant_dequantize_row(type, bytes + (size_t)r * rb, m->deq + r * cols, cols), 0);
-    }
-    m->buf = q8_buf(g, bytes, (size_t)all * rb);
-    m->pc = (struct vk_wpiece){m->buf, 0, 0, all};
-    m->w = (struct vk_wmat){type, all, cols, rb, n_exp > 1 ? n_exp : 0, 1, &m->pc};
-    free(src);
-    free(bytes);
-}
-
-static void q8_mat_free(struct q8_gpu *g, struct q8_mat *m) {
-    vk_buf_free(g->d, m->buf);
-    free(m->deq);
 }
 
 /* x quantized as mv_dot.comp reads it (VKMM_Q8_BLOCK_BYTES a block) and
@@ -136,31 +81,22 @@ static double q8_dot(const float *w, const float *x, int64_t n) {
     return s;
 }
 
-static double q8_nmse(const float *y, const double *ref, int64_t n) {
-    double e = 0, s = 0;
-    for (int64_t i = 0; i < n; i++) {
-        e += ((double)y[i] - ref[i]) * ((double)y[i] - ref[i]);
-        s += ref[i] * ref[i];
-    }
-    return s > 0 ? e / s : e;
-}
-
-static bool q8_open(struct q8_gpu *g) {
+static bool q8_open(struct q8_gpu *q) {
     struct strata_error err = {0};
-    ck_assert_msg(vk_dev_open(-1, &g->d, &err) == 0, "vk_dev_open: %s", err.message);
-    ck_assert_msg(vkmm_init(g->d, &g->mm, &err) == 0, "vkmm_init: %s", err.message);
-    ck_assert_msg(vkops_init(g->d, &g->ops, &err) == 0, "vkops_init: %s", err.message);
-    if (!vkmm_q8x_ok(g->mm, QUANT_Q4_0)) {
-        printf("vk-mm q8: %s has no integer dot product: skipped\n", vk_dev_info(g->d)->name);
+    ck_assert_msg(vk_dev_open(-1, &q->g.d, &err) == 0, "vk_dev_open: %s", err.message);
+    ck_assert_msg(vkmm_init(q->g.d, &q->g.mm, &err) == 0, "vkmm_init: %s", err.message);
+    ck_assert_msg(vkops_init(q->g.d, &q->ops, &err) == 0, "vkops_init: %s", err.message);
+    if (!vkmm_q8x_ok(q->g.mm, QUANT_Q4_0)) {
+        printf("vk-mm q8: %s has no integer dot product: skipped\n", vk_dev_info(q->g.d)->name);
         return false;
     }
     return true;
 }
 
-static void q8_close(struct q8_gpu *g) {
-    vkops_free(g->ops);
-    vkmm_free(g->mm);
-    vk_dev_close(g->d);
+static void q8_close(struct q8_gpu *q) {
+    vkops_free(q->ops);
+    vkmm_free(q->g.mm);
+    vk_dev_close(q->g.d);
 }
 
 static float q8_silu(double v) {
@@ -169,42 +105,43 @@ static float q8_silu(double v) {
 
 START_TEST(test_q8_matvec) {
     const enum quant_type t = q8_types[_i];
-    struct q8_gpu g;
-    if (!q8_open(&g)) {
-        q8_close(&g);
+    struct q8_gpu q;
+    if (!q8_open(&q)) {
+        q8_close(&q);
         return;
     }
+    struct fz_gpu *g = &q.g;
     const int64_t cols = t == QUANT_Q8_0 || t == QUANT_Q4_0 ? 320 : 512, rows = Q8_ROWS;
     float *x = malloc(sizeof(float) * (size_t)cols), *xd = malloc(sizeof(float) * (size_t)cols);
     uint32_t *xq = malloc((size_t)(cols / 32) * 48);
     for (int64_t c = 0; c < cols; c++)
-        x[c] = q8_rand() * (1.0f + (float)(c % 7));
+        x[c] = fz_rand() * (1.0f + (float)(c % 7));
     q8_quantize(x, cols, xq, xd);
-    struct vk_buf *xb = q8_buf(&g, xq, (size_t)(cols / 32) * 48);
-    struct q8_mat a, b, s;
-    q8_mat_init(&g, &a, t, rows, cols, 1);
-    q8_mat_init(&g, &b, t, rows, cols, 1);
-    q8_mat_init(&g, &s, t, rows, cols, 3); /* a stack of 3 experts */
-    struct q8_mat su;
-    q8_mat_init(&g, &su, t, rows, cols, 3);
+    struct vk_buf *xb = fz_buf(g, xq, (size_t)(cols / 32) * 48);
+    struct fz_mat a, b, s;
+    fz_stack_init(g, &a, t, rows, cols, 1);
+    fz_stack_init(g, &b, t, rows, cols, 1);
+    fz_stack_init(g, &s, t, rows, cols, 3); /* a stack of 3 experts */
+    struct fz_mat su;
+    fz_stack_init(g, &su, t, rows, cols, 3);
     const int32_t sel[2] = {2, 0};
-    struct vk_buf *sb = q8_buf(&g, sel, sizeof sel);
-    struct vk_buf *y1 = q8_buf(&g, NULL, sizeof(float) * rows),
-                  *y2 = q8_buf(&g, NULL, sizeof(float) * rows),
-                  *y3 = q8_buf(&g, NULL, sizeof(float) * 2 * rows),
-                  *y4 = q8_buf(&g, NULL, sizeof(float) * 2 * rows);
+    struct vk_buf *sb = fz_buf(g, sel, sizeof sel);
+    struct vk_buf *y1 = fz_buf(g, NULL, sizeof(float) * rows),
+                  *y2 = fz_buf(g, NULL, sizeof(float) * rows),
+                  *y3 = fz_buf(g, NULL, sizeof(float) * 2 * rows),
+                  *y4 = fz_buf(g, NULL, sizeof(float) * 2 * rows);
     struct strata_error err = {0};
-    ck_assert_int_eq(vk_rec_begin(g.d, &err), 0);
-    vkmm_matmul_q8x(g.mm, &a.w, NULL, q8_bd(xb), q8_bd(y1));
-    vkmm_matmul_q8x(g.mm, &a.w, &b.w, q8_bd(xb), q8_bd(y2));
-    vkmm_matmul_id_q8x(g.mm, &s.w, NULL, q8_bd(xb), q8_bd(sb), 2, q8_bd(y3));
-    vkmm_matmul_id_q8x(g.mm, &s.w, &su.w, q8_bd(xb), q8_bd(sb), 2, q8_bd(y4));
-    q8_run(&g);
+    ck_assert_int_eq(vk_rec_begin(g->d, &err), 0);
+    vkmm_matmul_q8x(g->mm, &a.w, NULL, fz_bd(xb), fz_bd(y1));
+    vkmm_matmul_q8x(g->mm, &a.w, &b.w, fz_bd(xb), fz_bd(y2));
+    vkmm_matmul_id_q8x(g->mm, &s.w, NULL, fz_bd(xb), fz_bd(sb), 2, fz_bd(y3));
+    vkmm_matmul_id_q8x(g->mm, &s.w, &su.w, fz_bd(xb), fz_bd(sb), 2, fz_bd(y4));
+    fz_run(g);
     float got[4][2 * Q8_ROWS];
-    q8_read(&g, y1, got[0], sizeof(float) * rows);
-    q8_read(&g, y2, got[1], sizeof(float) * rows);
-    q8_read(&g, y3, got[2], sizeof(float) * 2 * rows);
-    q8_read(&g, y4, got[3], sizeof(float) * 2 * rows);
+    q8_read(g, y1, got[0], sizeof(float) * rows);
+    q8_read(g, y2, got[1], sizeof(float) * rows);
+    q8_read(g, y3, got[2], sizeof(float) * 2 * rows);
+    q8_read(g, y4, got[3], sizeof(float) * 2 * rows);
     double ref[4][2 * Q8_ROWS], ref_x[Q8_ROWS];
     for (int64_t r = 0; r < rows; r++) {
         ref[0][r] = q8_dot(a.deq + r * cols, xd, cols);
@@ -220,45 +157,46 @@ START_TEST(test_q8_matvec) {
     static const char *form[4] = {"plain", "gate+up", "experts", "experts gate+up"};
     for (int f = 0; f < 4; f++) {
         const int64_t n = f < 2 ? rows : 2 * rows;
-        const double e = q8_nmse(got[f], ref[f], n);
+        const double e = fz_nmse(got[f], ref[f], n);
         ck_assert_msg(e < Q8_QX_NMSE, "%s q8 %s: NMSE %.3g", quant_type_name(t), form[f], e);
     }
-    const double eq = q8_nmse(got[0], ref_x, rows); /* against the unquantized x */
+    const double eq = fz_nmse(got[0], ref_x, rows); /* against the unquantized x */
     ck_assert_msg(eq < Q8_ROUND_NMSE, "%s q8 against f32 x: NMSE %.3g", quant_type_name(t), eq);
     printf("vk-mm q8 %s: NMSE %.2g (against f32 x %.2g)\n", quant_type_name(t),
-           q8_nmse(got[0], ref[0], rows), eq);
-    vk_buf_free(g.d, y4);
-    vk_buf_free(g.d, y3);
-    vk_buf_free(g.d, y2);
-    vk_buf_free(g.d, y1);
-    vk_buf_free(g.d, sb);
-    vk_buf_free(g.d, xb);
-    q8_mat_free(&g, &su);
-    q8_mat_free(&g, &s);
-    q8_mat_free(&g, &b);
-    q8_mat_free(&g, &a);
+           fz_nmse(got[0], ref[0], rows), eq);
+    vk_buf_free(g->d, y4);
+    vk_buf_free(g->d, y3);
+    vk_buf_free(g->d, y2);
+    vk_buf_free(g->d, y1);
+    vk_buf_free(g->d, sb);
+    vk_buf_free(g->d, xb);
+    fz_mat_free(g, &su);
+    fz_mat_free(g, &s);
+    fz_mat_free(g, &b);
+    fz_mat_free(g, &a);
     free(xq);
     free(xd);
     free(x);
-    q8_close(&g);
+    q8_close(&q);
 }
 END_TEST
 
 /* The norm's q8 copy, and the norm + q8 matvec chain (Q4_0 and Q6_K). */
 START_TEST(test_q8_norm) {
-    struct q8_gpu g;
-    if (!q8_open(&g)) {
-        q8_close(&g);
+    struct q8_gpu q;
+    if (!q8_open(&q)) {
+        q8_close(&q);
         return;
     }
+    struct fz_gpu *g = &q.g;
     const int64_t n = 4096 + 512; /* the register pass and the tail of op_rmsnorm.comp */
     const float eps = 1e-5f;
     float *x = malloc(sizeof(float) * (size_t)n), *w = malloc(sizeof(float) * (size_t)n);
     float *y = malloc(sizeof(float) * (size_t)n), *yd = malloc(sizeof(float) * (size_t)n);
     uint32_t *hq = malloc((size_t)(n / 32) * 48), *gq = malloc((size_t)(n / 32) * 48);
     for (int64_t i = 0; i < n; i++) {
-        x[i] = q8_rand() * (i % 97 == 0 ? 8.0f : 1.0f);
-        w[i] = 0.5f + 0.5f * q8_rand();
+        x[i] = fz_rand() * (i % 97 == 0 ? 8.0f : 1.0f);
+        w[i] = 0.5f + 0.5f * fz_rand();
     }
     double ss = 0;
     for (int64_t i = 0; i < n; i++)
@@ -267,34 +205,34 @@ START_TEST(test_q8_norm) {
     for (int64_t i = 0; i < n; i++)
         y[i] = x[i] * scale * w[i];
     q8_quantize(y, n, hq, yd);
-    struct vk_buf *xb = q8_buf(&g, x, sizeof(float) * n), *wb = q8_buf(&g, w, sizeof(float) * n);
-    struct vk_buf *yb = q8_buf(&g, NULL, sizeof(float) * n);
-    struct vk_buf *qb = q8_buf(&g, NULL, vkops_q8_bytes(1, n));
-    struct q8_mat m[2];
-    q8_mat_init(&g, &m[0], QUANT_Q4_0, Q8_ROWS, n, 1);
-    q8_mat_init(&g, &m[1], QUANT_Q6_K, Q8_ROWS, n, 1);
-    struct vk_buf *o0 = q8_buf(&g, NULL, sizeof(float) * Q8_ROWS),
-                  *o1 = q8_buf(&g, NULL, sizeof(float) * Q8_ROWS);
+    struct vk_buf *xb = fz_buf(g, x, sizeof(float) * n), *wb = fz_buf(g, w, sizeof(float) * n);
+    struct vk_buf *yb = fz_buf(g, NULL, sizeof(float) * n);
+    struct vk_buf *qb = fz_buf(g, NULL, vkops_q8_bytes(1, n));
+    struct fz_mat m[2];
+    fz_stack_init(g, &m[0], QUANT_Q4_0, Q8_ROWS, n, 1);
+    fz_stack_init(g, &m[1], QUANT_Q6_K, Q8_ROWS, n, 1);
+    struct vk_buf *o0 = fz_buf(g, NULL, sizeof(float) * Q8_ROWS),
+                  *o1 = fz_buf(g, NULL, sizeof(float) * Q8_ROWS);
     struct strata_error err = {0};
-    ck_assert_int_eq(vk_rec_begin(g.d, &err), 0);
-    ck_assert(vkops_rmsnorm_q8(g.ops, q8_bd(xb), q8_bd(wb), true, q8_bd(yb), q8_bd(qb), 1, n, eps));
-    vkmm_matmul_q8x(g.mm, &m[0].w, NULL, q8_bd(qb), q8_bd(o0));
-    vkmm_matmul_q8x(g.mm, &m[1].w, NULL, q8_bd(qb), q8_bd(o1));
-    q8_run(&g);
-    q8_read(&g, qb, gq, (size_t)(n / 32) * 48);
+    ck_assert_int_eq(vk_rec_begin(g->d, &err), 0);
+    ck_assert(vkops_rmsnorm_q8(q.ops, fz_bd(xb), fz_bd(wb), true, fz_bd(yb), fz_bd(qb), 1, n, eps));
+    vkmm_matmul_q8x(g->mm, &m[0].w, NULL, fz_bd(qb), fz_bd(o0));
+    vkmm_matmul_q8x(g->mm, &m[1].w, NULL, fz_bd(qb), fz_bd(o1));
+    fz_run(g);
+    q8_read(g, qb, gq, (size_t)(n / 32) * 48);
     int off = 0;
     for (int64_t b = 0; b < n / 32; b++) {
         float dg, dh;
         memcpy(&dg, &gq[12 * b + 8], 4);
         memcpy(&dh, &hq[12 * b + 8], 4);
-        ck_assert_msg(fabsf(dg - dh) <= 1e-5f * dh, "block %lld: d %g, host %g", (long long)b,
-                      dg, dh);
+        ck_assert_msg(fabsf(dg - dh) <= 1e-5f * dh, "block %lld: d %g, host %g", (long long)b, dg,
+                      dh);
         int sum = 0;
         for (int i = 0; i < 32; i++) {
             const int lg = (int8_t)(gq[12 * b + i / 4] >> (8 * (i % 4)));
             const int lh = (int8_t)(hq[12 * b + i / 4] >> (8 * (i % 4)));
-            ck_assert_msg(abs(lg - lh) <= 1, "block %lld elt %d: level %d, host %d",
-                          (long long)b, i, lg, lh);
+            ck_assert_msg(abs(lg - lh) <= 1, "block %lld elt %d: level %d, host %d", (long long)b,
+                          i, lg, lh);
             off += lg != lh;
             sum += lg;
         }
@@ -304,35 +242,41 @@ START_TEST(test_q8_norm) {
     ck_assert_msg(off * 50 <= n, "%d of %lld levels off the host's", off, (long long)n);
     for (int k = 0; k < 2; k++) {
         float got[Q8_ROWS];
-        double ref[Q8_ROWS];
-        q8_read(&g, k ? o1 : o0, got, sizeof got);
-        for (int r = 0; r < Q8_ROWS; r++)
+        double ref[Q8_ROWS], ref_q[Q8_ROWS];
+        q8_read(g, k ? o1 : o0, got, sizeof got);
+        for (int r = 0; r < Q8_ROWS; r++) {
             ref[r] = q8_dot(m[k].deq + (int64_t)r * n, y, n);
-        const double e = q8_nmse(got, ref, Q8_ROWS);
-        ck_assert_msg(e < Q8_ROUND_NMSE, "norm + q8 %s: NMSE %.3g against the f32 norm",
+            ref_q[r] = q8_dot(m[k].deq + (int64_t)r * n, yd, n);
+        }
+        const double eq = fz_nmse(got, ref_q, Q8_ROWS), e = fz_nmse(got, ref, Q8_ROWS);
+        ck_assert_msg(eq < Q8_TIE_NMSE, "norm + q8 %s: NMSE %.3g against the host's q8",
+                      quant_type_name(m[k].w.type), eq);
+        ck_assert_msg(e < Q8_SPIKE_NMSE, "norm + q8 %s: NMSE %.3g against the f32 norm",
                       quant_type_name(m[k].w.type), e);
+        printf("vk-mm q8 norm + %s: NMSE %.2g against the host's q8, %.2g against f32\n",
+               quant_type_name(m[k].w.type), eq, e);
     }
     float *yg = malloc(sizeof(float) * (size_t)n);
-    q8_read(&g, yb, yg, sizeof(float) * n);
+    q8_read(g, yb, yg, sizeof(float) * n);
     for (int64_t i = 0; i < n; i++)
         ck_assert_msg(fabsf(yg[i] - y[i]) <= 1e-5f * (fabsf(y[i]) + 1e-3f), "y[%lld]",
                       (long long)i);
     free(yg);
-    vk_buf_free(g.d, o1);
-    vk_buf_free(g.d, o0);
-    q8_mat_free(&g, &m[1]);
-    q8_mat_free(&g, &m[0]);
-    vk_buf_free(g.d, qb);
-    vk_buf_free(g.d, yb);
-    vk_buf_free(g.d, wb);
-    vk_buf_free(g.d, xb);
+    vk_buf_free(g->d, o1);
+    vk_buf_free(g->d, o0);
+    fz_mat_free(g, &m[1]);
+    fz_mat_free(g, &m[0]);
+    vk_buf_free(g->d, qb);
+    vk_buf_free(g->d, yb);
+    vk_buf_free(g->d, wb);
+    vk_buf_free(g->d, xb);
     free(gq);
     free(hq);
     free(yd);
     free(y);
     free(w);
     free(x);
-    q8_close(&g);
+    q8_close(&q);
 }
 END_TEST
 
