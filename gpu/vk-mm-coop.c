@@ -157,8 +157,8 @@ struct vk_pipe *vkmm_q8_pipe(struct vkmm *mm, enum quant_type type, bool glu, bo
     snprintf(name, sizeof name, "%s.mvq8%s%s", quant_type_name(type), id ? "_id" : "",
              glu ? ".glu" : "");
     const uint32_t spec[4] = {mm->tune.mv_wg, mm->tune.mv_rows1, glu, id};
-    *slot = vk_pipe_create(mm->d, name, sp.code, sp.bytes, 6, sizeof(struct vkmm_push), spec, 4,
-                           err);
+    *slot =
+        vk_pipe_create(mm->d, name, sp.code, sp.bytes, 6, sizeof(struct vkmm_push), spec, 4, err);
     if (*slot)
         mm->made_any = true;
     return *slot;

@@ -208,8 +208,7 @@ static void matmul(struct vkmm *mm, const struct vk_wmat *g, const struct vk_wma
     }
     const struct vk_wmat *u2 = u ? u : g;
     if (q8 && (n_tok != 1 || res || g->n_cols % 32 != 0)) {
-        vkmm_latch(mm, STRATA_E_INVALID, "vkmm %s: q8 activations need one token, 32 | cols",
-                   what);
+        vkmm_latch(mm, STRATA_E_INVALID, "vkmm %s: q8 activations need one token, 32 | cols", what);
         return;
     }
     const struct rec_call c = {g->type, u != NULL, x, y, x, res, q8};
@@ -262,13 +261,12 @@ static void matmul_id(struct vkmm *mm, const struct vk_wmat *g, const struct vk_
     const bool tiled = n_tok > VKMM_MV_MAX_TOK && !q8, glu = u != NULL;
     const enum vkmm_kind kind = tiled ? vkmm_tiled_kind(&mm->tune, g->type, true) : VKMM_MV_ID;
     if (q8 && (x_per_pick || n_tok != 1 || g->n_cols % 32 != 0)) {
-        vkmm_latch(mm, STRATA_E_INVALID, "vkmm %s: q8 activations need one token, 32 | cols",
-                   what);
+        vkmm_latch(mm, STRATA_E_INVALID, "vkmm %s: q8 activations need one token, 32 | cols", what);
         return;
     }
     struct strata_error e8 = {0};
-    struct vk_pipe *p = q8 ? vkmm_q8_pipe(mm, g->type, glu, true, &e8)
-                           : pipe_or_latch(mm, g->type, kind, glu, 0);
+    struct vk_pipe *p =
+        q8 ? vkmm_q8_pipe(mm, g->type, glu, true, &e8) : pipe_or_latch(mm, g->type, kind, glu, 0);
     if (!p) {
         if (q8)
             vkmm_latch(mm, e8.code ? e8.code : STRATA_E_INTERNAL, "vkmm: %s", e8.message);

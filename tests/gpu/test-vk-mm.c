@@ -1046,7 +1046,7 @@ static Suite *vk_mm_suite(void) {
     tcase_add_test(tc_misc, test_pieces);
     tcase_add_test(tc_misc, test_tune);
     tcase_add_test(tc_misc, test_bad_calls);
-    TCase *all[] = {tc_types,          tc_experts,        tc_glu,          tc_misc, tc_paths,
+    TCase *all[] = {tc_types,          tc_experts,        tc_glu,         tc_misc, tc_paths,
                     vkmm_fuse_tcase(), vkmm_coop_tcase(), vkmm_q8_tcase()};
     for (int i = 0; i < 8; i++) {
         tcase_set_timeout(all[i], 300);
