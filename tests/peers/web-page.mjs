@@ -72,7 +72,24 @@ function instrument() {
   };
 }
 
-async function withKey(port) {
+// What the page and the daemon show when a wait for the answer times out
+// (once under ASan in a full run, 2026-12-06, not reproduced alone or under
+// load): the last turn's meta and answer, and the daemon's state and log.
+async function answerWait(page, daemon, fn, arg) {
+  try {
+    await page.waitForFunction(fn, arg, { timeout: 60000 });
+  } catch (e) {
+    const turn = await page.evaluate(() => [...document.querySelectorAll(".msg")].slice(-2)
+      .map((m) => m.textContent).join(" | ")).catch(() => "?");
+    console.log(`answer wait failed; last turns: ${JSON.stringify(turn)}; daemon ` +
+                `${daemon.p.exitCode === null ? "running" : "exited " + daemon.p.exitCode}; ` +
+                `log tail: ${daemon.log().slice(-2000)}`);
+    throw e;
+  }
+}
+
+async function withKey(daemon) {
+  const port = daemon.port;
   const base = `http://127.0.0.1:${port}`;
   const page = await browser.newPage({ viewport: { width: 1200, height: 800 } });
   const errors = [];
@@ -136,8 +153,8 @@ async function withKey(port) {
   const prompt = "Once upon a time";
   await page.fill("#input", prompt);
   await page.press("#input", "Enter");
-  await page.waitForFunction(() => /tok\/s|stopped/.test(
-    document.querySelector(".msg.assistant .meta")?.textContent || ""), null, { timeout: 60000 });
+  await answerWait(page, daemon, () => /tok\/s|stopped/.test(
+    document.querySelector(".msg.assistant .meta")?.textContent || ""), null);
   const meta = await page.textContent(".msg.assistant .meta");
   const answer = await page.textContent(".msg.assistant .answer");
   const changes = await page.evaluate(() => window.__answerChanges);
@@ -258,7 +275,7 @@ async function main() {
   const open = await startDaemon(strata, modelPath, ["--ctx-size", "256"], daemons);
   browser = await chromium.launch({ executablePath: browserPath,
                                     args: ["--no-sandbox", "--disable-gpu"] });
-  await withKey(keyed.port);
+  await withKey(keyed);
   await reasoningFold(open.port);
 }
 
