@@ -85,12 +85,20 @@ struct backend_vk_params {
 
 #define BACKEND_VK_FUSE_ACC 1u  /* a residual add into the matvec (MoE sum) it adds */
 #define BACKEND_VK_FUSE_ROPE 2u /* q/k norms, ropes and the KV write: one dispatch */
-#define BACKEND_VK_FUSE_ALL 3u
-/* Not in ALL (an experiment until measured): a decode step's RMSNorm also
- * writes its output as q8 blocks, and the matvecs that read it next (q, k,
- * v; the fused gate + up; the routed experts' gate + up) run on integer
- * dot products over them (vkmm_matmul_q8x). */
+/* A decode step's RMSNorm also writes its output as q8 blocks, and the
+ * matvecs that read it next (q, k, v; the fused gate + up; the routed
+ * experts' gate + up; not the output, whose norm runs in place, nor o and
+ * down, whose inputs no norm writes) run on integer dot products over them
+ * (vkmm_matmul_q8x): not a fusion of dispatches but of the activations'
+ * quantization into the norm (bench/README.md, "q8 activations").
+ * Measured on an H100 (device call of 2026-12-07, `gpu-bench MODEL -1 128
+ * 16 8 0 4300 PC auto 3|7`, alternated in one call): 7B Q4_0 tg128 221.2,
+ * 224.4 -> 251.1, 252.7 tok/s; the 128-expert MoE 155.2 -> 161.2; b8
+ * unchanged (612-615, the 8-token matvec keeps f32 x). Per call (16 steps'
+ * profile): q/k/v 11.0 -> 8.6 us, gate+up 33.9 -> 24.8, the norm 6.3 ->
+ * 7.8 (it writes the q8 copy too). */
 #define BACKEND_VK_FUSE_Q8 4u
+#define BACKEND_VK_FUSE_ALL 7u
 #define BACKEND_VK_FUSE_MASK 7u
 
 struct backend_vk_params backend_vk_params_default(void);

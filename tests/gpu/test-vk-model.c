@@ -581,6 +581,7 @@ static void check_fused(const char *which, int save1, int save_big) {
     struct strata_error err = {0};
     struct backend_vk_params vp = backend_vk_params_default();
     ck_assert_uint_eq(vp.fuse, BACKEND_VK_FUSE_ALL);
+    vp.fuse &= ~BACKEND_VK_FUSE_Q8; /* not a dispatch fusion: test_q8 compares it */
     struct backend *bf = backend_vk_init(&vp, &err);
     vp.fuse = 0;
     struct backend *bu = backend_vk_init(&vp, &err);
@@ -670,6 +671,7 @@ static void check_q8(const char *which, enum quant_type mat_type) {
     write_model(path, &s);
     struct strata_error err = {0};
     struct backend_vk_params vp = backend_vk_params_default();
+    vp.fuse &= ~BACKEND_VK_FUSE_Q8;
     struct backend *bf = backend_vk_init(&vp, &err);
     vp.fuse |= BACKEND_VK_FUSE_Q8;
     struct backend *bq = backend_vk_init(&vp, &err);
