@@ -3,6 +3,7 @@
  * op_attn_prefill). The geometry of engine/kv/kv.h's blocks goes to the
  * shaders as words (two f16 each), which is why every row length must be
  * even. */
+#include <stdlib.h>
 #include "gpu/vk-ops-impl.h"
 
 struct push_kv_write {
@@ -39,6 +40,21 @@ _Static_assert(sizeof(struct push_attn_prefill) == 64, "op_attn_prefill.comp");
  * single decoding sequence still fills the device; on smaller devices the
  * extra chunks cost one partial row of (head_dim_v + 2) floats each. */
 #define ATTN_TARGET_WG 264
+/* STRATA_VK_ATTN_WG=N replaces it: the benchmarks' knob for the split's
+ * trade (fewer chunks: fewer partials and a shorter merge, fewer SMs).
+ * Measured on an H100 (device call of 2026-12-07, 7B Q4_0, q8 on,
+ * `gpu-bench MODEL -1 128 16 8 0 4300 PC auto 7`, tg128 tok/s): 32 (one
+ * chunk a head) 201.4, 96 236.8, 264 251.1 / 252.7, 528 252.4; so 264
+ * stays: at 1-128 positions the split pays for its merge. */
+static int attn_target_wg(void) {
+    static int v;
+    if (!v) {
+        const char *e = getenv("STRATA_VK_ATTN_WG");
+        const long n = e ? strtol(e, NULL, 10) : 0;
+        v = n >= 1 && n <= 65536 ? (int)n : ATTN_TARGET_WG;
+    }
+    return v;
+}
 /* Chunks are whole multiples of 16 positions (a pass of the split's 16
  * position groups), so a short context still spreads over several
  * workgroups: 64 positions of llama-2-7b's 32 KV heads make 4 chunks each,
@@ -168,7 +184,7 @@ bool vkops_attn_supported(int n_head, int n_head_kv, int head_dim_k, int head_di
  * n_head_kv = 1 bounds the count from above (the scratch size). */
 static int attn_chunks(int n_tok, int n_head_kv, int n_kv_max, int *chunk) {
     const int cols = n_tok * n_head_kv;
-    const int want = (ATTN_TARGET_WG + cols - 1) / cols;
+    const int want = (attn_target_wg() + cols - 1) / cols;
     int c = (n_kv_max + want - 1) / want;
     c = (c + ATTN_TILE - 1) / ATTN_TILE * ATTN_TILE;
     *chunk = c;
