@@ -3,6 +3,7 @@
  * op_attn_prefill). The geometry of engine/kv/kv.h's blocks goes to the
  * shaders as words (two f16 each), which is why every row length must be
  * even. */
+#include <pthread.h>
 #include <stdlib.h>
 #include "gpu/vk-ops-impl.h"
 
@@ -46,14 +47,18 @@ _Static_assert(sizeof(struct push_attn_prefill) == 64, "op_attn_prefill.comp");
  * `gpu-bench MODEL -1 128 16 8 0 4300 PC auto 7`, tg128 tok/s): 32 (one
  * chunk a head) 201.4, 96 236.8, 264 251.1 / 252.7, 528 252.4; so 264
  * stays: at 1-128 positions the split pays for its merge. */
+static int attn_wg = ATTN_TARGET_WG;
+static pthread_once_t attn_wg_once = PTHREAD_ONCE_INIT;
+static void attn_wg_read(void) {
+    const char *e = getenv("STRATA_VK_ATTN_WG");
+    const long n = e ? strtol(e, NULL, 10) : 0;
+    if (n >= 1 && n <= 65536)
+        attn_wg = (int)n;
+}
+/* read once, for every thread (a server's several backends record at once) */
 static int attn_target_wg(void) {
-    static int v;
-    if (!v) {
-        const char *e = getenv("STRATA_VK_ATTN_WG");
-        const long n = e ? strtol(e, NULL, 10) : 0;
-        v = n >= 1 && n <= 65536 ? (int)n : ATTN_TARGET_WG;
-    }
-    return v;
+    pthread_once(&attn_wg_once, attn_wg_read);
+    return attn_wg;
 }
 /* Chunks are whole multiples of 16 positions (a pass of the split's 16
  * position groups), so a short context still spreads over several
