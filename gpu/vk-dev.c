@@ -306,6 +306,16 @@ static int vk_device_make(struct vk_dev *d, uint32_t api, struct strata_error *e
         e12.pNext = &e13;
     else if (dot_ext)
         e12.pNext = &edot;
+    const char *ps_env = getenv("STRATA_VK_PIPE_STATS");
+    const bool pstats = ps_env && *ps_env && strcmp(ps_env, "0") != 0 &&
+                        vk_has_ext(ext, n_ext, "VK_KHR_pipeline_executable_properties");
+    VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR epx = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR,
+        .pipelineExecutableInfo = VK_TRUE};
+    if (pstats) {
+        epx.pNext = e11.pNext;
+        e11.pNext = &epx;
+    }
     VkPhysicalDeviceCooperativeMatrixFeaturesNV ecoop = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
         .cooperativeMatrix = VK_TRUE};
@@ -314,8 +324,10 @@ static int vk_device_make(struct vk_dev *d, uint32_t api, struct strata_error *e
         e11.pNext = &ecoop;
     }
 
-    const char *want[4];
+    const char *want[5];
     uint32_t n_want = 0;
+    if (pstats)
+        want[n_want++] = "VK_KHR_pipeline_executable_properties";
     if (d->info.push_descriptor)
         want[n_want++] = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
     if (dot_ext)
@@ -342,6 +354,12 @@ static int vk_device_make(struct vk_dev *d, uint32_t api, struct strata_error *e
     if (d->info.push_descriptor)
         d->push_desc =
             (PFN_vkCmdPushDescriptorSetKHR)vkGetDeviceProcAddr(d->dev, "vkCmdPushDescriptorSetKHR");
+    if (pstats) {
+        d->exec_props = (PFN_vkGetPipelineExecutablePropertiesKHR)vkGetDeviceProcAddr(
+            d->dev, "vkGetPipelineExecutablePropertiesKHR");
+        d->exec_stats = (PFN_vkGetPipelineExecutableStatisticsKHR)vkGetDeviceProcAddr(
+            d->dev, "vkGetPipelineExecutableStatisticsKHR");
+    }
     if (!d->push_desc)
         d->info.push_descriptor = false;
 

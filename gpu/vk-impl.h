@@ -49,8 +49,13 @@ struct vk_dev {
     VkCommandBuffer xfer; /* synchronous uploads, downloads, fills */
     VkFence xfer_fence;
     PFN_vkCmdPushDescriptorSetKHR push_desc; /* NULL: descriptor pools */
-    VkPipelineCache pcache;                  /* every pipeline's; VK_NULL_HANDLE: none */
-    char *pcache_path;                       /* owned: where vk_dev_close writes it; NULL: not */
+    /* STRATA_VK_PIPE_STATS=1 where the driver has
+     * VK_KHR_pipeline_executable_properties: each pipeline's compiler
+     * statistics (registers, spills, ...) to stderr at its creation */
+    PFN_vkGetPipelineExecutablePropertiesKHR exec_props;
+    PFN_vkGetPipelineExecutableStatisticsKHR exec_stats;
+    VkPipelineCache pcache; /* every pipeline's; VK_NULL_HANDLE: none */
+    char *pcache_path;      /* owned: where vk_dev_close writes it; NULL: not */
     bool lost;
     bool recording, pending;
     bool group;               /* vk_rec_group: no barrier after each command */

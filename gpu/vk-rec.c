@@ -6,6 +6,47 @@
 
 #include "gpu/vk-impl.h"
 
+/* The driver's statistics of p's executables, one stderr line each
+ * (STRATA_VK_PIPE_STATS, gpu/vk-impl.h): what a benchmark reads for
+ * registers, spills and shared memory a kernel takes. */
+static void pipe_stats(struct vk_dev *d, const struct vk_pipe *p) {
+    VkPipelineInfoKHR pi = {.sType = VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR, .pipeline = p->pipe};
+    uint32_t n = 0;
+    if (d->exec_props(d->dev, &pi, &n, NULL) != VK_SUCCESS)
+        return;
+    for (uint32_t e = 0; e < n && e < 4; e++) {
+        VkPipelineExecutableInfoKHR ei = {.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR,
+                                          .pipeline = p->pipe,
+                                          .executableIndex = e};
+        VkPipelineExecutableStatisticKHR st[32];
+        uint32_t ns = 32;
+        for (uint32_t i = 0; i < ns; i++)
+            st[i] = (VkPipelineExecutableStatisticKHR){
+                .sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR};
+        VkResult r = d->exec_stats(d->dev, &ei, &ns, st);
+        if (r != VK_SUCCESS && r != VK_INCOMPLETE)
+            continue;
+        fprintf(stderr, "pipe-stats %s:", p->name);
+        for (uint32_t i = 0; i < ns; i++) {
+            fprintf(stderr, " %s=", st[i].name);
+            switch (st[i].format) {
+            case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR:
+                fprintf(stderr, "%u", (unsigned)st[i].value.b32);
+                break;
+            case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR:
+                fprintf(stderr, "%lld", (long long)st[i].value.i64);
+                break;
+            case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR:
+                fprintf(stderr, "%llu", (unsigned long long)st[i].value.u64);
+                break;
+            default:
+                fprintf(stderr, "%g", st[i].value.f64);
+            }
+        }
+        fprintf(stderr, "\n");
+    }
+}
+
 struct vk_pipe *vk_pipe_create(struct vk_dev *d, const char *name, const uint32_t *spv,
                                size_t spv_bytes, int n_bind, uint32_t push_bytes,
                                const uint32_t *spec, int n_spec, struct strata_error *err) {
@@ -66,9 +107,13 @@ struct vk_pipe *vk_pipe_create(struct vk_dev *d, const char *name, const uint32_
                   .pName = "main",
                   .pSpecializationInfo = n_spec ? &si : NULL},
         .layout = p->layout};
+    if (d->exec_props && d->exec_stats)
+        cci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
     if (vk_check(d, vkCreateComputePipelines(d->dev, d->pcache, 1, &cci, NULL, &p->pipe),
                  "compute pipeline", err))
         goto fail;
+    if (d->exec_props && d->exec_stats)
+        pipe_stats(d, p);
     return p;
 fail:
     strata_error_prefix(err, "pipeline %s", name);

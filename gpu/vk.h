@@ -51,6 +51,13 @@
  * timestamp_period_ns > 0); each wait adds the times to a table per
  * pipeline name, vk_prof_report prints it.
  *
+ * Compiler statistics: with STRATA_VK_PIPE_STATS=1 in the environment at
+ * vk_dev_open, on a driver with VK_KHR_pipeline_executable_properties
+ * (NVIDIA has it, lavapipe not), each vk_pipe_create prints one stderr line
+ * per executable, "pipe-stats NAME: stat=value ..." (the driver's own
+ * statistics: registers, spills, shared memory where it reports them), for
+ * reading why a kernel runs as it does.
+ *
  * Errors: VK_ERROR_DEVICE_LOST becomes STRATA_E_IO "device lost" (and every
  * later call on the device fails the same way), out of device or host memory
  * STRATA_E_NOMEM; no Vulkan loader, no instance or no device at all is
