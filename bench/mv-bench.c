@@ -18,7 +18,11 @@
  * same launches of the 4096 x 4096 shape without barriers between them (a
  * group: what independent Q, K, V matvecs cost). A ":soa" SPEC reads rows
  * put through vkmm_soa_row. Shapes are the outer loop and each SPEC's
- * timing follows 30 ms of busy GPU, so the clocks are the same for all. */
+ * timing follows 30 ms of busy GPU, so the clocks are the same for all.
+ * MV_Q8=1 times the matvec over x as q8 blocks (vkmm_matmul_q8x, decode's
+ * form after a norm) instead of f32 x. First (unless MV_NO_STREAM is set)
+ * the plain read ceiling through Vulkan (stream_probe): what these
+ * figures are to be held against. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +30,11 @@
 
 #include "engine/quant/quant.h"
 #include "gpu/vk-mm.h"
+#include "gpu/vk.h"
+
+static const uint32_t stream_spv[] =
+#include "gpu/shaders/rt_stream.spv.h"
+    ;
 
 static double now_s(void) {
     struct timespec ts;
@@ -105,7 +114,7 @@ static void mats_free(struct vk_dev *d, struct mats *m) {
  * matrix a launch, 1: the fused gate + up of two copies, 2: one matrix
  * without barriers between launches. */
 static double time_it(struct vk_dev *d, struct vkmm *mm, const struct mats *m, int kind,
-                      struct vk_buf *x, struct vk_buf *y, int reps) {
+                      struct vk_buf *x, struct vk_buf *xq, struct vk_buf *y, int reps) {
     double best = 1e9;
     struct strata_error err = {0};
     for (int rep = 0; rep < 4; rep++) { /* the first: pipelines, clocks */
@@ -115,7 +124,12 @@ static double time_it(struct vk_dev *d, struct vkmm *mm, const struct mats *m, i
             vk_rec_group(d, true);
         for (int i = 0; i < reps; i++) {
             const struct vk_bind xb = {x, 0, 0}, yb = {y, 0, 0};
-            if (kind == 1)
+            if (xq && kind == 1)
+                vkmm_matmul_q8x(mm, &m->w[(2 * i) % m->n], &m->w[(2 * i + 1) % m->n],
+                                (struct vk_bind){xq, 0, 0}, yb);
+            else if (xq)
+                vkmm_matmul_q8x(mm, &m->w[i % m->n], NULL, (struct vk_bind){xq, 0, 0}, yb);
+            else if (kind == 1)
                 vkmm_matmul_glu(mm, &m->w[(2 * i) % m->n], &m->w[(2 * i + 1) % m->n], -1, xb, yb,
                                 1);
             else
@@ -153,6 +167,72 @@ static void warm(struct vk_dev *d, struct vkmm *mm, const struct mats *m, struct
     }
 }
 
+/* The plain read ceiling (rt_stream.comp): a buffer of up to 1 GiB (the
+ * binding's limit) read `reps` times, a barrier after each pass, per
+ * workgroup size, loads a lane in flight (U) and bytes a workgroup (9,216:
+ * what one workgroup of the 4 x 4096 Q4_0 matvec reads; 36,864; 294,912;
+ * and the whole buffer split over 4 workgroups an SM-sized group of 132).
+ * GB/s of the best of 3 recordings after a first. */
+static void stream_probe(struct vk_dev *d, int reps) {
+    struct strata_error err = {0};
+    uint64_t bytes = 1ull << 30;
+    if (bytes > (vk_dev_info(d)->max_storage_range & ~15ull))
+        bytes = vk_dev_info(d)->max_storage_range & ~15ull;
+    struct vk_buf *a = vk_buf_alloc(d, bytes, VK_MEM_DEVICE, &err);
+    const uint32_t n = (uint32_t)(bytes / 16);
+    struct vk_buf *b = NULL;
+    if (!a || vk_buf_fill(d, a, 0, bytes, 0x9e3779b9u, &err)) {
+        fprintf(stderr, "mv-bench: stream: %s\n", err.message);
+        vk_buf_free(d, a);
+        return;
+    }
+    static const uint32_t lanes[] = {128, 256}, us[] = {1, 4}, per[] = {576, 2304, 18432, 0};
+    printf("%-22s %-14s %10s %10s\n", "stream (lanes/U)", "bytes a wg", "us a pass", "GB/s");
+    for (size_t l = 0; l < sizeof lanes / sizeof lanes[0]; l++)
+        for (size_t u = 0; u < sizeof us / sizeof us[0]; u++) {
+            const uint32_t spec[2] = {lanes[l], us[u]};
+            struct vk_pipe *pp =
+                vk_pipe_create(d, "rt_stream", stream_spv, sizeof stream_spv, 2, 8, spec, 2, &err);
+            if (!pp) {
+                fprintf(stderr, "mv-bench: stream: %s\n", err.message);
+                continue;
+            }
+            for (size_t k = 0; k < sizeof per / sizeof per[0]; k++) {
+                const uint32_t pw = per[k] ? per[k] : (n + 528 - 1) / 528;
+                const uint32_t groups = (n + pw - 1) / pw;
+                const uint64_t out_bytes = 4ull * groups * lanes[l];
+                vk_buf_free(d, b);
+                b = vk_buf_alloc(d, out_bytes, VK_MEM_DEVICE, &err);
+                if (!b)
+                    break;
+                const uint32_t push[2] = {n, pw};
+                double best = 1e9;
+                for (int rep = 0; rep < 4; rep++) {
+                    if (vk_rec_begin(d, &err))
+                        break;
+                    for (int i = 0; i < reps; i++)
+                        vk_dispatch(d, pp, (struct vk_bind[]){{a, 0, 0}, {b, 0, 0}}, push, groups,
+                                    1, 1);
+                    const double t0 = now_s();
+                    if (vk_rec_submit(d, &err) || vk_rec_wait(d, &err))
+                        break;
+                    const double t = (now_s() - t0) / reps;
+                    if (rep > 0 && t < best)
+                        best = t;
+                }
+                char what[32], wb[32];
+                snprintf(what, sizeof what, "%u/%u", lanes[l], us[u]);
+                snprintf(wb, sizeof wb, "%u%s", pw * 16, per[k] ? "" : " (528 wg)");
+                printf("%-22s %-14s %10.2f %10.1f\n", what, wb, best * 1e6,
+                       (double)bytes / best / 1e9);
+                fflush(stdout);
+            }
+            vk_pipe_free(d, pp);
+        }
+    vk_buf_free(d, b);
+    vk_buf_free(d, a);
+}
+
 int main(int argc, char **argv) {
     const int device = argc > 1 ? atoi(argv[1]) : -1;
     const int reps = argc > 2 ? atoi(argv[2]) : 200;
@@ -171,6 +251,34 @@ int main(int argc, char **argv) {
         xs[i] = frand();
     if (!x || !y || vk_buf_upload(d, x, 0, xs, sizeof xs, &err))
         return 1;
+    if (!getenv("MV_NO_STREAM"))
+        stream_probe(d, reps > 20 ? 20 : reps);
+    /* MV_Q8=1: the matvec over x as q8 blocks (vkmm_matmul_q8x, what decode
+     * runs after a norm since fuse bit 4): levels, d, their sum, 2 zero
+     * words a block of 32 */
+    struct vk_buf *xq = NULL;
+    if (getenv("MV_Q8") && atoi(getenv("MV_Q8"))) {
+        static uint32_t blk[16384 / 32][VKMM_Q8_BLOCK_BYTES / 4];
+        for (int bi = 0; bi < 16384 / 32; bi++) {
+            int sum = 0;
+            for (int w = 0; w < 8; w++) {
+                uint32_t word = 0;
+                for (int k = 0; k < 4; k++) {
+                    const int q = (int)(frand() * 127.0f);
+                    sum += q;
+                    word |= (uint32_t)(q & 255) << (8 * k);
+                }
+                blk[bi][w] = word;
+            }
+            const float dq = 1.0f / 127.0f;
+            memcpy(&blk[bi][8], &dq, 4);
+            blk[bi][9] = (uint32_t)sum;
+            blk[bi][10] = blk[bi][11] = 0;
+        }
+        xq = vk_buf_alloc(d, sizeof blk, VK_MEM_DEVICE, &err);
+        if (!xq || vk_buf_upload(d, xq, 0, blk, sizeof blk, &err))
+            return 1;
+    }
     const int n_spec = argc - 3;
     struct vkmm **mm = calloc((size_t)(n_spec > 0 ? n_spec : 1), sizeof *mm);
     for (int a = 0; a < n_spec; a++)
@@ -182,8 +290,11 @@ int main(int argc, char **argv) {
     printf("%-22s %-14s %10s %10s\n", "spec", "shape", "us", "GB/s");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         struct mats mg = {0}, ms = {0}; /* GGUF rows, scales-then-quants rows */
+        bool any_soa = false;
+        for (int a = 0; a < n_spec; a++)
+            any_soa = any_soa || strstr(argv[3 + a], ":soa");
         if (mats_make(d, &mg, shapes[s][0], shapes[s][1], false) ||
-            mats_make(d, &ms, shapes[s][0], shapes[s][1], true))
+            (any_soa && mats_make(d, &ms, shapes[s][0], shapes[s][1], true)))
             return 1;
         for (int a = 0; a < n_spec; a++) {
             if (!mm[a])
@@ -194,7 +305,7 @@ int main(int argc, char **argv) {
             for (int kind = 0; kind < 3; kind++) { /* plain; glu (11008 rows); no barriers (4096) */
                 if ((kind == 1 && s != 2) || (kind == 2 && s != 0))
                     continue;
-                const double t = time_it(d, mm[a], m, kind, x, y, reps);
+                const double t = time_it(d, mm[a], m, kind, x, xq, y, reps);
                 const double bytes = kind == 1 ? 2 * wb : wb;
                 char shape[32];
                 snprintf(shape, sizeof shape, "%lldx%lld%s", (long long)m->rows, (long long)m->cols,
@@ -211,6 +322,7 @@ int main(int argc, char **argv) {
     for (int a = n_spec - 1; a >= 0; a--)
         vkmm_free(mm[a]);
     free(mm);
+    vk_buf_free(d, xq);
     vk_buf_free(d, y);
     vk_buf_free(d, x);
     vk_dev_close(d);

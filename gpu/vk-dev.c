@@ -362,6 +362,8 @@ static int vk_device_make(struct vk_dev *d, uint32_t api, struct strata_error *e
     }
     if (!d->push_desc)
         d->info.push_descriptor = false;
+    const char *bar_env = getenv("STRATA_VK_BARRIER");
+    d->bar_compute = bar_env && strcmp(bar_env, "compute") == 0;
 
     uint32_t nq = 0;
     vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &nq, NULL);

@@ -58,8 +58,14 @@ struct vk_dev {
     char *pcache_path;      /* owned: where vk_dev_close writes it; NULL: not */
     bool lost;
     bool recording, pending;
-    bool group;               /* vk_rec_group: no barrier after each command */
-    bool group_dirty;         /* a command was recorded in the open group */
+    bool group;          /* vk_rec_group: no barrier after each command */
+    bool group_dirty;    /* a command was recorded in the open group */
+    bool group_transfer; /* ... and one of them was a copy or a fill */
+    /* STRATA_VK_BARRIER=compute (read at open): the barrier after a
+     * dispatch names the compute stage alone, and a copy or fill gets one
+     * from compute before it (vk-rec.c); else every barrier names compute
+     * and transfer. For measuring what the stages cost (bench/mv-bench). */
+    bool bar_compute;
     int rec_err;              /* first error of the recording (STRATA_E_*) */
     char rec_msg[160];        /* its message */
     struct vk_buf *staging;   /* VK_STAGING_BYTES host-visible, made at first use */

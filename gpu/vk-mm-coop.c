@@ -481,13 +481,16 @@ static bool parse_mv(const char *s, struct vkmm_tune *t) {
     } else {
         r = t->mv_rows;
     }
-    unsigned unr = t->mv_unr, soa = t->mv_soa;
-    while (s[n] == ':') { /* ":uN" N blocks a lane at once, ":soa" scales-then-quants rows */
+    unsigned unr = t->mv_unr, soa = t->mv_soa, wcap = t->mv_wcap;
+    while (s[n] == ':') { /* ":uN" N blocks a lane at once, ":soa" scales-then-quants rows,
+                             ":wN" the q8 matvec on at most N workgroups */
         int m = 0;
         if (strncmp(s + n + 1, "soa", 3) == 0) {
             soa = 1;
             n += 4;
         } else if (sscanf(s + n + 1, "u%u%n", &unr, &m) == 1) {
+            n += 1 + m;
+        } else if (sscanf(s + n + 1, "w%u%n", &wcap, &m) == 1) {
             n += 1 + m;
         } else {
             return false;
@@ -498,6 +501,7 @@ static bool parse_mv(const char *s, struct vkmm_tune *t) {
         return false;
     t->mv_unr = unr;
     t->mv_soa = soa;
+    t->mv_wcap = wcap;
     t->mv_wg = wg;
     t->mv_rows1 = r1;
     t->mv_rows = r;

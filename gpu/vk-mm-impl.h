@@ -98,6 +98,7 @@ struct vkmm_tune {
     uint32_t mv_rows1; /* of 1 or 2 tokens, and of the expert-indexed matvec */
     uint32_t mv_unr;   /* blocks a lane loads at once on the block path (mv_body.glsl UNR) */
     uint32_t mv_soa;   /* 1: the block path reads scales-then-quants rows (vkmm_soa_row) */
+    uint32_t mv_wcap;  /* the q8 matvec's (mv_dot.comp) workgroups at most; 0: one a row group */
     uint32_t mm_wg;    /* lanes of a matmul workgroup: (bm / tm) * (bn / tn) */
     uint32_t mm_bm, mm_bn, mm_tm, mm_tn;
     uint32_t mm_lcap;               /* picks an expert-indexed matmul workgroup lists at once */

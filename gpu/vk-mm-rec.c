@@ -128,7 +128,10 @@ static void record_rows(struct vkmm *mm, const struct rec_call *c, struct vk_bin
             vkmm_latch(mm, e.code ? e.code : STRATA_E_INTERNAL, "vkmm: %s", e.message);
             return;
         }
-        if (split_groups(mm, (pu->n_rows + t->mv_rows1 - 1) / t->mv_rows1, &gx, &gy))
+        uint64_t groups = (pu->n_rows + t->mv_rows1 - 1) / t->mv_rows1;
+        if (t->mv_wcap && groups > t->mv_wcap) /* the shader loops over the rest */
+            groups = t->mv_wcap;
+        if (split_groups(mm, groups, &gx, &gy))
             return;
         vk_dispatch(mm->d, p, binds, pu, gx, gy, 1);
         return;

@@ -168,6 +168,7 @@ void vkmm_tune_for(const struct vk_dev_info *in, struct vkmm_tune *t) {
     t->mv_rows1 = 4;
     t->mv_unr = 1;
     t->mv_soa = 0;
+    t->mv_wcap = 0;
     /* Kept after the block path (mv_body.glsl, MV_BLK): H200, 7B Q4_0 tg128
      * (gpu-bench MODEL -1 128 64 8 0 4300 PC auto,mv=WGxR1xR, one device call
      * of 2026-12-02): 128x4 210.5 tok/s, 64x4 207.8, 128x8 191.3, 256x4

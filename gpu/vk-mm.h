@@ -157,7 +157,8 @@ void vkmm_soa_row(enum quant_type type, const void *src, void *dst, int64_t n_co
  * (or "mv=..." alone): the matvec's lanes and rows a workgroup for 1-2 tokens
  * and expert-indexed pairs, and for 4-8 tokens, optionally followed by
  * ":uN" (the 1-2 token block path of Q4_0 / Q8_0 loads N blocks a lane at
- * once) and ":soa" (that path reads rows laid out by vkmm_soa_row: only for
+ * once), ":wN" (the q8 matvec, vkmm_matmul_q8x, on at most N workgroups,
+ * each looping over row groups) and ":soa" (that path reads rows laid out by vkmm_soa_row: only for
  * matrices uploaded so, benchmarks). STRATA_E_CONFIG for a bad
  * spec, STRATA_E_UNSUPPORTED for a path or shape the device (or this build)
  * cannot run. For benchmarks and tests. */

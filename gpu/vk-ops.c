@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const uint32_t spv_eltwise[] =
 #include "gpu/shaders/op_eltwise.spv.h"
@@ -180,8 +181,12 @@ int vkops_init(struct vk_dev *d, struct vkops **out, struct strata_error *err) {
         }
         *(struct vk_pipe **)((char *)o + p->field) = pp;
     }
+    /* STRATA_VK_NORM_Q8=2pass: the two-pass q8 norm at every width (Q8 = 2;
+     * the benchmarks' baseline for the one-pass form) */
+    const char *nq = getenv("STRATA_VK_NORM_Q8");
+    const uint32_t q8_mode = nq && strcmp(nq, "2pass") == 0 ? 2u : 1u;
     o->rmsnorm_q8 = vk_pipe_create(d, "op_rmsnorm.q8", spv_rmsnorm, sizeof spv_rmsnorm, 4,
-                                   sizeof(struct push_rmsnorm), (const uint32_t[]){1}, 1, err);
+                                   sizeof(struct push_rmsnorm), &q8_mode, 1, err);
     if (!o->rmsnorm_q8) {
         vkops_free(o);
         return err ? err->code : STRATA_E_IO;

@@ -278,11 +278,35 @@ static void vk_rec_split(struct vk_dev *d) {
     }
 }
 
-static void vk_barrier_after(struct vk_dev *d) {
+static const VkMemoryBarrier vk_cbarrier = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                                            .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+                                            .dstAccessMask = VK_ACCESS_SHADER_READ_BIT |
+                                                             VK_ACCESS_SHADER_WRITE_BIT};
+static const VkMemoryBarrier vk_tbarrier = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                                            .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+                                            .dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT |
+                                                             VK_ACCESS_TRANSFER_WRITE_BIT};
+
+/* With bar_compute: before a copy or fill, what the dispatches wrote (the
+ * barrier after them named the compute stage alone). */
+static void vk_barrier_to_transfer(struct vk_dev *d) {
+    if (d->cmd && d->bar_compute)
+        vkCmdPipelineBarrier(d->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                             VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &vk_tbarrier, 0, NULL, 0, NULL);
+}
+
+static void vk_barrier_after(struct vk_dev *d, bool transfer) {
     if (!d->cmd)
         return; /* a part failed to open (the recording's error says so) */
     if (d->group) {
         d->group_dirty = true;
+        d->group_transfer |= transfer;
+        return;
+    }
+    if (d->bar_compute && !transfer) {
+        vkCmdPipelineBarrier(d->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                             VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &vk_cbarrier, 0, NULL, 0,
+                             NULL);
         return;
     }
     vkCmdPipelineBarrier(d->cmd,
@@ -357,7 +381,7 @@ void vk_dispatch(struct vk_dev *d, const struct vk_pipe *p, const struct vk_bind
                             (uint32_t)(2 * d->prof_n + 1));
         d->prof_pipe[d->prof_n++] = p;
     }
-    vk_barrier_after(d);
+    vk_barrier_after(d, false);
     d->n_since_split++;
     if (!d->group && !d->rec_err && d->part + 1 < VK_REC_PARTS &&
         d->n_since_split >= (d->part == 0 ? VK_REC_SPLIT_FIRST : VK_REC_SPLIT_EVERY))
@@ -373,8 +397,9 @@ void vk_copy(struct vk_dev *d, const struct vk_buf *src, uint64_t soff, const st
         return;
     }
     VkBufferCopy bc = {.srcOffset = soff, .dstOffset = doff, .size = n};
+    vk_barrier_to_transfer(d);
     vkCmdCopyBuffer(d->cmd, src->buf, dst->buf, 1, &bc);
-    vk_barrier_after(d);
+    vk_barrier_after(d, true);
 }
 
 void vk_fill(struct vk_dev *d, const struct vk_buf *dst, uint64_t off, uint64_t n, uint32_t value) {
@@ -384,8 +409,9 @@ void vk_fill(struct vk_dev *d, const struct vk_buf *dst, uint64_t off, uint64_t 
         vk_rec_fail(d, STRATA_E_INTERNAL, "vulkan: fill outside its buffer or misaligned");
         return;
     }
+    vk_barrier_to_transfer(d);
     vkCmdFillBuffer(d->cmd, dst->buf, off, n, value);
-    vk_barrier_after(d);
+    vk_barrier_after(d, true);
 }
 
 void vk_rec_group(struct vk_dev *d, bool on) {
@@ -393,8 +419,9 @@ void vk_rec_group(struct vk_dev *d, bool on) {
         return;
     d->group = on;
     if (!on && d->group_dirty && d->recording)
-        vk_barrier_after(d);
+        vk_barrier_after(d, d->group_transfer);
     d->group_dirty = false;
+    d->group_transfer = false;
 }
 
 bool vk_rec_active(const struct vk_dev *d) {

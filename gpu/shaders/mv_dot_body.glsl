@@ -36,11 +36,10 @@ int dot16(uvec4 a, uvec4 b) {
     return sdot4(a.x, b.x, 0) + sdot4(a.y, b.y, 0) + sdot4(a.z, b.z, 0) + sdot4(a.w, b.w, 0);
 }
 
-void main() {
-    const uint grp = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+// The NR rows from grp * NR (returns, for the whole workgroup, where a pick
+// is another piece's).
+void rows(uint grp) {
     const uint r0 = grp * NR;
-    if (r0 >= p.n_rows)
-        return; // the whole workgroup
     uint wb = p.w_base, wb2 = p.w_base2, xr = p.tok0, yr = p.tok0;
     if (ID != 0u) {
         const uint pair = gl_WorkGroupID.z + p.pair0;
@@ -108,5 +107,19 @@ void main() {
             if (r0 + r < p.n_rows)
                 y[yr * p.y_stride + p.y_col0 + r0 + r] =
                     GLU != 0u ? silu(acc[r]) * acc[NR + r] : acc[r];
+    }
+}
+
+// A workgroup takes row groups grp, grp + (workgroups), ...: one each when
+// the host launches one a group (the default), several when it caps the
+// launch (vkmm_configure's ":wN"); the shared sums are read before the
+// next group writes them (the barrier).
+void main() {
+    const uint ngrp = gl_NumWorkGroups.x * gl_NumWorkGroups.y;
+    const uint first = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    for (uint grp = first; grp * NR < p.n_rows; grp += ngrp) {
+        if (grp != first)
+            barrier();
+        rows(grp);
     }
 }

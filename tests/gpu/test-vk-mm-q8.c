@@ -103,14 +103,26 @@ static float q8_silu(double v) {
     return (float)(v / (1.0 + exp(-v)));
 }
 
+#define N_Q8_TYPES ((int)(sizeof q8_types / sizeof q8_types[0]))
+
+/* Each type twice: the default launch (a workgroup a group of rows), then
+ * capped at 3 workgroups (":w3"), so each loops over several of the 67
+ * rows' groups; the expert-indexed forms are not capped (one loop turn). */
 START_TEST(test_q8_matvec) {
-    const enum quant_type t = q8_types[_i];
+    const enum quant_type t = q8_types[_i % N_Q8_TYPES];
+    const bool capped = _i >= N_Q8_TYPES;
     struct q8_gpu q;
     if (!q8_open(&q)) {
         q8_close(&q);
         return;
     }
     struct fz_gpu *g = &q.g;
+    if (capped) {
+        struct strata_error cerr = {0};
+        ck_assert_msg(vkmm_configure(g->mm, "mv=32x4:w3", &cerr) == 0, "configure: %s",
+                      cerr.message);
+        ck_assert_uint_eq(g->mm->tune.mv_wcap, 3);
+    }
     const int64_t cols = t == QUANT_Q8_0 || t == QUANT_Q4_0 ? 320 : 512, rows = Q8_ROWS;
     float *x = malloc(sizeof(float) * (size_t)cols), *xd = malloc(sizeof(float) * (size_t)cols);
     uint32_t *xq = malloc((size_t)(cols / 32) * 48);
@@ -162,8 +174,8 @@ START_TEST(test_q8_matvec) {
     }
     const double eq = fz_nmse(got[0], ref_x, rows); /* against the unquantized x */
     ck_assert_msg(eq < Q8_ROUND_NMSE, "%s q8 against f32 x: NMSE %.3g", quant_type_name(t), eq);
-    printf("vk-mm q8 %s: NMSE %.2g (against f32 x %.2g)\n", quant_type_name(t),
-           fz_nmse(got[0], ref[0], rows), eq);
+    printf("vk-mm q8 %s%s: NMSE %.2g (against f32 x %.2g)\n", quant_type_name(t),
+           capped ? " (3 workgroups)" : "", fz_nmse(got[0], ref[0], rows), eq);
     vk_buf_free(g->d, y4);
     vk_buf_free(g->d, y3);
     vk_buf_free(g->d, y2);
@@ -181,7 +193,12 @@ START_TEST(test_q8_matvec) {
 }
 END_TEST
 
-/* The norm's q8 copy, and the norm + q8 matvec chain (Q4_0 and Q6_K). */
+/* The norm's q8 copy, and the norm + q8 matvec chain (Q4_0 and Q6_K), at
+ * widths that take op_rmsnorm.comp's one-pass form (2,304: 144 of the 256
+ * invocations hold values; 4,096: all) and its two-pass form with the tail
+ * past 4,096 (4,608). */
+static const int64_t q8_norm_n[] = {2304, 4096, 4096 + 512};
+
 START_TEST(test_q8_norm) {
     struct q8_gpu q;
     if (!q8_open(&q)) {
@@ -189,7 +206,7 @@ START_TEST(test_q8_norm) {
         return;
     }
     struct fz_gpu *g = &q.g;
-    const int64_t n = 4096 + 512; /* the register pass and the tail of op_rmsnorm.comp */
+    const int64_t n = q8_norm_n[_i];
     const float eps = 1e-5f;
     float *x = malloc(sizeof(float) * (size_t)n), *w = malloc(sizeof(float) * (size_t)n);
     float *y = malloc(sizeof(float) * (size_t)n), *yd = malloc(sizeof(float) * (size_t)n);
@@ -253,8 +270,9 @@ START_TEST(test_q8_norm) {
                       quant_type_name(m[k].w.type), eq);
         ck_assert_msg(e < Q8_SPIKE_NMSE, "norm + q8 %s: NMSE %.3g against the f32 norm",
                       quant_type_name(m[k].w.type), e);
-        printf("vk-mm q8 norm + %s: NMSE %.2g against the host's q8, %.2g against f32\n",
-               quant_type_name(m[k].w.type), eq, e);
+        printf("vk-mm q8 norm (%lld wide) + %s: NMSE %.2g against the host's q8, %.2g against "
+               "f32\n",
+               (long long)n, quant_type_name(m[k].w.type), eq, e);
     }
     float *yg = malloc(sizeof(float) * (size_t)n);
     q8_read(g, yb, yg, sizeof(float) * n);
@@ -282,7 +300,7 @@ END_TEST
 
 TCase *vkmm_q8_tcase(void) {
     TCase *tc = tcase_create("q8");
-    tcase_add_loop_test(tc, test_q8_matvec, 0, (int)(sizeof q8_types / sizeof q8_types[0]));
-    tcase_add_test(tc, test_q8_norm);
+    tcase_add_loop_test(tc, test_q8_matvec, 0, 2 * N_Q8_TYPES);
+    tcase_add_loop_test(tc, test_q8_norm, 0, (int)(sizeof q8_norm_n / sizeof q8_norm_n[0]));
     return tc;
 }

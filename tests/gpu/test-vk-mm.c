@@ -677,7 +677,7 @@ START_TEST(test_mv_spec) {
     gpu_close(&g);
     static const char *bad[] = {"mv=64",      "auto,mv=64x0", "auto,mv=64x2x9", "mv=64x2y",
                                 "f32,mv=",    "mv=2000x2",    "mv=x2",          "mv=64x2:u0",
-                                "mv=64x2:u5", "mv=64x2:soa2", "mv=64x2:"};
+                                "mv=64x2:u5", "mv=64x2:soa2", "mv=64x2:",       "mv=64x2:w"};
     g = gpu_open();
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ck_assert_msg(vkmm_configure(g.mm, bad[i], &err) == STRATA_E_CONFIG, "%s accepted", bad[i]);
