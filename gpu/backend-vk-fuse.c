@@ -11,6 +11,8 @@
  *   moe_ffn(-> t), add(x, t)                 the weighted sum adds into x too
  *   [rmsnorm(q), rmsnorm(k),] rope(q),       vkops_rope_kv
  *     rope(k), kv_write(k, v)
+ *   matmul(a, one job -> t), add(x, t),      the matvec's last workgroup norms x
+ *     rmsnorm(x -> n) (one token)            (vkmm_matmul_acc_norm; FUSE_NORM)
  *
  * A decode step of a llama then takes 10 dispatches a layer instead of 14,
  * a qwen3moe 13 instead of 19: on an H100 (device calls of 2026-12-06,
@@ -145,6 +147,11 @@ static void pend_now(struct bvk_ctx *c, const struct bvk_pend *p) {
     case BVK_PEND_MOE_SUM:
         moe_sum_now(c, p, NULL);
         break;
+    case BVK_PEND_ACC:
+        if (bvk_rec_raw(c))
+            vkmm_matmul_acc(c->mm, &bvk_w(p->mm.jobs[0].w.w)->mat, bvk_bind(p->mm.x),
+                            bvk_bind(p->mm.jobs[0].y), 1, bvk_bind(p->mm.res));
+        break;
     }
 }
 
@@ -194,11 +201,42 @@ static bool glu_pair(const struct backend_mm *jobs, int n_jobs) {
  * matmuls and the SwiGLU op. */
 #define BVK_GLU_MAX_ROWS 32
 
+/* The held output / down projection and residual add (BVK_PEND_ACC) with
+ * this norm of the sum in one dispatch (BACKEND_VK_FUSE_NORM); false when
+ * the norm is not that (nothing recorded then). */
+static bool acc_norm(struct bvk_ctx *c, const struct backend_tensor *x,
+                     const struct backend_weight *w, struct backend_tensor *y, int64_t n_rows,
+                     int64_t n_cols, float eps) {
+    const struct bvk_pend *p = &c->pend[0];
+    if (!pend_is(c, 1, BVK_PEND_ACC) || x != p->mm.res || !w || x == y || n_rows != 1 ||
+        !(c->fuse & BACKEND_VK_FUSE_Q8) || y == p->mm.x || y == p->mm.jobs[0].y ||
+        bvk_w(p->mm.jobs[0].w.w)->n_rows != n_cols || c->err_code)
+        return false;
+    const struct bvk_pend a = *p;
+    c->n_pend = 0;
+    if (!bvk_rec_raw(c))
+        return true;
+    c->q8_src = NULL;
+    if (!bvk_scratch(c, &c->xq8, vkops_q8_bytes(1, n_cols))) {
+        pend_now(c, &a);
+        rmsnorm_now(c, x, w, y, n_rows, n_cols, eps);
+        return true;
+    }
+    const struct vkmm_tail t = {bvk_vec_bind(w), bvk_bind(y), {c->xq8, 0, 0}, eps};
+    vkmm_matmul_acc_norm(c->mm, &bvk_w(a.mm.jobs[0].w.w)->mat, bvk_bind(a.mm.x),
+                         bvk_bind(a.mm.jobs[0].y), bvk_bind(a.mm.res), &t);
+    c->q8_src = y;
+    bvk_q8_keep(c);
+    return true;
+}
+
 void bvk_rmsnorm(void *ctx, const struct backend_tensor *x, const struct backend_weight *w,
                  struct backend_tensor *y, int64_t n_rows, int64_t n_cols, float eps) {
     struct bvk_ctx *c = ctx;
     bvk_fits(x, n_rows, n_cols);
     bvk_fits(y, n_rows, n_cols);
+    if (acc_norm(c, x, w, y, n_rows, n_cols, eps))
+        return;
     /* a per-head q or k norm in place: a rope and kv_write may follow */
     const bool held =
         w && x == y && (c->fuse & BACKEND_VK_FUSE_ROPE) &&
@@ -284,6 +322,13 @@ void bvk_add(void *ctx, struct backend_tensor *x, const struct backend_tensor *y
         p->mm.n_rows == n_rows && bvk_w(p->mm.jobs[0].w.w)->n_rows == n_cols && x != y &&
         x != p->mm.x && !c->err_code) {
         /* x += W a inside the matvec (which still writes y = W a) */
+        if (n_rows == 1 && (c->fuse & BACKEND_VK_FUSE_NORM) &&
+            vkmm_acc_norm_ok(&bvk_w(p->mm.jobs[0].w.w)->mat)) {
+            /* held again: the norm of x may follow (acc_norm) */
+            c->pend[0].kind = BVK_PEND_ACC;
+            c->pend[0].mm.res = x;
+            return;
+        }
         c->n_pend = 0;
         if (!bvk_rec_raw(c))
             return;

@@ -73,6 +73,7 @@ enum bvk_pend_kind {
     BVK_PEND_MATMUL,   /* matmul (a gate+up pair, or one job) */
     BVK_PEND_ROPE,     /* rope */
     BVK_PEND_MOE_SUM,  /* moe_ffn's weighted sum (its matmuls are recorded) */
+    BVK_PEND_ACC,      /* matmul (one job, one token) and the add into mm.res after it */
 };
 struct bvk_pend {
     enum bvk_pend_kind kind;
@@ -88,6 +89,7 @@ struct bvk_pend {
         int64_t n_rows;
         struct backend_mm jobs[BACKEND_MM_MAX];
         int n_jobs;
+        struct backend_tensor *res; /* BVK_PEND_ACC: the residual the product adds into */
     } mm;
     struct {
         struct backend_tensor *x;

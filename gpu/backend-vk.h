@@ -98,8 +98,12 @@ struct backend_vk_params {
  * profile): q/k/v 11.0 -> 8.6 us, gate+up 33.9 -> 24.8, the norm 6.3 ->
  * 7.8 (it writes the q8 copy too). */
 #define BACKEND_VK_FUSE_Q8 4u
+/* A decode step's output or down projection, the residual add after it and
+ * the RMSNorm of the sum (with its q8 copy, so FUSE_Q8 too): one dispatch,
+ * the norm computed by the matvec's last workgroup (vkmm_matmul_acc_norm). */
+#define BACKEND_VK_FUSE_NORM 8u
 #define BACKEND_VK_FUSE_ALL 7u
-#define BACKEND_VK_FUSE_MASK 7u
+#define BACKEND_VK_FUSE_MASK 15u
 
 struct backend_vk_params backend_vk_params_default(void);
 

@@ -32,14 +32,22 @@ struct vkmm_push {
     uint32_t pair0;        /* 56 first pair of this dispatch (gl_WorkGroupID.z + pair0) */
     uint32_t w_base2;      /* 60 byte offset of the up matrix's first row in binding 4 */
     uint32_t tok0;         /* 64 matvec: first token (row of x and y) of this dispatch */
-    uint32_t pad[3];       /* 68 */
+    float tail_eps;        /* 68 matvec TAIL (vkmm_matmul_acc_norm): the norm's epsilon */
+    uint32_t pad[2];       /* 72 */
 };
 _Static_assert(sizeof(struct vkmm_push) == 80, "mm_common.glsl Push block");
 _Static_assert(offsetof(struct vkmm_push, expert_bytes) == 48, "mm_common.glsl Push block");
 
-/* The matvec's forms (mv_body.glsl ACC): plain, or adding into a residual. */
+/* The matvec's forms (mv_body.glsl ACC, TAIL): plain, adding into a
+ * residual, and adding into it then the RMSNorm of the sum in the last
+ * workgroup (VKMM_FUSE_ACC | VKMM_FUSE_NORM, vkmm_matmul_acc_norm). */
 #define VKMM_FUSE_ACC 1
-#define VKMM_FUSE_N 2
+#define VKMM_FUSE_NORM 2
+#define VKMM_FUSE_N 4
+/* Bindings of a matvec pipeline (mv_body.glsl: 0-4 as every matrix
+ * kernel's, 5 the residual, 6-9 the norm of TAIL): every binds array of a
+ * matvec dispatch has this many entries. */
+#define VKMM_N_BIND_MV 10
 
 /* Kernel kinds per type: the matvec for 1, 2, 4 or 8 tokens a pass, its
  * expert-indexed form, the tiled matmul and its expert-indexed form. */
@@ -114,10 +122,13 @@ struct vkmm {
     struct vk_dev *d; /* borrowed */
     const struct vk_dev_info *info;
     struct vkmm_tune tune;
-    /* [type][kind][fused gate+up][VKMM_FUSE_ACC or 0: the matvec kinds only] */
+    /* [type][kind][fused gate+up][VKMM_FUSE_* bits: the matvec kinds only] */
     struct vk_pipe *pipe[QUANT_TYPE_COUNT][VKMM_KIND_COUNT][2][VKMM_FUSE_N];
     /* the integer-dot matvec over q8 activations (mv_dot.comp): [type][glu][id] */
     struct vk_pipe *q8pipe[QUANT_TYPE_COUNT][2][2];
+    /* the last-workgroup counter of vkmm_matmul_acc_norm (one uint, zero
+     * between dispatches: the workgroup that finds it at n - 1 resets it) */
+    struct vk_buf *tail_cnt;
     bool made_any;
     int err_code; /* first latched error, 0 when none */
     char err_msg[STRATA_ERROR_MSG_MAX];

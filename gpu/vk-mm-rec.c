@@ -108,8 +108,9 @@ struct rec_call {
     enum quant_type type;
     bool glu;
     struct vk_bind x, y, sel;
-    const struct vk_bind *res; /* the residual y is added into (vkmm_matmul_acc), or NULL */
-    bool q8;                   /* x as q8 blocks (vkmm_matmul_q8x): one token, mv_dot.comp */
+    const struct vk_bind *res;    /* the residual y is added into (vkmm_matmul_acc), or NULL */
+    bool q8;                      /* x as q8 blocks (vkmm_matmul_q8x): one token, mv_dot.comp */
+    const struct vkmm_tail *tail; /* the norm after the residual add (mv_body.glsl TAIL), or NULL */
 };
 
 /* One plain dispatch over rows [0, pu->n_rows) of binding w (from w_base),
@@ -117,9 +118,19 @@ struct rec_call {
 static void record_rows(struct vkmm *mm, const struct rec_call *c, struct vk_bind w,
                         struct vk_bind u, const struct vkmm_push *pu) {
     const struct vkmm_tune *t = &mm->tune;
-    const int fb = c->res ? VKMM_FUSE_ACC : 0;
-    /* sel and an unused residual: any buffer */
-    struct vk_bind binds[6] = {w, c->x, c->y, c->x, c->glu ? u : w, c->res ? *c->res : c->y};
+    const int fb = (c->res ? VKMM_FUSE_ACC : 0) | (c->tail ? VKMM_FUSE_NORM : 0);
+    /* sel, an unused residual and the unused norm's: any buffer */
+    const struct vk_bind cnt = {mm->tail_cnt, 0, 0};
+    struct vk_bind binds[VKMM_N_BIND_MV] = {w,
+                                            c->x,
+                                            c->y,
+                                            c->x,
+                                            c->glu ? u : w,
+                                            c->res ? *c->res : c->y,
+                                            c->tail ? c->tail->w : c->y,
+                                            c->tail ? c->tail->y : c->y,
+                                            c->tail ? c->tail->yq : c->y,
+                                            cnt};
     uint32_t gx, gy;
     if (c->q8) {
         struct strata_error e = {0};
@@ -214,7 +225,7 @@ static void matmul(struct vkmm *mm, const struct vk_wmat *g, const struct vk_wma
         vkmm_latch(mm, STRATA_E_INVALID, "vkmm %s: q8 activations need one token, 32 | cols", what);
         return;
     }
-    const struct rec_call c = {g->type, u != NULL, x, y, x, res, q8};
+    const struct rec_call c = {g->type, u != NULL, x, y, x, res, q8, NULL};
     struct vkmm_push pu;
     push_common(g, &pu);
     pu.n_tok = (uint32_t)n_tok;
@@ -314,7 +325,9 @@ static void matmul_id(struct vkmm *mm, const struct vk_wmat *g, const struct vk_
             pu.w_base = (uint32_t)((uint64_t)(a - gp->row0) * g->row_bytes);
             pu.w_base2 = (uint32_t)((uint64_t)(a - up->row0) * g->row_bytes);
             struct vk_bind wb = piece_bind(g, gp);
-            struct vk_bind binds[6] = {wb, x, y, sel, glu ? piece_bind(u2, up) : wb, y};
+            const struct vk_bind cnt = {mm->tail_cnt, 0, 0};
+            struct vk_bind binds[VKMM_N_BIND_MV] = {wb, x, y, sel, glu ? piece_bind(u2, up) : wb,
+                                                    y,  y, y, y,   cnt};
             if (tiled) { /* a workgroup row per expert; each scans every pick */
                 vk_dispatch(mm->d, p, binds, &pu, gx, pu.e1 - pu.e0, 1);
             } else {
@@ -358,6 +371,31 @@ void vkmm_matmul_acc(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x,
         return;
     }
     matmul(mm, w, NULL, -1, x, y, n_tok, &res, false);
+}
+
+bool vkmm_acc_norm_ok(const struct vk_wmat *w) {
+    return w->n_expert <= 1 && w->n_piece == 1 && w->n_rows % 32 == 0 && w->n_rows <= (1 << 24);
+}
+
+void vkmm_matmul_acc_norm(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x,
+                          struct vk_bind y, struct vk_bind res, const struct vkmm_tail *tail) {
+    if (!vkmm_acc_norm_ok(w) || !tail) {
+        vkmm_latch(mm, STRATA_E_INVALID,
+                   "vkmm matmul_acc_norm: %lld rows in %d pieces (one piece, 32 | rows)",
+                   (long long)w->n_rows, w->n_piece);
+        return;
+    }
+    if (check_pair(mm, w, NULL, "matmul_acc_norm"))
+        return;
+    const struct rec_call c = {w->type, false, x, y, x, &res, false, tail};
+    struct vkmm_push pu;
+    push_common(w, &pu);
+    pu.n_tok = 1;
+    pu.n_rows = (uint32_t)w->n_rows;
+    pu.y_stride = (uint32_t)w->n_rows;
+    pu.tail_eps = tail->eps;
+    const struct vk_bind wb = piece_bind(w, &w->piece[0]);
+    record_rows(mm, &c, wb, wb, &pu);
 }
 
 void vkmm_matmul_id(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x, bool x_per_pick,

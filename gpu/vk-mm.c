@@ -197,6 +197,12 @@ int vkmm_init(struct vk_dev *d, struct vkmm **out, struct strata_error *err) {
     mm->d = d;
     mm->info = vk_dev_info(d);
     vkmm_tune_for(mm->info, &mm->tune);
+    static const uint32_t zero[4] = {0};
+    mm->tail_cnt = vk_buf_alloc(d, sizeof zero, VK_MEM_DEVICE, err);
+    if (!mm->tail_cnt || vk_buf_upload(d, mm->tail_cnt, 0, zero, sizeof zero, err)) {
+        vkmm_free(mm);
+        return err && err->code ? err->code : STRATA_E_NOMEM;
+    }
     *out = mm;
     return 0;
 }
@@ -213,6 +219,7 @@ void vkmm_free(struct vkmm *mm) {
         for (int g = 1; g >= 0; g--)
             for (int i = 1; i >= 0; i--)
                 vk_pipe_free(mm->d, mm->q8pipe[t][g][i]);
+    vk_buf_free(mm->d, mm->tail_cnt);
     free(mm);
 }
 
@@ -277,17 +284,17 @@ const char *vkmm_kind_name(enum vkmm_kind k) {
 }
 
 /* Bindings of every matrix pipeline: W, x, y, sel, the up matrix; the
- * matvec's also the residual (mv_body.glsl ACC). Unused ones get any
- * buffer. */
+ * matvec's also the residual (mv_body.glsl ACC) and the norm's weight,
+ * output, q8 output and counter (TAIL). Unused ones get any buffer. */
 #define VKMM_N_BIND 5
-#define VKMM_N_BIND_MV 6
 
 static struct vk_pipe *make_pipe(struct vkmm *mm, enum quant_type type, enum vkmm_kind kind,
                                  bool glu, int fuse, struct strata_error *err) {
     const struct vkmm_shader *sh = shader_of(type);
     char name[48];
-    snprintf(name, sizeof name, "%s.%s%s%s", quant_type_name(type), vkmm_kind_name(kind),
-             glu ? ".glu" : "", fuse & VKMM_FUSE_ACC ? ".acc" : "");
+    snprintf(name, sizeof name, "%s.%s%s%s%s", quant_type_name(type), vkmm_kind_name(kind),
+             glu ? ".glu" : "", fuse & VKMM_FUSE_ACC ? ".acc" : "",
+             fuse & VKMM_FUSE_NORM ? ".norm" : "");
     const struct vkmm_tune *t = &mm->tune;
     if (kind > VKMM_MM_ID)
         return vkmm_make_fast(mm, type, kind, glu, err);
@@ -300,16 +307,17 @@ static struct vk_pipe *make_pipe(struct vkmm *mm, enum quant_type type, enum vkm
     }
     static const uint32_t nt[] = {1, 2, 4, 8, 1};
     const bool blk = nt[kind] <= 2 && vkmm_soa_type(type); /* the block path's types */
-    uint32_t spec[8] = {t->mv_wg,
+    uint32_t spec[9] = {t->mv_wg,
                         vkmm_mv_rows(t, kind),
                         nt[kind],
                         kind == VKMM_MV_ID,
                         glu,
                         (fuse & VKMM_FUSE_ACC) != 0,
                         blk ? t->mv_unr : 1,
-                        blk ? t->mv_soa : 0};
+                        blk ? t->mv_soa : 0,
+                        (fuse & VKMM_FUSE_NORM) != 0};
     return vk_pipe_create(mm->d, name, sh->mv, sh->mv_bytes, VKMM_N_BIND_MV,
-                          sizeof(struct vkmm_push), spec, 8, err);
+                          sizeof(struct vkmm_push), spec, 9, err);
 }
 
 struct vk_pipe *vkmm_pipe(struct vkmm *mm, enum quant_type type, enum vkmm_kind kind, bool glu,

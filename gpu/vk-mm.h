@@ -123,6 +123,23 @@ bool vkmm_acc_ok(int64_t n_tok);
 void vkmm_matmul_acc(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x, struct vk_bind y,
                      int64_t n_tok, struct vk_bind res);
 
+/* vkmm_matmul_acc of one token followed by the RMSNorm of the sum: res +=
+ * W x (y = W x as well), then tail->y = rmsnorm(res) * tail->w (f32, W's
+ * rows wide, epsilon tail->eps) and tail->yq = tail->y as q8 blocks (the
+ * layout of vkops_rmsnorm_q8's yq), in one dispatch: the last workgroup
+ * to finish computes the norm (mv_body.glsl TAIL), which saves the norm's
+ * own dispatch and barrier after the output and down projections of a
+ * decode step. W: one piece (the counter spans one dispatch), rows a
+ * multiple of 32 (vkmm_acc_norm_ok). The norm equals vkops_rmsnorm_q8's up
+ * to the order of the sum of squares. Recorded. */
+struct vkmm_tail {
+    struct vk_bind w, y, yq;
+    float eps;
+};
+bool vkmm_acc_norm_ok(const struct vk_wmat *w);
+void vkmm_matmul_acc_norm(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x,
+                          struct vk_bind y, struct vk_bind res, const struct vkmm_tail *tail);
+
 /* The decode matvec over activations quantized to q8 blocks of 32 (the
  * layout of vkops_rmsnorm_q8's yq, VKMM_Q8_BLOCK_BYTES a block) on 8-bit
  * integer dot products (mv_dot.comp): one token, W's columns a multiple of

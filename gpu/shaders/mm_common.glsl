@@ -45,7 +45,8 @@ layout(push_constant) uniform Push {
     uint pair0;        // 56 first pair of the dispatch (gl_WorkGroupID.z + pair0)
     uint w_base2;      // 60 byte offset of the first row of the up matrix in binding 4
     uint tok0;         // 64 matvec: first token (row of x and y) of the dispatch
-    uint pad0, pad1, pad2; // 68
+    float tail_eps;    // 68 matvec TAIL = 1: the RMSNorm's epsilon
+    uint pad1, pad2;   // 72
 } p;
 
 uint rd8(uint wh, uint b) { return bitfieldExtract(wword(wh, b >> 2), int((b & 3u) * 8u), 8); }

@@ -43,9 +43,17 @@ layout(constant_id = 4) const uint GLU = 0; // 1: silu(gate) * up, up in binding
 layout(constant_id = 5) const uint ACC = 0; // 1: y also added into binding 5
 layout(constant_id = 6) const uint UNR = 1; // blocks a lane loads at once (block path)
 layout(constant_id = 7) const uint SOA = 0; // 1: scales-then-quants rows (block path)
+layout(constant_id = 8) const uint TAIL = 0; // 1 (with ACC, one token): the norm of res after
 layout(local_size_x_id = 0) in;
 
-layout(std430, binding = 5) buffer BufR { float res[]; };
+// coherent: under TAIL the last workgroup reads what the others added
+layout(std430, binding = 5) coherent buffer BufR { float res[]; };
+// TAIL: the RMSNorm's weight, its output, that output as q8 blocks (the
+// layout of op_rmsnorm.comp's yq) and the last-workgroup counter
+layout(std430, binding = 6) readonly buffer BufNW { float nw[]; };
+layout(std430, binding = 7) writeonly buffer BufNY { float ny[]; };
+layout(std430, binding = 8) writeonly buffer BufNQ { uvec4 nq[]; };
+layout(std430, binding = 9) coherent buffer BufCnt { uint cnt[]; };
 
 const uint NM = GLU != 0u ? 2u : 1u; // matrices
 shared float red[NM * NR * NT * WG];
@@ -106,7 +114,71 @@ void store(uint row, uint col, float s, float s2, bool have, float pre) {
         res[o] = (have ? pre : res[o]) + v;
 }
 
-void main() {
+shared bool s_last;
+
+// TAIL = 1 (vkmm_matmul_acc_norm; one token, rows n = p.n_rows, y_col0 0):
+// once every workgroup has added its rows into res, the last one to count
+// itself in (cnt[0] reaching the number of row groups) computes the RMSNorm
+// of res into ny and ny's q8 blocks into nq, then sets cnt[0] back to 0 for
+// the next dispatch; the others return. It replaces the norm's own dispatch
+// and barrier after o and down (vkops_rmsnorm_q8: same arithmetic, y = x *
+// (1 / sqrt(mean(x^2) + eps)) * w, d = max|y| / 127, levels round(y / d);
+// the sum of squares is added in another order, so y may differ in the last
+// bit). A lane takes whole blocks of 32 (b = tid, tid + WG, ...).
+void tail() {
+    const uint tid = gl_LocalInvocationID.x, n_grp = (p.n_rows + NR - 1u) / NR;
+    memoryBarrierBuffer(); // this workgroup's res stores before its count
+    barrier();
+    if (tid == 0u)
+        s_last = atomicAdd(cnt[0], 1u) == n_grp - 1u;
+    barrier();
+    if (!s_last)
+        return;
+    memoryBarrierBuffer();
+    const uint n = p.n_rows, nb = n / 32u;
+    float ss = 0.0;
+    for (uint i = tid; i < n; i += WG) {
+        const float v = res[i];
+        ss += v * v;
+    }
+    ss = subgroupAdd(ss);
+    if (gl_NumSubgroups > 1u) {
+        if (subgroupElect())
+            red[gl_SubgroupID] = ss;
+        barrier();
+        ss = 0.0;
+        for (uint g = 0u; g < gl_NumSubgroups; g++)
+            ss += red[g];
+    }
+    const float scale = 1.0 / sqrt(ss / float(n) + p.tail_eps);
+    for (uint b = tid; b < nb; b += WG) {
+        float v[32];
+        float amax = 0.0;
+        [[unroll]] for (uint j = 0u; j < 32u; j++) {
+            const uint i = 32u * b + j;
+            v[j] = res[i] * scale * nw[i];
+            ny[i] = v[j];
+            amax = max(amax, abs(v[j]));
+        }
+        const float d = amax / 127.0, id = d > 0.0 ? 1.0 / d : 0.0;
+        int sum = 0;
+        uint q[8];
+        [[unroll]] for (uint k = 0u; k < 8u; k++) {
+            const ivec4 l = ivec4(round(vec4(v[4u * k], v[4u * k + 1u], v[4u * k + 2u],
+                                             v[4u * k + 3u]) * id));
+            sum += l.x + l.y + l.z + l.w;
+            q[k] = uint(l.x & 255) | (uint(l.y & 255) << 8) | (uint(l.z & 255) << 16) |
+                   (uint(l.w & 255) << 24);
+        }
+        nq[3u * b] = uvec4(q[0], q[1], q[2], q[3]);
+        nq[3u * b + 1u] = uvec4(q[4], q[5], q[6], q[7]);
+        nq[3u * b + 2u] = uvec4(floatBitsToUint(d), uint(sum), 0u, 0u);
+    }
+    if (tid == 0u)
+        cnt[0] = 0u;
+}
+
+void body() {
     const uint grp = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     const uint r0 = grp * NR;
     if (r0 >= p.n_rows)
@@ -275,5 +347,14 @@ void main() {
             if (r0 + r < p.n_rows && t < nt)
                 store(yr + t, r0 + r, acc[i], acc[NR * NT + i], i == 0u, res_pre);
         }
+    }
+}
+
+void main() {
+    body();
+    if (TAIL != 0u) {
+        const uint grp = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+        if (grp * NR < p.n_rows)
+            tail();
     }
 }

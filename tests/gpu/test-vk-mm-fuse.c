@@ -1,5 +1,6 @@
 /* tests/gpu/test-vk-mm-fuse.c: the matvec's fused residual add
- * (vkmm_matmul_acc, gpu/vk-mm.h) and the block path's variants (":uN"
+ * (vkmm_matmul_acc, gpu/vk-mm.h), with the norm after it
+ * (vkmm_matmul_acc_norm), and the block path's variants (":uN"
  * blocks a lane at once, ":soa" rows of vkmm_soa_row). Part of test-vk-mm
  * (its main).
  *
@@ -170,9 +171,142 @@ START_TEST(test_soa) {
 }
 END_TEST
 
+/* vkmm_matmul_acc_norm (mv_body.glsl TAIL): res += W x, then the last
+ * workgroup's RMSNorm of res into ny and its q8 blocks into nq. Rows 96
+ * (one or a few workgroups) and 4160 (130 blocks: lanes with two blocks at
+ * 128 lanes), F32 / Q4_0 / Q4_K, two shapes (128 x 4 and 32 x 2 lanes x
+ * rows). Two dispatches in one recording (the barrier after each): the second
+ * finds the counter the first reset, so its norm is computed too (of the
+ * twice-added residual). Checked: y against the double reference (NMSE as
+ * the matvec's), res bit-equal to r + y + y, ny against the norm of that
+ * res in double (relative 1e-5 of the row's largest |ny|), each block's d
+ * = max|ny| / 127 (relative 1e-6), its levels round(ny / d) within one
+ * (ties may round either way after a last-bit difference) and their sum
+ * exact, the pad words zero. Rows not a multiple of 32 are refused. */
+static void check_acc_norm(struct fz_gpu *g, enum quant_type type, int64_t rows, int64_t cols,
+                           const char *shape) {
+    struct fz_mat a;
+    fz_mat_init(g, &a, type, rows, cols);
+    ck_assert(vkmm_acc_norm_ok(&a.w));
+    float *x = malloc(sizeof(float) * (size_t)cols), *r = malloc(sizeof(float) * (size_t)rows);
+    float *nw = malloc(sizeof(float) * (size_t)rows);
+    for (int64_t i = 0; i < cols; i++)
+        x[i] = fz_rand();
+    for (int64_t i = 0; i < rows; i++) {
+        r[i] = 4.0f * fz_rand();
+        nw[i] = 0.5f + fz_rand() * fz_rand();
+    }
+    double *rx = malloc(sizeof(double) * (size_t)rows);
+    fz_ref(&a, x, 1, rx);
+    const size_t ys = sizeof(float) * (size_t)rows, qs = (size_t)rows / 32 * VKMM_Q8_BLOCK_BYTES;
+    struct vk_buf *xb = fz_buf(g, x, sizeof(float) * (size_t)cols), *yb = fz_buf(g, NULL, ys);
+    struct vk_buf *rb = fz_buf(g, r, ys), *wb = fz_buf(g, nw, ys), *nyb = fz_buf(g, NULL, ys);
+    struct vk_buf *nqb = fz_buf(g, NULL, qs);
+    const struct vkmm_tail t = {fz_bd(wb), fz_bd(nyb), fz_bd(nqb), FUSE_EPS};
+    struct strata_error err = {0};
+    ck_assert_int_eq(vk_rec_begin(g->d, &err), 0);
+    vkmm_matmul_acc_norm(g->mm, &a.w, fz_bd(xb), fz_bd(yb), fz_bd(rb), &t);
+    vkmm_matmul_acc_norm(g->mm, &a.w, fz_bd(xb), fz_bd(yb), fz_bd(rb), &t);
+    fz_run(g);
+    ck_assert_int_eq(vkmm_status(g->mm, &err), 0);
+    const char *tn = quant_type_name(type);
+    float *y = malloc(ys), *res = malloc(ys), *ny = malloc(ys);
+    uint32_t *nq = malloc(qs);
+    fz_read(g, yb, y, (size_t)rows);
+    fz_read(g, rb, res, (size_t)rows);
+    fz_read(g, nyb, ny, (size_t)rows);
+    ck_assert_int_eq(vk_buf_download(g->d, nqb, 0, nq, qs, &err), 0);
+    const double e = fz_nmse(y, rx, rows);
+    ck_assert_msg(e < FUSE_NMSE, "%s %s acc_norm rows %lld: y nmse %.3g", shape, tn,
+                  (long long)rows, e);
+    double ss = 0;
+    for (int64_t i = 0; i < rows; i++) {
+        const float want = (r[i] + y[i]) + y[i];
+        ck_assert_msg(memcmp(&res[i], &want, 4) == 0, "%s %s acc_norm: res[%lld] %.9g, want %.9g",
+                      shape, tn, (long long)i, res[i], want);
+        ss += (double)res[i] * res[i];
+    }
+    const double scale = 1.0 / sqrt(ss / (double)rows + FUSE_EPS);
+    double big = 0;
+    for (int64_t i = 0; i < rows; i++)
+        big = fmax(big, fabs((double)res[i] * scale * nw[i]));
+    for (int64_t i = 0; i < rows; i++) {
+        const double want = (double)res[i] * scale * nw[i];
+        ck_assert_msg(fabs(ny[i] - want) <= 1e-5 * big,
+                      "%s %s acc_norm rows %lld: ny[%lld] %.9g, want %.9g", shape, tn,
+                      (long long)rows, (long long)i, ny[i], want);
+    }
+    for (int64_t b = 0; b < rows / 32; b++) {
+        const uint32_t *q = nq + b * (VKMM_Q8_BLOCK_BYTES / 4);
+        float amax = 0, d;
+        for (int j = 0; j < 32; j++)
+            amax = fmaxf(amax, fabsf(ny[32 * b + j]));
+        memcpy(&d, &q[8], 4);
+        ck_assert_msg(fabs(d - amax / 127.0) <= 1e-6 * amax / 127.0, "%s %s block %lld: d %.9g",
+                      shape, tn, (long long)b, d);
+        int sum = 0;
+        for (int j = 0; j < 32; j++) {
+            const int l = (int8_t)(q[j / 4] >> (8 * (j % 4)));
+            const double want = d > 0 ? ny[32 * b + j] / d : 0;
+            ck_assert_msg(fabs(l - want) <= 1.0, "%s %s block %lld: level %d of %.6g", shape, tn,
+                          (long long)b, l, want);
+            sum += l;
+        }
+        ck_assert_int_eq((int32_t)q[9], sum);
+        ck_assert_uint_eq(q[10], 0);
+        ck_assert_uint_eq(q[11], 0);
+    }
+    free(nq);
+    free(ny);
+    free(res);
+    free(y);
+    vk_buf_free(g->d, nqb);
+    vk_buf_free(g->d, nyb);
+    vk_buf_free(g->d, wb);
+    vk_buf_free(g->d, rb);
+    vk_buf_free(g->d, yb);
+    vk_buf_free(g->d, xb);
+    free(rx);
+    free(nw);
+    free(r);
+    free(x);
+    fz_mat_free(g, &a);
+}
+
+START_TEST(test_acc_norm) {
+    static const enum quant_type tt[] = {QUANT_F32, QUANT_Q4_0, QUANT_Q4_K};
+    static const char *shapes[] = {"auto", "mv=32x2"};
+    struct fz_gpu g = {0};
+    struct strata_error err = {0};
+    ck_assert_msg(vk_dev_open(-1, &g.d, &err) == 0, "vk_dev_open: %s", err.message);
+    ck_assert_msg(vkmm_init(g.d, &g.mm, &err) == 0, "vkmm_init: %s", err.message);
+    ck_assert_msg(vkmm_configure(g.mm, shapes[_i], &err) == 0, "configure: %s", err.message);
+    for (int k = 0; k < 3; k++) {
+        check_acc_norm(&g, tt[k], 96, 256, shapes[_i]);
+        check_acc_norm(&g, tt[k], 4160, 256, shapes[_i]);
+    }
+    /* rows not a multiple of 32: refused, nothing recorded */
+    struct fz_mat m;
+    fz_mat_init(&g, &m, QUANT_F32, 40, 8);
+    ck_assert(!vkmm_acc_norm_ok(&m.w));
+    struct vk_buf *b = fz_buf(&g, NULL, 4096);
+    const struct vkmm_tail t = {fz_bd(b), fz_bd(b), fz_bd(b), FUSE_EPS};
+    ck_assert_int_eq(vk_rec_begin(g.d, &err), 0);
+    vkmm_matmul_acc_norm(g.mm, &m.w, fz_bd(b), fz_bd(b), fz_bd(b), &t);
+    ck_assert_int_eq(vk_rec_submit(g.d, &err), 0);
+    ck_assert_int_eq(vk_rec_wait(g.d, &err), 0);
+    ck_assert_int_eq(vkmm_status(g.mm, &err), STRATA_E_INVALID);
+    vk_buf_free(g.d, b);
+    fz_mat_free(&g, &m);
+    vkmm_free(g.mm);
+    vk_dev_close(g.d);
+}
+END_TEST
+
 TCase *vkmm_fuse_tcase(void) {
     TCase *tc = tcase_create("fuse");
     tcase_add_loop_test(tc, test_acc_matvec, 0, 2);
+    tcase_add_loop_test(tc, test_acc_norm, 0, 2);
     tcase_add_test(tc, test_soa);
     tcase_set_timeout(tc, 300);
     return tc;

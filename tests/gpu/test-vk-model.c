@@ -662,7 +662,13 @@ END_TEST
  * change (the norm writes its copy in its own dispatch), and some one-token
  * logits must move (the path ran). */
 #define MODEL_Q8_NMSE 1e-3
-static void check_q8(const char *which, enum quant_type mat_type) {
+/* check_with(which, type, bits, NMSE, save, less): the model on a backend
+ * with the default fusions less `bits` (bf) against one with them (bq), as
+ * above; a one-token step of the second records save * n_layer - less
+ * dispatches fewer, other steps as many. For q8 (save 0) some one-token
+ * logits must move. */
+static void check_with(const char *which, enum quant_type mat_type, unsigned bits, double nmse,
+                       int save, int less) {
     struct spec s = spec_of(which);
     if (mat_type != QUANT_F32)
         s.mat_type = mat_type;
@@ -671,9 +677,9 @@ static void check_q8(const char *which, enum quant_type mat_type) {
     write_model(path, &s);
     struct strata_error err = {0};
     struct backend_vk_params vp = backend_vk_params_default();
-    vp.fuse &= ~BACKEND_VK_FUSE_Q8;
+    vp.fuse &= ~bits;
     struct backend *bf = backend_vk_init(&vp, &err);
-    vp.fuse |= BACKEND_VK_FUSE_Q8;
+    vp.fuse |= bits;
     struct backend *bq = backend_vk_init(&vp, &err);
     ck_assert_msg(bf && bq, "backend_vk_init: %s", err.message);
     struct model_params mp = model_params_default();
@@ -704,7 +710,13 @@ static void check_q8(const char *which, enum quant_type mat_type) {
         const uint64_t f0 = backend_vk_dispatches(bf), q0 = backend_vk_dispatches(bq);
         step(mf, kf, e, n, lf);
         step(mq, kq, e, n, lq);
-        ck_assert_uint_eq(backend_vk_dispatches(bq) - q0, backend_vk_dispatches(bf) - f0);
+        const int64_t fewer = n == 1 ? save * s.n_layer - less : 0;
+        ck_assert_msg((int64_t)(backend_vk_dispatches(bf) - f0) -
+                              (int64_t)(backend_vk_dispatches(bq) - q0) ==
+                          fewer,
+                      "%s step %zu: %llu dispatches with, %llu without (want %lld fewer)", which,
+                      st, (unsigned long long)(backend_vk_dispatches(bq) - q0),
+                      (unsigned long long)(backend_vk_dispatches(bf) - f0), (long long)fewer);
         for (int row = 0; row < n; row++) {
             const float *lf_r = lf + (size_t)row * V, *lq_r = lq + (size_t)row * V;
             double es = 0, ss = 0, dmax = 0;
@@ -725,15 +737,16 @@ static void check_q8(const char *which, enum quant_type mat_type) {
             const double e1 = ss > 0 ? es / ss : es;
             worst = fmax(worst, e1);
             moved = moved || (n == 1 && es > 0);
-            ck_assert_msg(e1 < MODEL_Q8_NMSE, "%s step %zu row %d: logits NMSE %.3g with q8", which,
-                          st, row, e1);
+            ck_assert_msg(e1 < nmse, "%s step %zu row %d: logits NMSE %.3g with fuse bits %u",
+                          which, st, row, e1, bits);
             ck_assert_msg(af == aq || lf_r[af] - lf_r[a2] < 2 * dmax,
-                          "%s step %zu: greedy %d with q8, %d without (gap %.3g, diff %.3g)", which,
-                          st, aq, af, lf_r[af] - lf_r[a2], dmax);
+                          "%s step %zu: greedy %d with fuse bits %u, %d without (gap %.3g, diff "
+                          "%.3g)",
+                          which, st, aq, bits, af, lf_r[af] - lf_r[a2], dmax);
         }
     }
-    ck_assert_msg(moved, "%s: no one-token logits moved: the q8 path did not run", which);
-    printf("%s: q8 activations, worst logits NMSE %.2g\n", which, worst);
+    ck_assert_msg(moved || save, "%s: no one-token logits moved: the q8 path did not run", which);
+    printf("%s: fuse bits %u, worst logits NMSE %.2g\n", which, bits, worst);
     fflush(stdout);
     free(lf);
     free(lq);
@@ -747,9 +760,23 @@ static void check_q8(const char *which, enum quant_type mat_type) {
 }
 
 START_TEST(test_q8) {
-    check_q8("llama-q8", QUANT_F32);
-    check_q8("llama", QUANT_Q4_0);
-    check_q8("qwen3moe", QUANT_F32);
+    check_with("llama-q8", QUANT_F32, BACKEND_VK_FUSE_Q8, MODEL_Q8_NMSE, 0, 0);
+    check_with("llama", QUANT_Q4_0, BACKEND_VK_FUSE_Q8, MODEL_Q8_NMSE, 0, 0);
+    check_with("qwen3moe", QUANT_F32, BACKEND_VK_FUSE_Q8, MODEL_Q8_NMSE, 0, 0);
+}
+END_TEST
+
+/* The norm after the output and down projections' residual adds in their
+ * matvec's last workgroup (BACKEND_VK_FUSE_NORM, vkmm_matmul_acc_norm): the
+ * same q8 path with the norm's sum of squares in another order, so the
+ * logits agree to 1e-6 NMSE (a q8 level may flip on a last-bit tie), and a
+ * one-token step records two dispatches a layer fewer (a llama, a qwen3;
+ * one fewer in all: the final norm runs in place), a qwen3moe one (its FFN
+ * ends in the MoE sum, not a matvec). */
+START_TEST(test_norm_tail) {
+    check_with("llama", QUANT_Q4_0, BACKEND_VK_FUSE_NORM, 1e-6, 2, 1);
+    check_with("qwen3", QUANT_F32, BACKEND_VK_FUSE_NORM, 1e-6, 2, 1);
+    check_with("qwen3moe", QUANT_Q4_0, BACKEND_VK_FUSE_NORM, 1e-6, 1, 0);
 }
 END_TEST
 
@@ -956,6 +983,7 @@ static Suite *vk_model_suite(void) {
     tcase_add_test(tc, test_device_sampling);
     tcase_add_test(tc, test_fusions);
     tcase_add_test(tc, test_q8);
+    tcase_add_test(tc, test_norm_tail);
     tcase_add_test(tc, test_golden_llama2_tiny_random);
     tcase_add_test(tc, test_llama);
     tcase_add_test(tc, test_llama_q8);
