@@ -113,6 +113,11 @@ static void mats_free(struct vk_dev *d, struct mats *m) {
 /* Seconds a launch: the best of 3 recordings of reps launches. kind 0: one
  * matrix a launch, 1: the fused gate + up of two copies, 2: one matrix
  * without barriers between launches. */
+/* MV_ACC=1: the residual, the norm's weight, output and q8 output of the
+ * acc (kind 3: vkmm_matmul_acc) and acc.norm (kind 4: vkmm_matmul_acc_norm)
+ * timings, f32 x, the 4096-row shapes */
+static struct vk_buf *acc_bufs[4];
+
 static double time_it(struct vk_dev *d, struct vkmm *mm, const struct mats *m, int kind,
                       struct vk_buf *x, struct vk_buf *xq, struct vk_buf *y, int reps) {
     double best = 1e9;
@@ -124,7 +129,15 @@ static double time_it(struct vk_dev *d, struct vkmm *mm, const struct mats *m, i
             vk_rec_group(d, true);
         for (int i = 0; i < reps; i++) {
             const struct vk_bind xb = {x, 0, 0}, yb = {y, 0, 0};
-            if (xq && kind == 1)
+            const struct vkmm_tail tail = {
+                {acc_bufs[1], 0, 0}, {acc_bufs[2], 0, 0}, {acc_bufs[3], 0, 0}, 1e-5f};
+            if (kind == 3)
+                vkmm_matmul_acc(mm, &m->w[i % m->n], xb, yb, 1,
+                                (struct vk_bind){acc_bufs[0], 0, 0});
+            else if (kind == 4)
+                vkmm_matmul_acc_norm(mm, &m->w[i % m->n], xb, yb,
+                                     (struct vk_bind){acc_bufs[0], 0, 0}, &tail);
+            else if (xq && kind == 1)
                 vkmm_matmul_q8x(mm, &m->w[(2 * i) % m->n], &m->w[(2 * i + 1) % m->n],
                                 (struct vk_bind){xq, 0, 0}, yb);
             else if (xq)
@@ -279,6 +292,16 @@ int main(int argc, char **argv) {
         if (!xq || vk_buf_upload(d, xq, 0, blk, sizeof blk, &err))
             return 1;
     }
+    if (getenv("MV_ACC") && atoi(getenv("MV_ACC"))) {
+        static float ones[16384];
+        for (int i = 0; i < 16384; i++)
+            ones[i] = 1.0f;
+        for (int i = 0; i < 4; i++) {
+            acc_bufs[i] = vk_buf_alloc(d, 4 * 16384, VK_MEM_DEVICE, &err);
+            if (!acc_bufs[i] || vk_buf_upload(d, acc_bufs[i], 0, ones, sizeof ones, &err))
+                return 1;
+        }
+    }
     const int n_spec = argc - 3;
     struct vkmm **mm = calloc((size_t)(n_spec > 0 ? n_spec : 1), sizeof *mm);
     for (int a = 0; a < n_spec; a++)
@@ -302,8 +325,10 @@ int main(int argc, char **argv) {
             const struct mats *m = strstr(argv[3 + a], ":soa") ? &ms : &mg;
             const double wb = (double)m->rows * (double)m->w[0].row_bytes;
             warm(d, mm[a], m, x, y, 30);
-            for (int kind = 0; kind < 3; kind++) { /* plain; glu (11008 rows); no barriers (4096) */
-                if ((kind == 1 && s != 2) || (kind == 2 && s != 0))
+            /* plain; glu (11008 rows); no barriers (4096); MV_ACC: acc, acc.norm (4096 rows) */
+            for (int kind = 0; kind < 5; kind++) {
+                if ((kind == 1 && s != 2) || (kind == 2 && s != 0) ||
+                    (kind >= 3 && (!acc_bufs[0] || m->rows != 4096)))
                     continue;
                 const double t = time_it(d, mm[a], m, kind, x, xq, y, reps);
                 const double bytes = kind == 1 ? 2 * wb : wb;
@@ -311,6 +336,8 @@ int main(int argc, char **argv) {
                 snprintf(shape, sizeof shape, "%lldx%lld%s", (long long)m->rows, (long long)m->cols,
                          kind == 1   ? " glu"
                          : kind == 2 ? " nobar"
+                         : kind == 3 ? " acc"
+                         : kind == 4 ? " acc.norm"
                                      : "");
                 printf("%-22s %-14s %10.2f %10.1f\n", argv[3 + a], shape, t * 1e6, bytes / t / 1e9);
                 fflush(stdout);
@@ -322,6 +349,8 @@ int main(int argc, char **argv) {
     for (int a = n_spec - 1; a >= 0; a--)
         vkmm_free(mm[a]);
     free(mm);
+    for (int i = 0; i < 4; i++)
+        vk_buf_free(d, acc_bufs[i]);
     vk_buf_free(d, xq);
     vk_buf_free(d, y);
     vk_buf_free(d, x);

@@ -136,10 +136,28 @@ void tail() {
         return;
     memoryBarrierBuffer();
     const uint n = p.n_rows, nb = n / 32u;
+    // Rows up to 32 WG wide (every model's n_embd at 128 lanes): each lane's
+    // one block and its weights are loaded once, all 64 loads issued before
+    // any is used. A first version looped over res with a stride of WG for
+    // the sum of squares (32 dependent L2 round trips a lane) and took 30.4
+    // us a call where the matvec alone took 16.3 and the norm's dispatch 6.0
+    // (H100, 7B Q4_0 decode profile, bench/README.md "norm tail").
+    const bool one = nb <= WG;
+    float v[32], g[32];
     float ss = 0.0;
-    for (uint i = tid; i < n; i += WG) {
-        const float v = res[i];
-        ss += v * v;
+    if (one && tid < nb) {
+        [[unroll]] for (uint j = 0u; j < 32u; j++) {
+            v[j] = res[32u * tid + j];
+            g[j] = nw[32u * tid + j];
+        }
+        [[unroll]] for (uint j = 0u; j < 32u; j++)
+            ss += v[j] * v[j];
+    } else if (!one) {
+        for (uint b = tid; b < nb; b += WG)
+            [[unroll]] for (uint j = 0u; j < 32u; j++) {
+                const float a = res[32u * b + j];
+                ss += a * a;
+            }
     }
     ss = subgroupAdd(ss);
     if (gl_NumSubgroups > 1u) {
@@ -147,17 +165,20 @@ void tail() {
             red[gl_SubgroupID] = ss;
         barrier();
         ss = 0.0;
-        for (uint g = 0u; g < gl_NumSubgroups; g++)
-            ss += red[g];
+        for (uint k = 0u; k < gl_NumSubgroups; k++)
+            ss += red[k];
     }
     const float scale = 1.0 / sqrt(ss / float(n) + p.tail_eps);
     for (uint b = tid; b < nb; b += WG) {
-        float v[32];
+        if (!one)
+            [[unroll]] for (uint j = 0u; j < 32u; j++) {
+                v[j] = res[32u * b + j];
+                g[j] = nw[32u * b + j];
+            }
         float amax = 0.0;
         [[unroll]] for (uint j = 0u; j < 32u; j++) {
-            const uint i = 32u * b + j;
-            v[j] = res[i] * scale * nw[i];
-            ny[i] = v[j];
+            v[j] = v[j] * scale * g[j];
+            ny[32u * b + j] = v[j];
             amax = max(amax, abs(v[j]));
         }
         const float d = amax / 127.0, id = d > 0.0 ? 1.0 / d : 0.0;
