@@ -323,7 +323,7 @@ void bvk_add(void *ctx, struct backend_tensor *x, const struct backend_tensor *y
         x != p->mm.x && !c->err_code) {
         /* x += W a inside the matvec (which still writes y = W a) */
         if (n_rows == 1 && (c->fuse & BACKEND_VK_FUSE_NORM) &&
-            vkmm_acc_norm_ok(&bvk_w(p->mm.jobs[0].w.w)->mat)) {
+            vkmm_acc_norm_ok(c->mm, &bvk_w(p->mm.jobs[0].w.w)->mat)) {
             /* held again: the norm of x may follow (acc_norm) */
             c->pend[0].kind = BVK_PEND_ACC;
             c->pend[0].mm.res = x;

@@ -126,8 +126,9 @@ struct vkmm {
     struct vk_pipe *pipe[QUANT_TYPE_COUNT][VKMM_KIND_COUNT][2][VKMM_FUSE_N];
     /* the integer-dot matvec over q8 activations (mv_dot.comp): [type][glu][id] */
     struct vk_pipe *q8pipe[QUANT_TYPE_COUNT][2][2];
-    /* the last-workgroup counter of vkmm_matmul_acc_norm (one uint, zero
-     * between dispatches: the workgroup that finds it at n - 1 resets it) */
+    /* the last-workgroup counters of vkmm_matmul_acc_norm (33 uints 64
+     * bytes apart, zero between dispatches: mv_body.glsl's tail resets
+     * them) */
     struct vk_buf *tail_cnt;
     bool made_any;
     int err_code; /* first latched error, 0 when none */

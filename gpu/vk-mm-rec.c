@@ -373,13 +373,15 @@ void vkmm_matmul_acc(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x,
     matmul(mm, w, NULL, -1, x, y, n_tok, &res, false);
 }
 
-bool vkmm_acc_norm_ok(const struct vk_wmat *w) {
-    return w->n_expert <= 1 && w->n_piece == 1 && w->n_rows % 32 == 0 && w->n_rows <= (1 << 24);
+bool vkmm_acc_norm_ok(const struct vkmm *mm, const struct vk_wmat *w) {
+    /* the tail's blocks are 8 lanes of one subgroup (mv_body.glsl) */
+    return w->n_expert <= 1 && w->n_piece == 1 && w->n_rows % 32 == 0 && w->n_rows <= (1 << 24) &&
+           mm->tune.mv_wg % 8 == 0 && mm->info->subgroup_size >= 8;
 }
 
 void vkmm_matmul_acc_norm(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x,
                           struct vk_bind y, struct vk_bind res, const struct vkmm_tail *tail) {
-    if (!vkmm_acc_norm_ok(w) || !tail) {
+    if (!vkmm_acc_norm_ok(mm, w) || !tail) {
         vkmm_latch(mm, STRATA_E_INVALID,
                    "vkmm matmul_acc_norm: %lld rows in %d pieces (one piece, 32 | rows)",
                    (long long)w->n_rows, w->n_piece);

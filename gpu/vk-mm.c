@@ -197,7 +197,7 @@ int vkmm_init(struct vk_dev *d, struct vkmm **out, struct strata_error *err) {
     mm->d = d;
     mm->info = vk_dev_info(d);
     vkmm_tune_for(mm->info, &mm->tune);
-    static const uint32_t zero[4] = {0};
+    static const uint32_t zero[16 * 33] = {0}; /* mv_body.glsl's tail counters */
     mm->tail_cnt = vk_buf_alloc(d, sizeof zero, VK_MEM_DEVICE, err);
     if (!mm->tail_cnt || vk_buf_upload(d, mm->tail_cnt, 0, zero, sizeof zero, err)) {
         vkmm_free(mm);

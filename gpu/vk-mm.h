@@ -130,13 +130,14 @@ void vkmm_matmul_acc(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x,
  * to finish computes the norm (mv_body.glsl TAIL), which saves the norm's
  * own dispatch and barrier after the output and down projections of a
  * decode step. W: one piece (the counter spans one dispatch), rows a
- * multiple of 32 (vkmm_acc_norm_ok). The norm equals vkops_rmsnorm_q8's up
+ * multiple of 32; matvec workgroups a multiple of 8 lanes, subgroups of 8
+ * or more (vkmm_acc_norm_ok). The norm equals vkops_rmsnorm_q8's up
  * to the order of the sum of squares. Recorded. */
 struct vkmm_tail {
     struct vk_bind w, y, yq;
     float eps;
 };
-bool vkmm_acc_norm_ok(const struct vk_wmat *w);
+bool vkmm_acc_norm_ok(const struct vkmm *mm, const struct vk_wmat *w);
 void vkmm_matmul_acc_norm(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x,
                           struct vk_bind y, struct vk_bind res, const struct vkmm_tail *tail);
 

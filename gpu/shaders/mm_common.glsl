@@ -13,6 +13,7 @@
 // read 128-byte lines).
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_EXT_control_flow_attributes : require
 
 layout(std430, binding = 0) readonly buffer BufW { uint w[]; };

@@ -52,7 +52,7 @@ layout(std430, binding = 5) coherent buffer BufR { float res[]; };
 // layout of op_rmsnorm.comp's yq) and the last-workgroup counter
 layout(std430, binding = 6) readonly buffer BufNW { float nw[]; };
 layout(std430, binding = 7) writeonly buffer BufNY { float ny[]; };
-layout(std430, binding = 8) writeonly buffer BufNQ { uvec4 nq[]; };
+layout(std430, binding = 8) writeonly buffer BufNQ { uint nqw[]; };
 layout(std430, binding = 9) coherent buffer BufCnt { uint cnt[]; };
 
 const uint NM = GLU != 0u ? 2u : 1u; // matrices
@@ -118,46 +118,72 @@ shared bool s_last;
 
 // TAIL = 1 (vkmm_matmul_acc_norm; one token, rows n = p.n_rows, y_col0 0):
 // once every workgroup has added its rows into res, the last one to count
-// itself in (cnt[0] reaching the number of row groups) computes the RMSNorm
-// of res into ny and ny's q8 blocks into nq, then sets cnt[0] back to 0 for
-// the next dispatch; the others return. It replaces the norm's own dispatch
+// itself in (below) computes the RMSNorm of res into ny and ny's q8 blocks
+// into nq; the others return. It replaces the norm's own dispatch
 // and barrier after o and down (vkops_rmsnorm_q8: same arithmetic, y = x *
 // (1 / sqrt(mean(x^2) + eps)) * w, d = max|y| / 127, levels round(y / d);
 // the sum of squares is added in another order, so y may differ in the last
-// bit). A lane takes whole blocks of 32 (b = tid, tid + WG, ...).
+// bit).
+//
+// Coalesced: lane tid takes the 4 consecutive values of vec4 i = tid + WG j,
+// so a block of 32 is 8 consecutive lanes, whose max and level sum come
+// from 3 shuffles (as op_rmsnorm.comp's one-pass form; subgroups of 8 lanes
+// or more), and each lane writes its word of the block's levels. Rows up to
+// 32 WG wide are loaded once (8 vec4s and their weights a lane, all loads
+// issued before any is used), wider ones read twice. A first version gave
+// each lane whole blocks (lane stride 128 bytes): on the H100 one workgroup's
+// 8,192 uncoalesced loads and 4,096 stores took ~10-15 us
+// (bench/mv-bench MV_ACC=1: acc.norm 22.1 us against acc 9.4 for 4096 x
+// 4096), more than the norm's own dispatch (bench/README.md, "norm tail").
+//
+// The count in two levels: workgroup grp counts itself in on sub-counter
+// grp % TSUB (words 16 apart: their own 64-byte lines), and the last of
+// each on the top counter (word 0); every last one sets its counter back to
+// 0. On one word, the 1,024 atomics of a 4096-row Q4_0 matvec cost ~8-11 us
+// against ~5 for its 512 at 8 rows a workgroup (H100, mv-bench MV_ACC=1):
+// atomics on one address are served one after another.
+const uint TV = 8u;    // vec4s a lane holds
+const uint TSUB = 32u; // sub-counters (vkmm's counter buffer holds 16 (TSUB + 1) words)
 void tail() {
     const uint tid = gl_LocalInvocationID.x, n_grp = (p.n_rows + NR - 1u) / NR;
     memoryBarrierBuffer(); // this workgroup's res stores before its count
     barrier();
-    if (tid == 0u)
-        s_last = atomicAdd(cnt[0], 1u) == n_grp - 1u;
+    if (tid == 0u) {
+        const uint grp = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+        const uint sub = grp % TSUB, members = (n_grp - sub + TSUB - 1u) / TSUB;
+        const uint sw = 16u * (1u + sub);
+        bool last = atomicAdd(cnt[sw], 1u) == members - 1u;
+        if (last) {
+            cnt[sw] = 0u;
+            memoryBarrierBuffer(); // what the sub-counter's members made visible, on
+            last = atomicAdd(cnt[0], 1u) == min(n_grp, TSUB) - 1u;
+        }
+        s_last = last;
+    }
     barrier();
     if (!s_last)
         return;
     memoryBarrierBuffer();
-    const uint n = p.n_rows, nb = n / 32u;
-    // Rows up to 32 WG wide (every model's n_embd at 128 lanes): each lane's
-    // one block and its weights are loaded once, all 64 loads issued before
-    // any is used. A first version looped over res with a stride of WG for
-    // the sum of squares (32 dependent L2 round trips a lane) and took 30.4
-    // us a call where the matvec alone took 16.3 and the norm's dispatch 6.0
-    // (H100, 7B Q4_0 decode profile, bench/README.md "norm tail").
-    const bool one = nb <= WG;
-    float v[32], g[32];
+    const uint n4 = p.n_rows / 4u;
+    const bool one = n4 <= TV * WG;
+    vec4 v[TV], g[TV];
     float ss = 0.0;
-    if (one && tid < nb) {
-        [[unroll]] for (uint j = 0u; j < 32u; j++) {
-            v[j] = res[32u * tid + j];
-            g[j] = nw[32u * tid + j];
+    if (one) {
+        [[unroll]] for (uint j = 0u; j < TV; j++) {
+            const uint i = tid + WG * j;
+            v[j] = i < n4 ? vec4(res[4u * i], res[4u * i + 1u], res[4u * i + 2u],
+                                 res[4u * i + 3u])
+                          : vec4(0.0);
+            g[j] = i < n4 ? vec4(nw[4u * i], nw[4u * i + 1u], nw[4u * i + 2u], nw[4u * i + 3u])
+                          : vec4(0.0);
         }
-        [[unroll]] for (uint j = 0u; j < 32u; j++)
-            ss += v[j] * v[j];
-    } else if (!one) {
-        for (uint b = tid; b < nb; b += WG)
-            [[unroll]] for (uint j = 0u; j < 32u; j++) {
-                const float a = res[32u * b + j];
-                ss += a * a;
-            }
+        [[unroll]] for (uint j = 0u; j < TV; j++)
+            ss += dot(v[j], v[j]);
+    } else {
+        for (uint i = tid; i < n4; i += WG) {
+            const vec4 a = vec4(res[4u * i], res[4u * i + 1u], res[4u * i + 2u], res[4u * i + 3u]);
+            ss += dot(a, a);
+        }
     }
     ss = subgroupAdd(ss);
     if (gl_NumSubgroups > 1u) {
@@ -168,32 +194,47 @@ void tail() {
         for (uint k = 0u; k < gl_NumSubgroups; k++)
             ss += red[k];
     }
-    const float scale = 1.0 / sqrt(ss / float(n) + p.tail_eps);
-    for (uint b = tid; b < nb; b += WG) {
-        if (!one)
-            [[unroll]] for (uint j = 0u; j < 32u; j++) {
-                v[j] = res[32u * b + j];
-                g[j] = nw[32u * b + j];
+    const float scale = 1.0 / sqrt(ss / float(4u * n4) + p.tail_eps);
+    // every lane of a block runs the same rounds (n4 is a multiple of 8 and
+    // WG of 8), so the shuffles below never mix live and dead lanes
+    for (uint j0 = 0u; j0 * WG < n4; j0 += TV) {
+        [[unroll]] for (uint j = 0u; j < TV; j++) {
+            const uint i = tid + WG * (j0 + j);
+            if ((j0 + j) * WG >= n4)
+                break; // uniform: the whole workgroup
+            vec4 a = one ? v[j] : vec4(0.0), w4 = one ? g[j] : vec4(0.0);
+            if (!one && i < n4) {
+                a = vec4(res[4u * i], res[4u * i + 1u], res[4u * i + 2u], res[4u * i + 3u]);
+                w4 = vec4(nw[4u * i], nw[4u * i + 1u], nw[4u * i + 2u], nw[4u * i + 3u]);
             }
-        float amax = 0.0;
-        [[unroll]] for (uint j = 0u; j < 32u; j++) {
-            v[j] = v[j] * scale * g[j];
-            ny[32u * b + j] = v[j];
-            amax = max(amax, abs(v[j]));
+            const vec4 o = a * scale * w4;
+            const vec4 ab = abs(o);
+            float amax = max(max(ab.x, ab.y), max(ab.z, ab.w));
+            amax = max(amax, subgroupShuffleXor(amax, 1u));
+            amax = max(amax, subgroupShuffleXor(amax, 2u));
+            amax = max(amax, subgroupShuffleXor(amax, 4u));
+            const float d = amax / 127.0, id = d > 0.0 ? 1.0 / d : 0.0;
+            const ivec4 l = ivec4(round(o * id));
+            int sum = l.x + l.y + l.z + l.w;
+            sum += subgroupShuffleXor(sum, 1u);
+            sum += subgroupShuffleXor(sum, 2u);
+            sum += subgroupShuffleXor(sum, 4u);
+            if (i < n4) {
+                ny[4u * i] = o.x;
+                ny[4u * i + 1u] = o.y;
+                ny[4u * i + 2u] = o.z;
+                ny[4u * i + 3u] = o.w;
+                const uint b = i / 8u, k = i % 8u;
+                nqw[12u * b + k] = uint(l.x & 255) | (uint(l.y & 255) << 8) |
+                                   (uint(l.z & 255) << 16) | (uint(l.w & 255) << 24);
+                if (k == 0u) {
+                    nqw[12u * b + 8u] = floatBitsToUint(d);
+                    nqw[12u * b + 9u] = uint(sum);
+                    nqw[12u * b + 10u] = 0u;
+                    nqw[12u * b + 11u] = 0u;
+                }
+            }
         }
-        const float d = amax / 127.0, id = d > 0.0 ? 1.0 / d : 0.0;
-        int sum = 0;
-        uint q[8];
-        [[unroll]] for (uint k = 0u; k < 8u; k++) {
-            const ivec4 l = ivec4(round(vec4(v[4u * k], v[4u * k + 1u], v[4u * k + 2u],
-                                             v[4u * k + 3u]) * id));
-            sum += l.x + l.y + l.z + l.w;
-            q[k] = uint(l.x & 255) | (uint(l.y & 255) << 8) | (uint(l.z & 255) << 16) |
-                   (uint(l.w & 255) << 24);
-        }
-        nq[3u * b] = uvec4(q[0], q[1], q[2], q[3]);
-        nq[3u * b + 1u] = uvec4(q[4], q[5], q[6], q[7]);
-        nq[3u * b + 2u] = uvec4(floatBitsToUint(d), uint(sum), 0u, 0u);
     }
     if (tid == 0u)
         cnt[0] = 0u;

@@ -187,7 +187,7 @@ static void check_acc_norm(struct fz_gpu *g, enum quant_type type, int64_t rows,
                            const char *shape) {
     struct fz_mat a;
     fz_mat_init(g, &a, type, rows, cols);
-    ck_assert(vkmm_acc_norm_ok(&a.w));
+    ck_assert(vkmm_acc_norm_ok(g->mm, &a.w));
     float *x = malloc(sizeof(float) * (size_t)cols), *r = malloc(sizeof(float) * (size_t)rows);
     float *nw = malloc(sizeof(float) * (size_t)rows);
     for (int64_t i = 0; i < cols; i++)
@@ -288,7 +288,7 @@ START_TEST(test_acc_norm) {
     /* rows not a multiple of 32: refused, nothing recorded */
     struct fz_mat m;
     fz_mat_init(&g, &m, QUANT_F32, 40, 8);
-    ck_assert(!vkmm_acc_norm_ok(&m.w));
+    ck_assert(!vkmm_acc_norm_ok(g.mm, &m.w));
     struct vk_buf *b = fz_buf(&g, NULL, 4096);
     const struct vkmm_tail t = {fz_bd(b), fz_bd(b), fz_bd(b), FUSE_EPS};
     ck_assert_int_eq(vk_rec_begin(g.d, &err), 0);
