@@ -12,7 +12,8 @@
  *   [rmsnorm(q), rmsnorm(k),] rope(q),       vkops_rope_kv
  *     rope(k), kv_write(k, v)
  *   matmul(a, one job -> t), add(x, t),      the matvec's last workgroup norms x
- *     rmsnorm(x -> n) (one token)            (vkmm_matmul_acc_norm; FUSE_NORM)
+ *     rmsnorm(x -> n) (one token)            (vkmm_matmul_acc_norm; FUSE_NORM,
+ *                                            opt-in: slower on an H100)
  *
  * A decode step of a llama then takes 10 dispatches a layer instead of 14,
  * a qwen3moe 13 instead of 19: on an H100 (device calls of 2026-12-06,

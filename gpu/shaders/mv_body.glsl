@@ -130,18 +130,17 @@ shared bool s_last;
 // from 3 shuffles (as op_rmsnorm.comp's one-pass form; subgroups of 8 lanes
 // or more), and each lane writes its word of the block's levels. Rows up to
 // 32 WG wide are loaded once (8 vec4s and their weights a lane, all loads
-// issued before any is used), wider ones read twice. A first version gave
-// each lane whole blocks (lane stride 128 bytes): on the H100 one workgroup's
-// 8,192 uncoalesced loads and 4,096 stores took ~10-15 us
-// (bench/mv-bench MV_ACC=1: acc.norm 22.1 us against acc 9.4 for 4096 x
-// 4096), more than the norm's own dispatch (bench/README.md, "norm tail").
+// issued before any is used), wider ones read twice. The count is in two
+// levels: workgroup grp counts itself in on sub-counter grp % TSUB (words
+// 16 apart: their own 64-byte lines), the last of each on the top counter
+// (word 0), and every last one sets its counter back to 0.
 //
-// The count in two levels: workgroup grp counts itself in on sub-counter
-// grp % TSUB (words 16 apart: their own 64-byte lines), and the last of
-// each on the top counter (word 0); every last one sets its counter back to
-// 0. On one word, the 1,024 atomics of a 4096-row Q4_0 matvec cost ~8-11 us
-// against ~5 for its 512 at 8 rows a workgroup (H100, mv-bench MV_ACC=1):
-// atomics on one address are served one after another.
+// Measured slower than the norm's own dispatch (H100, bench/README.md, "H100,
+// 2026-12-07 (third session)"; bench/mv-bench MV_ACC=1, 4096 x 4096, us a
+// launch, the matvec with its residual add alone / with this tail): lanes
+// with whole blocks and one counter word 9.4 / 22.1; coalesced 8.4 / 16.4;
+// two-level count 9.5 / 18.3; the norm's dispatch 6.0. So the form is an
+// opt-in fusion (BACKEND_VK_FUSE_NORM), not the default.
 const uint TV = 8u;    // vec4s a lane holds
 const uint TSUB = 32u; // sub-counters (vkmm's counter buffer holds 16 (TSUB + 1) words)
 void tail() {
