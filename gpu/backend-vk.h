@@ -105,7 +105,7 @@ struct backend_vk_params {
  * session, `gpu-bench 7b -1 128 16 1 0 4300 PC auto 7|15` alternated: 7B
  * Q4_0 tg128 266.9-267.3 tok/s without, 222.1-222.8 with; the fused call
  * 32.5 us where the matvec took 16.3 and the norm's dispatch 6.0;
- * bench/README.md, "norm tail"). */
+ * bench/README.md, "H100, 2026-12-07 (third session)"). */
 #define BACKEND_VK_FUSE_NORM 8u
 #define BACKEND_VK_FUSE_ALL 7u
 #define BACKEND_VK_FUSE_MASK 15u

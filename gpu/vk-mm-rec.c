@@ -383,8 +383,9 @@ void vkmm_matmul_acc_norm(struct vkmm *mm, const struct vk_wmat *w, struct vk_bi
                           struct vk_bind y, struct vk_bind res, const struct vkmm_tail *tail) {
     if (!vkmm_acc_norm_ok(mm, w) || !tail) {
         vkmm_latch(mm, STRATA_E_INVALID,
-                   "vkmm matmul_acc_norm: %lld rows in %d pieces (one piece, 32 | rows)",
-                   (long long)w->n_rows, w->n_piece);
+                   "vkmm matmul_acc_norm: %lld rows in %d pieces, %u-lane workgroups, "
+                   "subgroups of %u (one piece, 32 | rows, 8 | lanes, subgroups of 8 or more)",
+                   (long long)w->n_rows, w->n_piece, mm->tune.mv_wg, mm->info->subgroup_size);
         return;
     }
     if (check_pair(mm, w, NULL, "matmul_acc_norm"))

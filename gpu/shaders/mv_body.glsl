@@ -143,12 +143,11 @@ shared bool s_last;
 // opt-in fusion (BACKEND_VK_FUSE_NORM), not the default.
 const uint TV = 8u;    // vec4s a lane holds
 const uint TSUB = 32u; // sub-counters (vkmm's counter buffer holds 16 (TSUB + 1) words)
-void tail() {
+void tail(uint grp) {
     const uint tid = gl_LocalInvocationID.x, n_grp = (p.n_rows + NR - 1u) / NR;
     memoryBarrierBuffer(); // this workgroup's res stores before its count
     barrier();
     if (tid == 0u) {
-        const uint grp = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
         const uint sub = grp % TSUB, members = (n_grp - sub + TSUB - 1u) / TSUB;
         const uint sw = 16u * (1u + sub);
         bool last = atomicAdd(cnt[sw], 1u) == members - 1u;
@@ -416,6 +415,6 @@ void main() {
     if (TAIL != 0u) {
         const uint grp = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
         if (grp * NR < p.n_rows)
-            tail();
+            tail(grp);
     }
 }
