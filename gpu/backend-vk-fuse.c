@@ -38,6 +38,11 @@ bool bvk_q8_valid(const struct bvk_ctx *c, const struct backend_tensor *x) {
            vk_rec_active(c->dev);
 }
 
+bool bvk_xq_ok(const struct bvk_ctx *c, const struct bvk_weight *w, int64_t n_rows) {
+    return (c->fuse & BACKEND_VK_FUSE_XQ) && n_rows == 1 && w->n_cols % 32 == 0 &&
+           vkmm_q8x_ok(c->mm, w->type);
+}
+
 void bvk_q8_keep(struct bvk_ctx *c) {
     c->q8_n = vk_dev_dispatches(c->dev);
 }
@@ -87,6 +92,8 @@ static void matmul_now(struct bvk_ctx *c, const struct backend_tensor *x, int64_
         if (q8 && w->n_expert <= 1 && vkmm_q8x_ok(c->mm, w->type))
             vkmm_matmul_q8x(c->mm, &w->mat, NULL, (struct vk_bind){c->xq8, 0, 0},
                             bvk_bind(jobs[j].y));
+        else if (bvk_xq_ok(c, w, n_rows))
+            vkmm_matmul_xq(c->mm, &w->mat, NULL, bvk_bind(x), bvk_bind(jobs[j].y), NULL);
         else
             vkmm_matmul(c->mm, &w->mat, w->n_expert > 1 ? m->index : -1, bvk_bind(x),
                         bvk_bind(jobs[j].y), n_rows);
@@ -333,8 +340,12 @@ void bvk_add(void *ctx, struct backend_tensor *x, const struct backend_tensor *y
         c->n_pend = 0;
         if (!bvk_rec_raw(c))
             return;
-        vkmm_matmul_acc(c->mm, &bvk_w(p->mm.jobs[0].w.w)->mat, bvk_bind(p->mm.x), bvk_bind(y),
-                        n_rows, bvk_bind(x));
+        const struct bvk_weight *w = bvk_w(p->mm.jobs[0].w.w);
+        const struct vk_bind res = bvk_bind(x);
+        if (bvk_xq_ok(c, w, n_rows))
+            vkmm_matmul_xq(c->mm, &w->mat, NULL, bvk_bind(p->mm.x), bvk_bind(y), &res);
+        else
+            vkmm_matmul_acc(c->mm, &w->mat, bvk_bind(p->mm.x), bvk_bind(y), n_rows, res);
         return;
     }
     if (pend_is(c, 1, BVK_PEND_MOE_SUM) && p->moe.out == y && p->moe.n_tok == n_rows &&

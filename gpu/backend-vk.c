@@ -506,7 +506,10 @@ static void bvk_moe_ffn(void *ctx, const struct backend_moe *m) {
         vk_rec_group(c->dev, false);
         vkops_swiglu(c->ops, g, u, g, (int64_t)n_pick, m->n_ff);
     }
-    vkmm_matmul_id(c->mm, &dw->mat, g, true, bvk_bind(m->sel), m->k, m->n_tok, d);
+    if (bvk_xq_ok(c, dw, m->n_tok))
+        vkmm_matmul_id_xq(c->mm, &dw->mat, NULL, g, true, bvk_bind(m->sel), m->k, d);
+    else
+        vkmm_matmul_id(c->mm, &dw->mat, g, true, bvk_bind(m->sel), m->k, m->n_tok, d);
     bvk_moe_sum(c, m); /* the weighted sum: held, a residual add may follow */
 }
 

@@ -107,8 +107,13 @@ struct backend_vk_params {
  * 32.5 us where the matvec took 16.3 and the norm's dispatch 6.0;
  * bench/README.md, "H100, 2026-12-07 (third session)"). */
 #define BACKEND_VK_FUSE_NORM 8u
+/* A decode step's matvecs whose x no norm quantized (o and down, with the
+ * residual add after them; the output matrix; the routed experts' down)
+ * run on integer dot products too, each lane quantizing the x blocks it
+ * takes (vkmm_matmul_xq). */
+#define BACKEND_VK_FUSE_XQ 16u
 #define BACKEND_VK_FUSE_ALL 7u
-#define BACKEND_VK_FUSE_MASK 15u
+#define BACKEND_VK_FUSE_MASK 31u
 
 struct backend_vk_params backend_vk_params_default(void);
 

@@ -142,9 +142,9 @@ bool vkmm_q8x_ok(const struct vkmm *mm, enum quant_type type) {
     return mm->info->int_dot && mvdot_spv(type).code != NULL;
 }
 
-struct vk_pipe *vkmm_q8_pipe(struct vkmm *mm, enum quant_type type, bool glu, bool id,
-                             struct strata_error *err) {
-    struct vk_pipe **slot = &mm->q8pipe[type][glu][id];
+struct vk_pipe *vkmm_q8_pipe(struct vkmm *mm, enum quant_type type, bool glu, bool id, bool xf,
+                             bool acc, struct strata_error *err) {
+    struct vk_pipe **slot = &mm->q8pipe[type][glu][id][xf][acc];
     if (*slot)
         return *slot;
     if (!vkmm_q8x_ok(mm, type)) {
@@ -154,11 +154,11 @@ struct vk_pipe *vkmm_q8_pipe(struct vkmm *mm, enum quant_type type, bool glu, bo
     }
     const struct spv sp = mvdot_spv(type);
     char name[48];
-    snprintf(name, sizeof name, "%s.mvq8%s%s", quant_type_name(type), id ? "_id" : "",
-             glu ? ".glu" : "");
-    const uint32_t spec[4] = {mm->tune.mv_wg, mm->tune.mv_rows1, glu, id};
+    snprintf(name, sizeof name, "%s.mv%s%s%s%s", quant_type_name(type), xf ? "xq" : "q8",
+             id ? "_id" : "", glu ? ".glu" : "", acc ? ".acc" : "");
+    const uint32_t spec[6] = {mm->tune.mv_wg, mm->tune.mv_rows1, glu, id, xf, acc};
     *slot =
-        vk_pipe_create(mm->d, name, sp.code, sp.bytes, 6, sizeof(struct vkmm_push), spec, 4, err);
+        vk_pipe_create(mm->d, name, sp.code, sp.bytes, 6, sizeof(struct vkmm_push), spec, 6, err);
     if (*slot)
         mm->made_any = true;
     return *slot;

@@ -124,8 +124,9 @@ struct vkmm {
     struct vkmm_tune tune;
     /* [type][kind][fused gate+up][VKMM_FUSE_* bits: the matvec kinds only] */
     struct vk_pipe *pipe[QUANT_TYPE_COUNT][VKMM_KIND_COUNT][2][VKMM_FUSE_N];
-    /* the integer-dot matvec over q8 activations (mv_dot.comp): [type][glu][id] */
-    struct vk_pipe *q8pipe[QUANT_TYPE_COUNT][2][2];
+    /* the integer-dot matvec over q8 activations (mv_dot.comp):
+     * [type][glu][id][x f32, quantized in the lanes][residual add] */
+    struct vk_pipe *q8pipe[QUANT_TYPE_COUNT][2][2][2][2];
     /* the last-workgroup counters of vkmm_matmul_acc_norm (33 uints 64
      * bytes apart, zero between dispatches: mv_body.glsl's tail resets
      * them) */
@@ -174,11 +175,17 @@ struct vk_pipe *vkmm_make_fast(struct vkmm *mm, enum quant_type type, enum vkmm_
 struct vk_pipe *vkmm_pipe(struct vkmm *mm, enum quant_type type, enum vkmm_kind kind, bool glu,
                           int fuse, struct strata_error *err);
 const char *vkmm_kind_name(enum vkmm_kind k);
-/* The mv_dot.comp pipeline of (type, fused gate+up, expert-indexed), made
- * at first use (gpu/vk-mm-coop.c); NULL and err where the type has none or
- * the device no integer dot product. */
-struct vk_pipe *vkmm_q8_pipe(struct vkmm *mm, enum quant_type type, bool glu, bool id,
-                             struct strata_error *err);
+/* How a one-token matvec takes x: f32 (mv_body.glsl), q8 blocks
+ * (mv_dot.comp), or f32 quantized to q8 blocks in the lanes (mv_dot.comp
+ * XF). */
+enum vkmm_xform { VKMM_X_F32, VKMM_X_Q8, VKMM_X_F32Q };
+
+/* The mv_dot.comp pipeline of (type, fused gate+up, expert-indexed, x f32
+ * quantized in the lanes, residual add), made at first use
+ * (gpu/vk-mm-coop.c); NULL and err where the type has none or the device
+ * no integer dot product. */
+struct vk_pipe *vkmm_q8_pipe(struct vkmm *mm, enum quant_type type, bool glu, bool id, bool xf,
+                             bool acc, struct strata_error *err);
 /* Latches the first error of the record calls (vkmm_status returns it). */
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))

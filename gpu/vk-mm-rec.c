@@ -109,7 +109,7 @@ struct rec_call {
     bool glu;
     struct vk_bind x, y, sel;
     const struct vk_bind *res;    /* the residual y is added into (vkmm_matmul_acc), or NULL */
-    bool q8;                      /* x as q8 blocks (vkmm_matmul_q8x): one token, mv_dot.comp */
+    enum vkmm_xform xf;           /* not VKMM_X_F32: one token, mv_dot.comp */
     const struct vkmm_tail *tail; /* the norm after the residual add (mv_body.glsl TAIL), or NULL */
 };
 
@@ -132,9 +132,10 @@ static void record_rows(struct vkmm *mm, const struct rec_call *c, struct vk_bin
                                             c->tail ? c->tail->yq : c->y,
                                             cnt};
     uint32_t gx, gy;
-    if (c->q8) {
+    if (c->xf != VKMM_X_F32) {
         struct strata_error e = {0};
-        struct vk_pipe *p = vkmm_q8_pipe(mm, c->type, c->glu, false, &e);
+        struct vk_pipe *p =
+            vkmm_q8_pipe(mm, c->type, c->glu, false, c->xf == VKMM_X_F32Q, c->res != NULL, &e);
         if (!p) {
             vkmm_latch(mm, e.code ? e.code : STRATA_E_INTERNAL, "vkmm: %s", e.message);
             return;
@@ -209,7 +210,7 @@ static const struct vk_wpiece *piece_at(const struct vk_wmat *w, int64_t r) {
 
 static void matmul(struct vkmm *mm, const struct vk_wmat *g, const struct vk_wmat *u,
                    int64_t expert, struct vk_bind x, struct vk_bind y, int64_t n_tok,
-                   const struct vk_bind *res, bool q8) {
+                   const struct vk_bind *res, enum vkmm_xform xf) {
     const char *what = u ? "matmul_glu" : "matmul";
     if (check_pair(mm, g, u, what))
         return;
@@ -221,15 +222,19 @@ static void matmul(struct vkmm *mm, const struct vk_wmat *g, const struct vk_wma
         return;
     }
     const struct vk_wmat *u2 = u ? u : g;
-    if (q8 && (n_tok != 1 || res || g->n_cols % 32 != 0)) {
-        vkmm_latch(mm, STRATA_E_INVALID, "vkmm %s: q8 activations need one token, 32 | cols", what);
+    if (xf != VKMM_X_F32 &&
+        (n_tok != 1 || (res && (xf != VKMM_X_F32Q || u)) || g->n_cols % 32 != 0)) {
+        vkmm_latch(mm, STRATA_E_INVALID,
+                   "vkmm %s: q8 activations need one token, 32 | cols (a residual: f32 x, "
+                   "no up)",
+                   what);
         return;
     }
-    const struct rec_call c = {g->type, u != NULL, x, y, x, res, q8, NULL};
+    const struct rec_call c = {g->type, u != NULL, x, y, x, res, xf, NULL};
     struct vkmm_push pu;
     push_common(g, &pu);
     pu.n_tok = (uint32_t)n_tok;
-    if (q8) /* words of a row of x */
+    if (xf == VKMM_X_Q8) /* words of a row of x */
         pu.x_stride = (uint32_t)(g->n_cols / 32 * (VKMM_Q8_BLOCK_BYTES / 4));
     if (expert >= 0 && n_exp > 1) { /* one expert: its rows lie in one piece of each */
         const int64_t er = expert_rows(g), r0 = expert * er;
@@ -262,8 +267,9 @@ static void matmul(struct vkmm *mm, const struct vk_wmat *g, const struct vk_wma
 
 static void matmul_id(struct vkmm *mm, const struct vk_wmat *g, const struct vk_wmat *u,
                       struct vk_bind x, bool x_per_pick, struct vk_bind sel, int k, int64_t n_tok,
-                      struct vk_bind y, bool q8) {
+                      struct vk_bind y, enum vkmm_xform xf) {
     const char *what = u ? "matmul_id_glu" : "matmul_id";
+    const bool q8 = xf != VKMM_X_F32;
     if (check_pair(mm, g, u, what))
         return;
     const int64_t n_pairs = n_tok >= 1 && n_tok <= INT32_MAX ? n_tok * (int64_t)k : 0;
@@ -274,13 +280,13 @@ static void matmul_id(struct vkmm *mm, const struct vk_wmat *g, const struct vk_
     }
     const bool tiled = n_tok > VKMM_MV_MAX_TOK && !q8, glu = u != NULL;
     const enum vkmm_kind kind = tiled ? vkmm_tiled_kind(&mm->tune, g->type, true) : VKMM_MV_ID;
-    if (q8 && (x_per_pick || n_tok != 1 || g->n_cols % 32 != 0)) {
+    if (q8 && ((x_per_pick && xf == VKMM_X_Q8) || n_tok != 1 || g->n_cols % 32 != 0)) {
         vkmm_latch(mm, STRATA_E_INVALID, "vkmm %s: q8 activations need one token, 32 | cols", what);
         return;
     }
     struct strata_error e8 = {0};
-    struct vk_pipe *p =
-        q8 ? vkmm_q8_pipe(mm, g->type, glu, true, &e8) : pipe_or_latch(mm, g->type, kind, glu, 0);
+    struct vk_pipe *p = q8 ? vkmm_q8_pipe(mm, g->type, glu, true, xf == VKMM_X_F32Q, false, &e8)
+                           : pipe_or_latch(mm, g->type, kind, glu, 0);
     if (!p) {
         if (q8)
             vkmm_latch(mm, e8.code ? e8.code : STRATA_E_INTERNAL, "vkmm: %s", e8.message);
@@ -312,7 +318,7 @@ static void matmul_id(struct vkmm *mm, const struct vk_wmat *g, const struct vk_
     pu.x_per_pick = x_per_pick;
     pu.expert_bytes = (uint32_t)((uint64_t)er * g->row_bytes);
     pu.n_pairs = (uint32_t)n_pairs;
-    if (q8)
+    if (xf == VKMM_X_Q8)
         pu.x_stride = (uint32_t)(g->n_cols / 32 * (VKMM_Q8_BLOCK_BYTES / 4));
     const struct vk_wmat *u2 = u ? u : g;
     for (int i = 0, j = 0; i < g->n_piece && j < u2->n_piece;) {
@@ -347,7 +353,7 @@ static void matmul_id(struct vkmm *mm, const struct vk_wmat *g, const struct vk_
 
 void vkmm_matmul(struct vkmm *mm, const struct vk_wmat *w, int64_t expert, struct vk_bind x,
                  struct vk_bind y, int64_t n_tok) {
-    matmul(mm, w, NULL, expert, x, y, n_tok, NULL, false);
+    matmul(mm, w, NULL, expert, x, y, n_tok, NULL, VKMM_X_F32);
 }
 
 void vkmm_matmul_glu(struct vkmm *mm, const struct vk_wmat *gate, const struct vk_wmat *up,
@@ -356,7 +362,7 @@ void vkmm_matmul_glu(struct vkmm *mm, const struct vk_wmat *gate, const struct v
         vkmm_latch(mm, STRATA_E_INVALID, "vkmm matmul_glu: no up matrix");
         return;
     }
-    matmul(mm, gate, up, expert, x, y, n_tok, NULL, false);
+    matmul(mm, gate, up, expert, x, y, n_tok, NULL, VKMM_X_F32);
 }
 
 bool vkmm_acc_ok(int64_t n_tok) {
@@ -370,7 +376,7 @@ void vkmm_matmul_acc(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x,
                    (long long)n_tok);
         return;
     }
-    matmul(mm, w, NULL, -1, x, y, n_tok, &res, false);
+    matmul(mm, w, NULL, -1, x, y, n_tok, &res, VKMM_X_F32);
 }
 
 bool vkmm_acc_norm_ok(const struct vkmm *mm, const struct vk_wmat *w) {
@@ -390,7 +396,7 @@ void vkmm_matmul_acc_norm(struct vkmm *mm, const struct vk_wmat *w, struct vk_bi
     }
     if (check_pair(mm, w, NULL, "matmul_acc_norm"))
         return;
-    const struct rec_call c = {w->type, false, x, y, x, &res, false, tail};
+    const struct rec_call c = {w->type, false, x, y, x, &res, VKMM_X_F32, tail};
     struct vkmm_push pu;
     push_common(w, &pu);
     pu.n_tok = 1;
@@ -403,7 +409,7 @@ void vkmm_matmul_acc_norm(struct vkmm *mm, const struct vk_wmat *w, struct vk_bi
 
 void vkmm_matmul_id(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind x, bool x_per_pick,
                     struct vk_bind sel, int k, int64_t n_tok, struct vk_bind y) {
-    matmul_id(mm, w, NULL, x, x_per_pick, sel, k, n_tok, y, false);
+    matmul_id(mm, w, NULL, x, x_per_pick, sel, k, n_tok, y, VKMM_X_F32);
 }
 
 void vkmm_matmul_id_glu(struct vkmm *mm, const struct vk_wmat *gate, const struct vk_wmat *up,
@@ -413,15 +419,26 @@ void vkmm_matmul_id_glu(struct vkmm *mm, const struct vk_wmat *gate, const struc
         vkmm_latch(mm, STRATA_E_INVALID, "vkmm matmul_id_glu: no up matrix");
         return;
     }
-    matmul_id(mm, gate, up, x, x_per_pick, sel, k, n_tok, y, false);
+    matmul_id(mm, gate, up, x, x_per_pick, sel, k, n_tok, y, VKMM_X_F32);
 }
 
 void vkmm_matmul_q8x(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
                      struct vk_bind xq, struct vk_bind y) {
-    matmul(mm, w, up, -1, xq, y, 1, NULL, true);
+    matmul(mm, w, up, -1, xq, y, 1, NULL, VKMM_X_Q8);
 }
 
 void vkmm_matmul_id_q8x(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
                         struct vk_bind xq, struct vk_bind sel, int k, struct vk_bind y) {
-    matmul_id(mm, w, up, xq, false, sel, k, 1, y, true);
+    matmul_id(mm, w, up, xq, false, sel, k, 1, y, VKMM_X_Q8);
+}
+
+void vkmm_matmul_xq(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
+                    struct vk_bind x, struct vk_bind y, const struct vk_bind *res) {
+    matmul(mm, w, up, -1, x, y, 1, res, VKMM_X_F32Q);
+}
+
+void vkmm_matmul_id_xq(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
+                       struct vk_bind x, bool x_per_pick, struct vk_bind sel, int k,
+                       struct vk_bind y) {
+    matmul_id(mm, w, up, x, x_per_pick, sel, k, 1, y, VKMM_X_F32Q);
 }

@@ -218,7 +218,9 @@ void vkmm_free(struct vkmm *mm) {
     for (int t = QUANT_TYPE_COUNT - 1; t >= 0; t--)
         for (int g = 1; g >= 0; g--)
             for (int i = 1; i >= 0; i--)
-                vk_pipe_free(mm->d, mm->q8pipe[t][g][i]);
+                for (int f = 1; f >= 0; f--)
+                    for (int a = 1; a >= 0; a--)
+                        vk_pipe_free(mm->d, mm->q8pipe[t][g][i][f][a]);
     vk_buf_free(mm->d, mm->tail_cnt);
     free(mm);
 }

@@ -156,6 +156,17 @@ void vkmm_matmul_q8x(struct vkmm *mm, const struct vk_wmat *w, const struct vk_w
                      struct vk_bind xq, struct vk_bind y);
 void vkmm_matmul_id_q8x(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
                         struct vk_bind xq, struct vk_bind sel, int k, struct vk_bind y);
+/* vkmm_matmul_q8x and _id_q8x over f32 x (one token, or one row a pick
+ * where x_per_pick), each lane quantizing the blocks it takes to the same q8
+ * levels vkops_rmsnorm_q8 writes (mv_dot.comp XF): the integer-dot matvec
+ * where no norm wrote x's q8 copy, with no dispatch to quantize it. res
+ * non-NULL (no up): res += y too, as vkmm_matmul_acc. Same conditions as
+ * vkmm_matmul_q8x (vkmm_q8x_ok, 32 | cols). Recorded. */
+void vkmm_matmul_xq(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
+                    struct vk_bind x, struct vk_bind y, const struct vk_bind *res);
+void vkmm_matmul_id_xq(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
+                       struct vk_bind x, bool x_per_pick, struct vk_bind sel, int k,
+                       struct vk_bind y);
 
 /* Q4_0 and Q8_0: the types whose 1-2 token matvec has the block path. */
 bool vkmm_soa_type(enum quant_type type);

@@ -17,11 +17,26 @@
 //   acc += dx * (s0 * dot(q0, x0) + s1 * dot(q1, x1)) - mn * dx * sum(xq)
 // Integer sums are exact; the result is the dequantized weights times the
 // dequantized q8 activations up to f32 rounding (as the integer-dot tiles).
+//
+// XF = 1 (vkmm_matmul_xq): x is f32 (p.x_stride floats a row), as no norm
+// wrote its q8 copy (decode's o and down projections, whose inputs come
+// from attention and the SwiGLU; the output matrix after its in-place
+// norm). The lane that takes a block quantizes its 32 values as
+// op_rmsnorm.comp does (d = max|x| / 127, level = round(x / d)), so the
+// product equals the q8 form's over a separately quantized x, with no
+// dispatch to quantize: every workgroup quantizes the blocks again (NR rows
+// share each), which costs ALU and L2 reads, not DRAM.
+// ACC = 1 (plain, one token): y is also added into binding 5, the residual
+// (mv_body.glsl's ACC; one workgroup owns each row).
 layout(constant_id = 0) const uint WG = 128; // lanes per workgroup
 layout(constant_id = 1) const uint NR = 4;   // rows per workgroup
 layout(constant_id = 2) const uint GLU = 0;  // 1: silu(gate) * up, up in binding 4
 layout(constant_id = 3) const uint ID = 0;   // 1: expert-indexed (sel, one token per pair)
+layout(constant_id = 4) const uint XF = 0;   // 1: x as f32, quantized in the lane
+layout(constant_id = 5) const uint ACC = 0;  // 1: y also added into binding 5
 layout(local_size_x_id = 0) in;
+
+layout(std430, binding = 5) buffer BufR { float res[]; };
 
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018],
                   id = 4450) int sdot4(uint a, uint b, spirv_literal int packed_4x8);
@@ -31,6 +46,38 @@ shared float red[NM * NR * WG];
 
 // |v| < 2^22 exactly as a float (mm_dot_body.glsl's i2f)
 float i2f(int v) { return intBitsToFloat(v + 0x4B400000) - 12582912.0; }
+
+// XF: block b of x's row from vec4 xv0 (8 vec4s) as q8: the levels of
+// elements 0-15 (qa) and 16-31 (qb), 4 a word from the low byte; the scale;
+// the levels' sum.
+void quant_blk(uint xv0, out uvec4 qa, out uvec4 qb, out float d, out int sum) {
+    vec4 v[8];
+    float amax = 0.0;
+    [[unroll]] for (uint k = 0u; k < 8u; k++) {
+        v[k] = x4[xv0 + k];
+        const vec4 a = abs(v[k]);
+        amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
+    }
+    d = amax / 127.0;
+    const float id = d > 0.0 ? 1.0 / d : 0.0;
+    uint q[8];
+    sum = 0;
+    [[unroll]] for (uint k = 0u; k < 8u; k++) {
+        const ivec4 l = ivec4(round(v[k] * id));
+        sum += l.x + l.y + l.z + l.w;
+        q[k] = uint(l.x & 255) | (uint(l.y & 255) << 8) | (uint(l.z & 255) << 16) |
+               (uint(l.w & 255) << 24);
+    }
+    qa = uvec4(q[0], q[1], q[2], q[3]);
+    qb = uvec4(q[4], q[5], q[6], q[7]);
+}
+
+// y[o] = v; under ACC res[o] += v too, from res's value pre (read early).
+void store(uint o, float v, float pre) {
+    y[o] = v;
+    if (ACC != 0u)
+        res[o] = pre + v;
+}
 
 int dot16(uvec4 a, uvec4 b) {
     return sdot4(a.x, b.x, 0) + sdot4(a.y, b.y, 0) + sdot4(a.z, b.z, 0) + sdot4(a.w, b.w, 0);
@@ -60,7 +107,12 @@ void rows(uint grp) {
     uint ro[NR];
     [[unroll]] for (uint r = 0u; r < NR; r++)
         ro[r] = min(r0 + r, p.n_rows - 1u) * p.row_bytes; // past the end: the last row again
-    const uint xq0 = (xr * p.x_stride) >> 2; // uvec4s
+    const uint xq0 = (xr * p.x_stride) >> 2; // uvec4s (XF: vec4s)
+    // ACC: the residual of row r0 + tid, loaded before the sums so that
+    // nothing waits on it at the end (lanes below NR store the rows)
+    float pre[NR];
+    [[unroll]] for (uint r = 0u; r < NR; r++)
+        pre[r] = ACC != 0u && r0 + r < p.n_rows ? res[yr * p.y_stride + p.y_col0 + r0 + r] : 0.0;
     for (uint b = tid; b < nb; b += WG) {
         uint raw[NM * NR][RAWN];
         [[unroll]] for (uint r = 0u; r < NR; r++) {
@@ -68,11 +120,20 @@ void rows(uint grp) {
             if (GLU != 0u)
                 blk_load(1u, wb2 + ro[r], b, raw[NR + r]);
         }
-        const uint xo = xq0 + 3u * b;
-        const uvec4 xa = floatBitsToUint(x4[xo]), xb = floatBitsToUint(x4[xo + 1u]);
-        const uvec4 xc = floatBitsToUint(x4[xo + 2u]);
-        const float dx = uintBitsToFloat(xc.x);
-        const float sx = DOT_MIN ? dx * i2f(int(xc.y)) : 0.0;
+        uvec4 xa, xb;
+        float dx;
+        int xs;
+        if (XF != 0u) {
+            quant_blk(xq0 + 8u * b, xa, xb, dx, xs);
+        } else {
+            const uint xo = xq0 + 3u * b;
+            xa = floatBitsToUint(x4[xo]);
+            xb = floatBitsToUint(x4[xo + 1u]);
+            const uvec4 xc = floatBitsToUint(x4[xo + 2u]);
+            dx = uintBitsToFloat(xc.x);
+            xs = int(xc.y);
+        }
+        const float sx = DOT_MIN ? dx * i2f(xs) : 0.0;
         [[unroll]] for (uint m = 0u; m < NM * NR; m++) {
             uvec4 q0, q1;
             float s0, s1, mn;
@@ -99,14 +160,17 @@ void rows(uint grp) {
                 if (GLU != 0u)
                     s2 += red[(NR + tid) * WG + g];
             }
+            float pr = 0.0;
+            [[unroll]] for (uint r = 0u; r < NR; r++)
+                pr = r == tid ? pre[r] : pr;
             if (r0 + tid < p.n_rows)
-                y[yr * p.y_stride + p.y_col0 + r0 + tid] = GLU != 0u ? silu(s) * s2 : s;
+                store(yr * p.y_stride + p.y_col0 + r0 + tid, GLU != 0u ? silu(s) * s2 : s, pr);
         }
     } else if (tid == 0u) {
         [[unroll]] for (uint r = 0u; r < NR; r++)
             if (r0 + r < p.n_rows)
-                y[yr * p.y_stride + p.y_col0 + r0 + r] =
-                    GLU != 0u ? silu(acc[r]) * acc[NR + r] : acc[r];
+                store(yr * p.y_stride + p.y_col0 + r0 + r,
+                      GLU != 0u ? silu(acc[r]) * acc[NR + r] : acc[r], pre[r]);
     }
 }
 

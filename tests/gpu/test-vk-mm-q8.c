@@ -193,6 +193,93 @@ START_TEST(test_q8_matvec) {
 }
 END_TEST
 
+/* The same matvecs over f32 x, each lane quantizing its blocks
+ * (vkmm_matmul_xq, vkmm_matmul_id_xq: mv_dot.comp XF): plain, gate + up,
+ * with the residual add (y and res += y), and expert-indexed with one x row
+ * a pick and with one for the token, against the double reference over the
+ * host's q8 of x. The GPU's 1 / d and round() may put a value on the other
+ * side of a rounding tie (as the norm's q8 copy, below): Q8_TIE_NMSE. */
+START_TEST(test_xq_matvec) {
+    const enum quant_type t = q8_types[_i % N_Q8_TYPES];
+    struct q8_gpu q;
+    if (!q8_open(&q)) {
+        q8_close(&q);
+        return;
+    }
+    struct fz_gpu *g = &q.g;
+    const int64_t cols = t == QUANT_Q8_0 || t == QUANT_Q4_0 ? 320 : 512, rows = Q8_ROWS;
+    float *x = malloc(sizeof(float) * 2 * (size_t)cols);
+    float *xd = malloc(sizeof(float) * 2 * (size_t)cols);
+    uint32_t *xq = malloc((size_t)(cols / 32) * 48 * 2);
+    for (int64_t c = 0; c < 2 * cols; c++)
+        x[c] = fz_rand() * (1.0f + (float)(c % 7)) * (c < cols ? 1.0f : 0.01f);
+    q8_quantize(x, 2 * cols, xq, xd);
+    struct vk_buf *xb = fz_buf(g, x, sizeof(float) * 2 * (size_t)cols);
+    struct fz_mat a, b, s, su;
+    fz_stack_init(g, &a, t, rows, cols, 1);
+    fz_stack_init(g, &b, t, rows, cols, 1);
+    fz_stack_init(g, &s, t, rows, cols, 3);
+    fz_stack_init(g, &su, t, rows, cols, 3);
+    const int32_t sel[2] = {2, 0};
+    float res0[Q8_ROWS];
+    for (int64_t r = 0; r < rows; r++)
+        res0[r] = (float)(r % 5) - 2.0f;
+    struct vk_buf *sb = fz_buf(g, sel, sizeof sel), *rb = fz_buf(g, res0, sizeof res0);
+    struct vk_buf *yb[5];
+    for (int f = 0; f < 5; f++)
+        yb[f] = fz_buf(g, NULL, sizeof(float) * 2 * rows);
+    struct strata_error err = {0};
+    const struct vk_bind res = fz_bd(rb);
+    ck_assert_int_eq(vk_rec_begin(g->d, &err), 0);
+    vkmm_matmul_xq(g->mm, &a.w, NULL, fz_bd(xb), fz_bd(yb[0]), NULL);
+    vkmm_matmul_xq(g->mm, &a.w, &b.w, fz_bd(xb), fz_bd(yb[1]), NULL);
+    vkmm_matmul_xq(g->mm, &b.w, NULL, fz_bd(xb), fz_bd(yb[2]), &res);
+    vkmm_matmul_id_xq(g->mm, &s.w, NULL, fz_bd(xb), true, fz_bd(sb), 2, fz_bd(yb[3]));
+    vkmm_matmul_id_xq(g->mm, &s.w, &su.w, fz_bd(xb), false, fz_bd(sb), 2, fz_bd(yb[4]));
+    fz_run(g);
+    ck_assert_int_eq(vkmm_status(g->mm, &err), 0);
+    float got[6][2 * Q8_ROWS];
+    for (int f = 0; f < 5; f++)
+        q8_read(g, yb[f], got[f], sizeof(float) * (f < 3 ? rows : 2 * rows));
+    q8_read(g, rb, got[5], sizeof res0);
+    double ref[6][2 * Q8_ROWS];
+    for (int64_t r = 0; r < rows; r++) {
+        ref[0][r] = q8_dot(a.deq + r * cols, xd, cols);
+        ref[1][r] = q8_silu(ref[0][r]) * q8_dot(b.deq + r * cols, xd, cols);
+        ref[2][r] = q8_dot(b.deq + r * cols, xd, cols);
+        ref[5][r] = (double)res0[r] + (double)got[2][r];
+        for (int k = 0; k < 2; k++) {
+            const int64_t er = sel[k] * rows + r;
+            ref[3][k * rows + r] = q8_dot(s.deq + er * cols, xd + k * cols, cols);
+            ref[4][k * rows + r] =
+                q8_silu(q8_dot(s.deq + er * cols, xd, cols)) * q8_dot(su.deq + er * cols, xd, cols);
+        }
+    }
+    static const char *form[6] = {"plain",           "gate+up",  "acc (y)", "experts, x a pick",
+                                  "experts gate+up", "acc (res)"};
+    for (int f = 0; f < 6; f++) {
+        const int64_t n = f == 3 || f == 4 ? 2 * rows : rows;
+        const double e = fz_nmse(got[f], ref[f], n);
+        ck_assert_msg(e < (f == 5 ? 1e-12 : Q8_TIE_NMSE), "%s xq %s: NMSE %.3g", quant_type_name(t),
+                      form[f], e);
+        printf("vk-mm xq %s %s: NMSE %.2g\n", quant_type_name(t), form[f], e);
+    }
+    for (int f = 4; f >= 0; f--)
+        vk_buf_free(g->d, yb[f]);
+    vk_buf_free(g->d, rb);
+    vk_buf_free(g->d, sb);
+    vk_buf_free(g->d, xb);
+    fz_mat_free(g, &su);
+    fz_mat_free(g, &s);
+    fz_mat_free(g, &b);
+    fz_mat_free(g, &a);
+    free(xq);
+    free(xd);
+    free(x);
+    q8_close(&q);
+}
+END_TEST
+
 /* The norm's q8 copy, and the norm + q8 matvec chain (Q4_0 and Q6_K), at
  * widths that take op_rmsnorm.comp's one-pass form (2,304: 144 of the 256
  * invocations hold values; 4,096: all) and its two-pass form with the tail
@@ -301,6 +388,7 @@ END_TEST
 TCase *vkmm_q8_tcase(void) {
     TCase *tc = tcase_create("q8");
     tcase_add_loop_test(tc, test_q8_matvec, 0, 2 * N_Q8_TYPES);
+    tcase_add_loop_test(tc, test_xq_matvec, 0, N_Q8_TYPES);
     tcase_add_loop_test(tc, test_q8_norm, 0, (int)(sizeof q8_norm_n / sizeof q8_norm_n[0]));
     return tc;
 }

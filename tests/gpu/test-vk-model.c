@@ -780,6 +780,18 @@ START_TEST(test_norm_tail) {
 }
 END_TEST
 
+/* The matvecs whose x no norm quantized (o and down with their residual
+ * adds, the output; the routed experts' down) on integer dot products over
+ * x quantized in the lanes (BACKEND_VK_FUSE_XQ, vkmm_matmul_xq), against
+ * the default fusions: the q8 rounding of those inputs only, as test_q8's
+ * (MODEL_Q8_NMSE, the near-tie rule), no dispatch more or fewer. */
+START_TEST(test_xq) {
+    check_with("llama", QUANT_Q4_0, BACKEND_VK_FUSE_XQ, MODEL_Q8_NMSE, 0, 0);
+    check_with("qwen3", QUANT_Q4_0, BACKEND_VK_FUSE_XQ, MODEL_Q8_NMSE, 0, 0);
+    check_with("qwen3moe", QUANT_Q4_0, BACKEND_VK_FUSE_XQ, MODEL_Q8_NMSE, 0, 0);
+}
+END_TEST
+
 /* The backend's step: a write, an op and a read; a read lands only at the
  * wait; two submits in one step; a begin drops what was not submitted;
  * errors of bad use are reported at submit. */
@@ -984,6 +996,7 @@ static Suite *vk_model_suite(void) {
     tcase_add_test(tc, test_fusions);
     tcase_add_test(tc, test_q8);
     tcase_add_test(tc, test_norm_tail);
+    tcase_add_test(tc, test_xq);
     tcase_add_test(tc, test_golden_llama2_tiny_random);
     tcase_add_test(tc, test_llama);
     tcase_add_test(tc, test_llama_q8);
