@@ -54,8 +54,11 @@ static void rmsnorm_now(struct bvk_ctx *c, const struct backend_tensor *x,
         return;
     c->q8_src = NULL;
     const struct vk_bind wb = w ? bvk_vec_bind(w) : bvk_bind(x);
-    /* a decode token's norm also writes its q8 copy for the matvecs after it */
-    if ((c->fuse & BACKEND_VK_FUSE_Q8) && n_rows == 1 && x != y && n_cols % 32 == 0 &&
+    /* a decode token's norm also writes its q8 copy for the matvecs after
+     * it, a prefill's for the tiles (BACKEND_VK_FUSE_TQ8) */
+    const bool want = n_rows == 1 ? (c->fuse & BACKEND_VK_FUSE_Q8) != 0
+                                  : (c->fuse & BACKEND_VK_FUSE_TQ8) && vkmm_tiled_tokens(n_rows);
+    if (want && x != y && n_cols % 32 == 0 &&
         bvk_scratch(c, &c->xq8, vkops_q8_bytes(n_rows, n_cols)) &&
         vkops_rmsnorm_q8(c->ops, bvk_bind(x), wb, w != NULL, bvk_bind(y),
                          (struct vk_bind){c->xq8, 0, 0}, n_rows, n_cols, eps)) {
@@ -66,15 +69,41 @@ static void rmsnorm_now(struct bvk_ctx *c, const struct backend_tensor *x,
     vkops_rmsnorm(c->ops, bvk_bind(x), wb, w != NULL, bvk_bind(y), n_rows, n_cols, eps);
 }
 
+/* BACKEND_VK_FUSE_TQ8: whether a matmul of w over n_rows rows takes the
+ * integer-dot tiles over q8 x. */
+static bool tq8_ok(const struct bvk_ctx *c, const struct bvk_weight *w, int64_t n_rows) {
+    return (c->fuse & BACKEND_VK_FUSE_TQ8) && w->n_expert <= 1 && w->n_cols % 32 == 0 &&
+           vkmm_tq8_ok(c->mm, w->type, n_rows);
+}
+
+/* c->xq8 holds x's q8 blocks after it: the norm's copy, or quantized now
+ * (one dispatch, its barrier after it); false where x cannot be. */
+static bool tq8_x(struct bvk_ctx *c, const struct backend_tensor *x, int64_t n_rows,
+                  int64_t n_cols) {
+    if (bvk_q8_valid(c, x))
+        return true;
+    if (!bvk_scratch(c, &c->xq8, vkops_q8_bytes(n_rows, n_cols)) ||
+        !vkops_quant_q8(c->ops, bvk_bind(x), (struct vk_bind){c->xq8, 0, 0}, n_rows, n_cols))
+        return false;
+    c->q8_src = x;
+    bvk_q8_keep(c);
+    return true;
+}
+
 static void matmul_now(struct bvk_ctx *c, const struct backend_tensor *x, int64_t n_rows,
                        const struct backend_mm *jobs, int n_jobs) {
     if (!bvk_rec_raw(c))
         return;
+    /* a prefill's jobs on the q8-x tiles when every one takes them */
+    bool tq8 = n_rows > 1 && n_jobs >= 1;
+    for (int j = 0; j < n_jobs && tq8; j++)
+        tq8 = jobs[j].w.w && tq8_ok(c, bvk_w(jobs[j].w.w), n_rows);
+    tq8 = tq8 && tq8_x(c, x, n_rows, bvk_w(jobs[0].w.w)->n_cols);
     /* x's q8 copy from the norm before (BACKEND_VK_FUSE_Q8): taken by the
      * jobs of a type with the integer-dot matvec, and still valid after
      * them unless one writes x */
     const bool q8 = n_rows == 1 && bvk_q8_valid(c, x);
-    bool keep = q8;
+    bool keep = q8 || tq8;
     /* the jobs (and a matrix's pieces) read x and write their own y: one
      * barrier after them all */
     vk_rec_group(c->dev, true);
@@ -89,7 +118,10 @@ static void matmul_now(struct bvk_ctx *c, const struct backend_tensor *x, int64_
         STRATA_ASSERT(w->use == BACKEND_USE_MATMUL && m->index >= 0 && m->index < w->n_expert);
         bvk_fits(x, n_rows, w->n_cols);
         bvk_fits(jobs[j].y, n_rows, w->rows_per);
-        if (q8 && w->n_expert <= 1 && vkmm_q8x_ok(c->mm, w->type))
+        if (tq8)
+            vkmm_matmul_tq8(c->mm, &w->mat, NULL, (struct vk_bind){c->xq8, 0, 0},
+                            bvk_bind(jobs[j].y), n_rows);
+        else if (q8 && w->n_expert <= 1 && vkmm_q8x_ok(c->mm, w->type))
             vkmm_matmul_q8x(c->mm, &w->mat, NULL, (struct vk_bind){c->xq8, 0, 0},
                             bvk_bind(jobs[j].y));
         else if (bvk_xq_ok(c, w, n_rows))
@@ -310,6 +342,9 @@ void bvk_swiglu(void *ctx, const struct backend_tensor *g, const struct backend_
             if (n_rows == 1 && bvk_q8_valid(c, p->mm.x) && vkmm_q8x_ok(c->mm, gw->type))
                 vkmm_matmul_q8x(c->mm, &gw->mat, &uw->mat, (struct vk_bind){c->xq8, 0, 0},
                                 bvk_bind(y));
+            else if (n_rows > 1 && tq8_ok(c, gw, n_rows) && tq8_x(c, p->mm.x, n_rows, gw->n_cols))
+                vkmm_matmul_tq8(c->mm, &gw->mat, &uw->mat, (struct vk_bind){c->xq8, 0, 0},
+                                bvk_bind(y), n_rows);
             else
                 vkmm_matmul_glu(c->mm, &gw->mat, &uw->mat, -1, bvk_bind(p->mm.x), bvk_bind(y),
                                 n_rows);

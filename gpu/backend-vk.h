@@ -112,8 +112,14 @@ struct backend_vk_params {
  * run on integer dot products too, each lane quantizing the x blocks it
  * takes (vkmm_matmul_xq). */
 #define BACKEND_VK_FUSE_XQ 16u
+/* A prefill's tiled matmuls on the integer-dot tiles read their
+ * activations as q8 blocks quantized once a call (vkmm_matmul_tq8): the
+ * norm before q, k, v and gate + up writes its q8 copy for every row, and
+ * o's and down's inputs are quantized by a dispatch of their own
+ * (vkops_quant_q8), where every 128-row tile quantized its own copy. */
+#define BACKEND_VK_FUSE_TQ8 32u
 #define BACKEND_VK_FUSE_ALL 7u
-#define BACKEND_VK_FUSE_MASK 31u
+#define BACKEND_VK_FUSE_MASK 63u
 
 struct backend_vk_params backend_vk_params_default(void);
 

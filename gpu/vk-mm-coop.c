@@ -414,14 +414,18 @@ void vkmm_tile_shape(const struct vkmm_tune *t, enum vkmm_kind kind, bool glu, u
 }
 
 struct vk_pipe *vkmm_make_fast(struct vkmm *mm, enum quant_type type, enum vkmm_kind kind, bool glu,
-                               struct strata_error *err) {
+                               bool xq8, struct strata_error *err) {
     const struct vkmm_tune *t = &mm->tune;
     const bool id = kind == VKMM_MM_ID_DOT || kind == VKMM_MM_ID_COOP;
     const bool coop = kind == VKMM_MM_COOP || kind == VKMM_MM_ID_COOP;
     const enum vkmm_path path = coop ? VKMM_PATH_COOP : VKMM_PATH_DOT;
     char name[48];
-    snprintf(name, sizeof name, "%s.%s%s", quant_type_name(type), vkmm_kind_name(kind),
-             glu ? ".glu" : "");
+    snprintf(name, sizeof name, "%s.%s%s%s", quant_type_name(type), vkmm_kind_name(kind),
+             glu ? ".glu" : "", xq8 ? ".xq8" : "");
+    if (coop && xq8) {
+        strata_error_set(err, STRATA_E_INVALID, "vkmm: %s: q8 x is an integer-dot form", name);
+        return NULL;
+    }
     if (!vkmm_path_ok(mm->info, type, path)) {
         strata_error_set(err, STRATA_E_UNSUPPORTED, "vkmm: %s: no %s path for %s on this device%s",
                          name, vkmm_path_name(path), quant_type_name(type),
@@ -438,9 +442,10 @@ struct vk_pipe *vkmm_make_fast(struct vkmm *mm, enum quant_type type, enum vkmm_
                               err);
     }
     const struct vkmm_dot_tile *d = id ? &t->dot_id : kind == VKMM_MM_DOT_S ? &t->dot_s : &t->dot;
-    uint32_t spec[9] = {d->wg, d->bm, d->bn, d->tm, d->tn, id, id ? t->dot_lcap : 1, glu, d->nb};
+    uint32_t spec[10] = {d->wg, d->bm, d->bn, d->tm, d->tn, id, id ? t->dot_lcap : 1,
+                         glu,   d->nb, xq8};
     struct spv s = dot_spv(type);
-    return vk_pipe_create(mm->d, name, s.code, s.bytes, 5, sizeof(struct vkmm_push), spec, 9, err);
+    return vk_pipe_create(mm->d, name, s.code, s.bytes, 5, sizeof(struct vkmm_push), spec, 10, err);
 }
 
 /* "BMxBNxBKxSGM[xSGN]" -> a tile of SGM x SGN subgroups (SGN 2 when not

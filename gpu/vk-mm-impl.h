@@ -44,6 +44,10 @@ _Static_assert(offsetof(struct vkmm_push, expert_bytes) == 48, "mm_common.glsl P
 #define VKMM_FUSE_ACC 1
 #define VKMM_FUSE_NORM 2
 #define VKMM_FUSE_N 4
+/* The integer-dot tiles' one form in the same slot (the fuse index of
+ * VKMM_MM_DOT, _DOT_S, _ID_DOT): x given as q8 blocks (mm_dot_body.glsl
+ * XQ8, vkmm_matmul_tq8). */
+#define VKMM_TILE_XQ8 1
 /* Bindings of a matvec pipeline (mv_body.glsl: 0-4 as every matrix
  * kernel's, 5 the residual, 6-9 the norm of TAIL): every binds array of a
  * matvec dispatch has this many entries. */
@@ -66,6 +70,11 @@ enum vkmm_kind {
     VKMM_MM_DOT_S,   /* VKMM_MM_DOT on the smaller tile for a dispatch of few tiles */
     VKMM_KIND_COUNT,
 };
+
+/* The integer-dot kinds (VKMM_TILE_XQ8's). */
+static inline bool vkmm_kind_dot(enum vkmm_kind k) {
+    return k == VKMM_MM_DOT || k == VKMM_MM_DOT_S || k == VKMM_MM_ID_DOT;
+}
 
 /* The tiled matmul's paths (prefill): f32 FMA tiles (mm_<type>.comp, every
  * device), 8-bit integer dot products on q8 activations (the block types
@@ -166,12 +175,14 @@ enum vkmm_kind vkmm_tiled_kind(const struct vkmm_tune *t, enum quant_type type, 
  * fused gate + up form). */
 void vkmm_tile_shape(const struct vkmm_tune *t, enum vkmm_kind kind, bool glu, uint32_t *bm,
                      uint32_t *bn);
-/* Makes the pipeline of a VKMM_MM_DOT .. VKMM_MM_DOT_S kind. */
+/* Makes the pipeline of a VKMM_MM_DOT .. VKMM_MM_DOT_S kind (xq8: a dot
+ * kind's q8-x form). */
 struct vk_pipe *vkmm_make_fast(struct vkmm *mm, enum quant_type type, enum vkmm_kind kind, bool glu,
-                               struct strata_error *err);
+                               bool xq8, struct strata_error *err);
 
 /* The pipeline of (type, kind, fused gate+up, VKMM_FUSE_ACC or 0), made at
- * first use; NULL and err on failure. fuse is 0 for the tiled kinds. */
+ * first use; NULL and err on failure. fuse is 0 for the tiled kinds but
+ * VKMM_TILE_XQ8 for a dot kind's q8-x form. */
 struct vk_pipe *vkmm_pipe(struct vkmm *mm, enum quant_type type, enum vkmm_kind kind, bool glu,
                           int fuse, struct strata_error *err);
 const char *vkmm_kind_name(enum vkmm_kind k);

@@ -132,7 +132,7 @@ static void record_rows(struct vkmm *mm, const struct rec_call *c, struct vk_bin
                                             c->tail ? c->tail->yq : c->y,
                                             cnt};
     uint32_t gx, gy;
-    if (c->xf != VKMM_X_F32) {
+    if (c->xf != VKMM_X_F32 && pu->n_tok == 1) {
         struct strata_error e = {0};
         struct vk_pipe *p =
             vkmm_q8_pipe(mm, c->type, c->glu, false, c->xf == VKMM_X_F32Q, c->res != NULL, &e);
@@ -181,7 +181,12 @@ static void record_rows(struct vkmm *mm, const struct rec_call *c, struct vk_bin
         bx = (pu->n_rows + bm - 1) / bm;
         by = (pu->n_tok + bn - 1) / bn;
     }
-    struct vk_pipe *p = pipe_or_latch(mm, c->type, kind, c->glu, 0);
+    if (c->xf == VKMM_X_Q8 && !vkmm_kind_dot(kind)) {
+        vkmm_latch(mm, STRATA_E_INVALID, "vkmm: q8 x for the %s tiles", vkmm_kind_name(kind));
+        return;
+    }
+    struct vk_pipe *p =
+        pipe_or_latch(mm, c->type, kind, c->glu, c->xf == VKMM_X_Q8 ? VKMM_TILE_XQ8 : 0);
     if (!p)
         return;
     if (bx > mm->info->max_wg_count[0] || by > mm->info->max_wg_count[1]) {
@@ -222,12 +227,15 @@ static void matmul(struct vkmm *mm, const struct vk_wmat *g, const struct vk_wma
         return;
     }
     const struct vk_wmat *u2 = u ? u : g;
+    /* q8 x: one token (mv_dot.comp), or a tiled call's q8 blocks (the
+     * integer-dot tiles: record_rows refuses the others) */
+    const bool tiles = xf == VKMM_X_Q8 && n_tok > VKMM_MV_CHUNK_TOK;
     if (xf != VKMM_X_F32 &&
-        (n_tok != 1 || (res && (xf != VKMM_X_F32Q || u)) || g->n_cols % 32 != 0)) {
+        ((n_tok != 1 && !tiles) || (res && (xf != VKMM_X_F32Q || u)) || g->n_cols % 32 != 0)) {
         vkmm_latch(mm, STRATA_E_INVALID,
-                   "vkmm %s: q8 activations need one token, 32 | cols (a residual: f32 x, "
-                   "no up)",
-                   what);
+                   "vkmm %s: q8 activations need one token or more than %d, 32 | cols (a "
+                   "residual: f32 x, no up)",
+                   what, VKMM_MV_CHUNK_TOK);
         return;
     }
     const struct rec_call c = {g->type, u != NULL, x, y, x, res, xf, NULL};
@@ -430,6 +438,20 @@ void vkmm_matmul_q8x(struct vkmm *mm, const struct vk_wmat *w, const struct vk_w
 void vkmm_matmul_id_q8x(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
                         struct vk_bind xq, struct vk_bind sel, int k, struct vk_bind y) {
     matmul_id(mm, w, up, xq, false, sel, k, 1, y, VKMM_X_Q8);
+}
+
+bool vkmm_tiled_tokens(int64_t n_tok) {
+    return n_tok > VKMM_MV_CHUNK_TOK;
+}
+
+bool vkmm_tq8_ok(const struct vkmm *mm, enum quant_type type, int64_t n_tok) {
+    return n_tok > VKMM_MV_CHUNK_TOK && vkmm_q8x_ok(mm, type) &&
+           vkmm_kind_dot(vkmm_tiled_kind(&mm->tune, type, false));
+}
+
+void vkmm_matmul_tq8(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
+                     struct vk_bind xq, struct vk_bind y, int64_t n_tok) {
+    matmul(mm, w, up, -1, xq, y, n_tok, NULL, VKMM_X_Q8);
 }
 
 void vkmm_matmul_xq(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,

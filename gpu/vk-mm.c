@@ -299,7 +299,7 @@ static struct vk_pipe *make_pipe(struct vkmm *mm, enum quant_type type, enum vkm
              fuse & VKMM_FUSE_NORM ? ".norm" : "");
     const struct vkmm_tune *t = &mm->tune;
     if (kind > VKMM_MM_ID)
-        return vkmm_make_fast(mm, type, kind, glu, err);
+        return vkmm_make_fast(mm, type, kind, glu, fuse == VKMM_TILE_XQ8, err);
     if (kind == VKMM_MM || kind == VKMM_MM_ID) {
         bool id = kind == VKMM_MM_ID;
         uint32_t spec[8] = {
@@ -324,7 +324,9 @@ static struct vk_pipe *make_pipe(struct vkmm *mm, enum quant_type type, enum vkm
 
 struct vk_pipe *vkmm_pipe(struct vkmm *mm, enum quant_type type, enum vkmm_kind kind, bool glu,
                           int fuse, struct strata_error *err) {
-    STRATA_ASSERT(fuse >= 0 && fuse < VKMM_FUSE_N && (fuse == 0 || kind <= VKMM_MV8));
+    STRATA_ASSERT(
+        fuse >= 0 && fuse < VKMM_FUSE_N &&
+        (fuse == 0 || kind <= VKMM_MV8 || (fuse == VKMM_TILE_XQ8 && vkmm_kind_dot(kind))));
     struct vk_pipe **slot = &mm->pipe[type][kind][glu][fuse];
     if (!*slot) {
         *slot = make_pipe(mm, type, kind, glu, fuse, err);

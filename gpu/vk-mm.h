@@ -156,6 +156,18 @@ void vkmm_matmul_q8x(struct vkmm *mm, const struct vk_wmat *w, const struct vk_w
                      struct vk_bind xq, struct vk_bind y);
 void vkmm_matmul_id_q8x(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
                         struct vk_bind xq, struct vk_bind sel, int k, struct vk_bind y);
+/* The tiled matmul (more than VKMM_MV_CHUNK_TOK tokens) on the integer-dot
+ * tiles over activations already quantized (xq: n_tok rows of q8 blocks,
+ * vkops_rmsnorm_q8 / vkops_quant_q8), so the tiles stage 48 bytes a block
+ * and quantize nothing (mm_dot_body.glsl XQ8); up non-NULL: the fused
+ * gate + up + SwiGLU form. The same levels as the f32-x call's, so the same
+ * sums. vkmm_tq8_ok: n_tok and the type take this path (the type's tiles
+ * are the integer-dot ones). Recorded. */
+bool vkmm_tq8_ok(const struct vkmm *mm, enum quant_type type, int64_t n_tok);
+/* Whether n_tok tokens take the tiled matmul (not the matvec passes). */
+bool vkmm_tiled_tokens(int64_t n_tok);
+void vkmm_matmul_tq8(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
+                     struct vk_bind xq, struct vk_bind y, int64_t n_tok);
 /* vkmm_matmul_q8x and _id_q8x over f32 x (one token, or one row a pick
  * where x_per_pick), each lane quantizing the blocks it takes to the same q8
  * levels vkops_rmsnorm_q8 writes (mv_dot.comp XF): the integer-dot matvec

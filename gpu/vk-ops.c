@@ -187,7 +187,11 @@ int vkops_init(struct vk_dev *d, struct vkops **out, struct strata_error *err) {
     const uint32_t q8_mode = nq && strcmp(nq, "2pass") == 0 ? 2u : 1u;
     o->rmsnorm_q8 = vk_pipe_create(d, "op_rmsnorm.q8", spv_rmsnorm, sizeof spv_rmsnorm, 4,
                                    sizeof(struct push_rmsnorm), &q8_mode, 1, err);
-    if (!o->rmsnorm_q8) {
+    const uint32_t quant_mode = 3;
+    if (o->rmsnorm_q8)
+        o->quant_q8 = vk_pipe_create(d, "op_quant_q8", spv_rmsnorm, sizeof spv_rmsnorm, 4,
+                                     sizeof(struct push_rmsnorm), &quant_mode, 1, err);
+    if (!o->rmsnorm_q8 || !o->quant_q8) {
         vkops_free(o);
         return err ? err->code : STRATA_E_IO;
     }
@@ -210,6 +214,7 @@ void vkops_free(struct vkops *o) {
         return;
     /* reverse creation order */
     vk_pipe_free(o->dev, o->attn_prefill);
+    vk_pipe_free(o->dev, o->quant_q8);
     vk_pipe_free(o->dev, o->rmsnorm_q8);
     vk_pipe_free(o->dev, o->rope_kv);
     vk_pipe_free(o->dev, o->attn_split);
@@ -354,6 +359,17 @@ bool vkops_rmsnorm_q8(struct vkops *o, struct vk_bind x, struct vk_bind w, bool 
     const struct push_rmsnorm push = {(uint32_t)(n_cols / 4), has_w, eps, (uint32_t)n_rows};
     const struct vk_bind b[4] = {x, has_w ? w : x, y, yq};
     dispatch_linear(o, o->rmsnorm_q8, b, &push, (uint64_t)n_rows);
+    return true;
+}
+
+bool vkops_quant_q8(struct vkops *o, struct vk_bind x, struct vk_bind yq, int64_t n_rows,
+                    int64_t n_cols) {
+    if (n_rows < 1 || n_cols % 32 != 0 || x.off % 16 || yq.off % 16)
+        return false;
+    STRATA_ASSERT((uint64_t)(n_rows * n_cols) <= UINT32_MAX);
+    const struct push_rmsnorm push = {(uint32_t)(n_cols / 4), 0, 0.0f, (uint32_t)n_rows};
+    const struct vk_bind b[4] = {x, x, x, yq}; /* w and y: not read or written */
+    dispatch_linear(o, o->quant_q8, b, &push, (uint64_t)n_rows);
     return true;
 }
 

@@ -146,6 +146,11 @@ uint64_t vkops_q8_bytes(int64_t n_rows, int64_t n_cols);
 bool vkops_rmsnorm_q8(struct vkops *o, struct vk_bind x, struct vk_bind w, bool has_w,
                       struct vk_bind y, struct vk_bind yq, int64_t n_rows, int64_t n_cols,
                       float eps);
+/* x's rows as q8 blocks alone (no norm; yq as vkops_rmsnorm_q8's): the
+ * activations of the integer-dot prefill tiles (vkmm_matmul_tq8) where no
+ * norm wrote them. false, recording nothing, under the same conditions. */
+bool vkops_quant_q8(struct vkops *o, struct vk_bind x, struct vk_bind yq, int64_t n_rows,
+                    int64_t n_cols);
 /* In-place softmax of each row of n_cols. */
 void vkops_softmax(struct vkops *o, struct vk_bind x, int64_t n_rows, int64_t n_cols);
 /* y = silu(g) * u over (n_rows, n_cols); y may be g. */

@@ -30,6 +30,15 @@
 // writes them (converted) into the other buffer after, so the loads' latency
 // hides behind the dot products and one barrier a step remains. What each
 // choice gave on an H100 is in gpu/vk-mm-coop.c (dot_tiles).
+//
+// XQ8 = 1 (vkmm_matmul_tq8): x comes quantized already, as q8 blocks of
+// vkops_rmsnorm_q8's layout (p.x_stride words a row), so a lane stages
+// three uvec4 of a (token, block) where it held 8 vec4 and quantized them:
+// the activations are quantized once a call instead of once per row tile,
+// and the prefetch registers drop from 32 to 12 (the 512-lane tile had 128
+// registers and spilled 128 bytes a lane: STRATA_VK_PIPE_STATS on an H100,
+// bench/README.md "H100, 2026-12-07 (fourth session)"). Same levels, so
+// the same sums.
 layout(constant_id = 0) const uint WG = 256; // lanes: (BM / TM) * (BN / TN)
 layout(constant_id = 1) const uint BM = 128; // row slots per tile (GLU: BM / 2 rows)
 layout(constant_id = 2) const uint BN = 128; // tokens per tile
@@ -39,6 +48,7 @@ layout(constant_id = 5) const uint ID = 0;   // 1: expert-indexed
 layout(constant_id = 6) const uint LCAP = 1; // pairs listed per window (ID = 1)
 layout(constant_id = 7) const uint GLU = 0;  // 1: silu(gate) * up, up in binding 4
 layout(constant_id = 8) const uint NB = 2;   // q8 blocks of 32 per K step
+layout(constant_id = 9) const uint XQ8 = 0;  // 1: x as q8 blocks
 layout(local_size_x_id = 0) in;
 
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018],
@@ -107,6 +117,28 @@ void x_load(uint u, uint kb0, bool ok, uint xr, out vec4 v[8]) {
         v[w] = in_ ? x4[base + w] : vec4(0.0);
 }
 
+// XQ8: the q8 block of activation unit u: levels (two uvec4), then d and
+// the levels' sum in the third.
+void xq_load(uint u, uint kb0, bool ok, uint xr, out uvec4 v[3]) {
+    const uint kb = kb0 + u / BN;
+    const bool in_ = ok && u < BN * NB && kb * 32u < p.n_cols;
+    const uint base = xr * (p.x_stride >> 2) + kb * 3u;
+    [[unroll]] for (uint w = 0u; w < 3u; w++)
+        v[w] = in_ ? floatBitsToUint(x4[base + w]) : uvec4(0u);
+}
+
+void xq_store(uint u, uint buf, uvec4 v[3]) {
+    if (u >= BN * NB)
+        return;
+    const uint n = u % BN, bi = buf * NB + u / BN;
+    const float d = uintBitsToFloat(v[2].x);
+    xq[(2u * bi) * BN + n] = v[0];
+    xq[(2u * bi + 1u) * BN + n] = v[1];
+    xd[bi * BN + n] = d;
+    if (DOT_MIN)
+        xs[bi * BN + n] = d * float(int(v[2].y));
+}
+
 uint pack_q(vec4 v, float id, inout int s) {
     ivec4 q = ivec4(round(v * id));
     s += q.x + q.y + q.z + q.w;
@@ -155,7 +187,8 @@ void tile(uint wb, uint wb2, uint r0, uint t0, uint cnt) {
         xok[k] = tok_rows(t0, cnt, (tid + k * WG) % BN, xrow[k], yr);
     }
     uint wr[NWU * RAWN];
-    vec4 xv[NXU * 8u];
+    vec4 xv[XQ8 != 0u ? 1u : NXU * 8u];
+    uvec4 xqv[XQ8 != 0u ? NXU * 3u : 1u];
     barrier(); // the previous tile (ID = 1) has read both buffers
 
     // step 0 into buffer 0
@@ -165,9 +198,15 @@ void tile(uint wb, uint wb2, uint r0, uint t0, uint cnt) {
         w_store(tid + k * WG, 0u, r);
     }
     [[unroll]] for (uint k = 0u; k < NXU; k++) {
-        vec4 v[8];
-        x_load(tid + k * WG, 0u, xok[k], xrow[k], v);
-        x_store(tid + k * WG, 0u, v);
+        if (XQ8 != 0u) {
+            uvec4 v[3];
+            xq_load(tid + k * WG, 0u, xok[k], xrow[k], v);
+            xq_store(tid + k * WG, 0u, v);
+        } else {
+            vec4 v[8];
+            x_load(tid + k * WG, 0u, xok[k], xrow[k], v);
+            x_store(tid + k * WG, 0u, v);
+        }
     }
     barrier();
 
@@ -182,10 +221,17 @@ void tile(uint wb, uint wb2, uint r0, uint t0, uint cnt) {
                     wr[k * RAWN + q] = r[q];
             }
             [[unroll]] for (uint k = 0u; k < NXU; k++) {
-                vec4 v[8];
-                x_load(tid + k * WG, (s + 1u) * NB, xok[k], xrow[k], v);
-                [[unroll]] for (uint w = 0u; w < 8u; w++)
-                    xv[k * 8u + w] = v[w];
+                if (XQ8 != 0u) {
+                    uvec4 v[3];
+                    xq_load(tid + k * WG, (s + 1u) * NB, xok[k], xrow[k], v);
+                    [[unroll]] for (uint w = 0u; w < 3u; w++)
+                        xqv[k * 3u + w] = v[w];
+                } else {
+                    vec4 v[8];
+                    x_load(tid + k * WG, (s + 1u) * NB, xok[k], xrow[k], v);
+                    [[unroll]] for (uint w = 0u; w < 8u; w++)
+                        xv[k * 8u + w] = v[w];
+                }
             }
         }
         [[unroll]] for (uint b = 0u; b < NB; b++) {
@@ -226,10 +272,17 @@ void tile(uint wb, uint wb2, uint r0, uint t0, uint cnt) {
                 w_store(tid + k * WG, buf ^ 1u, r);
             }
             [[unroll]] for (uint k = 0u; k < NXU; k++) {
-                vec4 v[8];
-                [[unroll]] for (uint w = 0u; w < 8u; w++)
-                    v[w] = xv[k * 8u + w];
-                x_store(tid + k * WG, buf ^ 1u, v);
+                if (XQ8 != 0u) {
+                    uvec4 v[3];
+                    [[unroll]] for (uint w = 0u; w < 3u; w++)
+                        v[w] = xqv[k * 3u + w];
+                    xq_store(tid + k * WG, buf ^ 1u, v);
+                } else {
+                    vec4 v[8];
+                    [[unroll]] for (uint w = 0u; w < 8u; w++)
+                        v[w] = xv[k * 8u + w];
+                    x_store(tid + k * WG, buf ^ 1u, v);
+                }
             }
         }
         barrier();

@@ -15,12 +15,16 @@
  * word j / 4), then d (float bits), the levels' sum, two zero words; d =
  * max|y| / 127, level = round(y / d), as mm_dot_body.glsl quantizes. An
  * invocation recomputes its blocks' y from x (cached) rather than reading
- * what other invocations wrote. */
+ * what other invocations wrote.
+ *
+ * Q8 = 3 (vkops_quant_q8): no norm: x's rows as q8 blocks only (binding 3,
+ * the same layout and rule), y not written: the prefill tiles' activations
+ * where no norm wrote their q8 copy (the o and down projections' inputs). */
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "op_common.glsl"
 
-layout(constant_id = 0) const uint Q8 = 0; /* 2: the two-pass form at every width */
+layout(constant_id = 0) const uint Q8 = 0; /* 2: the two-pass form at every width; 3: q8 of x */
 layout(local_size_x = 256) in;
 
 layout(std430, binding = 0) readonly buffer X { vec4 x[]; };
@@ -80,10 +84,41 @@ void norm_q8_row(uint row, uint lid) {
     }
 }
 
+/* Q8 = 3: block b of the row from invocation lid on, 32 values each. */
+void quant_row(uint row, uint lid) {
+    const uint base = row * p.n4, nb = p.n4 / 8u;
+    for (uint b = lid; b < nb; b += 256u) {
+        vec4 v[8];
+        float amax = 0.0;
+        [[unroll]] for (uint k = 0u; k < 8u; k++) {
+            v[k] = x[base + 8u * b + k];
+            const vec4 a = abs(v[k]);
+            amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
+        }
+        const float d = amax / 127.0, id = d > 0.0 ? 1.0 / d : 0.0;
+        int sum = 0;
+        uint q[8];
+        [[unroll]] for (uint k = 0u; k < 8u; k++) {
+            const ivec4 l = ivec4(round(v[k] * id));
+            sum += l.x + l.y + l.z + l.w;
+            q[k] = uint(l.x & 255) | (uint(l.y & 255) << 8) | (uint(l.z & 255) << 16) |
+                   (uint(l.w & 255) << 24);
+        }
+        const uint o = 3u * (row * nb + b);
+        yq[o] = uvec4(q[0], q[1], q[2], q[3]);
+        yq[o + 1u] = uvec4(q[4], q[5], q[6], q[7]);
+        yq[o + 2u] = uvec4(floatBitsToUint(d), uint(sum), 0u, 0u);
+    }
+}
+
 void main() {
     const uint row = ops_group_id(), lid = gl_LocalInvocationID.x;
     if (row >= p.n_rows)
         return;
+    if (Q8 == 3u) {
+        quant_row(row, lid);
+        return;
+    }
     if (Q8 == 1u && p.n4 <= 1024u) {
         norm_q8_row(row, lid);
         return;

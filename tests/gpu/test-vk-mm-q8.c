@@ -280,6 +280,103 @@ START_TEST(test_xq_matvec) {
 }
 END_TEST
 
+/* The prefill tiles over activations quantized before them
+ * (vkmm_matmul_tq8: mm_dot_body.glsl XQ8) for each type, on the main tile
+ * (dot_s_below 0) and the small one (the default for so few tiles), at 37
+ * and 133 tokens (past a 128-token tile) and 130 rows (past a 128-row
+ * one): plain and gate + up over the host's q8 blocks against the double
+ * reference over their dequantized values (Q8_QX_NMSE); and plain over the
+ * blocks vkops_quant_q8 wrote against the f32-x tile, which quantizes by
+ * the same rule on the same device, so the two agree to float rounding
+ * (1e-12; a level off would be ~1e-6). */
+START_TEST(test_tq8_tiles) {
+    const enum quant_type t = q8_types[_i % N_Q8_TYPES];
+    const bool small = _i >= N_Q8_TYPES;
+    struct q8_gpu q;
+    if (!q8_open(&q)) {
+        q8_close(&q);
+        return;
+    }
+    struct fz_gpu *g = &q.g;
+    struct strata_error err = {0};
+    ck_assert_msg(vkmm_configure(g->mm, "int-dot", &err) == 0, "configure: %s", err.message);
+    if (!small) {
+        struct vkmm_tune tu = g->mm->tune;
+        tu.dot_s_below = 0;
+        ck_assert_msg(vkmm_set_tune(g->mm, &tu, &err) == 0, "%s", err.message);
+    }
+    ck_assert(vkmm_tq8_ok(g->mm, t, 33) && !vkmm_tq8_ok(g->mm, t, 32));
+    const int64_t cols = t == QUANT_Q8_0 || t == QUANT_Q4_0 ? 320 : 512, rows = 130;
+    static const int64_t toks[2] = {37, 133};
+    struct fz_mat a, b;
+    fz_stack_init(g, &a, t, rows, cols, 1);
+    fz_stack_init(g, &b, t, rows, cols, 1);
+    for (int k = 0; k < 2; k++) {
+        const int64_t nt = toks[k], nb = cols / 32;
+        float *x = malloc(sizeof(float) * (size_t)(nt * cols));
+        float *xd = malloc(sizeof(float) * (size_t)(nt * cols));
+        uint32_t *xq = malloc((size_t)(nt * nb) * 48);
+        for (int64_t i = 0; i < nt * cols; i++)
+            x[i] = fz_rand() * (1.0f + (float)(i % 5)) * (i % 97 == 0 ? 8.0f : 1.0f);
+        for (int64_t r = 0; r < nt; r++)
+            q8_quantize(x + r * cols, cols, xq + r * nb * 12, xd + r * cols);
+        struct vk_buf *xb = fz_buf(g, x, sizeof(float) * (size_t)(nt * cols));
+        struct vk_buf *qb = fz_buf(g, xq, (size_t)(nt * nb) * 48);
+        struct vk_buf *gq = fz_buf(g, NULL, (size_t)(nt * nb) * 48);
+        struct vk_buf *yb[4];
+        for (int f = 0; f < 4; f++)
+            yb[f] = fz_buf(g, NULL, sizeof(float) * (size_t)(nt * rows));
+        ck_assert_int_eq(vk_rec_begin(g->d, &err), 0);
+        vkmm_matmul_tq8(g->mm, &a.w, NULL, fz_bd(qb), fz_bd(yb[0]), nt);
+        vkmm_matmul_tq8(g->mm, &a.w, &b.w, fz_bd(qb), fz_bd(yb[1]), nt);
+        vkmm_matmul(g->mm, &a.w, -1, fz_bd(xb), fz_bd(yb[2]), nt);
+        ck_assert(vkops_quant_q8(q.ops, fz_bd(xb), fz_bd(gq), nt, cols));
+        vkmm_matmul_tq8(g->mm, &a.w, NULL, fz_bd(gq), fz_bd(yb[3]), nt);
+        fz_run(g);
+        ck_assert_msg(vkmm_status(g->mm, &err) == 0, "%s", err.message);
+        const size_t n = (size_t)(nt * rows);
+        float *got[4];
+        for (int f = 0; f < 4; f++) {
+            got[f] = malloc(sizeof(float) * n);
+            q8_read(g, yb[f], got[f], sizeof(float) * n);
+        }
+        double *ref = malloc(sizeof(double) * n * 3);
+        for (int64_t tk = 0; tk < nt; tk++)
+            for (int64_t r = 0; r < rows; r++) {
+                const double ya = q8_dot(a.deq + r * cols, xd + tk * cols, cols);
+                ref[tk * rows + r] = ya;
+                ref[n + tk * rows + r] =
+                    q8_silu(ya) * q8_dot(b.deq + r * cols, xd + tk * cols, cols);
+                ref[2 * n + tk * rows + r] = got[2][tk * rows + r];
+            }
+        const double e0 = fz_nmse(got[0], ref, (int64_t)n),
+                     e1 = fz_nmse(got[1], ref + n, (int64_t)n);
+        const double e3 = fz_nmse(got[3], ref + 2 * n, (int64_t)n);
+        ck_assert_msg(e0 < Q8_QX_NMSE && e1 < Q8_QX_NMSE, "%s tq8 %lld tokens: NMSE %.3g, glu %.3g",
+                      quant_type_name(t), (long long)nt, e0, e1);
+        ck_assert_msg(e3 < 1e-12,
+                      "%s tq8 over vkops_quant_q8, %lld tokens: NMSE %.3g against the f32-x tile",
+                      quant_type_name(t), (long long)nt, e3);
+        printf("vk-mm tq8 %s%s %lld tokens: NMSE %.2g, glu %.2g, against the f32-x tile %.2g\n",
+               quant_type_name(t), small ? " (small tile)" : "", (long long)nt, e0, e1, e3);
+        free(ref);
+        for (int f = 3; f >= 0; f--) {
+            free(got[f]);
+            vk_buf_free(g->d, yb[f]);
+        }
+        vk_buf_free(g->d, gq);
+        vk_buf_free(g->d, qb);
+        vk_buf_free(g->d, xb);
+        free(xq);
+        free(xd);
+        free(x);
+    }
+    fz_mat_free(g, &b);
+    fz_mat_free(g, &a);
+    q8_close(&q);
+}
+END_TEST
+
 /* The norm's q8 copy, and the norm + q8 matvec chain (Q4_0 and Q6_K), at
  * widths that take op_rmsnorm.comp's one-pass form (2,304: 144 of the 256
  * invocations hold values; 4,096: all) and its two-pass form with the tail
@@ -389,6 +486,7 @@ TCase *vkmm_q8_tcase(void) {
     TCase *tc = tcase_create("q8");
     tcase_add_loop_test(tc, test_q8_matvec, 0, 2 * N_Q8_TYPES);
     tcase_add_loop_test(tc, test_xq_matvec, 0, N_Q8_TYPES);
+    tcase_add_loop_test(tc, test_tq8_tiles, 0, 2 * N_Q8_TYPES);
     tcase_add_loop_test(tc, test_q8_norm, 0, (int)(sizeof q8_norm_n / sizeof q8_norm_n[0]));
     return tc;
 }

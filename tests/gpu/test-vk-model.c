@@ -792,6 +792,94 @@ START_TEST(test_xq) {
 }
 END_TEST
 
+/* A prefill on the integer-dot tiles over q8 activations quantized once a
+ * call (BACKEND_VK_FUSE_TQ8, vkmm_matmul_tq8) against the same tiles
+ * quantizing their own copy (the default): the same levels, so the logits
+ * agree to float rounding (1e-10 NMSE each row; a level off would be
+ * ~1e-7), and a 40-token step records one more dispatch a layer for each
+ * matmul whose input no norm wrote (o and down of a llama: 2; o of a
+ * qwen3moe, whose experts keep their own tiles: 1) and one for the output
+ * matrix (its norm runs in place, so it writes no copy), which is also what
+ * shows the path ran. Skipped, saying so, where the device has no integer
+ * dot product. */
+static void check_tq8(const char *which, enum quant_type mat_type, int more) {
+    struct spec s = spec_of(which);
+    s.mat_type = mat_type;
+    char path[256];
+    tmp_path(path, sizeof path, which);
+    write_model(path, &s);
+    struct strata_error err = {0};
+    struct backend_vk_params vp = backend_vk_params_default();
+    vp.mm_path = "int-dot";
+    struct backend *bf = backend_vk_init(&vp, &err);
+    vp.fuse |= BACKEND_VK_FUSE_TQ8;
+    struct backend *bq = backend_vk_init(&vp, &err);
+    ck_assert_msg(bf && bq, "backend_vk_init: %s", err.message);
+    struct model_params mp = model_params_default();
+    mp.n_ctx_max = 64;
+    mp.n_batch_max = 40;
+    mp.backend = bf;
+    struct model *mf = model_load(path, &mp, &err);
+    mp.backend = bq;
+    struct model *mq = model_load(path, &mp, &err);
+    ck_assert_msg(mf && mq, "model_load: %s", err.message);
+    struct kv_cache *kf = model_kv_init(mf, 1, 0, &err), *kq = model_kv_init(mq, 1, 0, &err);
+    ck_assert_msg(kf && kq, "%s", err.message);
+    const int V = model_n_vocab(mf);
+    float *lf = malloc((size_t)40 * V * sizeof(float)),
+          *lq = malloc((size_t)40 * V * sizeof(float));
+    struct model_batch_entry e[40];
+    for (int i = 0; i < 40; i++)
+        e[i] = (struct model_batch_entry){0, i, (int32_t)((7 * i + 3) % V), true};
+    const uint64_t f0 = backend_vk_dispatches(bf), q0 = backend_vk_dispatches(bq);
+    step(mf, kf, e, 40, lf);
+    step(mq, kq, e, 40, lq);
+    const int64_t extra =
+        (int64_t)(backend_vk_dispatches(bq) - q0) - (int64_t)(backend_vk_dispatches(bf) - f0);
+    double worst = 0;
+    for (int row = 0; row < 40; row++) {
+        double es = 0, ss = 0;
+        for (int j = 0; j < V; j++) {
+            const double d = (double)lq[(size_t)row * V + j] - lf[(size_t)row * V + j];
+            es += d * d;
+            ss += (double)lf[(size_t)row * V + j] * lf[(size_t)row * V + j];
+        }
+        worst = fmax(worst, ss > 0 ? es / ss : es);
+    }
+    ck_assert_msg(worst < 1e-10, "%s: prefill logits NMSE %.3g with q8 x", which, worst);
+    ck_assert_msg(extra == (int64_t)more * s.n_layer + 1,
+                  "%s: %lld dispatches more with q8 x (want %d a layer of %d, and 1)", which,
+                  (long long)extra, more, s.n_layer);
+    printf("%s: q8-x tiles, worst logits NMSE %.2g, %lld dispatches more\n", which, worst,
+           (long long)extra);
+    fflush(stdout);
+    free(lf);
+    free(lq);
+    kv_free(kf);
+    kv_free(kq);
+    model_free(mf);
+    model_free(mq);
+    backend_free(bf);
+    backend_free(bq);
+    unlink(path);
+}
+
+START_TEST(test_tq8) {
+    struct strata_error err = {0};
+    struct vk_dev *d = NULL;
+    ck_assert_int_eq(vk_dev_open(-1, &d, &err), 0);
+    const bool dot = vk_dev_info(d)->int_dot;
+    vk_dev_close(d);
+    if (!dot) {
+        printf("vk-model: no integer dot product: the q8-x tiles skipped\n");
+        return;
+    }
+    check_tq8("llama", QUANT_Q4_0, 2);
+    check_tq8("llama-q8", QUANT_Q8_0, 2);
+    check_tq8("qwen3moe", QUANT_Q4_0, 1);
+}
+END_TEST
+
 /* The backend's step: a write, an op and a read; a read lands only at the
  * wait; two submits in one step; a begin drops what was not submitted;
  * errors of bad use are reported at submit. */
@@ -997,6 +1085,7 @@ static Suite *vk_model_suite(void) {
     tcase_add_test(tc, test_q8);
     tcase_add_test(tc, test_norm_tail);
     tcase_add_test(tc, test_xq);
+    tcase_add_test(tc, test_tq8);
     tcase_add_test(tc, test_golden_llama2_tiny_random);
     tcase_add_test(tc, test_llama);
     tcase_add_test(tc, test_llama_q8);
