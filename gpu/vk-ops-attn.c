@@ -227,7 +227,10 @@ static void attn_prefill(struct vkops *o, const struct vkops_kv *kv, const struc
     struct vk_bind b[9] = {a->q, a->seq, a->pos, a->out};
     kv_binds(kv, b + 4);
     const uint32_t n_tiles = (uint32_t)((a->n_tok + (int)push.tq - 1) / (int)push.tq);
-    vk_dispatch(o->dev, o->attn_prefill, b, &push, n_tiles, (uint32_t)a->n_head_kv, 1);
+    if (o->attn_late)
+        vk_dispatch(o->dev, o->attn_prefill, b, &push, (uint32_t)a->n_head_kv, n_tiles, 1);
+    else
+        vk_dispatch(o->dev, o->attn_prefill, b, &push, n_tiles, (uint32_t)a->n_head_kv, 1);
 }
 
 uint64_t vkops_attn_scratch_bytes(int n_tok, int n_head, int head_dim_v, int n_kv_max) {

@@ -197,9 +197,14 @@ int vkops_init(struct vk_dev *d, struct vkops **out, struct strata_error *err) {
     }
     /* the prefill kernel sums a row's score over 8 lanes by shuffles */
     if (in->subgroup_size >= 8 && in->subgroup_size % 8 == 0) {
+        /* STRATA_VK_ATTN_ORDER=tile: the (tile, KV head) grid of before
+         * (op_attn_prefill.comp LATE = 0), the benchmarks' baseline */
+        const char *ao = getenv("STRATA_VK_ATTN_ORDER");
+        o->attn_late = !(ao && strcmp(ao, "tile") == 0);
+        const uint32_t late = o->attn_late;
         o->attn_prefill =
             vk_pipe_create(d, "op_attn_prefill", spv_attn_prefill, sizeof spv_attn_prefill, 9,
-                           PUSH_ATTN_PREFILL, NULL, 0, err);
+                           PUSH_ATTN_PREFILL, &late, 1, err);
         if (!o->attn_prefill) {
             vkops_free(o);
             return err ? err->code : STRATA_E_IO;

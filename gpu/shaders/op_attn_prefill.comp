@@ -16,7 +16,13 @@
  *
  * A tile whose tokens belong to several sequences (a batch of prefill
  * chunks) is processed once per sequence, with the rows of the others
- * masked. q is rounded to f16 as ops_attn_head does. */
+ * masked. q is rounded to f16 as ops_attn_head does.
+ *
+ * Order (LATE = 1, the default): the grid is (KV head, tile) and tile
+ * n - 1 - y, so the device starts the last tiles of every head first: in a
+ * causal prefill they walk the most keys, and the short ones fill the gaps
+ * behind them (the longest-first rule), where (tile, KV head) order ran
+ * each head's tiles together, the longest last, wave after wave. */
 #extension GL_KHR_shader_subgroup_shuffle : require
 #define KV_BIND 4
 #include "op_common.glsl"
@@ -28,6 +34,7 @@
 #define SLW 16u  /* words an invocation holds of q / out: HWMAX / 8 */
 
 layout(local_size_x = 128) in;
+layout(constant_id = 0) const uint LATE = 1; /* 1: (KV head, tile) grid, last tile first */
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
 layout(std430, binding = 1) readonly buffer Seq { int seq[]; };
@@ -47,9 +54,12 @@ shared uint s_k[TK * HWMAX], s_v[TK * HWMAX];
 shared uint s_kb[TK], s_vb[TK], s_pc[TK]; /* a tile row's first K, V word and piece */
 
 void main() {
-    const uint hk = gl_WorkGroupID.y, lid = gl_LocalInvocationID.x;
+    const uint hk = LATE != 0u ? gl_WorkGroupID.x : gl_WorkGroupID.y;
+    const uint tile =
+        LATE != 0u ? gl_NumWorkGroups.y - 1u - gl_WorkGroupID.y : gl_WorkGroupID.x;
+    const uint lid = gl_LocalInvocationID.x;
     const uint G = p.n_head / p.n_head_kv;
-    const uint t0 = gl_WorkGroupID.x * p.tq;
+    const uint t0 = tile * p.tq;
     const uint row = lid / 8u, sl = lid % 8u;
     const uint t = t0 + row / G, gh = row % G;
     const bool live = row < p.tq * G && t < p.n_tok;
