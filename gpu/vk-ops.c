@@ -173,16 +173,8 @@ int vkops_init(struct vk_dev *d, struct vkops **out, struct strata_error *err) {
                 ? 1024
                 : 256;
         const bool vocab = p->spv == spv_argmax || p->spv == spv_sample;
-        /* STRATA_VK_ATTN_SPLIT=late: op_attn_split.comp's EARLY = 0 (the
-         * loads of before: the benchmarks' baseline) */
-        const char *as = getenv("STRATA_VK_ATTN_SPLIT");
-        const uint32_t early = !(as && strcmp(as, "late") == 0);
-        const bool split = p->spv == spv_attn_split;
         struct vk_pipe *pp = vk_pipe_create(d, p->name, p->spv, p->bytes, p->n_bind, p->push,
-                                            vocab   ? &wide
-                                            : split ? &early
-                                                    : NULL,
-                                            vocab || split ? 1 : 0, err);
+                                            vocab ? &wide : NULL, vocab ? 1 : 0, err);
         if (!pp) {
             vkops_free(o);
             return err ? err->code : STRATA_E_IO;

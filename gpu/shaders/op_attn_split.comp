@@ -21,15 +21,7 @@
  * sum); then each invocation owns one f16 pair of the V row for every head
  * of the group and a share of the tile's positions (4 loads in flight), the
  * shares summed through shared memory at the end.
- * q is rounded to f16 first, as ops_attn_head does (ggml's F16 K x F32 Q).
- *
- * EARLY = 1 (the default; STRATA_VK_ATTN_SPLIT=late gives 0): the first K
- * pass's loads are issued before q is read into shared memory, so the two
- * round trips overlap, and the V pass keeps 8 loads in flight (4 under
- * EARLY = 0): at decode's 16-position chunks an invocation's 8 positions
- * of V are one round trip instead of two. A decode step is a chain of
- * such round trips (op_attn_split was 15.3 us a call at 1-128 positions in
- * the H100 profile, bench/README.md "H100, 2026-12-07 (third session)"). */
+ * q is rounded to f16 first, as ops_attn_head does (ggml's F16 K x F32 Q). */
 #extension GL_KHR_shader_subgroup_shuffle : require
 #define KV_BIND 4
 #include "op_common.glsl"
@@ -42,8 +34,6 @@
 #define SLW 16u /* words of a K row a lane loads: HDMAX / 2 / 8 */
 
 layout(local_size_x = 128) in;
-layout(constant_id = 0) const uint EARLY = 1;
-const uint VL = EARLY != 0u ? 8u : 4u; /* V loads in flight an invocation */
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
 layout(std430, binding = 1) readonly buffer Seq { int seq[]; };
@@ -81,10 +71,8 @@ void main() {
     const uint p_begin = c * p.chunk;
     const uint p_end = min(p_begin + p.chunk, n_kv);
 
-    bool need_q = EARLY != 0u; /* uniform: q read at the first K pass */
-    if (EARLY == 0u)
-        for (uint i = lid; i < G * p.hdk; i += WG) /* heads h0 .. h0+G-1 are contiguous in q */
-            s_q[i] = unpackHalf2x16(kv_f32_to_f16(q[(t * p.n_head + h0) * p.hdk + i])).x;
+    for (uint i = lid; i < G * p.hdk; i += WG) /* heads h0 .. h0+G-1 are contiguous in q */
+        s_q[i] = unpackHalf2x16(kv_f32_to_f16(q[(t * p.n_head + h0) * p.hdk + i])).x;
     if (lid < G) {
         s_m[lid] = -1.0 / 0.0;
         s_l[lid] = 0.0;
@@ -99,8 +87,7 @@ void main() {
     vec2 acc[GMAX];
     for (uint k = 0u; k < GMAX; k++)
         acc[k] = vec2(0.0);
-    if (EARLY == 0u) /* under EARLY the first K pass's barrier publishes s_q and s_m */
-        barrier();
+    barrier();
 
     const uint hw = p.hdk / 2u, sg = gl_SubgroupSize, lane = gl_SubgroupInvocationID;
     for (uint tile0 = p_begin; tile0 < p_end; tile0 += TILE) {
@@ -117,24 +104,16 @@ void main() {
             float dot[GMAX];
             for (uint k = 0u; k < GMAX; k++)
                 dot[k] = 0.0;
-            uint kw[SLW];
             if (okp) {
                 const int ps = int(tile0 + pp);
                 const uint blk = kv_block(p.g, st, ps);
                 const uint piece = blk / p.g.blocks_per_piece;
                 const uint base = kv_word_index(p.g, blk, p.layer, ps, hk, p.hdk, false, 0u);
+                uint kw[SLW];
                 for (uint i = 0u; i < SLW; i++) {
                     const uint w = l8 + 8u * i;
                     kw[i] = w < hw ? kv_load(piece, base + w) : 0u;
                 }
-            }
-            if (need_q) { /* the K loads above are in flight */
-                for (uint i = lid; i < G * p.hdk; i += WG)
-                    s_q[i] = unpackHalf2x16(kv_f32_to_f16(q[(t * p.n_head + h0) * p.hdk + i])).x;
-                barrier();
-                need_q = false;
-            }
-            if (okp) {
                 for (uint i = 0u; i < SLW; i++) {
                     const uint w = l8 + 8u * i;
                     if (w < hw) {
@@ -183,9 +162,9 @@ void main() {
             for (uint k = 0u; k < GMAX; k++)
                 if (k < G)
                     acc[k] *= s_alpha[k];
-            for (uint pp0 = r; pp0 < nt; pp0 += VL * reps) { /* VL loads in flight */
-                vec2 vv[VL];
-                for (uint u = 0u; u < VL; u++) {
+            for (uint pp0 = r; pp0 < nt; pp0 += 4u * reps) { /* 4 loads in flight */
+                vec2 vv[4];
+                for (uint u = 0u; u < 4u; u++) {
                     const uint pp = pp0 + u * reps;
                     vv[u] = vec2(0.0);
                     if (pp < nt) {
@@ -196,7 +175,7 @@ void main() {
                             kv_word_index(p.g, blk, p.layer, ps, hk, p.hdv, true, dp)));
                     }
                 }
-                for (uint u = 0u; u < VL; u++) {
+                for (uint u = 0u; u < 4u; u++) {
                     const uint pp = pp0 + u * reps;
                     if (pp < nt)
                         for (uint k = 0u; k < GMAX; k++)
