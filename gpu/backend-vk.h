@@ -110,15 +110,25 @@ struct backend_vk_params {
 /* A decode step's matvecs whose x no norm quantized (o and down, with the
  * residual add after them; the output matrix; the routed experts' down)
  * run on integer dot products too, each lane quantizing the x blocks it
- * takes (vkmm_matmul_xq). */
+ * takes (vkmm_matmul_xq). Not in FUSE_ALL: slower on an H100 (device call
+ * of 2026-12-07, fourth session, `gpu-bench 7b -1 128 16 1 0 4300 PC auto
+ * 7|23` alternated: tg128 254.4-256.8 tok/s without, 250.2-251.3 with; o
+ * and down 17.57 us a call against 16.29 on f32 x: quantizing 32 values a
+ * block in every workgroup costs what the integer dot products save). */
 #define BACKEND_VK_FUSE_XQ 16u
 /* A prefill's tiled matmuls on the integer-dot tiles read their
  * activations as q8 blocks quantized once a call (vkmm_matmul_tq8): the
  * norm before q, k, v and gate + up writes its q8 copy for every row, and
  * o's and down's inputs are quantized by a dispatch of their own
- * (vkops_quant_q8), where every 128-row tile quantized its own copy. */
+ * (vkops_quant_q8), where every 128-row tile quantized its own copy.
+ * Measured on an H100 (device call of 2026-12-07, fourth session,
+ * `gpu-bench MODEL -1 128 512 1 0 4300 PC auto 7|39` alternated): pp512 of
+ * the 7B Q4_0 2,893-2,894 -> 3,295-3,297 tok/s, qwen3-0.6b Q8_0
+ * 20,934-20,969 -> 23,207-23,209; the 7B's q4_0.mm_dot 698.7 -> 595.7 us a
+ * call, 128 -> 112 registers (bench/README.md, "H100, 2026-12-07 (fourth
+ * session)"). */
 #define BACKEND_VK_FUSE_TQ8 32u
-#define BACKEND_VK_FUSE_ALL 7u
+#define BACKEND_VK_FUSE_ALL 39u
 #define BACKEND_VK_FUSE_MASK 63u
 
 struct backend_vk_params backend_vk_params_default(void);

@@ -581,7 +581,8 @@ static void check_fused(const char *which, int save1, int save_big) {
     struct strata_error err = {0};
     struct backend_vk_params vp = backend_vk_params_default();
     ck_assert_uint_eq(vp.fuse, BACKEND_VK_FUSE_ALL);
-    vp.fuse &= ~BACKEND_VK_FUSE_Q8; /* not a dispatch fusion: test_q8 compares it */
+    /* not dispatch fusions: test_q8 and test_tq8 compare them */
+    vp.fuse &= ~(BACKEND_VK_FUSE_Q8 | BACKEND_VK_FUSE_TQ8);
     struct backend *bf = backend_vk_init(&vp, &err);
     vp.fuse = 0;
     struct backend *bu = backend_vk_init(&vp, &err);
@@ -811,6 +812,7 @@ static void check_tq8(const char *which, enum quant_type mat_type, int more) {
     struct strata_error err = {0};
     struct backend_vk_params vp = backend_vk_params_default();
     vp.mm_path = "int-dot";
+    vp.fuse &= ~BACKEND_VK_FUSE_TQ8;
     struct backend *bf = backend_vk_init(&vp, &err);
     vp.fuse |= BACKEND_VK_FUSE_TQ8;
     struct backend *bq = backend_vk_init(&vp, &err);
