@@ -32,10 +32,19 @@ bool tok_rows(uint t0, uint cnt, uint n, out uint xr, out uint yr) {
 // (binding 4, GLU = 1), tile columns t0.. (tokens, or listed pairs of cnt).
 void tile(uint wb, uint wb2, uint r0, uint t0, uint cnt);
 
+// The plain form calls tile() from a loop (of one turn, or none past the
+// tokens): called straight from main(), the NVIDIA driver (580.159.04)
+// kept the integer-dot tile's accumulators in local memory, 4 x TM x TN
+// bytes a lane for every plain tile shape and none for the expert-indexed
+// form that loops (STRATA_VK_PIPE_STATS); with the loop none, and the 7B
+// Q4_0's pp512 on an H100 went 3,291 -> 3,765 tok/s (bench/README.md, "H100,
+// 2026-12-07 (fourth session)").
 void main() {
     const uint r0 = gl_WorkGroupID.x * TILE_ROWS;
     if (ID == 0u) {
-        tile(p.w_base, p.w_base2, r0, gl_WorkGroupID.y * BN, 0u);
+        const uint tb = gl_WorkGroupID.y * BN, te = min(tb + BN, p.n_tok);
+        for (uint t0 = tb; t0 < te; t0 += BN)
+            tile(p.w_base, p.w_base2, r0, t0, 0u);
         return;
     }
     const uint e = p.e0 + gl_WorkGroupID.y;
