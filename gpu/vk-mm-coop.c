@@ -311,7 +311,12 @@ static void set_lcaps(const struct vk_dev_info *in, struct vkmm_tune *t) {
  *   13,847 against before's 15,013: a 1,024-row matrix of 512 tokens is 32
  *   such tiles for 132 SMs. So a plain dispatch of fewer than 128 tiles
  *   (the 7B's 4,096 rows give 32 x 4) takes the next tile of the list
- *   (dot_s). */
+ *   (dot_s).
+ * All of these ran with the plain tiles' accumulators in local memory (the
+ * driver's choice while tile() was called straight from main():
+ * mm_tiles.glsl); measured again with them out only as far as the default
+ * and 8 x 8 at 256 lanes, which tied at 3,287 and 3,299 before the fix
+ * (bench/README.md, "H100, 2026-12-07 (fourth session)"). */
 static const struct vkmm_dot_tile dot_tiles[] = {
     {512, 128, 128, 8, 4, 2}, /* 40 KB: NVIDIA's 48 KB */
     {256, 64, 64, 4, 4, 2},   /* 20 KB: lavapipe's 32 KB */

@@ -35,10 +35,10 @@
 // vkops_rmsnorm_q8's layout (p.x_stride words a row), so a lane stages
 // three uvec4 of a (token, block) where it held 8 vec4 and quantized them:
 // the activations are quantized once a call instead of once per row tile,
-// and the prefetch registers drop from 32 to 12 (the 512-lane tile had 128
-// registers and spilled 128 bytes a lane: STRATA_VK_PIPE_STATS on an H100,
-// bench/README.md "H100, 2026-12-07 (fourth session)"). Same levels, so
-// the same sums.
+// and the prefetch registers drop from 32 to 12 (the 512-lane tile: 128 ->
+// 112 registers, STRATA_VK_PIPE_STATS on an H100; pp512 of the 7B Q4_0
+// 2,894 -> 3,296 tok/s, bench/README.md "H100, 2026-12-07 (fourth
+// session)"). Same levels, so the same sums.
 layout(constant_id = 0) const uint WG = 256; // lanes: (BM / TM) * (BN / TN)
 layout(constant_id = 1) const uint BM = 128; // row slots per tile (GLU: BM / 2 rows)
 layout(constant_id = 2) const uint BN = 128; // tokens per tile
