@@ -314,8 +314,8 @@ static void set_lcaps(const struct vk_dev_info *in, struct vkmm_tune *t) {
  *   (dot_s).
  * All of these ran with the plain tiles' accumulators in local memory (the
  * driver's choice while tile() was called straight from main():
- * mm_tiles.glsl); measured again with them out only as far as the default
- * and 8 x 8 at 256 lanes, which tied at 3,287 and 3,299 before the fix
+ * mm_tiles.glsl). The list is not measured again since the fix; just
+ * before it the default and 8 x 8 at 256 lanes tied at 3,287 and 3,299
  * (bench/README.md, "H100, 2026-12-07 (fourth session)"). */
 static const struct vkmm_dot_tile dot_tiles[] = {
     {512, 128, 128, 8, 4, 2}, /* 40 KB: NVIDIA's 48 KB */
