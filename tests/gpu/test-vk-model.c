@@ -663,6 +663,64 @@ END_TEST
  * change (the norm writes its copy in its own dispatch), and some one-token
  * logits must move (the path ran). */
 #define MODEL_Q8_NMSE 1e-3
+/* One synthesized model on two backends: the default fusions less `bits`
+ * (f) and with them (q), both on the prefill path mm_path (NULL: auto),
+ * each with a model of up to 40-token steps, a cache of n_seq sequences
+ * and 40 rows of logits. mat_type QUANT_F32 keeps the spec's matrices. */
+struct vk_pair {
+    char path[256];
+    struct spec s;
+    struct backend *bf, *bq;
+    struct model *mf, *mq;
+    struct kv_cache *kf, *kq;
+    int V;
+    float *lf, *lq;
+};
+
+static void pair_open(struct vk_pair *p, const char *which, enum quant_type mat_type,
+                      const char *mm_path, unsigned bits, int n_seq) {
+    p->s = spec_of(which);
+    if (mat_type != QUANT_F32)
+        p->s.mat_type = mat_type;
+    tmp_path(p->path, sizeof p->path, which);
+    write_model(p->path, &p->s);
+    struct strata_error err = {0};
+    struct backend_vk_params vp = backend_vk_params_default();
+    vp.mm_path = mm_path;
+    vp.fuse &= ~bits;
+    p->bf = backend_vk_init(&vp, &err);
+    vp.fuse |= bits;
+    p->bq = backend_vk_init(&vp, &err);
+    ck_assert_msg(p->bf && p->bq, "backend_vk_init: %s", err.message);
+    struct model_params mp = model_params_default();
+    mp.n_ctx_max = 64;
+    mp.n_batch_max = 40;
+    mp.backend = p->bf;
+    p->mf = model_load(p->path, &mp, &err);
+    mp.backend = p->bq;
+    p->mq = model_load(p->path, &mp, &err);
+    ck_assert_msg(p->mf && p->mq, "model_load: %s", err.message);
+    p->kf = model_kv_init(p->mf, n_seq, 0, &err);
+    p->kq = model_kv_init(p->mq, n_seq, 0, &err);
+    ck_assert_msg(p->kf && p->kq, "%s", err.message);
+    p->V = model_n_vocab(p->mf);
+    p->lf = malloc((size_t)40 * p->V * sizeof(float));
+    p->lq = malloc((size_t)40 * p->V * sizeof(float));
+    ck_assert(p->lf && p->lq);
+}
+
+static void pair_close(struct vk_pair *p) {
+    free(p->lf);
+    free(p->lq);
+    kv_free(p->kf);
+    kv_free(p->kq);
+    model_free(p->mf);
+    model_free(p->mq);
+    backend_free(p->bf);
+    backend_free(p->bq);
+    unlink(p->path);
+}
+
 /* check_with(which, type, bits, NMSE, save, less): the model on a backend
  * with the default fusions less `bits` (bf) against one with them (bq), as
  * above; a one-token step of the second records save * n_layer - less
@@ -670,32 +728,14 @@ END_TEST
  * logits must move. */
 static void check_with(const char *which, enum quant_type mat_type, unsigned bits, double nmse,
                        int save, int less) {
-    struct spec s = spec_of(which);
-    if (mat_type != QUANT_F32)
-        s.mat_type = mat_type;
-    char path[256];
-    tmp_path(path, sizeof path, which);
-    write_model(path, &s);
-    struct strata_error err = {0};
-    struct backend_vk_params vp = backend_vk_params_default();
-    vp.fuse &= ~bits;
-    struct backend *bf = backend_vk_init(&vp, &err);
-    vp.fuse |= bits;
-    struct backend *bq = backend_vk_init(&vp, &err);
-    ck_assert_msg(bf && bq, "backend_vk_init: %s", err.message);
-    struct model_params mp = model_params_default();
-    mp.n_ctx_max = 64;
-    mp.n_batch_max = 40;
-    mp.backend = bf;
-    struct model *mf = model_load(path, &mp, &err);
-    mp.backend = bq;
-    struct model *mq = model_load(path, &mp, &err);
-    ck_assert_msg(mf && mq, "model_load: %s", err.message);
-    struct kv_cache *kf = model_kv_init(mf, 2, 0, &err), *kq = model_kv_init(mq, 2, 0, &err);
-    ck_assert_msg(kf && kq, "%s", err.message);
-    const int V = model_n_vocab(mf);
-    float *lf = malloc((size_t)40 * V * sizeof(float)),
-          *lq = malloc((size_t)40 * V * sizeof(float));
+    struct vk_pair pr;
+    pair_open(&pr, which, mat_type, NULL, bits, 2);
+    const struct spec s = pr.s;
+    struct backend *bf = pr.bf, *bq = pr.bq;
+    struct model *mf = pr.mf, *mq = pr.mq;
+    struct kv_cache *kf = pr.kf, *kq = pr.kq;
+    const int V = pr.V;
+    float *lf = pr.lf, *lq = pr.lq;
     struct model_batch_entry e[40];
     static const int steps[][2] = {{20, 0}, {1, 0}, {1, 1}, {3, 0}, {1, 0}, {1, 1}, {1, 0}};
     int pos[2] = {0, 0};
@@ -749,15 +789,7 @@ static void check_with(const char *which, enum quant_type mat_type, unsigned bit
     ck_assert_msg(moved || save, "%s: no one-token logits moved: the q8 path did not run", which);
     printf("%s: fuse bits %u, worst logits NMSE %.2g\n", which, bits, worst);
     fflush(stdout);
-    free(lf);
-    free(lq);
-    kv_free(kf);
-    kv_free(kq);
-    model_free(mf);
-    model_free(mq);
-    backend_free(bf);
-    backend_free(bq);
-    unlink(path);
+    pair_close(&pr);
 }
 
 START_TEST(test_q8) {
@@ -804,40 +836,18 @@ END_TEST
  * shows the path ran. Skipped, saying so, where the device has no integer
  * dot product. */
 static void check_tq8(const char *which, enum quant_type mat_type, int more) {
-    struct spec s = spec_of(which);
-    s.mat_type = mat_type;
-    char path[256];
-    tmp_path(path, sizeof path, which);
-    write_model(path, &s);
-    struct strata_error err = {0};
-    struct backend_vk_params vp = backend_vk_params_default();
-    vp.mm_path = "int-dot";
-    vp.fuse &= ~BACKEND_VK_FUSE_TQ8;
-    struct backend *bf = backend_vk_init(&vp, &err);
-    vp.fuse |= BACKEND_VK_FUSE_TQ8;
-    struct backend *bq = backend_vk_init(&vp, &err);
-    ck_assert_msg(bf && bq, "backend_vk_init: %s", err.message);
-    struct model_params mp = model_params_default();
-    mp.n_ctx_max = 64;
-    mp.n_batch_max = 40;
-    mp.backend = bf;
-    struct model *mf = model_load(path, &mp, &err);
-    mp.backend = bq;
-    struct model *mq = model_load(path, &mp, &err);
-    ck_assert_msg(mf && mq, "model_load: %s", err.message);
-    struct kv_cache *kf = model_kv_init(mf, 1, 0, &err), *kq = model_kv_init(mq, 1, 0, &err);
-    ck_assert_msg(kf && kq, "%s", err.message);
-    const int V = model_n_vocab(mf);
-    float *lf = malloc((size_t)40 * V * sizeof(float)),
-          *lq = malloc((size_t)40 * V * sizeof(float));
+    struct vk_pair pr;
+    pair_open(&pr, which, mat_type, "int-dot", BACKEND_VK_FUSE_TQ8, 1);
+    const int V = pr.V;
+    float *lf = pr.lf, *lq = pr.lq;
     struct model_batch_entry e[40];
     for (int i = 0; i < 40; i++)
         e[i] = (struct model_batch_entry){0, i, (int32_t)((7 * i + 3) % V), true};
-    const uint64_t f0 = backend_vk_dispatches(bf), q0 = backend_vk_dispatches(bq);
-    step(mf, kf, e, 40, lf);
-    step(mq, kq, e, 40, lq);
+    const uint64_t f0 = backend_vk_dispatches(pr.bf), q0 = backend_vk_dispatches(pr.bq);
+    step(pr.mf, pr.kf, e, 40, lf);
+    step(pr.mq, pr.kq, e, 40, lq);
     const int64_t extra =
-        (int64_t)(backend_vk_dispatches(bq) - q0) - (int64_t)(backend_vk_dispatches(bf) - f0);
+        (int64_t)(backend_vk_dispatches(pr.bq) - q0) - (int64_t)(backend_vk_dispatches(pr.bf) - f0);
     double worst = 0;
     for (int row = 0; row < 40; row++) {
         double es = 0, ss = 0;
@@ -849,21 +859,13 @@ static void check_tq8(const char *which, enum quant_type mat_type, int more) {
         worst = fmax(worst, ss > 0 ? es / ss : es);
     }
     ck_assert_msg(worst < 1e-10, "%s: prefill logits NMSE %.3g with q8 x", which, worst);
-    ck_assert_msg(extra == (int64_t)more * s.n_layer + 1,
+    ck_assert_msg(extra == (int64_t)more * pr.s.n_layer + 1,
                   "%s: %lld dispatches more with q8 x (want %d a layer of %d, and 1)", which,
-                  (long long)extra, more, s.n_layer);
+                  (long long)extra, more, pr.s.n_layer);
     printf("%s: q8-x tiles, worst logits NMSE %.2g, %lld dispatches more\n", which, worst,
            (long long)extra);
     fflush(stdout);
-    free(lf);
-    free(lq);
-    kv_free(kf);
-    kv_free(kq);
-    model_free(mf);
-    model_free(mq);
-    backend_free(bf);
-    backend_free(bq);
-    unlink(path);
+    pair_close(&pr);
 }
 
 START_TEST(test_tq8) {
