@@ -63,6 +63,7 @@ static void rmsnorm_now(struct bvk_ctx *c, const struct backend_tensor *x,
         vkops_rmsnorm_q8(c->ops, bvk_bind(x), wb, w != NULL, bvk_bind(y),
                          (struct vk_bind){c->xq8, 0, 0}, n_rows, n_cols, eps)) {
         c->q8_src = y;
+        c->q8_rows = n_rows;
         bvk_q8_keep(c);
         return;
     }
@@ -80,12 +81,13 @@ static bool tq8_ok(const struct bvk_ctx *c, const struct bvk_weight *w, int64_t 
  * (one dispatch, its barrier after it); false where x cannot be. */
 static bool tq8_x(struct bvk_ctx *c, const struct backend_tensor *x, int64_t n_rows,
                   int64_t n_cols) {
-    if (bvk_q8_valid(c, x))
+    if (bvk_q8_valid(c, x) && c->q8_rows >= n_rows)
         return true;
     if (!bvk_scratch(c, &c->xq8, vkops_q8_bytes(n_rows, n_cols)) ||
         !vkops_quant_q8(c->ops, bvk_bind(x), (struct vk_bind){c->xq8, 0, 0}, n_rows, n_cols))
         return false;
     c->q8_src = x;
+    c->q8_rows = n_rows;
     bvk_q8_keep(c);
     return true;
 }
@@ -266,6 +268,7 @@ static bool acc_norm(struct bvk_ctx *c, const struct backend_tensor *x,
     vkmm_matmul_acc_norm(c->mm, &bvk_w(a.mm.jobs[0].w.w)->mat, bvk_bind(a.mm.x),
                          bvk_bind(a.mm.jobs[0].y), bvk_bind(a.mm.res), &t);
     c->q8_src = y;
+    c->q8_rows = 1;
     bvk_q8_keep(c);
     return true;
 }

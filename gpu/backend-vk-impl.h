@@ -143,6 +143,7 @@ struct bvk_ctx {
     struct vk_buf *xq8;
     const struct backend_tensor *q8_src;
     uint64_t q8_n;
+    int64_t q8_rows;         /* rows of q8_src the copy holds (BACKEND_VK_FUSE_TQ8: a prefill's) */
     struct vk_buf **retired; /* (n_retired) freed at the next wait */
     int n_retired, cap_retired;
     uint64_t weight_bytes, tensor_bytes, kv_bytes; /* device memory held now */
