@@ -109,7 +109,7 @@ struct rec_call {
     bool glu;
     struct vk_bind x, y, sel;
     const struct vk_bind *res;    /* the residual y is added into (vkmm_matmul_acc), or NULL */
-    enum vkmm_xform xf;           /* not VKMM_X_F32: one token, mv_dot.comp */
+    enum vkmm_xform xf;           /* one token: mv_dot.comp unless VKMM_X_F32; tiles: XQ8 */
     const struct vkmm_tail *tail; /* the norm after the residual add (mv_body.glsl TAIL), or NULL */
 };
 
@@ -229,7 +229,7 @@ static void matmul(struct vkmm *mm, const struct vk_wmat *g, const struct vk_wma
     const struct vk_wmat *u2 = u ? u : g;
     /* q8 x: one token (mv_dot.comp), or a tiled call's q8 blocks (the
      * integer-dot tiles: record_rows refuses the others) */
-    const bool tiles = xf == VKMM_X_Q8 && n_tok > VKMM_MV_CHUNK_TOK;
+    const bool tiles = xf == VKMM_X_Q8 && vkmm_tiled_tokens(n_tok);
     if (xf != VKMM_X_F32 &&
         ((n_tok != 1 && !tiles) || (res && (xf != VKMM_X_F32Q || u)) || g->n_cols % 32 != 0)) {
         vkmm_latch(mm, STRATA_E_INVALID,
@@ -445,7 +445,7 @@ bool vkmm_tiled_tokens(int64_t n_tok) {
 }
 
 bool vkmm_tq8_ok(const struct vkmm *mm, enum quant_type type, int64_t n_tok) {
-    return n_tok > VKMM_MV_CHUNK_TOK && vkmm_q8x_ok(mm, type) &&
+    return vkmm_tiled_tokens(n_tok) && vkmm_q8x_ok(mm, type) &&
            vkmm_kind_dot(vkmm_tiled_kind(&mm->tune, type, false));
 }
 

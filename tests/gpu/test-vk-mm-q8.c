@@ -103,6 +103,27 @@ static float q8_silu(double v) {
     return (float)(v / (1.0 + exp(-v)));
 }
 
+/* The matrices of the matvec tests: a and b (rows x cols), s and su
+ * (stacks of 3 experts), made in that order. */
+struct q8_mats {
+    struct fz_mat a, b, s, su;
+};
+
+static void q8_mats_init(struct fz_gpu *g, struct q8_mats *m, enum quant_type t, int64_t rows,
+                         int64_t cols) {
+    fz_stack_init(g, &m->a, t, rows, cols, 1);
+    fz_stack_init(g, &m->b, t, rows, cols, 1);
+    fz_stack_init(g, &m->s, t, rows, cols, 3);
+    fz_stack_init(g, &m->su, t, rows, cols, 3);
+}
+
+static void q8_mats_free(struct fz_gpu *g, struct q8_mats *m) {
+    fz_mat_free(g, &m->su);
+    fz_mat_free(g, &m->s);
+    fz_mat_free(g, &m->b);
+    fz_mat_free(g, &m->a);
+}
+
 #define N_Q8_TYPES ((int)(sizeof q8_types / sizeof q8_types[0]))
 
 /* Each type twice: the default launch (a workgroup a group of rows), then
@@ -130,12 +151,8 @@ START_TEST(test_q8_matvec) {
         x[c] = fz_rand() * (1.0f + (float)(c % 7));
     q8_quantize(x, cols, xq, xd);
     struct vk_buf *xb = fz_buf(g, xq, (size_t)(cols / 32) * 48);
-    struct fz_mat a, b, s;
-    fz_stack_init(g, &a, t, rows, cols, 1);
-    fz_stack_init(g, &b, t, rows, cols, 1);
-    fz_stack_init(g, &s, t, rows, cols, 3); /* a stack of 3 experts */
-    struct fz_mat su;
-    fz_stack_init(g, &su, t, rows, cols, 3);
+    struct q8_mats m;
+    q8_mats_init(g, &m, t, rows, cols);
     const int32_t sel[2] = {2, 0};
     struct vk_buf *sb = fz_buf(g, sel, sizeof sel);
     struct vk_buf *y1 = fz_buf(g, NULL, sizeof(float) * rows),
@@ -144,10 +161,10 @@ START_TEST(test_q8_matvec) {
                   *y4 = fz_buf(g, NULL, sizeof(float) * 2 * rows);
     struct strata_error err = {0};
     ck_assert_int_eq(vk_rec_begin(g->d, &err), 0);
-    vkmm_matmul_q8x(g->mm, &a.w, NULL, fz_bd(xb), fz_bd(y1));
-    vkmm_matmul_q8x(g->mm, &a.w, &b.w, fz_bd(xb), fz_bd(y2));
-    vkmm_matmul_id_q8x(g->mm, &s.w, NULL, fz_bd(xb), fz_bd(sb), 2, fz_bd(y3));
-    vkmm_matmul_id_q8x(g->mm, &s.w, &su.w, fz_bd(xb), fz_bd(sb), 2, fz_bd(y4));
+    vkmm_matmul_q8x(g->mm, &m.a.w, NULL, fz_bd(xb), fz_bd(y1));
+    vkmm_matmul_q8x(g->mm, &m.a.w, &m.b.w, fz_bd(xb), fz_bd(y2));
+    vkmm_matmul_id_q8x(g->mm, &m.s.w, NULL, fz_bd(xb), fz_bd(sb), 2, fz_bd(y3));
+    vkmm_matmul_id_q8x(g->mm, &m.s.w, &m.su.w, fz_bd(xb), fz_bd(sb), 2, fz_bd(y4));
     fz_run(g);
     float got[4][2 * Q8_ROWS];
     q8_read(g, y1, got[0], sizeof(float) * rows);
@@ -156,14 +173,14 @@ START_TEST(test_q8_matvec) {
     q8_read(g, y4, got[3], sizeof(float) * 2 * rows);
     double ref[4][2 * Q8_ROWS], ref_x[Q8_ROWS];
     for (int64_t r = 0; r < rows; r++) {
-        ref[0][r] = q8_dot(a.deq + r * cols, xd, cols);
-        ref_x[r] = q8_dot(a.deq + r * cols, x, cols);
-        ref[1][r] = q8_silu(ref[0][r]) * q8_dot(b.deq + r * cols, xd, cols);
+        ref[0][r] = q8_dot(m.a.deq + r * cols, xd, cols);
+        ref_x[r] = q8_dot(m.a.deq + r * cols, x, cols);
+        ref[1][r] = q8_silu(ref[0][r]) * q8_dot(m.b.deq + r * cols, xd, cols);
         for (int k = 0; k < 2; k++) {
             const int64_t er = sel[k] * rows + r;
-            ref[2][k * rows + r] = q8_dot(s.deq + er * cols, xd, cols);
+            ref[2][k * rows + r] = q8_dot(m.s.deq + er * cols, xd, cols);
             ref[3][k * rows + r] =
-                q8_silu(ref[2][k * rows + r]) * q8_dot(su.deq + er * cols, xd, cols);
+                q8_silu(ref[2][k * rows + r]) * q8_dot(m.su.deq + er * cols, xd, cols);
         }
     }
     static const char *form[4] = {"plain", "gate+up", "experts", "experts gate+up"};
@@ -182,10 +199,7 @@ START_TEST(test_q8_matvec) {
     vk_buf_free(g->d, y1);
     vk_buf_free(g->d, sb);
     vk_buf_free(g->d, xb);
-    fz_mat_free(g, &su);
-    fz_mat_free(g, &s);
-    fz_mat_free(g, &b);
-    fz_mat_free(g, &a);
+    q8_mats_free(g, &m);
     free(xq);
     free(xd);
     free(x);
@@ -215,11 +229,8 @@ START_TEST(test_xq_matvec) {
         x[c] = fz_rand() * (1.0f + (float)(c % 7)) * (c < cols ? 1.0f : 0.01f);
     q8_quantize(x, 2 * cols, xq, xd);
     struct vk_buf *xb = fz_buf(g, x, sizeof(float) * 2 * (size_t)cols);
-    struct fz_mat a, b, s, su;
-    fz_stack_init(g, &a, t, rows, cols, 1);
-    fz_stack_init(g, &b, t, rows, cols, 1);
-    fz_stack_init(g, &s, t, rows, cols, 3);
-    fz_stack_init(g, &su, t, rows, cols, 3);
+    struct q8_mats m;
+    q8_mats_init(g, &m, t, rows, cols);
     const int32_t sel[2] = {2, 0};
     float res0[Q8_ROWS];
     for (int64_t r = 0; r < rows; r++)
@@ -231,11 +242,11 @@ START_TEST(test_xq_matvec) {
     struct strata_error err = {0};
     const struct vk_bind res = fz_bd(rb);
     ck_assert_int_eq(vk_rec_begin(g->d, &err), 0);
-    vkmm_matmul_xq(g->mm, &a.w, NULL, fz_bd(xb), fz_bd(yb[0]), NULL);
-    vkmm_matmul_xq(g->mm, &a.w, &b.w, fz_bd(xb), fz_bd(yb[1]), NULL);
-    vkmm_matmul_xq(g->mm, &b.w, NULL, fz_bd(xb), fz_bd(yb[2]), &res);
-    vkmm_matmul_id_xq(g->mm, &s.w, NULL, fz_bd(xb), true, fz_bd(sb), 2, fz_bd(yb[3]));
-    vkmm_matmul_id_xq(g->mm, &s.w, &su.w, fz_bd(xb), false, fz_bd(sb), 2, fz_bd(yb[4]));
+    vkmm_matmul_xq(g->mm, &m.a.w, NULL, fz_bd(xb), fz_bd(yb[0]), NULL);
+    vkmm_matmul_xq(g->mm, &m.a.w, &m.b.w, fz_bd(xb), fz_bd(yb[1]), NULL);
+    vkmm_matmul_xq(g->mm, &m.b.w, NULL, fz_bd(xb), fz_bd(yb[2]), &res);
+    vkmm_matmul_id_xq(g->mm, &m.s.w, NULL, fz_bd(xb), true, fz_bd(sb), 2, fz_bd(yb[3]));
+    vkmm_matmul_id_xq(g->mm, &m.s.w, &m.su.w, fz_bd(xb), false, fz_bd(sb), 2, fz_bd(yb[4]));
     fz_run(g);
     ck_assert_int_eq(vkmm_status(g->mm, &err), 0);
     float got[6][2 * Q8_ROWS];
@@ -244,15 +255,15 @@ START_TEST(test_xq_matvec) {
     q8_read(g, rb, got[5], sizeof res0);
     double ref[6][2 * Q8_ROWS];
     for (int64_t r = 0; r < rows; r++) {
-        ref[0][r] = q8_dot(a.deq + r * cols, xd, cols);
-        ref[1][r] = q8_silu(ref[0][r]) * q8_dot(b.deq + r * cols, xd, cols);
-        ref[2][r] = q8_dot(b.deq + r * cols, xd, cols);
+        ref[0][r] = q8_dot(m.a.deq + r * cols, xd, cols);
+        ref[1][r] = q8_silu(ref[0][r]) * q8_dot(m.b.deq + r * cols, xd, cols);
+        ref[2][r] = q8_dot(m.b.deq + r * cols, xd, cols);
         ref[5][r] = (double)res0[r] + (double)got[2][r];
         for (int k = 0; k < 2; k++) {
             const int64_t er = sel[k] * rows + r;
-            ref[3][k * rows + r] = q8_dot(s.deq + er * cols, xd + k * cols, cols);
-            ref[4][k * rows + r] =
-                q8_silu(q8_dot(s.deq + er * cols, xd, cols)) * q8_dot(su.deq + er * cols, xd, cols);
+            ref[3][k * rows + r] = q8_dot(m.s.deq + er * cols, xd + k * cols, cols);
+            ref[4][k * rows + r] = q8_silu(q8_dot(m.s.deq + er * cols, xd, cols)) *
+                                   q8_dot(m.su.deq + er * cols, xd, cols);
         }
     }
     static const char *form[6] = {"plain",           "gate+up",  "acc (y)", "experts, x a pick",
@@ -269,10 +280,7 @@ START_TEST(test_xq_matvec) {
     vk_buf_free(g->d, rb);
     vk_buf_free(g->d, sb);
     vk_buf_free(g->d, xb);
-    fz_mat_free(g, &su);
-    fz_mat_free(g, &s);
-    fz_mat_free(g, &b);
-    fz_mat_free(g, &a);
+    q8_mats_free(g, &m);
     free(xq);
     free(xd);
     free(x);
