@@ -7,4 +7,5 @@
 #include "mm_common.glsl"
 #include "mm_type.glsl"
 #include "mm_dot_types.glsl"
+#include "q8_block.glsl"
 #include "mm_dot_body.glsl"

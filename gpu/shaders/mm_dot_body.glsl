@@ -11,8 +11,8 @@
 // and up and BM / 2 rows come out of a tile. A K step is NB q8 blocks of 32:
 // per block and slot the weights' levels as two uvec4 of packed int8 with
 // their scales (blk_load / blk_conv), per block and token the activations
-// quantized as tests/gpu/test-vk-mm.c's reference does (d = max|x| / 127,
-// q = round(x / d), one lane a (token, block): the 32 values are its own,
+// quantized by q8_block.glsl's rule (the host reference's: d = max|x| / 127,
+// q = round(x / d); one lane a (token, block): the 32 values are its own,
 // no reduction across lanes) with d and, for the types with a min, d * sum(q).
 // Each output then takes 8 packed dot products a block (OpSDot,
 // SPV_KHR_integer_dot_product: core in Vulkan 1.3, through
@@ -139,33 +139,14 @@ void xq_store(uint u, uint buf, uvec4 v[3]) {
         xs[bi * BN + n] = d * float(int(v[2].y));
 }
 
-uint pack_q(vec4 v, float id, inout int s) {
-    ivec4 q = ivec4(round(v * id));
-    s += q.x + q.y + q.z + q.w;
-    return uint(q.x & 255) | (uint(q.y & 255) << 8) | (uint(q.z & 255) << 16) |
-           (uint(q.w & 255) << 24);
-}
-
 void x_store(uint u, uint buf, vec4 v[8]) {
     if (u >= BN * NB)
         return;
     const uint n = u % BN, bi = buf * NB + u / BN;
-    float amax = 0.0;
-    [[unroll]] for (uint w = 0u; w < 8u; w++) {
-        vec4 a = abs(v[w]);
-        amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
-    }
-    const float d = amax / 127.0, id = d > 0.0 ? 1.0 / d : 0.0;
-    int s = 0;
     uvec4 q0, q1;
-    q0.x = pack_q(v[0], id, s);
-    q0.y = pack_q(v[1], id, s);
-    q0.z = pack_q(v[2], id, s);
-    q0.w = pack_q(v[3], id, s);
-    q1.x = pack_q(v[4], id, s);
-    q1.y = pack_q(v[5], id, s);
-    q1.z = pack_q(v[6], id, s);
-    q1.w = pack_q(v[7], id, s);
+    float d;
+    int s;
+    q8_block(v, q0, q1, d, s);
     xq[(2u * bi) * BN + n] = q0;
     xq[(2u * bi + 1u) * BN + n] = q1;
     xd[bi * BN + n] = d;

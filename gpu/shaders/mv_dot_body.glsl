@@ -22,7 +22,7 @@
 // wrote its q8 copy (decode's o and down projections, whose inputs come
 // from attention and the SwiGLU; the output matrix after its in-place
 // norm). The lane that takes a block quantizes its 32 values as
-// op_rmsnorm.comp does (d = max|x| / 127, level = round(x / d)), so the
+// op_rmsnorm.comp does (q8_block.glsl's rule), so the
 // product equals the q8 form's over a separately quantized x, with no
 // dispatch to quantize: every workgroup quantizes the blocks again (NR rows
 // share each), which costs ALU and L2 reads, not DRAM.
@@ -47,29 +47,13 @@ shared float red[NM * NR * WG];
 // |v| < 2^22 exactly as a float (mm_dot_body.glsl's i2f)
 float i2f(int v) { return intBitsToFloat(v + 0x4B400000) - 12582912.0; }
 
-// XF: block b of x's row from vec4 xv0 (8 vec4s) as q8: the levels of
-// elements 0-15 (qa) and 16-31 (qb), 4 a word from the low byte; the scale;
-// the levels' sum.
+// XF: block b of x's row from vec4 xv0 (8 vec4s) as q8 (q8_block.glsl):
+// the levels of elements 0-15 (qa) and 16-31 (qb); the scale; the levels' sum.
 void quant_blk(uint xv0, out uvec4 qa, out uvec4 qb, out float d, out int sum) {
     vec4 v[8];
-    float amax = 0.0;
-    [[unroll]] for (uint k = 0u; k < 8u; k++) {
+    [[unroll]] for (uint k = 0u; k < 8u; k++)
         v[k] = x4[xv0 + k];
-        const vec4 a = abs(v[k]);
-        amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
-    }
-    d = amax / 127.0;
-    const float id = d > 0.0 ? 1.0 / d : 0.0;
-    uint q[8];
-    sum = 0;
-    [[unroll]] for (uint k = 0u; k < 8u; k++) {
-        const ivec4 l = ivec4(round(v[k] * id));
-        sum += l.x + l.y + l.z + l.w;
-        q[k] = uint(l.x & 255) | (uint(l.y & 255) << 8) | (uint(l.z & 255) << 16) |
-               (uint(l.w & 255) << 24);
-    }
-    qa = uvec4(q[0], q[1], q[2], q[3]);
-    qb = uvec4(q[4], q[5], q[6], q[7]);
+    q8_block(v, qa, qb, d, sum);
 }
 
 // y[o] = v; under ACC res[o] += v too, from res's value pre (read early).

@@ -13,9 +13,9 @@
  * matvec (mv_dot.comp) that reads the norm next. Block b of row r at word
  * 12 (r * n / 32 + b): 8 words of int8 levels (element j in byte j % 4 of
  * word j / 4), then d (float bits), the levels' sum, two zero words; d =
- * max|y| / 127, level = round(y / d), as mm_dot_body.glsl quantizes. An
- * invocation recomputes its blocks' y from x (cached) rather than reading
- * what other invocations wrote.
+ * max|y| / 127, level = round(y / d): q8_block.glsl's rule, which the
+ * integer-dot kernels share. An invocation recomputes its blocks' y from x
+ * (cached) rather than reading what other invocations wrote.
  *
  * Q8 = 3 (vkops_quant_q8): no norm: x's rows as q8 blocks only (binding 3,
  * the same layout and rule), y not written: the prefill tiles' activations
@@ -23,6 +23,7 @@
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "op_common.glsl"
+#include "q8_block.glsl"
 
 layout(constant_id = 0) const uint Q8 = 0; /* 2: the two-pass form at every width; 3: q8 of x */
 layout(local_size_x = 256) in;
@@ -62,19 +63,14 @@ void norm_q8_row(uint row, uint lid) {
         v[j] = p.has_w != 0u ? v[j] * scale * g[j] : v[j] * scale;
         if (i < p.n4)
             y[base + i] = v[j];
-        const vec4 a = abs(v[j]);
-        amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
+        amax = q8_amax(amax, v[j]);
     }
     amax = max(amax, subgroupShuffleXor(amax, 1u));
-    const float d = amax / 127.0, id = d > 0.0 ? 1.0 / d : 0.0;
+    const float d = amax / 127.0, id = q8_inv(d);
     int sum = 0;
     uint q[4];
-    [[unroll]] for (uint j = 0u; j < 4u; j++) {
-        const ivec4 l = ivec4(round(v[j] * id));
-        sum += l.x + l.y + l.z + l.w;
-        q[j] = uint(l.x & 255) | (uint(l.y & 255) << 8) | (uint(l.z & 255) << 16) |
-               (uint(l.w & 255) << 24);
-    }
+    [[unroll]] for (uint j = 0u; j < 4u; j++)
+        q[j] = q8_pack(v[j], id, sum);
     sum += subgroupShuffleXor(sum, 1u);
     if (4u * lid < p.n4) {
         const uint o = 3u * (row * nb + lid / 2u);
@@ -84,30 +80,25 @@ void norm_q8_row(uint row, uint lid) {
     }
 }
 
+/* block k of binding 3 (3 uvec4 a block) from the 32 values in v */
+void q8_store(uint k, vec4 v[8]) {
+    uvec4 qa, qb;
+    float d;
+    int sum;
+    q8_block(v, qa, qb, d, sum);
+    yq[3u * k] = qa;
+    yq[3u * k + 1u] = qb;
+    yq[3u * k + 2u] = uvec4(floatBitsToUint(d), uint(sum), 0u, 0u);
+}
+
 /* Q8 = 3: block b of the row from invocation lid on, 32 values each. */
 void quant_row(uint row, uint lid) {
     const uint base = row * p.n4, nb = p.n4 / 8u;
     for (uint b = lid; b < nb; b += 256u) {
         vec4 v[8];
-        float amax = 0.0;
-        [[unroll]] for (uint k = 0u; k < 8u; k++) {
+        [[unroll]] for (uint k = 0u; k < 8u; k++)
             v[k] = x[base + 8u * b + k];
-            const vec4 a = abs(v[k]);
-            amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
-        }
-        const float d = amax / 127.0, id = d > 0.0 ? 1.0 / d : 0.0;
-        int sum = 0;
-        uint q[8];
-        [[unroll]] for (uint k = 0u; k < 8u; k++) {
-            const ivec4 l = ivec4(round(v[k] * id));
-            sum += l.x + l.y + l.z + l.w;
-            q[k] = uint(l.x & 255) | (uint(l.y & 255) << 8) | (uint(l.z & 255) << 16) |
-                   (uint(l.w & 255) << 24);
-        }
-        const uint o = 3u * (row * nb + b);
-        yq[o] = uvec4(q[0], q[1], q[2], q[3]);
-        yq[o + 1u] = uvec4(q[4], q[5], q[6], q[7]);
-        yq[o + 2u] = uvec4(floatBitsToUint(d), uint(sum), 0u, 0u);
+        q8_store(row * nb + b, v);
     }
 }
 
@@ -149,25 +140,10 @@ void main() {
     const uint nb = p.n4 / 8u;
     for (uint b = lid; b < nb; b += 256u) {
         vec4 v[8];
-        float amax = 0.0;
         [[unroll]] for (uint k = 0u; k < 8u; k++) {
             const uint i = 8u * b + k;
             v[k] = p.has_w != 0u ? x[base + i] * scale * w[i] : x[base + i] * scale;
-            const vec4 a = abs(v[k]);
-            amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
         }
-        const float d = amax / 127.0, id = d > 0.0 ? 1.0 / d : 0.0;
-        int sum = 0;
-        uint q[8];
-        [[unroll]] for (uint k = 0u; k < 8u; k++) {
-            const ivec4 l = ivec4(round(v[k] * id));
-            sum += l.x + l.y + l.z + l.w;
-            q[k] = uint(l.x & 255) | (uint(l.y & 255) << 8) | (uint(l.z & 255) << 16) |
-                   (uint(l.w & 255) << 24);
-        }
-        const uint o = 3u * (row * nb + b);
-        yq[o] = uvec4(q[0], q[1], q[2], q[3]);
-        yq[o + 1u] = uvec4(q[4], q[5], q[6], q[7]);
-        yq[o + 2u] = uvec4(floatBitsToUint(d), uint(sum), 0u, 0u);
+        q8_store(row * nb + b, v);
     }
 }
