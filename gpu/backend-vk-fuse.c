@@ -78,9 +78,7 @@ static bool tq8_ok(const struct bvk_ctx *c, const struct bvk_weight *w, int64_t 
            vkmm_tq8_ok(c->mm, w->type, n_rows);
 }
 
-/* c->xq8 holds x's q8 blocks after it: the norm's copy, or quantized now
- * (one dispatch, its barrier after it); false where x cannot be. */
-static bool tq8_x(struct bvk_ctx *c, const struct backend_tensor *x, int64_t n_rows,
+bool bvk_tq8_x(struct bvk_ctx *c, const struct backend_tensor *x, int64_t n_rows,
                   int64_t n_cols) {
     if (bvk_q8_valid(c, x) && c->q8_rows >= n_rows)
         return true;
@@ -101,17 +99,19 @@ static void matmul_now(struct bvk_ctx *c, const struct backend_tensor *x, int64_
     bool tq8 = n_rows > 1 && n_jobs >= 1;
     for (int j = 0; j < n_jobs && tq8; j++)
         tq8 = jobs[j].w.w && tq8_ok(c, bvk_w(jobs[j].w.w), n_rows);
-    tq8 = tq8 && tq8_x(c, x, n_rows, bvk_w(jobs[0].w.w)->n_cols);
+    tq8 = tq8 && bvk_tq8_x(c, x, n_rows, bvk_w(jobs[0].w.w)->n_cols);
     /* x's q8 copy from the norm before (BACKEND_VK_FUSE_Q8): taken by the
-     * jobs of a type with the integer-dot matvec, and still valid after
-     * them unless one writes x */
+     * jobs of a type with the integer-dot matvec */
     const bool q8 = n_rows == 1 && bvk_q8_valid(c, x);
-    bool keep = q8 || tq8;
+    /* the q8 copy (of x or of another tensor) outlives jobs that do not
+     * write its source: a prefill's MoE router keeps the norm's copy for
+     * the experts' tiles (backend-vk.c moe_tq8) */
+    bool keep = bvk_q8_valid(c, NULL);
     /* the jobs (and a matrix's pieces) read x and write their own y: one
      * barrier after them all */
     vk_rec_group(c->dev, true);
     for (int j = 0; j < n_jobs; j++) {
-        keep = keep && jobs[j].y != x;
+        keep = keep && jobs[j].y != c->q8_src;
         const struct backend_mat *m = &jobs[j].w;
         if (!m->w) {
             bvk_fail(c, STRATA_E_UNSUPPORTED, "backend vulkan: a matrix in host memory");
@@ -346,7 +346,7 @@ void bvk_swiglu(void *ctx, const struct backend_tensor *g, const struct backend_
             if (n_rows == 1 && bvk_q8_valid(c, p->mm.x) && vkmm_q8x_ok(c->mm, gw->type))
                 vkmm_matmul_q8x(c->mm, &gw->mat, &uw->mat, (struct vk_bind){c->xq8, 0, 0},
                                 bvk_bind(y));
-            else if (n_rows > 1 && tq8_ok(c, gw, n_rows) && tq8_x(c, p->mm.x, n_rows, gw->n_cols))
+            else if (n_rows > 1 && tq8_ok(c, gw, n_rows) && bvk_tq8_x(c, p->mm.x, n_rows, gw->n_cols))
                 vkmm_matmul_tq8(c->mm, &gw->mat, &uw->mat, (struct vk_bind){c->xq8, 0, 0},
                                 bvk_bind(y), n_rows);
             else

@@ -208,6 +208,10 @@ bool bvk_scratch(struct bvk_ctx *c, struct vk_buf **b, uint64_t n);
  * was just recorded as such. */
 bool bvk_q8_valid(const struct bvk_ctx *c, const struct backend_tensor *x);
 void bvk_q8_keep(struct bvk_ctx *c);
+/* BACKEND_VK_FUSE_TQ8: c->xq8 holds x's q8 blocks (n_rows rows) after it:
+ * the norm's copy, or quantized now (one dispatch, its barrier after it);
+ * false where x cannot be. */
+bool bvk_tq8_x(struct bvk_ctx *c, const struct backend_tensor *x, int64_t n_rows, int64_t n_cols);
 /* BACKEND_VK_FUSE_XQ: whether a matvec of w over n_rows rows of f32 x runs
  * as vkmm_matmul_xq (one row, 32 | columns, an integer-dot type). */
 bool bvk_xq_ok(const struct bvk_ctx *c, const struct bvk_weight *w, int64_t n_rows);

@@ -470,6 +470,30 @@ static const struct bvk_weight *moe_stack(const struct backend_moe *m, int which
     return w && w->n_expert == m->n_expert ? w : NULL;
 }
 
+/* BACKEND_VK_FUSE_TQ8 for the experts of a prefill: gate + up + SwiGLU over
+ * x's q8 rows (the norm's copy, or quantized now), then the SwiGLU rows
+ * quantized (into u's scratch, unused when gate and up fuse: 1.5 of its 4
+ * bytes a value) for the down projection's tiles, one q8 row a pick. False,
+ * with nothing recorded, where a type or shape does not take the tiles. */
+static bool moe_tq8(struct bvk_ctx *c, const struct backend_moe *m, const struct bvk_weight *gw,
+                    const struct bvk_weight *dw, struct vk_bind g, struct vk_bind u,
+                    struct vk_bind d) {
+    if (!(c->fuse & BACKEND_VK_FUSE_TQ8) || gw->n_cols % 32 || dw->n_cols % 32 ||
+        !vkmm_tq8_id_ok(c->mm, gw->type, m->n_tok) || !vkmm_tq8_id_ok(c->mm, dw->type, m->n_tok) ||
+        !bvk_tq8_x(c, m->x, m->n_tok, gw->n_cols))
+        return false;
+    const struct bvk_weight *uw = moe_stack(m, 1);
+    const int64_t n_pick = (int64_t)m->n_tok * m->k;
+    vkmm_matmul_id_tq8(c->mm, &gw->mat, &uw->mat, (struct vk_bind){c->xq8, 0, 0}, false,
+                       bvk_bind(m->sel), m->k, m->n_tok, g);
+    if (vkops_quant_q8(c->ops, g, u, n_pick, m->n_ff))
+        vkmm_matmul_id_tq8(c->mm, &dw->mat, NULL, u, true, bvk_bind(m->sel), m->k, m->n_tok, d);
+    else
+        vkmm_matmul_id(c->mm, &dw->mat, g, true, bvk_bind(m->sel), m->k, m->n_tok, d);
+    bvk_moe_sum(c, m);
+    return true;
+}
+
 static void bvk_moe_ffn(void *ctx, const struct backend_moe *m) {
     struct bvk_ctx *c = ctx;
     bvk_fits(m->x, m->n_tok, m->n_embd);
@@ -491,6 +515,8 @@ static void bvk_moe_ffn(void *ctx, const struct backend_moe *m) {
         return;
     const struct vk_bind g = {c->moe_g, 0, 0}, u = {c->moe_u, 0, 0}, d = {c->moe_d, 0, 0};
     const bool same = gw->type == uw->type && gw->n_rows == uw->n_rows && gw->n_cols == uw->n_cols;
+    if (same && moe_tq8(c, m, gw, dw, g, u, d))
+        return;
     if (same && m->n_tok == 1 && bvk_q8_valid(c, m->x) && vkmm_q8x_ok(c->mm, gw->type)) {
         /* the norm's q8 copy of x: integer dot products */
         vkmm_matmul_id_q8x(c->mm, &gw->mat, &uw->mat, (struct vk_bind){c->xq8, 0, 0},

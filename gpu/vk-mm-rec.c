@@ -286,17 +286,25 @@ static void matmul_id(struct vkmm *mm, const struct vk_wmat *g, const struct vk_
                    (long long)n_tok, k);
         return;
     }
-    const bool tiled = n_tok > VKMM_MV_MAX_TOK && !q8, glu = u != NULL;
+    /* q8 x: the matvec's forms (one token) or, past VKMM_MV_MAX_TOK, the
+     * integer-dot expert tiles over q8 rows (tq8) */
+    const bool tq8 = xf == VKMM_X_Q8 && n_tok > VKMM_MV_MAX_TOK, mv8 = q8 && !tq8;
+    const bool tiled = n_tok > VKMM_MV_MAX_TOK && (!q8 || tq8), glu = u != NULL;
     const enum vkmm_kind kind = tiled ? vkmm_tiled_kind(&mm->tune, g->type, true) : VKMM_MV_ID;
-    if (q8 && ((x_per_pick && xf == VKMM_X_Q8) || n_tok != 1 || g->n_cols % 32 != 0)) {
+    if (mv8 && ((x_per_pick && xf == VKMM_X_Q8) || n_tok != 1 || g->n_cols % 32 != 0)) {
         vkmm_latch(mm, STRATA_E_INVALID, "vkmm %s: q8 activations need one token, 32 | cols", what);
         return;
     }
+    if (tq8 && (!vkmm_kind_dot(kind) || g->n_cols % 32 != 0)) {
+        vkmm_latch(mm, STRATA_E_INVALID, "vkmm %s: q8 rows need the integer-dot tiles, 32 | cols",
+                   what);
+        return;
+    }
     struct strata_error e8 = {0};
-    struct vk_pipe *p = q8 ? vkmm_q8_pipe(mm, g->type, glu, true, xf == VKMM_X_F32Q, false, &e8)
-                           : pipe_or_latch(mm, g->type, kind, glu, 0);
+    struct vk_pipe *p = mv8 ? vkmm_q8_pipe(mm, g->type, glu, true, xf == VKMM_X_F32Q, false, &e8)
+                            : pipe_or_latch(mm, g->type, kind, glu, tq8 ? VKMM_TILE_XQ8 : 0);
     if (!p) {
-        if (q8)
+        if (mv8)
             vkmm_latch(mm, e8.code ? e8.code : STRATA_E_INTERNAL, "vkmm: %s", e8.message);
         return;
     }
@@ -452,6 +460,17 @@ bool vkmm_tq8_ok(const struct vkmm *mm, enum quant_type type, int64_t n_tok) {
 void vkmm_matmul_tq8(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
                      struct vk_bind xq, struct vk_bind y, int64_t n_tok) {
     matmul(mm, w, up, -1, xq, y, n_tok, NULL, VKMM_X_Q8);
+}
+
+bool vkmm_tq8_id_ok(const struct vkmm *mm, enum quant_type type, int64_t n_tok) {
+    return n_tok > VKMM_MV_MAX_TOK && vkmm_q8x_ok(mm, type) &&
+           vkmm_kind_dot(vkmm_tiled_kind(&mm->tune, type, true));
+}
+
+void vkmm_matmul_id_tq8(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
+                        struct vk_bind xq, bool x_per_pick, struct vk_bind sel, int k,
+                        int64_t n_tok, struct vk_bind y) {
+    matmul_id(mm, w, up, xq, x_per_pick, sel, k, n_tok, y, VKMM_X_Q8);
 }
 
 void vkmm_matmul_xq(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,

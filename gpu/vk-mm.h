@@ -168,6 +168,15 @@ bool vkmm_tq8_ok(const struct vkmm *mm, enum quant_type type, int64_t n_tok);
 bool vkmm_tiled_tokens(int64_t n_tok);
 void vkmm_matmul_tq8(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
                      struct vk_bind xq, struct vk_bind y, int64_t n_tok);
+/* The expert-indexed form of vkmm_matmul_tq8 (vkmm_matmul_id's shapes, more
+ * than VKMM_MV_MAX_TOK tokens): xq holds n_tok rows of q8 blocks, or one
+ * row a pick where x_per_pick (the down projection's SwiGLU rows).
+ * vkmm_tq8_id_ok: n_tok and the type take it (the type's expert tiles are
+ * the integer-dot ones). Recorded. */
+bool vkmm_tq8_id_ok(const struct vkmm *mm, enum quant_type type, int64_t n_tok);
+void vkmm_matmul_id_tq8(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
+                        struct vk_bind xq, bool x_per_pick, struct vk_bind sel, int k,
+                        int64_t n_tok, struct vk_bind y);
 /* vkmm_matmul_q8x and _id_q8x over f32 x (one token, or one row a pick
  * where x_per_pick), each lane quantizing the blocks it takes to the same q8
  * levels vkops_rmsnorm_q8 writes (mv_dot.comp XF): the integer-dot matvec

@@ -60,7 +60,7 @@ shared float s_q[GMAX * HDMAX];
 shared float s_sc[GMAX * TILE];
 shared float s_m[GMAX], s_l[GMAX], s_alpha[GMAX];
 shared bool s_last;
-shared vec2 s_red[GMAX * HDMAX / 2u];
+shared vec2 s_red[GMAX * WG]; /* the reps' V sums: GMAX * WG = GMAX * HDMAX / 2 */
 
 void main() {
     const uint c = gl_WorkGroupID.x, hk = gl_WorkGroupID.y, t = gl_WorkGroupID.z;
@@ -187,18 +187,25 @@ void main() {
         barrier();
     }
 
-    /* sum the reps' partial V sums of each pair into r == 0 */
-    for (uint rr = 1u; rr < reps; rr++) {
-        if (own && r == rr)
+    /* sum the reps' partial V sums of each pair into r == 0, in the order
+     * r = 1, 2, ...: every rep writes its sums at once (G x WG vec2 fit
+     * s_red; lid = r * npair + dp) and one barrier follows. A barrier a
+     * rep (two, as this was) cost little at head_dim 128 (2 reps) but 62
+     * barriers at head_dim 8 (32 reps): on lavapipe, where a barrier
+     * switches every SIMD slice of the workgroup, stories260K's decode
+     * attention took 4.8 ms a call, 73% of test-vk-model's device
+     * sampling check (STRATA_GPU_PROFILE, 2-vCPU AMD EPYC, release). */
+    if (reps > 1u) {
+        if (own && r != 0u)
             for (uint k = 0u; k < GMAX; k++)
                 if (k < G)
-                    s_red[k * HDMAX / 2u + dp] = acc[k];
+                    s_red[k * WG + lid] = acc[k];
         barrier();
         if (own && r == 0u)
-            for (uint k = 0u; k < GMAX; k++)
-                if (k < G)
-                    acc[k] += s_red[k * HDMAX / 2u + dp];
-        barrier();
+            for (uint rr = 1u; rr < reps; rr++)
+                for (uint k = 0u; k < GMAX; k++)
+                    if (k < G)
+                        acc[k] += s_red[k * WG + rr * npair + dp];
     }
     if (own && r == 0u) {
         for (uint k = 0u; k < GMAX; k++) {

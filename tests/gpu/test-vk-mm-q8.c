@@ -385,6 +385,108 @@ START_TEST(test_tq8_tiles) {
 }
 END_TEST
 
+/* The expert-indexed tiles over q8 rows (vkmm_matmul_id_tq8: mm_dot_body.glsl
+ * ID and XQ8) for Q4_0, Q4_K (the min term's level sums) and Q6_K (two
+ * scales a block), the types' three forms of the dot; 4 experts of 70 rows
+ * (past a 64-row tile), 37 tokens of 2 picks each: x a token (plain and
+ * gate + up) and x a pick (the down projection's form) over the host's q8
+ * blocks against the double reference (Q8_QX_NMSE), and x a pick over the
+ * blocks vkops_quant_q8 wrote against the f32-x expert tile (1e-12, as
+ * test_tq8_tiles). */
+static const enum quant_type tq8_id_types[] = {QUANT_Q4_0, QUANT_Q4_K, QUANT_Q6_K};
+
+START_TEST(test_tq8_id_tiles) {
+    const enum quant_type t = tq8_id_types[_i];
+    struct q8_gpu q;
+    if (!q8_open(&q)) {
+        q8_close(&q);
+        return;
+    }
+    struct fz_gpu *g = &q.g;
+    struct strata_error err = {0};
+    ck_assert_msg(vkmm_configure(g->mm, "int-dot", &err) == 0, "configure: %s", err.message);
+    ck_assert(vkmm_tq8_id_ok(g->mm, t, 9) && !vkmm_tq8_id_ok(g->mm, t, 8));
+    const int64_t cols = t == QUANT_Q4_0 ? 320 : 512, rows = 70, n_exp = 4, nt = 37, k = 2;
+    const int64_t np = nt * k, nb = cols / 32;
+    struct fz_mat a, b;
+    fz_stack_init(g, &a, t, rows, cols, n_exp);
+    fz_stack_init(g, &b, t, rows, cols, n_exp);
+    int32_t sel[2 * 37];
+    for (int64_t i = 0; i < nt; i++) { /* two different experts a token */
+        sel[k * i] = (int32_t)(i % n_exp);
+        sel[k * i + 1] = (int32_t)((i + 1 + (i / n_exp) % 3) % n_exp);
+    }
+    /* rows 0 .. nt - 1 are the tokens' x, all np the picks' */
+    float *x = malloc(sizeof(float) * (size_t)(np * cols));
+    float *xd = malloc(sizeof(float) * (size_t)(np * cols));
+    uint32_t *xq = malloc((size_t)(np * nb) * 48);
+    for (int64_t i = 0; i < np * cols; i++)
+        x[i] = fz_rand() * (1.0f + (float)(i % 5)) * (i % 97 == 0 ? 8.0f : 1.0f);
+    for (int64_t r = 0; r < np; r++)
+        q8_quantize(x + r * cols, cols, xq + r * nb * 12, xd + r * cols);
+    struct vk_buf *xb = fz_buf(g, x, sizeof(float) * (size_t)(np * cols));
+    struct vk_buf *qb = fz_buf(g, xq, (size_t)(np * nb) * 48);
+    struct vk_buf *gq = fz_buf(g, NULL, (size_t)(np * nb) * 48);
+    struct vk_buf *sb = fz_buf(g, sel, sizeof(int32_t) * (size_t)np);
+    struct vk_buf *yb[5];
+    for (int f = 0; f < 5; f++)
+        yb[f] = fz_buf(g, NULL, sizeof(float) * (size_t)(np * rows));
+    ck_assert_int_eq(vk_rec_begin(g->d, &err), 0);
+    vkmm_matmul_id_tq8(g->mm, &a.w, NULL, fz_bd(qb), false, fz_bd(sb), (int)k, nt, fz_bd(yb[0]));
+    vkmm_matmul_id_tq8(g->mm, &a.w, &b.w, fz_bd(qb), false, fz_bd(sb), (int)k, nt, fz_bd(yb[1]));
+    vkmm_matmul_id_tq8(g->mm, &a.w, NULL, fz_bd(qb), true, fz_bd(sb), (int)k, nt, fz_bd(yb[2]));
+    vkmm_matmul_id(g->mm, &a.w, fz_bd(xb), true, fz_bd(sb), (int)k, nt, fz_bd(yb[3]));
+    ck_assert(vkops_quant_q8(q.ops, fz_bd(xb), fz_bd(gq), np, cols));
+    vkmm_matmul_id_tq8(g->mm, &a.w, NULL, fz_bd(gq), true, fz_bd(sb), (int)k, nt, fz_bd(yb[4]));
+    fz_run(g);
+    ck_assert_msg(vkmm_status(g->mm, &err) == 0, "%s", err.message);
+    const size_t n = (size_t)(np * rows);
+    float *got[5];
+    for (int f = 0; f < 5; f++) {
+        got[f] = malloc(sizeof(float) * n);
+        q8_read(g, yb[f], got[f], sizeof(float) * n);
+    }
+    double *ref = malloc(sizeof(double) * n * 4);
+    for (int64_t pk = 0; pk < np; pk++)
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t er = sel[pk] * rows + r, o = pk * rows + r;
+            const float *xt = xd + (pk / k) * cols;
+            const double ya = q8_dot(a.deq + er * cols, xt, cols);
+            ref[o] = ya;
+            ref[n + o] = q8_silu(ya) * q8_dot(b.deq + er * cols, xt, cols);
+            ref[2 * n + o] = q8_dot(a.deq + er * cols, xd + pk * cols, cols);
+            ref[3 * n + o] = got[3][o];
+        }
+    static const char *form[3] = {"x a token", "gate+up", "x a pick"};
+    for (int f = 0; f < 3; f++) {
+        const double e = fz_nmse(got[f], ref + (size_t)f * n, (int64_t)n);
+        ck_assert_msg(e < Q8_QX_NMSE, "%s tq8 experts, %s: NMSE %.3g", quant_type_name(t), form[f],
+                      e);
+        printf("vk-mm tq8 experts %s, %s: NMSE %.2g\n", quant_type_name(t), form[f], e);
+    }
+    const double e4 = fz_nmse(got[4], ref + 3 * n, (int64_t)n);
+    ck_assert_msg(e4 < 1e-12, "%s tq8 experts over vkops_quant_q8: NMSE %.3g against the f32-x tile",
+                  quant_type_name(t), e4);
+    printf("vk-mm tq8 experts %s over vkops_quant_q8: %.2g against the f32-x tile\n",
+           quant_type_name(t), e4);
+    free(ref);
+    for (int f = 4; f >= 0; f--) {
+        free(got[f]);
+        vk_buf_free(g->d, yb[f]);
+    }
+    vk_buf_free(g->d, sb);
+    vk_buf_free(g->d, gq);
+    vk_buf_free(g->d, qb);
+    vk_buf_free(g->d, xb);
+    free(xq);
+    free(xd);
+    free(x);
+    fz_mat_free(g, &b);
+    fz_mat_free(g, &a);
+    q8_close(&q);
+}
+END_TEST
+
 /* The norm's q8 copy, and the norm + q8 matvec chain (Q4_0 and Q6_K), at
  * widths that take op_rmsnorm.comp's one-pass form (2,304: 144 of the 256
  * invocations hold values; 4,096: all) and its two-pass form with the tail
@@ -495,6 +597,8 @@ TCase *vkmm_q8_tcase(void) {
     tcase_add_loop_test(tc, test_q8_matvec, 0, 2 * N_Q8_TYPES);
     tcase_add_loop_test(tc, test_xq_matvec, 0, N_Q8_TYPES);
     tcase_add_loop_test(tc, test_tq8_tiles, 0, 2 * N_Q8_TYPES);
+    tcase_add_loop_test(tc, test_tq8_id_tiles, 0,
+                        (int)(sizeof tq8_id_types / sizeof tq8_id_types[0]));
     tcase_add_loop_test(tc, test_q8_norm, 0, (int)(sizeof q8_norm_n / sizeof q8_norm_n[0]));
     return tc;
 }

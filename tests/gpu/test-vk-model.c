@@ -479,7 +479,7 @@ START_TEST(test_device_sampling) {
     struct model *m = load_on(path, be, 128);
     ck_assert(model_can_sample(m));
     struct strata_error err = {0};
-    const int V = model_n_vocab(m), NS = 3, STEPS = 40;
+    const int V = model_n_vocab(m), NS = 3, STEPS = 20;
     const struct sampler_rule rules[] = {
         {0, 1.0f, 0.0f, 0.0f},    /* greedy */
         {40, 1.0f, 0.0f, 0.8f},   /* top_k */
@@ -879,7 +879,7 @@ START_TEST(test_tq8) {
         return;
     }
     check_tq8("llama", QUANT_Q4_0, 2);
-    check_tq8("qwen3moe", QUANT_Q4_0, 1);
+    check_tq8("qwen3moe", QUANT_Q4_0, 2); /* o, and the experts' down */
 }
 END_TEST
 
