@@ -78,8 +78,7 @@ static bool tq8_ok(const struct bvk_ctx *c, const struct bvk_weight *w, int64_t 
            vkmm_tq8_ok(c->mm, w->type, n_rows);
 }
 
-bool bvk_tq8_x(struct bvk_ctx *c, const struct backend_tensor *x, int64_t n_rows,
-                  int64_t n_cols) {
+bool bvk_tq8_x(struct bvk_ctx *c, const struct backend_tensor *x, int64_t n_rows, int64_t n_cols) {
     if (bvk_q8_valid(c, x) && c->q8_rows >= n_rows)
         return true;
     if (!bvk_scratch(c, &c->xq8, vkops_q8_bytes(n_rows, n_cols)) ||
@@ -346,7 +345,8 @@ void bvk_swiglu(void *ctx, const struct backend_tensor *g, const struct backend_
             if (n_rows == 1 && bvk_q8_valid(c, p->mm.x) && vkmm_q8x_ok(c->mm, gw->type))
                 vkmm_matmul_q8x(c->mm, &gw->mat, &uw->mat, (struct vk_bind){c->xq8, 0, 0},
                                 bvk_bind(y));
-            else if (n_rows > 1 && tq8_ok(c, gw, n_rows) && bvk_tq8_x(c, p->mm.x, n_rows, gw->n_cols))
+            else if (n_rows > 1 && tq8_ok(c, gw, n_rows) &&
+                     bvk_tq8_x(c, p->mm.x, n_rows, gw->n_cols))
                 vkmm_matmul_tq8(c->mm, &gw->mat, &uw->mat, (struct vk_bind){c->xq8, 0, 0},
                                 bvk_bind(y), n_rows);
             else

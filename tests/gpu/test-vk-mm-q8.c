@@ -465,7 +465,8 @@ START_TEST(test_tq8_id_tiles) {
         printf("vk-mm tq8 experts %s, %s: NMSE %.2g\n", quant_type_name(t), form[f], e);
     }
     const double e4 = fz_nmse(got[4], ref + 3 * n, (int64_t)n);
-    ck_assert_msg(e4 < 1e-12, "%s tq8 experts over vkops_quant_q8: NMSE %.3g against the f32-x tile",
+    ck_assert_msg(e4 < 1e-12,
+                  "%s tq8 experts over vkops_quant_q8: NMSE %.3g against the f32-x tile",
                   quant_type_name(t), e4);
     printf("vk-mm tq8 experts %s over vkops_quant_q8: %.2g against the f32-x tile\n",
            quant_type_name(t), e4);
