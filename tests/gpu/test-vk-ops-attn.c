@@ -563,6 +563,28 @@ START_TEST(test_attention_wide) {
 }
 END_TEST
 
+/* Heads whose words are not whole 16-byte runs (20 and 12 values: 10 and
+ * 6 words), so the prefill kernel's uvec4 rows end in padding. */
+START_TEST(test_attention_odd) {
+    struct strata_rng r;
+    strata_rng_seed(&r, 33);
+    HDK = 20, HDV = 12;
+    struct fixture f;
+    fixture_init(&f, HKV);
+    gpu_write(&f);
+    cpu_write(&f);
+    check_rows(&f, "odd");
+    const int32_t ds[] = {0, 1, 2}, dpos[] = {0, 36, 149};
+    check_attn(&f, 1, 2 * HKV, 3, ds, dpos, false, "op_attn_split", &r);
+    int32_t cs[40], cp[40];
+    for (int i = 0; i < 40; i++)
+        cs[i] = 2, cp[i] = 110 + i;
+    check_attn(&f, 0, 2 * HKV, 40, cs, cp, true, "op_attn_prefill", &r);
+    fixture_free(&f);
+    HDK = 48, HDV = 32;
+}
+END_TEST
+
 TCase *vkops_attn_tcase(void) {
     TCase *tc = tcase_create("attention");
     tcase_set_timeout(tc, 120);
@@ -570,5 +592,6 @@ TCase *vkops_attn_tcase(void) {
     tcase_add_test(tc, test_rope_kv);
     tcase_add_test(tc, test_attention);
     tcase_add_test(tc, test_attention_wide);
+    tcase_add_test(tc, test_attention_odd);
     return tc;
 }
