@@ -288,6 +288,50 @@ START_TEST(test_xq_matvec) {
 }
 END_TEST
 
+/* n rows of cols activations for the tile tests (spikes every 97th value):
+ * x on the host and the device (xb), the host's q8 blocks (xq, uploaded as
+ * qb) and their dequantized values (xd), and room for the device's q8 of x
+ * (gq). */
+struct q8_rows {
+    float *x, *xd;
+    uint32_t *xq;
+    struct vk_buf *xb, *qb, *gq;
+};
+
+static void q8_rows_init(struct fz_gpu *g, struct q8_rows *r, int64_t n, int64_t cols) {
+    const int64_t nb = cols / 32;
+    r->x = malloc(sizeof(float) * (size_t)(n * cols));
+    r->xd = malloc(sizeof(float) * (size_t)(n * cols));
+    r->xq = malloc((size_t)(n * nb) * 48);
+    for (int64_t i = 0; i < n * cols; i++)
+        r->x[i] = fz_rand() * (1.0f + (float)(i % 5)) * (i % 97 == 0 ? 8.0f : 1.0f);
+    for (int64_t k = 0; k < n; k++)
+        q8_quantize(r->x + k * cols, cols, r->xq + k * nb * 12, r->xd + k * cols);
+    r->xb = fz_buf(g, r->x, sizeof(float) * (size_t)(n * cols));
+    r->qb = fz_buf(g, r->xq, (size_t)(n * nb) * 48);
+    r->gq = fz_buf(g, NULL, (size_t)(n * nb) * 48);
+}
+
+/* Runs the recording and reads the nf outputs of n floats each into got. */
+static void q8_run_read(struct fz_gpu *g, struct vk_buf **yb, int nf, size_t n, float **got) {
+    struct strata_error err = {0};
+    fz_run(g);
+    ck_assert_msg(vkmm_status(g->mm, &err) == 0, "%s", err.message);
+    for (int f = 0; f < nf; f++) {
+        got[f] = malloc(sizeof(float) * n);
+        q8_read(g, yb[f], got[f], sizeof(float) * n);
+    }
+}
+
+static void q8_rows_free(struct fz_gpu *g, struct q8_rows *r) {
+    vk_buf_free(g->d, r->gq);
+    vk_buf_free(g->d, r->qb);
+    vk_buf_free(g->d, r->xb);
+    free(r->xq);
+    free(r->xd);
+    free(r->x);
+}
+
 /* The prefill tiles over activations quantized before them
  * (vkmm_matmul_tq8: mm_dot_body.glsl XQ8) for each type, on the main tile
  * (dot_s_below 0) and the small one (the default for so few tiles), at 37
@@ -320,17 +364,11 @@ START_TEST(test_tq8_tiles) {
     fz_stack_init(g, &a, t, rows, cols, 1);
     fz_stack_init(g, &b, t, rows, cols, 1);
     for (int k = 0; k < 2; k++) {
-        const int64_t nt = toks[k], nb = cols / 32;
-        float *x = malloc(sizeof(float) * (size_t)(nt * cols));
-        float *xd = malloc(sizeof(float) * (size_t)(nt * cols));
-        uint32_t *xq = malloc((size_t)(nt * nb) * 48);
-        for (int64_t i = 0; i < nt * cols; i++)
-            x[i] = fz_rand() * (1.0f + (float)(i % 5)) * (i % 97 == 0 ? 8.0f : 1.0f);
-        for (int64_t r = 0; r < nt; r++)
-            q8_quantize(x + r * cols, cols, xq + r * nb * 12, xd + r * cols);
-        struct vk_buf *xb = fz_buf(g, x, sizeof(float) * (size_t)(nt * cols));
-        struct vk_buf *qb = fz_buf(g, xq, (size_t)(nt * nb) * 48);
-        struct vk_buf *gq = fz_buf(g, NULL, (size_t)(nt * nb) * 48);
+        const int64_t nt = toks[k];
+        struct q8_rows xr;
+        q8_rows_init(g, &xr, nt, cols);
+        const float *xd = xr.xd;
+        struct vk_buf *xb = xr.xb, *qb = xr.qb, *gq = xr.gq;
         struct vk_buf *yb[4];
         for (int f = 0; f < 4; f++)
             yb[f] = fz_buf(g, NULL, sizeof(float) * (size_t)(nt * rows));
@@ -340,14 +378,9 @@ START_TEST(test_tq8_tiles) {
         vkmm_matmul(g->mm, &a.w, -1, fz_bd(xb), fz_bd(yb[2]), nt);
         ck_assert(vkops_quant_q8(q.ops, fz_bd(xb), fz_bd(gq), nt, cols));
         vkmm_matmul_tq8(g->mm, &a.w, NULL, fz_bd(gq), fz_bd(yb[3]), nt);
-        fz_run(g);
-        ck_assert_msg(vkmm_status(g->mm, &err) == 0, "%s", err.message);
         const size_t n = (size_t)(nt * rows);
         float *got[4];
-        for (int f = 0; f < 4; f++) {
-            got[f] = malloc(sizeof(float) * n);
-            q8_read(g, yb[f], got[f], sizeof(float) * n);
-        }
+        q8_run_read(g, yb, 4, n, got);
         double *ref = malloc(sizeof(double) * n * 3);
         for (int64_t tk = 0; tk < nt; tk++)
             for (int64_t r = 0; r < rows; r++) {
@@ -372,12 +405,7 @@ START_TEST(test_tq8_tiles) {
             free(got[f]);
             vk_buf_free(g->d, yb[f]);
         }
-        vk_buf_free(g->d, gq);
-        vk_buf_free(g->d, qb);
-        vk_buf_free(g->d, xb);
-        free(xq);
-        free(xd);
-        free(x);
+        q8_rows_free(g, &xr);
     }
     fz_mat_free(g, &b);
     fz_mat_free(g, &a);
@@ -407,7 +435,7 @@ START_TEST(test_tq8_id_tiles) {
     ck_assert_msg(vkmm_configure(g->mm, "int-dot", &err) == 0, "configure: %s", err.message);
     ck_assert(vkmm_tq8_id_ok(g->mm, t, 9) && !vkmm_tq8_id_ok(g->mm, t, 8));
     const int64_t cols = t == QUANT_Q4_0 ? 320 : 512, rows = 70, n_exp = 4, nt = 37, k = 2;
-    const int64_t np = nt * k, nb = cols / 32;
+    const int64_t np = nt * k;
     struct fz_mat a, b;
     fz_stack_init(g, &a, t, rows, cols, n_exp);
     fz_stack_init(g, &b, t, rows, cols, n_exp);
@@ -417,16 +445,10 @@ START_TEST(test_tq8_id_tiles) {
         sel[k * i + 1] = (int32_t)((i + 1 + (i / n_exp) % 3) % n_exp);
     }
     /* rows 0 .. nt - 1 are the tokens' x, all np the picks' */
-    float *x = malloc(sizeof(float) * (size_t)(np * cols));
-    float *xd = malloc(sizeof(float) * (size_t)(np * cols));
-    uint32_t *xq = malloc((size_t)(np * nb) * 48);
-    for (int64_t i = 0; i < np * cols; i++)
-        x[i] = fz_rand() * (1.0f + (float)(i % 5)) * (i % 97 == 0 ? 8.0f : 1.0f);
-    for (int64_t r = 0; r < np; r++)
-        q8_quantize(x + r * cols, cols, xq + r * nb * 12, xd + r * cols);
-    struct vk_buf *xb = fz_buf(g, x, sizeof(float) * (size_t)(np * cols));
-    struct vk_buf *qb = fz_buf(g, xq, (size_t)(np * nb) * 48);
-    struct vk_buf *gq = fz_buf(g, NULL, (size_t)(np * nb) * 48);
+    struct q8_rows xr;
+    q8_rows_init(g, &xr, np, cols);
+    const float *xd = xr.xd;
+    struct vk_buf *xb = xr.xb, *qb = xr.qb, *gq = xr.gq;
     struct vk_buf *sb = fz_buf(g, sel, sizeof(int32_t) * (size_t)np);
     struct vk_buf *yb[5];
     for (int f = 0; f < 5; f++)
@@ -438,14 +460,9 @@ START_TEST(test_tq8_id_tiles) {
     vkmm_matmul_id(g->mm, &a.w, fz_bd(xb), true, fz_bd(sb), (int)k, nt, fz_bd(yb[3]));
     ck_assert(vkops_quant_q8(q.ops, fz_bd(xb), fz_bd(gq), np, cols));
     vkmm_matmul_id_tq8(g->mm, &a.w, NULL, fz_bd(gq), true, fz_bd(sb), (int)k, nt, fz_bd(yb[4]));
-    fz_run(g);
-    ck_assert_msg(vkmm_status(g->mm, &err) == 0, "%s", err.message);
     const size_t n = (size_t)(np * rows);
     float *got[5];
-    for (int f = 0; f < 5; f++) {
-        got[f] = malloc(sizeof(float) * n);
-        q8_read(g, yb[f], got[f], sizeof(float) * n);
-    }
+    q8_run_read(g, yb, 5, n, got);
     double *ref = malloc(sizeof(double) * n * 4);
     for (int64_t pk = 0; pk < np; pk++)
         for (int64_t r = 0; r < rows; r++) {
@@ -476,12 +493,7 @@ START_TEST(test_tq8_id_tiles) {
         vk_buf_free(g->d, yb[f]);
     }
     vk_buf_free(g->d, sb);
-    vk_buf_free(g->d, gq);
-    vk_buf_free(g->d, qb);
-    vk_buf_free(g->d, xb);
-    free(xq);
-    free(xd);
-    free(x);
+    q8_rows_free(g, &xr);
     fz_mat_free(g, &b);
     fz_mat_free(g, &a);
     q8_close(&q);
