@@ -476,13 +476,12 @@ static const struct bvk_weight *moe_stack(const struct backend_moe *m, int which
  * bytes a value) for the down projection's tiles, one q8 row a pick. False,
  * with nothing recorded, where a type or shape does not take the tiles. */
 static bool moe_tq8(struct bvk_ctx *c, const struct backend_moe *m, const struct bvk_weight *gw,
-                    const struct bvk_weight *dw, struct vk_bind g, struct vk_bind u,
-                    struct vk_bind d) {
+                    const struct bvk_weight *uw, const struct bvk_weight *dw, struct vk_bind g,
+                    struct vk_bind u, struct vk_bind d) {
     if (!(c->fuse & BACKEND_VK_FUSE_TQ8) || gw->n_cols % 32 || dw->n_cols % 32 ||
         !vkmm_tq8_id_ok(c->mm, gw->type, m->n_tok) || !vkmm_tq8_id_ok(c->mm, dw->type, m->n_tok) ||
         !bvk_tq8_x(c, m->x, m->n_tok, gw->n_cols))
         return false;
-    const struct bvk_weight *uw = moe_stack(m, 1);
     const int64_t n_pick = (int64_t)m->n_tok * m->k;
     vkmm_matmul_id_tq8(c->mm, &gw->mat, &uw->mat, (struct vk_bind){c->xq8, 0, 0}, false,
                        bvk_bind(m->sel), m->k, m->n_tok, g);
@@ -515,7 +514,7 @@ static void bvk_moe_ffn(void *ctx, const struct backend_moe *m) {
         return;
     const struct vk_bind g = {c->moe_g, 0, 0}, u = {c->moe_u, 0, 0}, d = {c->moe_d, 0, 0};
     const bool same = gw->type == uw->type && gw->n_rows == uw->n_rows && gw->n_cols == uw->n_cols;
-    if (same && moe_tq8(c, m, gw, dw, g, u, d))
+    if (same && moe_tq8(c, m, gw, uw, dw, g, u, d))
         return;
     if (same && m->n_tok == 1 && bvk_q8_valid(c, m->x) && vkmm_q8x_ok(c->mm, gw->type)) {
         /* the norm's q8 copy of x: integer dot products */
