@@ -474,7 +474,9 @@ static const struct bvk_weight *moe_stack(const struct backend_moe *m, int which
  * x's q8 rows (the norm's copy, or quantized now), then the SwiGLU rows
  * quantized (into u's scratch, unused when gate and up fuse: 1.5 of its 4
  * bytes a value) for the down projection's tiles, one q8 row a pick. False,
- * with nothing recorded, where a type or shape does not take the tiles. */
+ * with nothing recorded, where a type or shape does not take the tiles.
+ * The dense form gained 14% on the 7B's pp512 (H100, fourth session); this
+ * one is not yet timed on a device (bench/README.md, "fifth session"). */
 static bool moe_tq8(struct bvk_ctx *c, const struct backend_moe *m, const struct bvk_weight *gw,
                     const struct bvk_weight *uw, const struct bvk_weight *dw, struct vk_bind g,
                     struct vk_bind u, struct vk_bind d) {

@@ -12,7 +12,8 @@
  * words 32 i + 4 sl .. + 3), so a key's K and V words come out of shared
  * memory as uvec4 loads: a quarter of the load instructions of one word an
  * invocation a load, which every row of a subgroup issued for each of the
- * tile's keys (measured below); the score of a key is their
+ * tile's keys (2026-12-07; not yet timed on a device: no device call ran
+ * that session, bench/README.md "fifth session"); the score of a key is their
  * partial dots summed by three subgroupShuffleXor steps (subgroups of at
  * least 8; lavapipe has no clustered reductions), and every one of the eight
  * then runs the same online softmax in registers: no shared memory for
