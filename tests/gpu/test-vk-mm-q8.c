@@ -332,6 +332,18 @@ static void q8_rows_free(struct fz_gpu *g, struct q8_rows *r) {
     free(r->x);
 }
 
+/* q8_open with the tiled matmul on the integer-dot path; false (closed,
+ * skipped) on a device without integer dot products. */
+static bool q8_open_tiles(struct q8_gpu *q) {
+    if (!q8_open(q)) {
+        q8_close(q);
+        return false;
+    }
+    struct strata_error err = {0};
+    ck_assert_msg(vkmm_configure(q->g.mm, "int-dot", &err) == 0, "configure: %s", err.message);
+    return true;
+}
+
 /* The prefill tiles over activations quantized before them
  * (vkmm_matmul_tq8: mm_dot_body.glsl XQ8) for each type, on the main tile
  * (dot_s_below 0) and the small one (the default for so few tiles), at 37
@@ -345,13 +357,10 @@ START_TEST(test_tq8_tiles) {
     const enum quant_type t = q8_types[_i % N_Q8_TYPES];
     const bool small = _i >= N_Q8_TYPES;
     struct q8_gpu q;
-    if (!q8_open(&q)) {
-        q8_close(&q);
+    if (!q8_open_tiles(&q))
         return;
-    }
     struct fz_gpu *g = &q.g;
     struct strata_error err = {0};
-    ck_assert_msg(vkmm_configure(g->mm, "int-dot", &err) == 0, "configure: %s", err.message);
     if (!small) {
         struct vkmm_tune tu = g->mm->tune;
         tu.dot_s_below = 0;
@@ -426,13 +435,10 @@ static const enum quant_type tq8_id_types[] = {QUANT_Q4_0, QUANT_Q4_K, QUANT_Q6_
 START_TEST(test_tq8_id_tiles) {
     const enum quant_type t = tq8_id_types[_i];
     struct q8_gpu q;
-    if (!q8_open(&q)) {
-        q8_close(&q);
+    if (!q8_open_tiles(&q))
         return;
-    }
     struct fz_gpu *g = &q.g;
     struct strata_error err = {0};
-    ck_assert_msg(vkmm_configure(g->mm, "int-dot", &err) == 0, "configure: %s", err.message);
     ck_assert(vkmm_tq8_id_ok(g->mm, t, 9) && !vkmm_tq8_id_ok(g->mm, t, 8));
     const int64_t cols = t == QUANT_Q4_0 ? 320 : 512, rows = 70, n_exp = 4, nt = 37, k = 2;
     const int64_t np = nt * k;
