@@ -2,7 +2,7 @@
  * suite; built as bench/gpu-bench, driven by bench/gpu).
  *
  *   gpu-bench MODEL [device=-1] [n_decode=128] [n_prefill=512] [batches=8,32]
- *             [profile=0] [hbm_gbs=4300] [pipeline_cache=FILE] [mm=auto] [fuse=39]
+ *             [profile=0] [hbm_gbs=4300] [pipeline_cache=FILE] [mm=auto] [fuse=103]
  *
  * Prints, one line each (and one JSON line at the end):
  *   tg: n_decode greedy decode steps of one sequence after a 1-token prompt
@@ -21,9 +21,10 @@
  * (STRATA_GPU_PROFILE's table) and prints it per kernel; profile=2 that of
  * one more prefill chunk. mm: the prefill matmul's path (vkmm_configure:
  * auto, f32, int-dot, coopmat[:tile], and the matvec's shape ",mv=WGxR1xR").
- * fuse: the backend's BACKEND_VK_FUSE_* bits (backend-vk.h; 39 the default,
- * 7 without the prefill's q8 activations, 3 without the decode's either, 0
- * none: the ops one dispatch each; 8 and 16 the opt-in forms), so one binary
+ * fuse: the backend's BACKEND_VK_FUSE_* bits (backend-vk.h; 103 the default,
+ * 39 without one dispatch for q, k and v, 7 without the prefill's q8
+ * activations either, 3 without the decode's, 0 none: the ops one dispatch
+ * each; 8 and 16 the opt-in forms), so one binary
  * compares them; tg also prints
  * the dispatches a decode step records. The model loads
  * with the context n_prefill + n_decode + 8. */
@@ -84,7 +85,7 @@ int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: gpu-bench MODEL [device=-1] [n_decode=128] [n_prefill=512] "
                         "[batches=8,32] [profile=0] [hbm_gbs=4300] [pipeline_cache] [mm=auto] "
-                        "[fuse=39]\n");
+                        "[fuse=103]\n");
         return 2;
     }
     const char *path = argv[1];

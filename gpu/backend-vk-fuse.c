@@ -90,6 +90,32 @@ bool bvk_tq8_x(struct bvk_ctx *c, const struct backend_tensor *x, int64_t n_rows
     return true;
 }
 
+/* One token's jobs over x in one dispatch (BACKEND_VK_FUSE_MULTI), on x's
+ * q8 copy (q8) or on x quantized in the lanes (BACKEND_VK_FUSE_XQ); false,
+ * with nothing recorded, where the jobs cannot (vkmm_multi_ok). */
+static bool multi_now(struct bvk_ctx *c, const struct backend_tensor *x, bool q8,
+                      const struct backend_mm *jobs, int n_jobs) {
+    if (!(c->fuse & BACKEND_VK_FUSE_MULTI) || n_jobs < 2 || n_jobs > VKMM_MULTI_MAX)
+        return false;
+    const struct vk_wmat *w[VKMM_MULTI_MAX];
+    struct vk_bind y[VKMM_MULTI_MAX];
+    for (int j = 0; j < n_jobs; j++) {
+        if (!jobs[j].w.w)
+            return false;
+        const struct bvk_weight *bw = bvk_w(jobs[j].w.w);
+        if (bw->use != BACKEND_USE_MATMUL || bw->n_expert > 1 || (!q8 && !bvk_xq_ok(c, bw, 1)))
+            return false;
+        bvk_fits(x, 1, bw->n_cols);
+        bvk_fits(jobs[j].y, 1, bw->rows_per);
+        w[j] = &bw->mat;
+        y[j] = bvk_bind(jobs[j].y);
+    }
+    if (!vkmm_multi_ok(c->mm, w, n_jobs))
+        return false;
+    vkmm_matmul_multi(c->mm, w, n_jobs, q8 ? (struct vk_bind){c->xq8, 0, 0} : bvk_bind(x), !q8, y);
+    return true;
+}
+
 static void matmul_now(struct bvk_ctx *c, const struct backend_tensor *x, int64_t n_rows,
                        const struct backend_mm *jobs, int n_jobs) {
     if (!bvk_rec_raw(c))
@@ -106,11 +132,13 @@ static void matmul_now(struct bvk_ctx *c, const struct backend_tensor *x, int64_
      * write its source: a prefill's MoE router keeps the norm's copy for
      * the experts' tiles (backend-vk.c moe_tq8) */
     bool keep = bvk_q8_valid(c, NULL);
+    for (int j = 0; j < n_jobs; j++)
+        keep = keep && jobs[j].y != c->q8_src;
     /* the jobs (and a matrix's pieces) read x and write their own y: one
      * barrier after them all */
     vk_rec_group(c->dev, true);
-    for (int j = 0; j < n_jobs; j++) {
-        keep = keep && jobs[j].y != c->q8_src;
+    const bool multi = n_rows == 1 && multi_now(c, x, q8, jobs, n_jobs);
+    for (int j = 0; j < n_jobs && !multi; j++) {
         const struct backend_mat *m = &jobs[j].w;
         if (!m->w) {
             bvk_fail(c, STRATA_E_UNSUPPORTED, "backend vulkan: a matrix in host memory");

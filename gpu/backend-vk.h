@@ -128,8 +128,16 @@ struct backend_vk_params {
  * call, 128 -> 112 registers (bench/README.md, "H100, 2026-12-07 (fourth
  * session)"). */
 #define BACKEND_VK_FUSE_TQ8 32u
-#define BACKEND_VK_FUSE_ALL 39u
-#define BACKEND_VK_FUSE_MASK 63u
+/* A decode step's matvecs over one x in one dispatch where their matrices
+ * allow it (vkmm_matmul_multi: one type with the integer-dot matvec, one
+ * width, one buffer): a layer's q, k and v, a shared expert's gate, up and
+ * gate input; each result the bits of its own dispatch. Why: on an H100
+ * the 7B's q, k and v took 8.5-8.6 us a dispatch one after the other
+ * (their profile's kernels add up to the step), where one matvec of
+ * 11,008 x 4,096 took 11.5-11.9 (mv-bench). */
+#define BACKEND_VK_FUSE_MULTI 64u
+#define BACKEND_VK_FUSE_ALL 103u
+#define BACKEND_VK_FUSE_MASK 127u
 
 struct backend_vk_params backend_vk_params_default(void);
 

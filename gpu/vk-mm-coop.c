@@ -143,8 +143,8 @@ bool vkmm_q8x_ok(const struct vkmm *mm, enum quant_type type) {
 }
 
 struct vk_pipe *vkmm_q8_pipe(struct vkmm *mm, enum quant_type type, bool glu, bool id, bool xf,
-                             bool acc, struct strata_error *err) {
-    struct vk_pipe **slot = &mm->q8pipe[type][glu][id][xf][acc];
+                             enum vkmm_q8_form form, struct strata_error *err) {
+    struct vk_pipe **slot = &mm->q8pipe[type][glu][id][xf][form];
     if (*slot)
         return *slot;
     if (!vkmm_q8x_ok(mm, type)) {
@@ -155,10 +155,14 @@ struct vk_pipe *vkmm_q8_pipe(struct vkmm *mm, enum quant_type type, bool glu, bo
     const struct spv sp = mvdot_spv(type);
     char name[48];
     snprintf(name, sizeof name, "%s.mv%s%s%s%s", quant_type_name(type), xf ? "xq" : "q8",
-             id ? "_id" : "", glu ? ".glu" : "", acc ? ".acc" : "");
-    const uint32_t spec[6] = {mm->tune.mv_wg, mm->tune.mv_rows1, glu, id, xf, acc};
-    *slot =
-        vk_pipe_create(mm->d, name, sp.code, sp.bytes, 6, sizeof(struct vkmm_push), spec, 6, err);
+             id ? "_id" : "", glu ? ".glu" : "",
+             form == VKMM_Q8_ACC     ? ".acc"
+             : form == VKMM_Q8_SPLIT ? ".split"
+                                     : "");
+    const uint32_t spec[7] = {mm->tune.mv_wg,      mm->tune.mv_rows1,    glu, id, xf,
+                              form == VKMM_Q8_ACC, form == VKMM_Q8_SPLIT};
+    *slot = vk_pipe_create(mm->d, name, sp.code, sp.bytes, VKMM_N_BIND_Q8, sizeof(struct vkmm_push),
+                           spec, 7, err);
     if (*slot)
         mm->made_any = true;
     return *slot;

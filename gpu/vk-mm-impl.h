@@ -33,9 +33,19 @@ struct vkmm_push {
     uint32_t w_base2;      /* 60 byte offset of the up matrix's first row in binding 4 */
     uint32_t tok0;         /* 64 matvec: first token (row of x and y) of this dispatch */
     float tail_eps;        /* 68 matvec TAIL (vkmm_matmul_acc_norm): the norm's epsilon */
-    uint32_t pad[2];       /* 72 */
+    uint32_t split1;  /* 72 mv_dot SPLIT (vkmm_matmul_q8x_multi): the second matrix's first row */
+    uint32_t split2;  /* 76 ... the third's (n_rows: no third) */
+    uint32_t w_base3; /* 80 SPLIT: byte offset of the third matrix's first row in binding 0 */
 };
-_Static_assert(sizeof(struct vkmm_push) == 80, "mm_common.glsl Push block");
+_Static_assert(sizeof(struct vkmm_push) == 84, "mm_common.glsl Push block");
+_Static_assert(offsetof(struct vkmm_push, w_base3) == 80, "mm_common.glsl Push block");
+
+/* The forms of mv_dot.comp besides glu, id and xf: plain, with the
+ * residual add (ACC), over two or three matrices (SPLIT). */
+enum vkmm_q8_form { VKMM_Q8_PLAIN, VKMM_Q8_ACC, VKMM_Q8_SPLIT, VKMM_Q8_FORMS };
+/* mv_dot.comp's bindings: mm_common.glsl's 0-4, the residual (5), the
+ * second and third matrices' y under SPLIT (6, 7). */
+#define VKMM_N_BIND_Q8 8
 _Static_assert(offsetof(struct vkmm_push, expert_bytes) == 48, "mm_common.glsl Push block");
 
 /* The matvec's forms (mv_body.glsl ACC, TAIL): plain, adding into a
@@ -134,8 +144,8 @@ struct vkmm {
     /* [type][kind][fused gate+up][VKMM_FUSE_* bits: the matvec kinds only] */
     struct vk_pipe *pipe[QUANT_TYPE_COUNT][VKMM_KIND_COUNT][2][VKMM_FUSE_N];
     /* the integer-dot matvec over q8 activations (mv_dot.comp):
-     * [type][glu][id][x f32, quantized in the lanes][residual add] */
-    struct vk_pipe *q8pipe[QUANT_TYPE_COUNT][2][2][2][2];
+     * [type][glu][id][x f32, quantized in the lanes][enum vkmm_q8_form] */
+    struct vk_pipe *q8pipe[QUANT_TYPE_COUNT][2][2][2][VKMM_Q8_FORMS];
     /* the last-workgroup counters of vkmm_matmul_acc_norm (33 uints 64
      * bytes apart, zero between dispatches: mv_body.glsl's tail resets
      * them) */
@@ -192,11 +202,11 @@ const char *vkmm_kind_name(enum vkmm_kind k);
 enum vkmm_xform { VKMM_X_F32, VKMM_X_Q8, VKMM_X_F32Q };
 
 /* The mv_dot.comp pipeline of (type, fused gate+up, expert-indexed, x f32
- * quantized in the lanes, residual add), made at first use
- * (gpu/vk-mm-coop.c); NULL and err where the type has none or the device
- * no integer dot product. */
+ * quantized in the lanes, form), made at first use (gpu/vk-mm-coop.c);
+ * NULL and err where the type has none or the device no integer dot
+ * product. */
 struct vk_pipe *vkmm_q8_pipe(struct vkmm *mm, enum quant_type type, bool glu, bool id, bool xf,
-                             bool acc, struct strata_error *err);
+                             enum vkmm_q8_form form, struct strata_error *err);
 /* Latches the first error of the record calls (vkmm_status returns it). */
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))

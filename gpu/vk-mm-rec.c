@@ -134,8 +134,8 @@ static void record_rows(struct vkmm *mm, const struct rec_call *c, struct vk_bin
     uint32_t gx, gy;
     if (c->xf != VKMM_X_F32 && pu->n_tok == 1) {
         struct strata_error e = {0};
-        struct vk_pipe *p =
-            vkmm_q8_pipe(mm, c->type, c->glu, false, c->xf == VKMM_X_F32Q, c->res != NULL, &e);
+        struct vk_pipe *p = vkmm_q8_pipe(mm, c->type, c->glu, false, c->xf == VKMM_X_F32Q,
+                                         c->res ? VKMM_Q8_ACC : VKMM_Q8_PLAIN, &e);
         if (!p) {
             vkmm_latch(mm, e.code ? e.code : STRATA_E_INTERNAL, "vkmm: %s", e.message);
             return;
@@ -301,8 +301,9 @@ static void matmul_id(struct vkmm *mm, const struct vk_wmat *g, const struct vk_
         return;
     }
     struct strata_error e8 = {0};
-    struct vk_pipe *p = mv8 ? vkmm_q8_pipe(mm, g->type, glu, true, xf == VKMM_X_F32Q, false, &e8)
-                            : pipe_or_latch(mm, g->type, kind, glu, tq8 ? VKMM_TILE_XQ8 : 0);
+    struct vk_pipe *p =
+        mv8 ? vkmm_q8_pipe(mm, g->type, glu, true, xf == VKMM_X_F32Q, VKMM_Q8_PLAIN, &e8)
+            : pipe_or_latch(mm, g->type, kind, glu, tq8 ? VKMM_TILE_XQ8 : 0);
     if (!p) {
         if (mv8)
             vkmm_latch(mm, e8.code ? e8.code : STRATA_E_INTERNAL, "vkmm: %s", e8.message);
@@ -436,6 +437,77 @@ void vkmm_matmul_id_glu(struct vkmm *mm, const struct vk_wmat *gate, const struc
         return;
     }
     matmul_id(mm, gate, up, x, x_per_pick, sel, k, n_tok, y, VKMM_X_F32);
+}
+
+bool vkmm_multi_ok(const struct vkmm *mm, const struct vk_wmat *const *w, int n) {
+    if (n < 2 || n > VKMM_MULTI_MAX || !vkmm_q8x_ok(mm, w[0]->type) || w[0]->n_cols % 32)
+        return false;
+    uint64_t lo = UINT64_MAX, hi = 0, rows = 0;
+    for (int i = 0; i < n; i++) {
+        const struct vk_wmat *m = w[i];
+        if (m->n_expert > 1 || m->n_piece != 1 || m->type != w[0]->type ||
+            m->n_cols != w[0]->n_cols || m->row_bytes != w[0]->row_bytes ||
+            m->piece[0].buf != w[0]->piece[0].buf || m->piece[0].n_rows != m->n_rows)
+            return false;
+        const uint64_t a = m->piece[0].off, b = a + (uint64_t)m->n_rows * m->row_bytes;
+        lo = a < lo ? a : lo;
+        hi = b > hi ? b : hi;
+        rows += (uint64_t)m->n_rows;
+    }
+    return hi - lo <= mm->info->max_storage_range && hi - lo <= UINT32_MAX && rows <= UINT32_MAX;
+}
+
+void vkmm_matmul_multi(struct vkmm *mm, const struct vk_wmat *const *w, int n, struct vk_bind x,
+                       bool xf, const struct vk_bind *y) {
+    if (!vkmm_multi_ok(mm, w, n)) {
+        vkmm_latch(mm, STRATA_E_INVALID,
+                   "vkmm matmul_multi: %d matrices that are not one type and width in one binding",
+                   n);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        if (check_wmat(mm, w[i], "matmul_multi"))
+            return;
+    struct strata_error e = {0};
+    struct vk_pipe *p = vkmm_q8_pipe(mm, w[0]->type, false, false, xf, VKMM_Q8_SPLIT, &e);
+    if (!p) {
+        vkmm_latch(mm, e.code ? e.code : STRATA_E_INTERNAL, "vkmm: %s", e.message);
+        return;
+    }
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (int i = 0; i < n; i++) {
+        const uint64_t a = w[i]->piece[0].off;
+        lo = a < lo ? a : lo;
+        hi = a + (uint64_t)w[i]->n_rows * w[i]->row_bytes > hi
+                 ? a + (uint64_t)w[i]->n_rows * w[i]->row_bytes
+                 : hi;
+    }
+    struct vkmm_push pu;
+    push_common(w[0], &pu);
+    pu.n_tok = 1;
+    if (!xf) /* words of a row of x */
+        pu.x_stride = (uint32_t)(w[0]->n_cols / 32 * (VKMM_Q8_BLOCK_BYTES / 4));
+    pu.w_base = (uint32_t)(w[0]->piece[0].off - lo);
+    pu.split1 = (uint32_t)w[0]->n_rows;
+    pu.w_base2 = (uint32_t)(w[1]->piece[0].off - lo);
+    pu.split2 = pu.split1 + (uint32_t)w[1]->n_rows;
+    pu.n_rows = pu.split2;
+    if (n > 2) {
+        pu.w_base3 = (uint32_t)(w[2]->piece[0].off - lo);
+        pu.n_rows += (uint32_t)w[2]->n_rows;
+    }
+    pu.y_stride = pu.n_rows;
+    const struct vk_bind wb = {w[0]->piece[0].buf, lo, (hi - lo + 3) & ~3ull};
+    /* bindings 3-5 (sel, up, residual) are not read: any buffer */
+    const struct vk_bind binds[VKMM_N_BIND_Q8] = {wb, x,    y[0], x,
+                                                  wb, y[0], y[1], n > 2 ? y[2] : y[0]};
+    uint64_t groups = (pu.n_rows + mm->tune.mv_rows1 - 1) / mm->tune.mv_rows1;
+    if (mm->tune.mv_wcap && groups > mm->tune.mv_wcap) /* the shader loops over the rest */
+        groups = mm->tune.mv_wcap;
+    uint32_t gx, gy;
+    if (split_groups(mm, groups, &gx, &gy))
+        return;
+    vk_dispatch(mm->d, p, binds, &pu, gx, gy, 1);
 }
 
 void vkmm_matmul_q8x(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,

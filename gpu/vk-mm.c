@@ -219,7 +219,7 @@ void vkmm_free(struct vkmm *mm) {
         for (int g = 1; g >= 0; g--)
             for (int i = 1; i >= 0; i--)
                 for (int f = 1; f >= 0; f--)
-                    for (int a = 1; a >= 0; a--)
+                    for (int a = VKMM_Q8_FORMS - 1; a >= 0; a--)
                         vk_pipe_free(mm->d, mm->q8pipe[t][g][i][f][a]);
     vk_buf_free(mm->d, mm->tail_cnt);
     free(mm);

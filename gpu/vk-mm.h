@@ -156,6 +156,19 @@ void vkmm_matmul_q8x(struct vkmm *mm, const struct vk_wmat *w, const struct vk_w
                      struct vk_bind xq, struct vk_bind y);
 void vkmm_matmul_id_q8x(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
                         struct vk_bind xq, struct vk_bind sel, int k, struct vk_bind y);
+/* Two or three matrices that read the same one-token x (a layer's q, k
+ * and v) in one dispatch instead of one each: y[i] = W[i] x, over q8
+ * blocks (xf false, as vkmm_matmul_q8x) or f32 quantized in the lanes (xf
+ * true, as vkmm_matmul_xq). Each y[i]'s values are the bits the single
+ * call gives. vkmm_multi_ok: the matrices can: plain (not stacks), one
+ * piece each, one type with the integer-dot matvec, one width (a multiple
+ * of 32), all in one buffer within one binding's range (the Vulkan
+ * backend's weight arena places a layer's matrices in bind order, so q, k
+ * and v usually are). Recorded. */
+#define VKMM_MULTI_MAX 3
+bool vkmm_multi_ok(const struct vkmm *mm, const struct vk_wmat *const *w, int n);
+void vkmm_matmul_multi(struct vkmm *mm, const struct vk_wmat *const *w, int n, struct vk_bind x,
+                       bool xf, const struct vk_bind *y);
 /* The tiled matmul (more than VKMM_MV_CHUNK_TOK tokens) on the integer-dot
  * tiles over activations already quantized (xq: n_tok rows of q8 blocks,
  * vkops_rmsnorm_q8 / vkops_quant_q8), so the tiles stage 48 bytes a block

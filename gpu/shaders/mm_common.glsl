@@ -27,7 +27,7 @@ layout(std430, binding = 3) readonly buffer BufS { int sel[]; };
 layout(std430, binding = 4) readonly buffer BufU { uint wu[]; };
 uint wword(uint which, uint i) { return which == 0u ? w[i] : wu[i]; }
 
-// Offsets in bytes: struct vkmm_push in gpu/vk-mm-impl.h (80 bytes, pinned).
+// Offsets in bytes: struct vkmm_push in gpu/vk-mm-impl.h (84 bytes, pinned).
 layout(push_constant) uniform Push {
     uint n_rows;       //  0 rows this dispatch computes
     uint n_cols;       //  4 elements per row
@@ -47,7 +47,9 @@ layout(push_constant) uniform Push {
     uint w_base2;      // 60 byte offset of the first row of the up matrix in binding 4
     uint tok0;         // 64 matvec: first token (row of x and y) of the dispatch
     float tail_eps;    // 68 matvec TAIL = 1: the RMSNorm's epsilon
-    uint pad1, pad2;   // 72
+    uint split1;       // 72 mv_dot SPLIT = 1: rows [split1, split2) are the second matrix's ...
+    uint split2;       // 76 ... rows from split2 the third's (see mv_dot_body.glsl)
+    uint w_base3;      // 80 SPLIT: byte offset of the third matrix's first row in binding 0
 } p;
 
 uint rd8(uint wh, uint b) { return bitfieldExtract(wword(wh, b >> 2), int((b & 3u) * 8u), 8); }

@@ -28,15 +28,29 @@
 // share each), which costs ALU and L2 reads, not DRAM.
 // ACC = 1 (plain, one token): y is also added into binding 5, the residual
 // (mv_body.glsl's ACC; one workgroup owns each row).
+// SPLIT = 1 (plain, one token; vkmm_matmul_q8x_multi): two or three
+// matrices of one type and width that read the same x (a layer's q, k and
+// v) in one dispatch instead of one each. Binding 0 holds them all: rows
+// [0, split1) are the first's from w_base, [split1, split2) the second's
+// from w_base2, [split2, n_rows) the third's from w_base3; each writes its
+// own y (bindings 2, 6 and 7), row r - split at index r - split. Every row
+// runs the plain form's arithmetic, so its result is that form's bits. Why:
+// a 7B decode step ran q, k and v as three 4096-row matvecs of 8.5-8.6 us
+// each (H100 profiles of 2026-12-07), where one matvec of 11,008 x 4,096
+// took 11.5-11.9 us (mv-bench, same card): each launch pays a fixed cost,
+// and the profile's kernels add up to the step's time (no overlap).
 layout(constant_id = 0) const uint WG = 128; // lanes per workgroup
 layout(constant_id = 1) const uint NR = 4;   // rows per workgroup
 layout(constant_id = 2) const uint GLU = 0;  // 1: silu(gate) * up, up in binding 4
 layout(constant_id = 3) const uint ID = 0;   // 1: expert-indexed (sel, one token per pair)
 layout(constant_id = 4) const uint XF = 0;   // 1: x as f32, quantized in the lane
 layout(constant_id = 5) const uint ACC = 0;  // 1: y also added into binding 5
+layout(constant_id = 6) const uint SPLIT = 0; // 1: two or three matrices, y in bindings 2, 6, 7
 layout(local_size_x_id = 0) in;
 
 layout(std430, binding = 5) buffer BufR { float res[]; };
+layout(std430, binding = 6) writeonly buffer BufY1 { float y1[]; };
+layout(std430, binding = 7) writeonly buffer BufY2 { float y2[]; };
 
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018],
                   id = 4450) int sdot4(uint a, uint b, spirv_literal int packed_4x8);
@@ -57,7 +71,17 @@ void quant_blk(uint xv0, out uvec4 qa, out uvec4 qb, out float d, out int sum) {
 }
 
 // y[o] = v; under ACC res[o] += v too, from res's value pre (read early).
+// SPLIT: o is the row (one token, y_col0 0), stored in its matrix's y.
 void store(uint o, float v, float pre) {
+    if (SPLIT != 0u) {
+        if (o >= p.split2)
+            y2[o - p.split2] = v;
+        else if (o >= p.split1)
+            y1[o - p.split1] = v;
+        else
+            y[o] = v;
+        return;
+    }
     y[o] = v;
     if (ACC != 0u)
         res[o] = pre + v;
@@ -71,7 +95,7 @@ int dot16(uvec4 a, uvec4 b) {
 // is another piece's).
 void rows(uint grp) {
     const uint r0 = grp * NR;
-    uint wb = p.w_base, wb2 = p.w_base2, xr = p.tok0, yr = p.tok0;
+    uint wb = SPLIT != 0u ? 0u : p.w_base, wb2 = p.w_base2, xr = p.tok0, yr = p.tok0;
     if (ID != 0u) {
         const uint pair = gl_WorkGroupID.z + p.pair0;
         if (pair >= p.n_pairs)
@@ -89,8 +113,14 @@ void rows(uint grp) {
     [[unroll]] for (uint i = 0u; i < NM * NR; i++)
         acc[i] = 0.0;
     uint ro[NR];
-    [[unroll]] for (uint r = 0u; r < NR; r++)
-        ro[r] = min(r0 + r, p.n_rows - 1u) * p.row_bytes; // past the end: the last row again
+    [[unroll]] for (uint r = 0u; r < NR; r++) {
+        const uint row = min(r0 + r, p.n_rows - 1u); // past the end: the last row again
+        ro[r] = row * p.row_bytes;
+        if (SPLIT != 0u) // the row's matrix's own base (wb is 0 below)
+            ro[r] = row >= p.split2   ? p.w_base3 + (row - p.split2) * p.row_bytes
+                    : row >= p.split1 ? p.w_base2 + (row - p.split1) * p.row_bytes
+                                      : p.w_base + ro[r];
+    }
     const uint xq0 = (xr * p.x_stride) >> 2; // uvec4s (XF: vec4s)
     // ACC: the residual of row r0 + tid, loaded before the sums so that
     // nothing waits on it at the end (lanes below NR store the rows)

@@ -1,6 +1,7 @@
 /* tests/gpu/test-vk-mm-q8.c: the decode matvec over q8 activations
- * (vkmm_matmul_q8x, vkmm_matmul_id_q8x: mv_dot.comp) and the RMSNorm that
- * writes them (vkops_rmsnorm_q8). Part of test-vk-mm (its main).
+ * (vkmm_matmul_q8x, vkmm_matmul_id_q8x: mv_dot.comp; several matrices in
+ * one dispatch: vkmm_matmul_multi) and the RMSNorm that writes them
+ * (vkops_rmsnorm_q8). Part of test-vk-mm (its main).
  *
  * For Q8_0, Q4_0, Q4_K, Q5_K and Q6_K (skipped, saying so, on a device
  * without integer dot products), 67 rows: the plain, fused gate + up +
@@ -281,6 +282,115 @@ START_TEST(test_xq_matvec) {
     vk_buf_free(g->d, sb);
     vk_buf_free(g->d, xb);
     q8_mats_free(g, &m);
+    free(xq);
+    free(xd);
+    free(x);
+    q8_close(&q);
+}
+END_TEST
+
+/* Several matrices over one x in one dispatch (vkmm_matmul_multi: mv_dot.comp
+ * SPLIT): three views of one buffer, 67, 19 and 29 rows at byte offsets
+ * aligned to 256 (gaps of whole rows between them, as the backend's weight
+ * arena leaves), as three matrices in memory order and as two in the
+ * other order, on the q8 blocks and on f32 x quantized in the lanes: each
+ * result the bits of its single call (vkmm_matmul_q8x, vkmm_matmul_xq),
+ * which test_q8_matvec and test_xq_matvec hold to the reference; and
+ * vkmm_multi_ok refuses one matrix, four, a matrix in another buffer and a
+ * matrix of another width. */
+static const int64_t multi_rows[3] = {67, 19, 29};
+
+START_TEST(test_multi_matvec) {
+    const enum quant_type t = q8_types[_i];
+    struct q8_gpu q;
+    if (!q8_open(&q)) {
+        q8_close(&q);
+        return;
+    }
+    struct fz_gpu *g = &q.g;
+    const int64_t cols = t == QUANT_Q8_0 || t == QUANT_Q4_0 ? 320 : 512;
+    const size_t rb = quant_row_size(t, cols);
+    int64_t step = 1; /* rows between 256-byte aligned offsets */
+    while ((size_t)step * rb % 256)
+        step++;
+    struct fz_mat all, other, wide;
+    fz_mat_init(g, &all, t, 3 * 128, cols);
+    fz_mat_init(g, &other, t, 19, cols);
+    fz_mat_init(g, &wide, t, 19, cols + 256);
+    struct vk_wpiece pc[3];
+    struct vk_wmat w[3];
+    int64_t row0[3];
+    for (int i = 0, next = 0; i < 3; i++) {
+        row0[i] = (next + step - 1) / step * step;
+        next = (int)(row0[i] + multi_rows[i]);
+        ck_assert_int_le(next, 3 * 128);
+        pc[i] = (struct vk_wpiece){all.buf, (uint64_t)row0[i] * rb, 0, multi_rows[i]};
+        w[i] = (struct vk_wmat){t, multi_rows[i], cols, rb, 0, 1, &pc[i]};
+    }
+    ck_assert_int_gt(row0[1], multi_rows[0]); /* a gap: 67 rows are never a whole step */
+    float *x = malloc(sizeof(float) * (size_t)cols), *xd = malloc(sizeof(float) * (size_t)cols);
+    uint32_t *xq = malloc((size_t)(cols / 32) * 48);
+    for (int64_t c = 0; c < cols; c++)
+        x[c] = fz_rand() * (1.0f + (float)(c % 5));
+    q8_quantize(x, cols, xq, xd);
+    struct vk_buf *qb = fz_buf(g, xq, (size_t)(cols / 32) * 48);
+    struct vk_buf *xb = fz_buf(g, x, sizeof(float) * (size_t)cols);
+    /* y[form][i]: form 0 single q8, 1 multi q8 (A, B, C), 2 multi q8 (C, A),
+     * 3 single xq, 4 multi xq (A, B, C) */
+    struct vk_buf *yb[5][3];
+    for (int f = 0; f < 5; f++)
+        for (int i = 0; i < 3; i++)
+            yb[f][i] = fz_buf(g, NULL, sizeof(float) * (size_t)multi_rows[i]);
+    const struct vk_wmat *abc[3] = {&w[0], &w[1], &w[2]}, *ca[2] = {&w[2], &w[0]};
+    ck_assert(vkmm_multi_ok(g->mm, abc, 3) && vkmm_multi_ok(g->mm, ca, 2));
+    const struct vk_wmat *one[1] = {&w[0]}, *four[4] = {&w[0], &w[1], &w[2], &w[0]};
+    const struct vk_wmat *apart[2] = {&w[0], &other.w}, *widths[2] = {&w[0], &wide.w};
+    ck_assert(!vkmm_multi_ok(g->mm, one, 1) && !vkmm_multi_ok(g->mm, four, 4));
+    ck_assert(!vkmm_multi_ok(g->mm, apart, 2) && !vkmm_multi_ok(g->mm, widths, 2));
+    struct vk_bind y1[3], y2[2] = {fz_bd(yb[2][2]), fz_bd(yb[2][0])}, y4[3];
+    for (int i = 0; i < 3; i++) {
+        y1[i] = fz_bd(yb[1][i]);
+        y4[i] = fz_bd(yb[4][i]);
+    }
+    struct strata_error err = {0};
+    ck_assert_int_eq(vk_rec_begin(g->d, &err), 0);
+    for (int i = 0; i < 3; i++) {
+        vkmm_matmul_q8x(g->mm, &w[i], NULL, fz_bd(qb), fz_bd(yb[0][i]));
+        vkmm_matmul_xq(g->mm, &w[i], NULL, fz_bd(xb), fz_bd(yb[3][i]), NULL);
+    }
+    const uint64_t n0 = vk_dev_dispatches(g->d);
+    vkmm_matmul_multi(g->mm, abc, 3, fz_bd(qb), false, y1);
+    vkmm_matmul_multi(g->mm, ca, 2, fz_bd(qb), false, y2);
+    vkmm_matmul_multi(g->mm, abc, 3, fz_bd(xb), true, y4);
+    ck_assert_uint_eq(vk_dev_dispatches(g->d) - n0, 3);
+    fz_run(g);
+    ck_assert_int_eq(vkmm_status(g->mm, &err), 0);
+    static const char *form[5] = {"", "q8, 3 matrices", "q8, 2 in reverse order", "",
+                                  "xq, 3 matrices"};
+    for (int f = 1; f < 5; f++) {
+        if (f == 3)
+            continue;
+        for (int i = 0; i < 3; i++) {
+            if (f == 2 && i == 1)
+                continue;
+            float got[67], want[67];
+            q8_read(g, yb[f][i], got, sizeof(float) * (size_t)multi_rows[i]);
+            q8_read(g, yb[f < 3 ? 0 : 3][i], want, sizeof(float) * (size_t)multi_rows[i]);
+            ck_assert_msg(!memcmp(got, want, sizeof(float) * (size_t)multi_rows[i]),
+                          "%s multi %s: matrix %d differs from its single call", quant_type_name(t),
+                          form[f], i);
+        }
+    }
+    printf("vk-mm multi %s: 3 matrices (rows from %lld, %lld, %lld) = single calls\n",
+           quant_type_name(t), (long long)row0[0], (long long)row0[1], (long long)row0[2]);
+    for (int f = 4; f >= 0; f--)
+        for (int i = 2; i >= 0; i--)
+            vk_buf_free(g->d, yb[f][i]);
+    vk_buf_free(g->d, xb);
+    vk_buf_free(g->d, qb);
+    fz_mat_free(g, &wide);
+    fz_mat_free(g, &other);
+    fz_mat_free(g, &all);
     free(xq);
     free(xd);
     free(x);
@@ -615,6 +725,7 @@ TCase *vkmm_q8_tcase(void) {
     TCase *tc = tcase_create("q8");
     tcase_add_loop_test(tc, test_q8_matvec, 0, 2 * N_Q8_TYPES);
     tcase_add_loop_test(tc, test_xq_matvec, 0, N_Q8_TYPES);
+    tcase_add_loop_test(tc, test_multi_matvec, 0, N_Q8_TYPES);
     tcase_add_loop_test(tc, test_tq8_tiles, 0, 2 * N_Q8_TYPES);
     tcase_add_loop_test(tc, test_tq8_id_tiles, 0,
                         (int)(sizeof tq8_id_types / sizeof tq8_id_types[0]));

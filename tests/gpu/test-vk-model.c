@@ -663,7 +663,7 @@ END_TEST
  * change (the norm writes its copy in its own dispatch), and some one-token
  * logits must move (the path ran). */
 #define MODEL_Q8_NMSE 1e-3
-/* One synthesized model on two backends: the default fusions less `bits`
+/* One synthesized model on two backends: the fusions `base` less `bits`
  * (f) and with them (q), both on the prefill path mm_path (NULL: auto),
  * each with a model of up to 40-token steps, a cache of n_seq sequences
  * and 40 rows of logits. mat_type QUANT_F32 keeps the spec's matrices. */
@@ -678,7 +678,7 @@ struct vk_pair {
 };
 
 static void pair_open(struct vk_pair *p, const char *which, enum quant_type mat_type,
-                      const char *mm_path, unsigned bits, int n_seq) {
+                      const char *mm_path, unsigned base, unsigned bits, int n_seq) {
     p->s = spec_of(which);
     if (mat_type != QUANT_F32)
         p->s.mat_type = mat_type;
@@ -687,7 +687,7 @@ static void pair_open(struct vk_pair *p, const char *which, enum quant_type mat_
     struct strata_error err = {0};
     struct backend_vk_params vp = backend_vk_params_default();
     vp.mm_path = mm_path;
-    vp.fuse &= ~bits;
+    vp.fuse = base & ~bits;
     p->bf = backend_vk_init(&vp, &err);
     vp.fuse |= bits;
     p->bq = backend_vk_init(&vp, &err);
@@ -721,15 +721,16 @@ static void pair_close(struct vk_pair *p) {
     unlink(p->path);
 }
 
-/* check_with(which, type, bits, NMSE, save, less): the model on a backend
- * with the default fusions less `bits` (bf) against one with them (bq), as
- * above; a one-token step of the second records save * n_layer - less
- * dispatches fewer, other steps as many. For q8 (save 0) some one-token
- * logits must move. */
-static void check_with(const char *which, enum quant_type mat_type, unsigned bits, double nmse,
-                       int save, int less) {
+/* check_with(which, type, base, bits, NMSE, save, less): the model on a
+ * backend with the fusions `base` less `bits` (bf) against one with them
+ * (bq), as above, each row's logits within NMSE (0: the same bits); a
+ * one-token step of the second records save * n_layer - less dispatches
+ * fewer, other steps as many. For q8 (save 0) some one-token logits must
+ * move. */
+static void check_with(const char *which, enum quant_type mat_type, unsigned base, unsigned bits,
+                       double nmse, int save, int less) {
     struct vk_pair pr;
-    pair_open(&pr, which, mat_type, NULL, bits, 2);
+    pair_open(&pr, which, mat_type, NULL, base, bits, 2);
     const struct spec s = pr.s;
     struct backend *bf = pr.bf, *bq = pr.bq;
     struct model *mf = pr.mf, *mq = pr.mq;
@@ -778,8 +779,9 @@ static void check_with(const char *which, enum quant_type mat_type, unsigned bit
             const double e1 = ss > 0 ? es / ss : es;
             worst = fmax(worst, e1);
             moved = moved || (n == 1 && es > 0);
-            ck_assert_msg(e1 < nmse, "%s step %zu row %d: logits NMSE %.3g with fuse bits %u",
-                          which, st, row, e1, bits);
+            ck_assert_msg(nmse > 0 ? e1 < nmse : es == 0,
+                          "%s step %zu row %d: logits NMSE %.3g with fuse bits %u", which, st, row,
+                          e1, bits);
             ck_assert_msg(af == aq || lf_r[af] - lf_r[a2] < 2 * dmax,
                           "%s step %zu: greedy %d with fuse bits %u, %d without (gap %.3g, diff "
                           "%.3g)",
@@ -793,9 +795,12 @@ static void check_with(const char *which, enum quant_type mat_type, unsigned bit
 }
 
 START_TEST(test_q8) {
-    check_with("llama-q8", QUANT_F32, BACKEND_VK_FUSE_Q8, MODEL_Q8_NMSE, 0, 0);
-    check_with("llama", QUANT_Q4_0, BACKEND_VK_FUSE_Q8, MODEL_Q8_NMSE, 0, 0);
-    check_with("qwen3moe", QUANT_F32, BACKEND_VK_FUSE_Q8, MODEL_Q8_NMSE, 0, 0);
+    check_with("llama-q8", QUANT_F32, BACKEND_VK_FUSE_ALL & ~BACKEND_VK_FUSE_MULTI,
+               BACKEND_VK_FUSE_Q8, MODEL_Q8_NMSE, 0, 0);
+    check_with("llama", QUANT_Q4_0, BACKEND_VK_FUSE_ALL & ~BACKEND_VK_FUSE_MULTI,
+               BACKEND_VK_FUSE_Q8, MODEL_Q8_NMSE, 0, 0);
+    check_with("qwen3moe", QUANT_F32, BACKEND_VK_FUSE_ALL & ~BACKEND_VK_FUSE_MULTI,
+               BACKEND_VK_FUSE_Q8, MODEL_Q8_NMSE, 0, 0);
 }
 END_TEST
 
@@ -807,9 +812,9 @@ END_TEST
  * one fewer in all: the final norm runs in place), a qwen3moe one (its FFN
  * ends in the MoE sum, not a matvec). */
 START_TEST(test_norm_tail) {
-    check_with("llama", QUANT_Q4_0, BACKEND_VK_FUSE_NORM, 1e-6, 2, 1);
-    check_with("qwen3", QUANT_F32, BACKEND_VK_FUSE_NORM, 1e-6, 2, 1);
-    check_with("qwen3moe", QUANT_Q4_0, BACKEND_VK_FUSE_NORM, 1e-6, 1, 0);
+    check_with("llama", QUANT_Q4_0, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_NORM, 1e-6, 2, 1);
+    check_with("qwen3", QUANT_F32, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_NORM, 1e-6, 2, 1);
+    check_with("qwen3moe", QUANT_Q4_0, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_NORM, 1e-6, 1, 0);
 }
 END_TEST
 
@@ -820,8 +825,26 @@ END_TEST
  * (MODEL_Q8_NMSE, the near-tie rule), no dispatch more or fewer; a llama
  * (o, down, output) and a qwen3moe (the experts' down). */
 START_TEST(test_xq) {
-    check_with("llama", QUANT_Q4_0, BACKEND_VK_FUSE_XQ, MODEL_Q8_NMSE, 0, 0);
-    check_with("qwen3moe", QUANT_Q4_0, BACKEND_VK_FUSE_XQ, MODEL_Q8_NMSE, 0, 0);
+    check_with("llama", QUANT_Q4_0, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_XQ, MODEL_Q8_NMSE, 0, 0);
+    check_with("qwen3moe", QUANT_Q4_0, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_XQ, MODEL_Q8_NMSE, 0,
+               0);
+}
+END_TEST
+
+/* One dispatch for the one-token matvecs over one x (BACKEND_VK_FUSE_MULTI,
+ * vkmm_matmul_multi) against one each: the same logits bit for bit (every
+ * row is the single dispatch's arithmetic) and two dispatches a layer fewer
+ * in a one-token step (q, k and v; their matrices lie in one buffer with
+ * gaps where k's bytes are not a multiple of the arena's alignment), on the
+ * norm's q8 copy (a llama, a qwen3 with q/k norms, a qwen3moe) and on x
+ * quantized in the lanes (FUSE_XQ without FUSE_Q8). */
+START_TEST(test_multi) {
+    check_with("llama", QUANT_Q4_0, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_MULTI, 0, 2, 0);
+    check_with("qwen3", QUANT_Q8_0, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_MULTI, 0, 2, 0);
+    check_with("qwen3moe", QUANT_Q4_0, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_MULTI, 0, 2, 0);
+    check_with("llama", QUANT_Q4_0,
+               (BACKEND_VK_FUSE_ALL | BACKEND_VK_FUSE_XQ) & ~BACKEND_VK_FUSE_Q8,
+               BACKEND_VK_FUSE_MULTI, 0, 2, 0);
 }
 END_TEST
 
@@ -837,7 +860,7 @@ END_TEST
  * dot product. */
 static void check_tq8(const char *which, enum quant_type mat_type, int more) {
     struct vk_pair pr;
-    pair_open(&pr, which, mat_type, "int-dot", BACKEND_VK_FUSE_TQ8, 1);
+    pair_open(&pr, which, mat_type, "int-dot", BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_TQ8, 1);
     const int V = pr.V;
     float *lf = pr.lf, *lq = pr.lq;
     struct model_batch_entry e[40];
@@ -1088,6 +1111,7 @@ static Suite *vk_model_suite(void) {
     tcase_add_test(tc, test_q8);
     tcase_add_test(tc, test_norm_tail);
     tcase_add_test(tc, test_xq);
+    tcase_add_test(tc, test_multi);
     tcase_add_test(tc, test_tq8);
     tcase_add_test(tc, test_golden_llama2_tiny_random);
     tcase_add_test(tc, test_llama);
