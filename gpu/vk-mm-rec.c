@@ -439,10 +439,15 @@ void vkmm_matmul_id_glu(struct vkmm *mm, const struct vk_wmat *gate, const struc
     matmul_id(mm, gate, up, x, x_per_pick, sel, k, n_tok, y, VKMM_X_F32);
 }
 
-bool vkmm_multi_ok(const struct vkmm *mm, const struct vk_wmat *const *w, int n) {
+/* The byte span [lo, hi) of binding 0 that holds the matrices of a
+ * vkmm_matmul_multi call; false where they cannot share it (vkmm_multi_ok). */
+static bool multi_span(const struct vkmm *mm, const struct vk_wmat *const *w, int n, uint64_t *lo,
+                       uint64_t *hi) {
     if (n < 2 || n > VKMM_MULTI_MAX || !vkmm_q8x_ok(mm, w[0]->type) || w[0]->n_cols % 32)
         return false;
-    uint64_t lo = UINT64_MAX, hi = 0, rows = 0;
+    uint64_t rows = 0;
+    *lo = UINT64_MAX;
+    *hi = 0;
     for (int i = 0; i < n; i++) {
         const struct vk_wmat *m = w[i];
         if (m->n_expert > 1 || m->n_piece != 1 || m->type != w[0]->type ||
@@ -450,16 +455,23 @@ bool vkmm_multi_ok(const struct vkmm *mm, const struct vk_wmat *const *w, int n)
             m->piece[0].buf != w[0]->piece[0].buf || m->piece[0].n_rows != m->n_rows)
             return false;
         const uint64_t a = m->piece[0].off, b = a + (uint64_t)m->n_rows * m->row_bytes;
-        lo = a < lo ? a : lo;
-        hi = b > hi ? b : hi;
+        *lo = a < *lo ? a : *lo;
+        *hi = b > *hi ? b : *hi;
         rows += (uint64_t)m->n_rows;
     }
-    return hi - lo <= mm->info->max_storage_range && hi - lo <= UINT32_MAX && rows <= UINT32_MAX;
+    return *hi - *lo <= mm->info->max_storage_range && *hi - *lo <= UINT32_MAX &&
+           rows <= UINT32_MAX;
+}
+
+bool vkmm_multi_ok(const struct vkmm *mm, const struct vk_wmat *const *w, int n) {
+    uint64_t lo, hi;
+    return multi_span(mm, w, n, &lo, &hi);
 }
 
 void vkmm_matmul_multi(struct vkmm *mm, const struct vk_wmat *const *w, int n, struct vk_bind x,
                        bool xf, const struct vk_bind *y) {
-    if (!vkmm_multi_ok(mm, w, n)) {
+    uint64_t lo, hi;
+    if (!multi_span(mm, w, n, &lo, &hi)) {
         vkmm_latch(mm, STRATA_E_INVALID,
                    "vkmm matmul_multi: %d matrices that are not one type and width in one binding",
                    n);
@@ -473,14 +485,6 @@ void vkmm_matmul_multi(struct vkmm *mm, const struct vk_wmat *const *w, int n, s
     if (!p) {
         vkmm_latch(mm, e.code ? e.code : STRATA_E_INTERNAL, "vkmm: %s", e.message);
         return;
-    }
-    uint64_t lo = UINT64_MAX, hi = 0;
-    for (int i = 0; i < n; i++) {
-        const uint64_t a = w[i]->piece[0].off;
-        lo = a < lo ? a : lo;
-        hi = a + (uint64_t)w[i]->n_rows * w[i]->row_bytes > hi
-                 ? a + (uint64_t)w[i]->n_rows * w[i]->row_bytes
-                 : hi;
     }
     struct vkmm_push pu;
     push_common(w[0], &pu);
