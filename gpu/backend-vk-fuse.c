@@ -55,11 +55,13 @@ static void rmsnorm_now(struct bvk_ctx *c, const struct backend_tensor *x,
     c->q8_src = NULL;
     const struct vk_bind wb = w ? bvk_vec_bind(w) : bvk_bind(x);
     /* a decode token's norm also writes its q8 copy for the matvecs after
-     * it, a prefill's for the tiles (BACKEND_VK_FUSE_TQ8) */
+     * it, a prefill's for the tiles (BACKEND_VK_FUSE_TQ8); in place only
+     * for one row (the output's norm: the output matrix then runs on the
+     * integer-dot matvec too), not the per-head q and k norms */
     const bool want = n_rows == 1 ? (c->fuse & BACKEND_VK_FUSE_Q8) != 0
                                   : (c->fuse & BACKEND_VK_FUSE_TQ8) && vkmm_tiled_tokens(n_rows) &&
                                         vk_dev_info(c->dev)->int_dot;
-    if (want && x != y && n_cols % 32 == 0 &&
+    if (want && (x != y || n_rows == 1) && n_cols % 32 == 0 &&
         bvk_scratch(c, &c->xq8, vkops_q8_bytes(n_rows, n_cols)) &&
         vkops_rmsnorm_q8(c->ops, bvk_bind(x), wb, w != NULL, bvk_bind(y),
                          (struct vk_bind){c->xq8, 0, 0}, n_rows, n_cols, eps)) {

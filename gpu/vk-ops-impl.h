@@ -20,6 +20,7 @@ struct vkops {
     struct vk_pipe *rmsnorm_q8;   /* op_rmsnorm.comp with its q8 output (Q8 = 1) */
     struct vk_pipe *quant_q8;     /* op_rmsnorm.comp's q8 of x alone (Q8 = 3) */
     bool attn_late;               /* op_attn_prefill.comp LATE: its (KV head, tile) grid */
+    bool norm_q8_1pass;           /* rmsnorm_q8 is the one-pass form (Q8 = 1, not 2pass) */
 };
 
 /* gx, gy for n workgroups of a linear grid (ops_group_id in op_common.glsl):

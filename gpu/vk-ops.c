@@ -185,6 +185,7 @@ int vkops_init(struct vk_dev *d, struct vkops **out, struct strata_error *err) {
      * the benchmarks' baseline for the one-pass form) */
     const char *nq = getenv("STRATA_VK_NORM_Q8");
     const uint32_t q8_mode = nq && strcmp(nq, "2pass") == 0 ? 2u : 1u;
+    o->norm_q8_1pass = q8_mode == 1u;
     o->rmsnorm_q8 = vk_pipe_create(d, "op_rmsnorm.q8", spv_rmsnorm, sizeof spv_rmsnorm, 4,
                                    sizeof(struct push_rmsnorm), &q8_mode, 1, err);
     const uint32_t quant_mode = 3;
@@ -359,6 +360,11 @@ bool vkops_rmsnorm_q8(struct vkops *o, struct vk_bind x, struct vk_bind w, bool 
                       float eps) {
     if (n_rows < 1 || n_cols % 32 != 0 || x.off % 16 || y.off % 16 || yq.off % 16 ||
         (has_w && w.off % 16))
+        return false;
+    /* in place: the one-pass form reads an invocation's values before the
+     * sum's barriers and writes them after; the others read x again after
+     * y is written */
+    if (x.buf == y.buf && x.off == y.off && !(o->norm_q8_1pass && n_cols <= 4096))
         return false;
     STRATA_ASSERT((uint64_t)(n_rows * n_cols) <= UINT32_MAX);
     const struct push_rmsnorm push = {(uint32_t)(n_cols / 4), has_w, eps, (uint32_t)n_rows};

@@ -139,8 +139,10 @@ void vkops_rmsnorm(struct vkops *o, struct vk_bind x, struct vk_bind w, bool has
 /* vkops_rmsnorm that also writes y quantized to q8 blocks of 32 into yq
  * (VKOPS_Q8_BLOCK_BYTES a block, vkops_q8_bytes a tensor: op_rmsnorm.comp
  * gives the layout), the activations of the integer-dot matvec
- * (vkmm_matmul_q8x). false, recording nothing, where n_cols is not a
- * multiple of 32 or a binding is not 16-byte aligned. */
+ * (vkmm_matmul_q8x). y may be x (in place) for rows of at most 4096
+ * (op_rmsnorm.comp's one-pass form). false, recording nothing, where n_cols
+ * is not a multiple of 32, a binding is not 16-byte aligned, or y is x on a
+ * wider row (or under STRATA_VK_NORM_Q8=2pass). */
 #define VKOPS_Q8_BLOCK_BYTES 48
 uint64_t vkops_q8_bytes(int64_t n_rows, int64_t n_cols);
 bool vkops_rmsnorm_q8(struct vkops *o, struct vk_bind x, struct vk_bind w, bool has_w,

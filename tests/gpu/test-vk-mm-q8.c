@@ -619,7 +619,8 @@ END_TEST
 /* The norm's q8 copy, and the norm + q8 matvec chain (Q4_0 and Q6_K), at
  * widths that take op_rmsnorm.comp's one-pass form (2,304: 144 of the 256
  * invocations hold values; 4,096: all) and its two-pass form with the tail
- * past 4,096 (4,608). */
+ * past 4,096 (4,608); in place (y = x), the one-pass form's bits, and the
+ * two-pass form refused with x untouched. */
 static const int64_t q8_norm_n[] = {2304, 4096, 4096 + 512};
 
 START_TEST(test_q8_norm) {
@@ -653,13 +654,35 @@ START_TEST(test_q8_norm) {
     fz_stack_init(g, &m[1], QUANT_Q6_K, Q8_ROWS, n, 1);
     struct vk_buf *o0 = fz_buf(g, NULL, sizeof(float) * Q8_ROWS),
                   *o1 = fz_buf(g, NULL, sizeof(float) * Q8_ROWS);
+    /* in place (y = x: the output's norm): the same bits, rows of up to 4096 */
+    struct vk_buf *ib = fz_buf(g, x, sizeof(float) * n),
+                  *iq = fz_buf(g, NULL, vkops_q8_bytes(1, n));
     struct strata_error err = {0};
     ck_assert_int_eq(vk_rec_begin(g->d, &err), 0);
     ck_assert(vkops_rmsnorm_q8(q.ops, fz_bd(xb), fz_bd(wb), true, fz_bd(yb), fz_bd(qb), 1, n, eps));
+    const bool in_place =
+        vkops_rmsnorm_q8(q.ops, fz_bd(ib), fz_bd(wb), true, fz_bd(ib), fz_bd(iq), 1, n, eps);
+    ck_assert_int_eq(in_place, n <= 4096);
     vkmm_matmul_q8x(g->mm, &m[0].w, NULL, fz_bd(qb), fz_bd(o0));
     vkmm_matmul_q8x(g->mm, &m[1].w, NULL, fz_bd(qb), fz_bd(o1));
     fz_run(g);
     q8_read(g, qb, gq, (size_t)(n / 32) * 48);
+    {
+        uint32_t *iqh = malloc((size_t)(n / 32) * 48);
+        float *iy = malloc(sizeof(float) * (size_t)n), *oy = malloc(sizeof(float) * (size_t)n);
+        q8_read(g, iq, iqh, (size_t)(n / 32) * 48);
+        q8_read(g, ib, iy, sizeof(float) * n);
+        q8_read(g, yb, oy, sizeof(float) * n);
+        if (in_place)
+            ck_assert_msg(!memcmp(iqh, gq, (size_t)(n / 32) * 48) &&
+                              !memcmp(iy, oy, sizeof(float) * (size_t)n),
+                          "in-place q8 norm (%lld wide) differs", (long long)n);
+        else /* refused: x untouched */
+            ck_assert(!memcmp(iy, x, sizeof(float) * (size_t)n));
+        free(oy);
+        free(iy);
+        free(iqh);
+    }
     int off = 0;
     for (int64_t b = 0; b < n / 32; b++) {
         float dg, dh;
@@ -707,6 +730,8 @@ START_TEST(test_q8_norm) {
     vk_buf_free(g->d, o0);
     fz_mat_free(g, &m[1]);
     fz_mat_free(g, &m[0]);
+    vk_buf_free(g->d, iq);
+    vk_buf_free(g->d, ib);
     vk_buf_free(g->d, qb);
     vk_buf_free(g->d, yb);
     vk_buf_free(g->d, wb);
