@@ -219,11 +219,19 @@ static void pend_now(struct bvk_ctx *c, const struct bvk_pend *p) {
     case BVK_PEND_MOE_SUM:
         moe_sum_now(c, p, NULL);
         break;
-    case BVK_PEND_ACC:
-        if (bvk_rec_raw(c))
-            vkmm_matmul_acc(c->mm, &bvk_w(p->mm.jobs[0].w.w)->mat, bvk_bind(p->mm.x),
-                            bvk_bind(p->mm.jobs[0].y), 1, bvk_bind(p->mm.res));
+    case BVK_PEND_ACC: {
+        if (!bvk_rec_raw(c))
+            break;
+        const struct bvk_weight *w = bvk_w(p->mm.jobs[0].w.w);
+        /* o over the q8 blocks attention wrote (bvk_attention) */
+        if (bvk_q8_valid(c, p->mm.x) && vkmm_q8x_ok(c->mm, w->type) && w->n_cols % 32 == 0)
+            vkmm_matmul_q8x_acc(c->mm, &w->mat, (struct vk_bind){c->xq8, 0, 0},
+                                bvk_bind(p->mm.jobs[0].y), bvk_bind(p->mm.res));
+        else
+            vkmm_matmul_acc(c->mm, &w->mat, bvk_bind(p->mm.x), bvk_bind(p->mm.jobs[0].y), 1,
+                            bvk_bind(p->mm.res));
         break;
+    }
     }
 }
 
@@ -411,7 +419,10 @@ void bvk_add(void *ctx, struct backend_tensor *x, const struct backend_tensor *y
             return;
         const struct bvk_weight *w = bvk_w(p->mm.jobs[0].w.w);
         const struct vk_bind res = bvk_bind(x);
-        if (bvk_xq_ok(c, w, n_rows))
+        if (n_rows == 1 && bvk_q8_valid(c, p->mm.x) && vkmm_q8x_ok(c->mm, w->type) &&
+            w->n_cols % 32 == 0) /* o over the q8 blocks attention wrote (bvk_attention) */
+            vkmm_matmul_q8x_acc(c->mm, &w->mat, (struct vk_bind){c->xq8, 0, 0}, bvk_bind(y), res);
+        else if (bvk_xq_ok(c, w, n_rows))
             vkmm_matmul_xq(c->mm, &w->mat, NULL, bvk_bind(p->mm.x), bvk_bind(y), &res);
         else
             vkmm_matmul_acc(c->mm, &w->mat, bvk_bind(p->mm.x), bvk_bind(y), n_rows, res);

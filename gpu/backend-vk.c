@@ -419,20 +419,32 @@ static void bvk_attention(void *ctx, const struct backend_attn *a) {
     const uint64_t sb = vkops_attn_scratch_bytes(a->n_tok, a->n_head, a->head_dim_v, c->n_kv_max);
     if (!bvk_scratch(c, &c->attn_scratch, sb))
         return;
-    const struct vkops_attn va = {.q = bvk_bind(a->q),
-                                  .out = bvk_bind(a->out),
-                                  .seq = bvk_bind(a->seq),
-                                  .pos = bvk_bind(a->pos),
-                                  .scratch = {c->attn_scratch, 0, 0},
-                                  .layer = a->layer,
-                                  .n_tok = a->n_tok,
-                                  .n_head = a->n_head,
-                                  .n_head_kv = a->n_head_kv,
-                                  .head_dim_k = a->head_dim_k,
-                                  .head_dim_v = a->head_dim_v,
-                                  .n_kv_max = c->n_kv_max,
-                                  .scale = a->scale};
-    vkops_attention(c->ops, &c->kvv, &va);
+    struct vkops_attn va = {.q = bvk_bind(a->q),
+                            .out = bvk_bind(a->out),
+                            .seq = bvk_bind(a->seq),
+                            .pos = bvk_bind(a->pos),
+                            .scratch = {c->attn_scratch, 0, 0},
+                            .layer = a->layer,
+                            .n_tok = a->n_tok,
+                            .n_head = a->n_head,
+                            .n_head_kv = a->n_head_kv,
+                            .head_dim_k = a->head_dim_k,
+                            .head_dim_v = a->head_dim_v,
+                            .n_kv_max = c->n_kv_max,
+                            .scale = a->scale};
+    /* a decode token's output also as q8 blocks (BACKEND_VK_FUSE_Q8) for
+     * the o projection after it (the integer-dot matvec; backend-vk-fuse.c
+     * pend_now's ACC) */
+    const int64_t n_out = (int64_t)a->n_head * a->head_dim_v;
+    if ((c->fuse & BACKEND_VK_FUSE_Q8) && a->n_tok == 1 && n_out % 32 == 0 &&
+        bvk_scratch(c, &c->xq8, vkops_q8_bytes(1, n_out)))
+        va.yq = (struct vk_bind){c->xq8, 0, 0};
+    c->q8_src = NULL;
+    if (vkops_attention(c->ops, &c->kvv, &va)) {
+        c->q8_src = a->out;
+        c->q8_rows = 1;
+        bvk_q8_keep(c);
+    }
 }
 
 static void bvk_moe_route(void *ctx, const struct backend_route *r) {

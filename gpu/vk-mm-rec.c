@@ -231,10 +231,10 @@ static void matmul(struct vkmm *mm, const struct vk_wmat *g, const struct vk_wma
      * integer-dot tiles: record_rows refuses the others) */
     const bool tiles = xf == VKMM_X_Q8 && vkmm_tiled_tokens(n_tok);
     if (xf != VKMM_X_F32 &&
-        ((n_tok != 1 && !tiles) || (res && (xf != VKMM_X_F32Q || u)) || g->n_cols % 32 != 0)) {
+        ((n_tok != 1 && !tiles) || (res && (n_tok != 1 || u)) || g->n_cols % 32 != 0)) {
         vkmm_latch(mm, STRATA_E_INVALID,
                    "vkmm %s: q8 activations need one token or more than %d, 32 | cols (a "
-                   "residual: f32 x, no up)",
+                   "residual: one token, no up)",
                    what, VKMM_MV_CHUNK_TOK);
         return;
     }
@@ -517,6 +517,11 @@ void vkmm_matmul_multi(struct vkmm *mm, const struct vk_wmat *const *w, int n, s
 void vkmm_matmul_q8x(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
                      struct vk_bind xq, struct vk_bind y) {
     matmul(mm, w, up, -1, xq, y, 1, NULL, VKMM_X_Q8);
+}
+
+void vkmm_matmul_q8x_acc(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind xq,
+                         struct vk_bind y, struct vk_bind res) {
+    matmul(mm, w, NULL, -1, xq, y, 1, &res, VKMM_X_Q8);
 }
 
 void vkmm_matmul_id_q8x(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,

@@ -156,6 +156,11 @@ void vkmm_matmul_q8x(struct vkmm *mm, const struct vk_wmat *w, const struct vk_w
                      struct vk_bind xq, struct vk_bind y);
 void vkmm_matmul_id_q8x(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
                         struct vk_bind xq, struct vk_bind sel, int k, struct vk_bind y);
+/* vkmm_matmul_q8x of a plain matrix with y also added into res, as
+ * vkmm_matmul_acc (res gets exactly res + y): the o projection over the q8
+ * blocks attention wrote (vkops_attn.yq), with the residual add after it. */
+void vkmm_matmul_q8x_acc(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind xq,
+                         struct vk_bind y, struct vk_bind res);
 /* Two or three matrices that read the same one-token x (a layer's q, k
  * and v) in one dispatch instead of one each: y[i] = W[i] x, over q8
  * blocks (xf false, as vkmm_matmul_q8x) or f32 quantized in the lanes (xf

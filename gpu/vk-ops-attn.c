@@ -27,8 +27,9 @@ struct push_attn_split {
     struct vkops_kv_geom g;
     uint32_t layer, n_tok, n_head, n_head_kv, hdk, hdv, chunk, n_chunk, direct;
     float scale;
+    uint32_t q8out;
 };
-_Static_assert(sizeof(struct push_attn_split) == 72, "op_attn_split.comp");
+_Static_assert(sizeof(struct push_attn_split) == 76, "op_attn_split.comp");
 
 struct push_attn_prefill {
     struct vkops_kv_geom g;
@@ -242,17 +243,18 @@ uint64_t vkops_attn_scratch_bytes(int n_tok, int n_head, int head_dim_v, int n_k
            (uint64_t)n_tok * n_head * n_chunk * (head_dim_v + 2) * sizeof(float);
 }
 
-void vkops_attention(struct vkops *o, const struct vkops_kv *kv, const struct vkops_attn *a) {
+bool vkops_attention(struct vkops *o, const struct vkops_kv *kv, const struct vkops_attn *a) {
     STRATA_ASSERT(a->n_tok >= 0 && a->layer >= 0 && a->layer < kv->n_layer && a->n_kv_max >= 1);
     STRATA_ASSERT(vkops_attn_supported(a->n_head, a->n_head_kv, a->head_dim_k, a->head_dim_v));
     STRATA_ASSERT(a->n_tok <= 65535); /* z of the grid */
     check_heads(kv, a->n_head_kv, a->head_dim_k, a->head_dim_v);
     if (a->n_tok == 0)
-        return;
+        return false;
     if (use_prefill(o, a)) {
         attn_prefill(o, kv, a);
-        return;
+        return false;
     }
+    const bool q8 = a->yq.buf && a->head_dim_v % 32 == 0 && a->yq.off % 16 == 0;
     int chunk;
     const int n_chunk = attn_chunks(a->n_tok, a->n_head_kv, a->n_kv_max, &chunk);
     struct push_attn_split push = {
@@ -266,11 +268,13 @@ void vkops_attention(struct vkops *o, const struct vkops_kv *kv, const struct vk
         .n_chunk = (uint32_t)n_chunk,
         .direct = n_chunk == 1,
         .scale = a->scale,
+        .q8out = q8,
     };
     vkops_kv_geom(kv, &push.g);
-    struct vk_bind b[10] = {a->q, a->seq, a->pos, a->out};
+    struct vk_bind b[11] = {a->q, a->seq, a->pos, a->out};
     kv_binds(kv, b + 4);
     b[9] = n_chunk == 1 ? a->out : a->scratch; /* unused when direct */
+    b[10] = q8 ? a->yq : a->out;               /* unused without q8 */
     if (n_chunk > 1) { /* a caller bug: scratch from vkops_attn_scratch_bytes */
         STRATA_ASSERT(a->n_tok * a->n_head_kv <= ATTN_COUNTERS);
         STRATA_ASSERT(a->scratch.buf &&
@@ -280,4 +284,5 @@ void vkops_attention(struct vkops *o, const struct vkops_kv *kv, const struct vk
     }
     vk_dispatch(o->dev, o->attn_split, b, &push, (uint32_t)n_chunk, (uint32_t)a->n_head_kv,
                 (uint32_t)a->n_tok);
+    return q8;
 }

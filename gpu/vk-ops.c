@@ -102,7 +102,7 @@ _Static_assert(sizeof(struct push_sample) == 24, "op_sample.comp");
 
 /* Push sizes of the KV kernels (their structs are in gpu/vk-ops-attn.c). */
 #define PUSH_KV_WRITE 56
-#define PUSH_ATTN_SPLIT 72
+#define PUSH_ATTN_SPLIT 76
 #define PUSH_ATTN_PREFILL 64
 #define PUSH_ROPE_KV 112
 
@@ -143,7 +143,7 @@ int vkops_init(struct vk_dev *d, struct vkops **out, struct strata_error *err) {
         PIPE(argmax, spv_argmax, 2, sizeof(struct push_argmax)),
         PIPE(sample, spv_sample, 3, sizeof(struct push_sample)),
         PIPE(kv_write, spv_kv_write, 9, PUSH_KV_WRITE),
-        PIPE(attn_split, spv_attn_split, 10, PUSH_ATTN_SPLIT),
+        PIPE(attn_split, spv_attn_split, 11, PUSH_ATTN_SPLIT),
         PIPE(rope_kv, spv_rope_kv, 13, PUSH_ROPE_KV),
     };
     *out = NULL;

@@ -238,6 +238,11 @@ struct vkops_attn {
     /* Optional (NULL: unknown): (n_tok) host copy of seq (backend_step.seq),
      * borrowed during the call; it picks the kernel (below). */
     const int32_t *host_seq;
+    /* Optional (buf NULL: none): out also as q8 blocks (vkops_rmsnorm_q8's
+     * yq layout, vkops_q8_bytes(n_tok, n_head * head_dim_v) bytes), the
+     * integer-dot matvec's x for the o projection; written by the split-K
+     * kernel where head_dim_v is a multiple of 32 (and yq.off of 16). */
+    struct vk_bind yq;
 };
 
 /* True when the shape is within the limits above. */
@@ -245,8 +250,10 @@ bool vkops_attn_supported(int n_head, int n_head_kv, int head_dim_k, int head_di
 /* Scratch an attention of this shape may need (the split's partials;
  * 0 when the split would have one chunk). */
 uint64_t vkops_attn_scratch_bytes(int n_tok, int n_head, int head_dim_v, int n_kv_max);
-/* Causal attention over the paged cache (the kernels above). */
-void vkops_attention(struct vkops *o, const struct vkops_kv *kv, const struct vkops_attn *a);
+/* Causal attention over the paged cache (the kernels above). Returns true
+ * when it also wrote a->yq (the split-K kernel, yq given, head_dim_v a
+ * multiple of 32), the same bytes vkops_quant_q8 makes of out. */
+bool vkops_attention(struct vkops *o, const struct vkops_kv *kv, const struct vkops_attn *a);
 
 /* ---- MoE routing ---- */
 

@@ -21,11 +21,21 @@
  * sum); then each invocation owns one f16 pair of the V row for every head
  * of the group and a share of the tile's positions (4 loads in flight), the
  * shares summed through shared memory at the end.
- * q is rounded to f16 first, as ops_attn_head does (ggml's F16 K x F32 Q). */
+ * q is rounded to f16 first, as ops_attn_head does (ggml's F16 K x F32 Q).
+ *
+ * q8out = 1 (vkops_attention's yq; head_dim_v a multiple of 32): the
+ * workgroup that writes a (token, KV head)'s output (the direct one, or
+ * the merge) also writes it as q8 blocks (q8_block.glsl's rule, the layout
+ * of vkops_rmsnorm_q8's yq: a row of n_head * hdv values is n_head * hdv /
+ * 32 blocks) from a copy in shared memory, so the o projection after it
+ * runs on the integer-dot matvec over exactly the blocks vkops_quant_q8
+ * would make of out, with no dispatch of its own. */
 #extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_EXT_control_flow_attributes : require
 #define KV_BIND 4
 #include "op_common.glsl"
 #include "op_kv.glsl"
+#include "q8_block.glsl"
 
 #define WG 128u
 #define TILE 64u
@@ -42,6 +52,7 @@ layout(std430, binding = 3) writeonly buffer Out { float out_[]; };
 /* scratch: ATTN_COUNTERS uint counters, one per (token, KV head), then the
  * partials (m, l, acc[hdv]) per ((token, head), chunk), as uint bits */
 layout(std430, binding = 9) coherent buffer Scr { uint scr[]; };
+layout(std430, binding = 10) writeonly buffer OutQ { uvec4 oq[]; };
 
 #define ATTN_COUNTERS 65536u
 
@@ -54,6 +65,7 @@ layout(push_constant) uniform P {
     uint n_chunk; /* chunks per (token, head) in dst */
     uint direct;  /* 1: one chunk: no partials, out written at once */
     float scale;
+    uint q8out; /* 1: out as q8 blocks too (binding 10) */
 } p;
 
 shared float s_q[GMAX * HDMAX];
@@ -61,6 +73,25 @@ shared float s_sc[GMAX * TILE];
 shared float s_m[GMAX], s_l[GMAX], s_alpha[GMAX];
 shared bool s_last;
 shared vec2 s_red[GMAX * WG]; /* the reps' V sums: GMAX * WG = GMAX * HDMAX / 2 */
+
+/* q8out: the G heads' output from h0 of token t, held in s_q (G * hdv
+ * floats, s_q's q no longer read), as q8 blocks into binding 10. */
+void q8_out(uint t, uint h0, uint G, uint lid) {
+    const uint b0 = (t * p.n_head + h0) * p.hdv / 32u;
+    for (uint b = lid; b < G * p.hdv / 32u; b += WG) {
+        vec4 v[8];
+        [[unroll]] for (uint k = 0u; k < 8u; k++)
+            v[k] = vec4(s_q[32u * b + 4u * k], s_q[32u * b + 4u * k + 1u],
+                        s_q[32u * b + 4u * k + 2u], s_q[32u * b + 4u * k + 3u]);
+        uvec4 qa, qb;
+        float d;
+        int sum;
+        q8_block(v, qa, qb, d, sum);
+        oq[3u * (b0 + b)] = qa;
+        oq[3u * (b0 + b) + 1u] = qb;
+        oq[3u * (b0 + b) + 2u] = uvec4(floatBitsToUint(d), uint(sum), 0u, 0u);
+    }
+}
 
 void main() {
     const uint c = gl_WorkGroupID.x, hk = gl_WorkGroupID.y, t = gl_WorkGroupID.z;
@@ -218,6 +249,10 @@ void main() {
                 const uint oi = (t * p.n_head + h) * p.hdv + 2u * dp;
                 out_[oi] = o.x;
                 out_[oi + 1u] = o.y;
+                if (p.q8out != 0u) { /* the main loop's barriers are behind: s_q is free */
+                    s_q[gh * p.hdv + 2u * dp] = o.x;
+                    s_q[gh * p.hdv + 2u * dp + 1u] = o.y;
+                }
             } else {
                 const uint oi = ATTN_COUNTERS +
                                 ((t * p.n_head + h) * p.n_chunk + c) * (p.hdv + 2u) + 2u + 2u * dp;
@@ -226,8 +261,13 @@ void main() {
             }
         }
     }
-    if (p.direct != 0u)
+    if (p.direct != 0u) {
+        if (p.q8out != 0u) {
+            barrier();
+            q8_out(t, h0, G, lid);
+        }
         return;
+    }
     if (lid < G) {
         const uint oi = ATTN_COUNTERS + ((t * p.n_head + h0 + lid) * p.n_chunk + c) * (p.hdv + 2u);
         scr[oi] = floatBitsToUint(s_m[lid]);
@@ -264,6 +304,12 @@ void main() {
             }
         }
         out_[(t * p.n_head + h0 + gh) * p.hdv + d] = o / L;
+        if (p.q8out != 0u)
+            s_q[i] = o / L;
+    }
+    if (p.q8out != 0u) {
+        barrier();
+        q8_out(t, h0, G, lid);
     }
     if (lid == 0u)
         scr[t * p.n_head_kv + hk] = 0u;

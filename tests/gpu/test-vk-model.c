@@ -801,6 +801,9 @@ START_TEST(test_q8) {
                BACKEND_VK_FUSE_Q8, MODEL_Q8_NMSE, 0, 0);
     check_with("qwen3moe", QUANT_F32, BACKEND_VK_FUSE_ALL & ~BACKEND_VK_FUSE_MULTI,
                BACKEND_VK_FUSE_Q8, MODEL_Q8_NMSE, 0, 0);
+    /* heads of 32 values: attention writes o's q8 copy too */
+    check_with("qwen3", QUANT_Q4_0, BACKEND_VK_FUSE_ALL & ~BACKEND_VK_FUSE_MULTI,
+               BACKEND_VK_FUSE_Q8, MODEL_Q8_NMSE, 0, 0);
 }
 END_TEST
 
@@ -828,6 +831,42 @@ START_TEST(test_xq) {
     check_with("llama", QUANT_Q4_0, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_XQ, MODEL_Q8_NMSE, 0, 0);
     check_with("qwen3moe", QUANT_Q4_0, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_XQ, MODEL_Q8_NMSE, 0,
                0);
+}
+END_TEST
+
+/* Attention writes the o projection's q8 copy where heads are a multiple
+ * of 32 values (qwen3's spec: 32): a one-token step of the default
+ * fusions runs o as q4_0.mvq8.acc (the integer-dot matvec over those
+ * blocks, with the residual add), which no other path of these fusions
+ * names (FUSE_XQ's would be mvxq.acc, the f32 path's mv1.acc); test_q8's
+ * qwen3 row holds the logits. Skipped, saying so, on a device without
+ * timestamps or integer dot products. */
+START_TEST(test_attn_q8) {
+    struct vk_pair pr;
+    pair_open(&pr, "qwen3", QUANT_Q4_0, NULL, BACKEND_VK_FUSE_ALL, 0, 1);
+    const struct vk_dev_info *in = backend_vk_info(pr.bq);
+    if (in->timestamp_period_ns <= 0 || !in->int_dot) {
+        printf("vk-model attn q8: %s has no timestamps or integer dot products: skipped\n",
+               in->name);
+        pair_close(&pr);
+        return;
+    }
+    struct model_batch_entry e[3];
+    for (int i = 0; i < 3; i++)
+        e[i] = (struct model_batch_entry){0, i, (int32_t)((7 * i + 3) % pr.V), true};
+    step(pr.mq, pr.kq, e, 3, pr.lq);
+    backend_vk_profile_enable(pr.bq, true);
+    e[0] = (struct model_batch_entry){0, 3, 5, true};
+    step(pr.mq, pr.kq, e, 1, pr.lq);
+    char *rep = NULL;
+    size_t rep_n = 0;
+    FILE *mf = open_memstream(&rep, &rep_n);
+    backend_vk_profile_report(pr.bq, mf);
+    fclose(mf);
+    ck_assert_msg(strstr(rep, "q4_0.mvq8.acc") != NULL, "o did not run on attention's q8:\n%s",
+                  rep);
+    free(rep);
+    pair_close(&pr);
 }
 END_TEST
 
@@ -1112,6 +1151,7 @@ static Suite *vk_model_suite(void) {
     tcase_add_test(tc, test_norm_tail);
     tcase_add_test(tc, test_xq);
     tcase_add_test(tc, test_multi);
+    tcase_add_test(tc, test_attn_q8);
     tcase_add_test(tc, test_tq8);
     tcase_add_test(tc, test_golden_llama2_tiny_random);
     tcase_add_test(tc, test_llama);

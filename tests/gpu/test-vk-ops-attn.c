@@ -406,7 +406,10 @@ END_TEST
 /* Attention of n_tok queries (seq[t], pos[t]) at layer `layer` on the GPU
  * against ops_attn_head on the host cache; `kernel` names the pipeline that
  * must have run (read from the device's profile, where it has timestamps),
- * host_seq whether the kernel choice sees the sequence ids. */
+ * host_seq whether the kernel choice sees the sequence ids. With heads of a
+ * multiple of 32 values the call asks for the q8 copy too (vkops_attn.yq):
+ * the split kernel writes it, the bytes vkops_quant_q8 makes of out; the
+ * prefill kernel does not (and says so). */
 static void check_attn(struct fixture *f, int layer, int n_head, int n_tok, const int32_t *seq,
                        const int32_t *pos, bool host_seq, const char *kernel,
                        struct strata_rng *r) {
@@ -422,6 +425,9 @@ static void check_attn(struct fixture *f, int layer, int n_head, int n_tok, cons
     struct vk_buf *bq = buf_of(q, (size_t)n_q * 4), *bs = buf_of(seq, n_tok * 4);
     struct vk_buf *bp = buf_of(pos, n_tok * 4), *bsc = buf_of(NULL, sb);
     struct vk_buf *bo = buf_of(NULL, (size_t)n_tok * n_head * HDV * 4);
+    const bool q8 = HDV % 32 == 0, split = strcmp(kernel, "op_attn_split") == 0;
+    const uint64_t qn = q8 ? vkops_q8_bytes(n_tok, (int64_t)n_head * HDV) : 16;
+    struct vk_buf *byq = buf_of(NULL, qn), *bref = buf_of(NULL, qn);
     const struct vkops_attn a = {.q = bd(bq),
                                  .out = bd(bo),
                                  .seq = bd(bs),
@@ -435,7 +441,8 @@ static void check_attn(struct fixture *f, int layer, int n_head, int n_tok, cons
                                  .head_dim_v = HDV,
                                  .n_kv_max = n_kv_max,
                                  .scale = 1.0f / sqrtf((float)HDK),
-                                 .host_seq = host_seq ? seq : NULL};
+                                 .host_seq = host_seq ? seq : NULL,
+                                 .yq = q8 ? bd(byq) : (struct vk_bind){0}};
     struct strata_error err = {0};
     const bool prof = vk_dev_info(dev)->timestamp_period_ns > 0;
     vk_prof_enable(dev, prof);
@@ -447,8 +454,21 @@ static void check_attn(struct fixture *f, int layer, int n_head, int n_tok, cons
     ck_assert_int_eq(vk_rec_begin(dev, &err), 0);
     vkops_attention(ops, &f->gkv, &a);
     vk_fill(dev, bo, 0, (uint64_t)n_tok * n_head * HDV * 4, 0x7fc00000u);
-    vkops_attention(ops, &f->gkv, &a);
+    vk_fill(dev, byq, 0, qn, 0xdeadbeefu);
+    const bool wrote = vkops_attention(ops, &f->gkv, &a);
+    ck_assert_int_eq(wrote, q8 && split);
+    if (wrote)
+        ck_assert(vkops_quant_q8(ops, bd(bo), bd(bref), n_tok, (int64_t)n_head * HDV));
     run();
+    if (wrote) {
+        uint8_t *g8 = malloc(qn), *r8 = malloc(qn);
+        ck_assert_int_eq(vk_buf_download(dev, byq, 0, g8, qn, &err), 0);
+        ck_assert_int_eq(vk_buf_download(dev, bref, 0, r8, qn, &err), 0);
+        ck_assert_msg(!memcmp(g8, r8, qn), "n_tok %d n_head %d: attention's q8 copy differs", n_tok,
+                      n_head);
+        free(r8);
+        free(g8);
+    }
     vk_prof_enable(dev, false);
     if (prof) {
         char *rep = NULL;
@@ -489,6 +509,8 @@ static void check_attn(struct fixture *f, int layer, int n_head, int n_tok, cons
     free(sc);
     free(vr);
     free(kr);
+    vk_buf_free(dev, bref);
+    vk_buf_free(dev, byq);
     vk_buf_free(dev, bo);
     vk_buf_free(dev, bsc);
     vk_buf_free(dev, bp);
@@ -516,6 +538,9 @@ START_TEST(test_attention) {
             /* one long sequence alone: the most chunks */
             const int32_t s1[] = {2}, p1[] = {149};
             check_attn(&f, 1, nh, 1, s1, p1, false, "op_attn_split", &r);
+            /* a first token: one chunk (direct, no merge) */
+            const int32_t s0[] = {1}, p0[] = {0};
+            check_attn(&f, 0, nh, 1, s0, p0, false, "op_attn_split", &r);
             /* a prefill: every position of every sequence, in turns (tiles of
              * several sequences) */
             check_attn(&f, 0, nh, f.n_tok, f.seq, f.pos, false, "op_attn_prefill", &r);

@@ -65,10 +65,11 @@ for (const v of vocabs) {
         const args = ["tokenize", "-m", file, "--batch", special ? "--no-bos" : "--no-special"];
         const r = spawnSync(strata, args, {input: strings.map((s) => JSON.stringify(s)).join("\n") + "\n",
                                            encoding: "utf8", maxBuffer: 64 << 20});
-        const lines = r.stdout.split("\n");
+        const lines = (r.stdout || "").split("\n");
         let bad = 0;
-        if (r.status !== 0) {
-            console.log(`FAIL ${v}: strata exited ${r.status}: ${r.stderr}`);
+        if (r.error || r.status !== 0) {
+            console.log(`FAIL ${v}: strata ${r.error ? `did not run: ${r.error.message}`
+                                                    : `exited ${r.status}: ${r.stderr}`}`);
             bad = strings.length;
         }
         for (let i = 0; i < strings.length && !bad; i++) {
