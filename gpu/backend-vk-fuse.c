@@ -203,6 +203,23 @@ static void moe_sum_now(struct bvk_ctx *c, const struct bvk_pend *p,
                 (uint32_t)p->moe.n_tok, 1);
 }
 
+/* y = W a and res += y for n_rows rows: over the q8 blocks attention wrote
+ * for a (one row, bvk_attention), over a quantized in the lanes
+ * (BACKEND_VK_FUSE_XQ), or over f32 a. */
+static void acc_now(struct bvk_ctx *c, const struct bvk_weight *w, const struct backend_tensor *a,
+                    const struct backend_tensor *y, int64_t n_rows,
+                    const struct backend_tensor *res) {
+    if (!bvk_rec_raw(c))
+        return;
+    const struct vk_bind rb = bvk_bind(res);
+    if (n_rows == 1 && bvk_q8_valid(c, a) && vkmm_q8x_ok(c->mm, w->type) && w->n_cols % 32 == 0)
+        vkmm_matmul_q8x_acc(c->mm, &w->mat, (struct vk_bind){c->xq8, 0, 0}, bvk_bind(y), rb);
+    else if (bvk_xq_ok(c, w, n_rows))
+        vkmm_matmul_xq(c->mm, &w->mat, NULL, bvk_bind(a), bvk_bind(y), &rb);
+    else
+        vkmm_matmul_acc(c->mm, &w->mat, bvk_bind(a), bvk_bind(y), n_rows, rb);
+}
+
 static void pend_now(struct bvk_ctx *c, const struct bvk_pend *p) {
     switch (p->kind) {
     case BVK_PEND_NORM:
@@ -219,19 +236,9 @@ static void pend_now(struct bvk_ctx *c, const struct bvk_pend *p) {
     case BVK_PEND_MOE_SUM:
         moe_sum_now(c, p, NULL);
         break;
-    case BVK_PEND_ACC: {
-        if (!bvk_rec_raw(c))
-            break;
-        const struct bvk_weight *w = bvk_w(p->mm.jobs[0].w.w);
-        /* o over the q8 blocks attention wrote (bvk_attention) */
-        if (bvk_q8_valid(c, p->mm.x) && vkmm_q8x_ok(c->mm, w->type) && w->n_cols % 32 == 0)
-            vkmm_matmul_q8x_acc(c->mm, &w->mat, (struct vk_bind){c->xq8, 0, 0},
-                                bvk_bind(p->mm.jobs[0].y), bvk_bind(p->mm.res));
-        else
-            vkmm_matmul_acc(c->mm, &w->mat, bvk_bind(p->mm.x), bvk_bind(p->mm.jobs[0].y), 1,
-                            bvk_bind(p->mm.res));
+    case BVK_PEND_ACC:
+        acc_now(c, bvk_w(p->mm.jobs[0].w.w), p->mm.x, p->mm.jobs[0].y, 1, p->mm.res);
         break;
-    }
     }
 }
 
@@ -415,17 +422,7 @@ void bvk_add(void *ctx, struct backend_tensor *x, const struct backend_tensor *y
             return;
         }
         c->n_pend = 0;
-        if (!bvk_rec_raw(c))
-            return;
-        const struct bvk_weight *w = bvk_w(p->mm.jobs[0].w.w);
-        const struct vk_bind res = bvk_bind(x);
-        if (n_rows == 1 && bvk_q8_valid(c, p->mm.x) && vkmm_q8x_ok(c->mm, w->type) &&
-            w->n_cols % 32 == 0) /* o over the q8 blocks attention wrote (bvk_attention) */
-            vkmm_matmul_q8x_acc(c->mm, &w->mat, (struct vk_bind){c->xq8, 0, 0}, bvk_bind(y), res);
-        else if (bvk_xq_ok(c, w, n_rows))
-            vkmm_matmul_xq(c->mm, &w->mat, NULL, bvk_bind(p->mm.x), bvk_bind(y), &res);
-        else
-            vkmm_matmul_acc(c->mm, &w->mat, bvk_bind(p->mm.x), bvk_bind(y), n_rows, res);
+        acc_now(c, bvk_w(p->mm.jobs[0].w.w), p->mm.x, y, n_rows, x);
         return;
     }
     if (pend_is(c, 1, BVK_PEND_MOE_SUM) && p->moe.out == y && p->moe.n_tok == n_rows &&
