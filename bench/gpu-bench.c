@@ -24,7 +24,7 @@
  * fuse: the backend's BACKEND_VK_FUSE_* bits (backend-vk.h; 103 the default,
  * 39 without one dispatch for q, k and v, 7 without the prefill's q8
  * activations either, 3 without the decode's, 0 none: the ops one dispatch
- * each; 8 and 16 the opt-in forms), so one binary
+ * each; 8, 16 and 128 the opt-in forms), so one binary
  * compares them; tg also prints
  * the dispatches a decode step records. The model loads
  * with the context n_prefill + n_decode + 8. */

@@ -204,15 +204,20 @@ static void moe_sum_now(struct bvk_ctx *c, const struct bvk_pend *p,
 }
 
 /* y = W a and res += y for n_rows rows: over the q8 blocks attention wrote
- * for a (one row, bvk_attention), over a quantized in the lanes
- * (BACKEND_VK_FUSE_XQ), or over f32 a. */
+ * for a (one row, bvk_attention) or a dispatch of its own made
+ * (BACKEND_VK_FUSE_QD), over a quantized in the lanes (BACKEND_VK_FUSE_XQ),
+ * or over f32 a. */
 static void acc_now(struct bvk_ctx *c, const struct bvk_weight *w, const struct backend_tensor *a,
                     const struct backend_tensor *y, int64_t n_rows,
                     const struct backend_tensor *res) {
     if (!bvk_rec_raw(c))
         return;
     const struct vk_bind rb = bvk_bind(res);
-    if (n_rows == 1 && bvk_q8_valid(c, a) && vkmm_q8x_ok(c->mm, w->type) && w->n_cols % 32 == 0)
+    const bool q8w = n_rows == 1 && vkmm_q8x_ok(c->mm, w->type) && w->n_cols % 32 == 0;
+    /* BACKEND_VK_FUSE_QD: a's q8 copy made here, one dispatch */
+    if (q8w && !bvk_q8_valid(c, a) && (c->fuse & BACKEND_VK_FUSE_QD))
+        (void)bvk_tq8_x(c, a, 1, w->n_cols);
+    if (q8w && bvk_q8_valid(c, a))
         vkmm_matmul_q8x_acc(c->mm, &w->mat, (struct vk_bind){c->xq8, 0, 0}, bvk_bind(y), rb);
     else if (bvk_xq_ok(c, w, n_rows))
         vkmm_matmul_xq(c->mm, &w->mat, NULL, bvk_bind(a), bvk_bind(y), &rb);

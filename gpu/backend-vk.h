@@ -136,8 +136,14 @@ struct backend_vk_params {
  * (their profile's kernels add up to the step), where one matvec of
  * 11,008 x 4,096 took 11.5-11.9 (mv-bench). */
 #define BACKEND_VK_FUSE_MULTI 64u
+/* A decode step's down projection (a matvec with the residual add whose x
+ * has no q8 copy) quantizes x in a dispatch of its own (vkops_quant_q8)
+ * and runs on the integer-dot matvec: one dispatch more a layer, for a
+ * matvec that ran 18.5-19.1 us on f32 x against 11.6 on q8 (4096 x
+ * 11,008, H100, mv-bench, third session). Not in FUSE_ALL: not timed. */
+#define BACKEND_VK_FUSE_QD 128u
 #define BACKEND_VK_FUSE_ALL 103u
-#define BACKEND_VK_FUSE_MASK 127u
+#define BACKEND_VK_FUSE_MASK 255u
 
 struct backend_vk_params backend_vk_params_default(void);
 

@@ -826,8 +826,15 @@ END_TEST
  * x quantized in the lanes (BACKEND_VK_FUSE_XQ, vkmm_matmul_xq), against
  * the default fusions: the q8 rounding of those inputs only, as test_q8's
  * (MODEL_Q8_NMSE, the near-tie rule), no dispatch more or fewer; a llama
- * (o, down, output) and a qwen3moe (the experts' down). */
+ * (o, down, output) and a qwen3moe (the experts' down). And the down
+ * projection over a q8 copy of its own (BACKEND_VK_FUSE_QD). */
 START_TEST(test_xq) {
+    /* the down projection's x quantized by a dispatch of its own
+     * (BACKEND_VK_FUSE_QD): one dispatch more a layer where attention
+     * wrote o's copy (qwen3's heads of 32), two where o needs one too
+     * (llama's heads of 16); the q8 rounding */
+    check_with("qwen3", QUANT_Q4_0, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_QD, MODEL_Q8_NMSE, -1, 0);
+    check_with("llama", QUANT_Q4_0, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_QD, MODEL_Q8_NMSE, -2, 0);
     check_with("llama", QUANT_Q4_0, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_XQ, MODEL_Q8_NMSE, 0, 0);
     check_with("qwen3moe", QUANT_Q4_0, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_XQ, MODEL_Q8_NMSE, 0,
                0);
