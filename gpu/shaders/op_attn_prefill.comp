@@ -8,12 +8,7 @@
  * K row 512 / 16 = 32 times from the cache instead of 512 times).
  *
  * Eight consecutive invocations own a row: each holds 1/8 of the row's q
- * and 1/8 of its output, in 16-byte runs of four words (invocation sl the
- * words 32 i + 4 sl .. + 3), so a key's K and V words come out of shared
- * memory as uvec4 loads: a quarter of the load instructions of one word an
- * invocation a load, which every row of a subgroup issued for each of the
- * tile's keys (2026-12-07; not yet timed on a device: no device call ran
- * that session, bench/README.md "fifth session"); the score of a key is their
+ * (interleaved words) and 1/8 of its output, the score of a key is their
  * partial dots summed by three subgroupShuffleXor steps (subgroups of at
  * least 8; lavapipe has no clustered reductions), and every one of the eight
  * then runs the same online softmax in registers: no shared memory for
@@ -27,7 +22,13 @@
  * n - 1 - y, so the device starts the last tiles of every head first: in a
  * causal prefill they walk the most keys, and the short ones fill the gaps
  * behind them (the longest-first rule), where (tile, KV head) order ran
- * each head's tiles together, the longest last, wave after wave. */
+ * each head's tiles together, the longest last, wave after wave.
+ *
+ * Tried and taken out: each key's K and V words read from shared memory as
+ * uvec4s (a lane holding words 32 i + 4 sl .. + 3, rows padded to whole
+ * uvec4s; db63356), a quarter of the shared-load instructions: 750.3 us a
+ * layer against this form's 554.4, 7B pp512 3,600 / 3,600 against 3,795 /
+ * 3,797 tok/s (H100, device call of 2026-12-07, sixth session, alternated). */
 #extension GL_KHR_shader_subgroup_shuffle : require
 #define KV_BIND 4
 #include "op_common.glsl"
@@ -37,8 +38,6 @@
 #define TK 16u   /* keys a tile */
 #define HWMAX 128u /* words (f16 pairs) of a head: head_dim <= 256 */
 #define SLW 16u  /* words an invocation holds of q / out: HWMAX / 8 */
-#define SLV 4u   /* of them, runs of 4: SLW / 4 */
-#define RW4 32u  /* uvec4s a shared row: HWMAX / 4 */
 
 layout(local_size_x = 128) in;
 layout(constant_id = 0) const uint LATE = 1; /* 1: (KV head, tile) grid, last tile first */
@@ -57,7 +56,7 @@ layout(push_constant) uniform P {
     float scale;
 } p;
 
-shared uvec4 s_k[TK * RW4], s_v[TK * RW4]; /* words past a head's: 0 */
+shared uint s_k[TK * HWMAX], s_v[TK * HWMAX];
 shared uint s_kb[TK], s_vb[TK], s_pc[TK]; /* a tile row's first K, V word and piece */
 
 void main() {
@@ -72,14 +71,14 @@ void main() {
     const bool live = row < p.tq * G && t < p.n_tok;
     const uint hwk = p.hdk / 2u, hwv = p.hdv / 2u;
 
-    /* this invocation's q words: w = 32 i + 4 sl + c, slot 4 i + c */
+    /* this invocation's q words: w = sl + 8 i */
     vec2 qv[SLW];
-    for (uint n = 0u; n < SLW; n++) {
-        const uint w = 32u * (n / 4u) + 4u * sl + n % 4u;
-        qv[n] = vec2(0.0);
+    for (uint i = 0u; i < SLW; i++) {
+        const uint w = sl + 8u * i;
+        qv[i] = vec2(0.0);
         if (live && w < hwk) {
             const uint qi = (t * p.n_head + hk * G + gh) * p.hdk + 2u * w;
-            qv[n] = vec2(unpackHalf2x16(kv_f32_to_f16(q[qi])).x,
+            qv[i] = vec2(unpackHalf2x16(kv_f32_to_f16(q[qi])).x,
                          unpackHalf2x16(kv_f32_to_f16(q[qi + 1u])).x);
         }
     }
@@ -124,7 +123,7 @@ void main() {
                 s_pc[lid] = pc;
             }
             barrier();
-            const uint hwm = (max(hwk, hwv) + 3u) & ~3u; /* whole uvec4s */
+            const uint hwm = max(hwk, hwv);
             for (uint i0 = lid; i0 < TK * hwm; i0 += 4u * WG) {
                 uint kw[4], vw[4];
                 for (uint u = 0u; u < 4u; u++) {
@@ -141,8 +140,8 @@ void main() {
                 for (uint u = 0u; u < 4u; u++) {
                     const uint i = i0 + u * WG, j = i / hwm, w = i % hwm;
                     if (i < TK * hwm) {
-                        s_k[j * RW4 + w / 4u][w % 4u] = kw[u];
-                        s_v[j * RW4 + w / 4u][w % 4u] = vw[u];
+                        s_k[j * HWMAX + w] = kw[u];
+                        s_v[j * HWMAX + w] = vw[u];
                     }
                 }
             }
@@ -151,13 +150,11 @@ void main() {
             float mt = -1.0 / 0.0;
             for (uint j = 0u; j < TK; j++) {
                 float d = 0.0;
-                for (uint i = 0u; i < SLV; i++) {
-                    if (32u * i + 4u * sl < hwk) {
-                        const uvec4 k4 = s_k[j * RW4 + 8u * i + sl];
-                        for (uint c = 0u; c < 4u; c++) {
-                            const vec2 kk = unpackHalf2x16(k4[c]);
-                            d += qv[4u * i + c].x * kk.x + qv[4u * i + c].y * kk.y;
-                        }
+                for (uint i = 0u; i < SLW; i++) {
+                    const uint w = sl + 8u * i;
+                    if (w < hwk) {
+                        const vec2 kk = unpackHalf2x16(s_k[j * HWMAX + w]);
+                        d += qv[i].x * kk.x + qv[i].y * kk.y;
                     }
                 }
                 d += subgroupShuffleXor(d, 1u);
@@ -175,12 +172,10 @@ void main() {
                 for (uint j = 0u; j < TK; j++) {
                     const float e = exp(sc[j] - m_new);
                     l += e;
-                    for (uint i = 0u; i < SLV; i++) {
-                        if (32u * i + 4u * sl < hwv) {
-                            const uvec4 v4 = s_v[j * RW4 + 8u * i + sl];
-                            for (uint c = 0u; c < 4u; c++)
-                                acc[4u * i + c] += e * unpackHalf2x16(v4[c]);
-                        }
+                    for (uint i = 0u; i < SLW; i++) {
+                        const uint w = sl + 8u * i;
+                        if (w < hwv)
+                            acc[i] += e * unpackHalf2x16(s_v[j * HWMAX + w]);
                     }
                 }
                 m = m_new;
@@ -188,11 +183,11 @@ void main() {
         }
         if (act) {
             const uint ob = (t * p.n_head + hk * G + gh) * p.hdv;
-            for (uint n = 0u; n < SLW; n++) {
-                const uint w = 32u * (n / 4u) + 4u * sl + n % 4u;
+            for (uint i = 0u; i < SLW; i++) {
+                const uint w = sl + 8u * i;
                 if (w < hwv) {
-                    out_[ob + 2u * w] = acc[n].x / l;
-                    out_[ob + 2u * w + 1u] = acc[n].y / l;
+                    out_[ob + 2u * w] = acc[i].x / l;
+                    out_[ob + 2u * w + 1u] = acc[i].y / l;
                 }
             }
         }
