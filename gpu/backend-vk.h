@@ -131,16 +131,23 @@ struct backend_vk_params {
 /* A decode step's matvecs over one x in one dispatch where their matrices
  * allow it (vkmm_matmul_multi: one type with the integer-dot matvec, one
  * width, one buffer): a layer's q, k and v, a shared expert's gate, up and
- * gate input; each result the bits of its own dispatch. Why: on an H100
- * the 7B's q, k and v took 8.5-8.6 us a dispatch one after the other
- * (their profile's kernels add up to the step), where one matvec of
- * 11,008 x 4,096 took 11.5-11.9 (mv-bench). */
+ * gate input; each result the bits of its own dispatch. Measured on an
+ * H100 (device call of 2026-12-07, sixth session, `gpu-bench 7b -1 128 16
+ * 1 0 4300 PC auto 103|39` alternated): 7B tg128 261.5 / 262.8 tok/s
+ * against 260.1 / 260.9, 260 dispatches a token against 324; the profile
+ * has q/k/v at 16.77 us a layer against 3 x 8.5, but untimed the GPU
+ * overlapped the three, so the clock gains ~0.6%; the MoE showed no gain
+ * (170.2 against 170.7 in the clean round). Kept: the same bits, fewer
+ * launches. */
 #define BACKEND_VK_FUSE_MULTI 64u
 /* A decode step's down projection (a matvec with the residual add whose x
  * has no q8 copy) quantizes x in a dispatch of its own (vkops_quant_q8)
  * and runs on the integer-dot matvec: one dispatch more a layer, for a
  * matvec that ran 18.5-19.1 us on f32 x against 11.6 on q8 (4096 x
- * 11,008, H100, mv-bench, third session). Not in FUSE_ALL: not timed. */
+ * 11,008, H100, mv-bench, third session). Not in FUSE_ALL: on an H100
+ * (device call of 2026-12-07, sixth session, alternated) 7B tg128 263.7 /
+ * 263.9 tok/s against the default's 261.5 / 262.8, +0.7%, within what the
+ * same binary moves between rounds. */
 #define BACKEND_VK_FUSE_QD 128u
 #define BACKEND_VK_FUSE_ALL 103u
 #define BACKEND_VK_FUSE_MASK 255u
