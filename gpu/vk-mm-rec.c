@@ -103,6 +103,16 @@ static int split_groups(struct vkmm *mm, uint64_t groups, uint32_t *gx, uint32_t
     return 0;
 }
 
+/* The grid of a one-token mv_dot.comp dispatch over n_rows rows: a
+ * workgroup a group of mv_rows1 rows, at most mv_wcap of them (the shader
+ * loops over the rest). -1, latched, where the device's counts fall short. */
+static int q8_grid(struct vkmm *mm, uint32_t n_rows, uint32_t *gx, uint32_t *gy) {
+    uint64_t groups = (n_rows + mm->tune.mv_rows1 - 1) / mm->tune.mv_rows1;
+    if (mm->tune.mv_wcap && groups > mm->tune.mv_wcap)
+        groups = mm->tune.mv_wcap;
+    return split_groups(mm, groups, gx, gy);
+}
+
 /* What one dispatch of a call binds besides the push constants. */
 struct rec_call {
     enum quant_type type;
@@ -140,10 +150,7 @@ static void record_rows(struct vkmm *mm, const struct rec_call *c, struct vk_bin
             vkmm_latch(mm, e.code ? e.code : STRATA_E_INTERNAL, "vkmm: %s", e.message);
             return;
         }
-        uint64_t groups = (pu->n_rows + t->mv_rows1 - 1) / t->mv_rows1;
-        if (t->mv_wcap && groups > t->mv_wcap) /* the shader loops over the rest */
-            groups = t->mv_wcap;
-        if (split_groups(mm, groups, &gx, &gy))
+        if (q8_grid(mm, pu->n_rows, &gx, &gy))
             return;
         vk_dispatch(mm->d, p, binds, pu, gx, gy, 1);
         return;
@@ -505,11 +512,8 @@ void vkmm_matmul_multi(struct vkmm *mm, const struct vk_wmat *const *w, int n, s
     /* bindings 3-5 (sel, up, residual) are not read: any buffer */
     const struct vk_bind binds[VKMM_N_BIND_Q8] = {wb, x,    y[0], x,
                                                   wb, y[0], y[1], n > 2 ? y[2] : y[0]};
-    uint64_t groups = (pu.n_rows + mm->tune.mv_rows1 - 1) / mm->tune.mv_rows1;
-    if (mm->tune.mv_wcap && groups > mm->tune.mv_wcap) /* the shader loops over the rest */
-        groups = mm->tune.mv_wcap;
     uint32_t gx, gy;
-    if (split_groups(mm, groups, &gx, &gy))
+    if (q8_grid(mm, pu.n_rows, &gx, &gy))
         return;
     vk_dispatch(mm->d, p, binds, &pu, gx, gy, 1);
 }

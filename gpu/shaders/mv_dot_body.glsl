@@ -28,17 +28,17 @@
 // share each), which costs ALU and L2 reads, not DRAM.
 // ACC = 1 (plain, one token): y is also added into binding 5, the residual
 // (mv_body.glsl's ACC; one workgroup owns each row).
-// SPLIT = 1 (plain, one token; vkmm_matmul_q8x_multi): two or three
+// SPLIT = 1 (plain, one token; vkmm_matmul_multi): two or three
 // matrices of one type and width that read the same x (a layer's q, k and
 // v) in one dispatch instead of one each. Binding 0 holds them all: rows
 // [0, split1) are the first's from w_base, [split1, split2) the second's
 // from w_base2, [split2, n_rows) the third's from w_base3; each writes its
 // own y (bindings 2, 6 and 7), row r - split at index r - split. Every row
 // runs the plain form's arithmetic, so its result is that form's bits. Why:
-// a 7B decode step ran q, k and v as three 4096-row matvecs of 8.5-8.6 us
-// each (H100 profiles of 2026-12-07), where one matvec of 11,008 x 4,096
-// took 11.5-11.9 us (mv-bench, same card): each launch pays a fixed cost,
-// and the profile's kernels add up to the step's time (no overlap).
+// a 7B decode step's profile had q, k and v at 8.5-8.6 us a dispatch where
+// one matvec of 11,008 x 4,096 took 11.5-11.9 us (mv-bench, H100). Timed
+// without the profile (which serializes dispatches) the gain is small:
+// 7B tg128 +0.6% on an H100 (backend-vk.h BACKEND_VK_FUSE_MULTI).
 layout(constant_id = 0) const uint WG = 128; // lanes per workgroup
 layout(constant_id = 1) const uint NR = 4;   // rows per workgroup
 layout(constant_id = 2) const uint GLU = 0;  // 1: silu(gate) * up, up in binding 4
