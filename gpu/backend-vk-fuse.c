@@ -59,8 +59,9 @@ static void rmsnorm_now(struct bvk_ctx *c, const struct backend_tensor *x,
      * for one row (the output's norm: the output matrix then runs on the
      * integer-dot matvec too), not the per-head q and k norms */
     const bool want = n_rows == 1 ? (c->fuse & BACKEND_VK_FUSE_Q8) != 0
-                                  : (c->fuse & BACKEND_VK_FUSE_TQ8) && vkmm_tiled_tokens(n_rows) &&
-                                        vk_dev_info(c->dev)->int_dot;
+                      : vkmm_tiled_tokens(n_rows)
+                          ? (c->fuse & BACKEND_VK_FUSE_TQ8) && vk_dev_info(c->dev)->int_dot
+                          : (c->fuse & BACKEND_VK_FUSE_MQ8) && vk_dev_info(c->dev)->int_dot;
     if (want && (x != y || n_rows == 1) && n_cols % 32 == 0 &&
         bvk_scratch(c, &c->xq8, vkops_q8_bytes(n_rows, n_cols)) &&
         vkops_rmsnorm_q8(c->ops, bvk_bind(x), wb, w != NULL, bvk_bind(y),
@@ -73,11 +74,15 @@ static void rmsnorm_now(struct bvk_ctx *c, const struct backend_tensor *x,
     vkops_rmsnorm(c->ops, bvk_bind(x), wb, w != NULL, bvk_bind(y), n_rows, n_cols, eps);
 }
 
-/* BACKEND_VK_FUSE_TQ8: whether a matmul of w over n_rows rows takes the
- * integer-dot tiles over q8 x. */
+/* BACKEND_VK_FUSE_TQ8 (more than 32 rows) and BACKEND_VK_FUSE_MQ8 (2 to
+ * 32): whether a matmul of w over n_rows rows takes q8 x (the integer-dot
+ * tiles, or the integer-dot matvec's passes). */
 static bool tq8_ok(const struct bvk_ctx *c, const struct bvk_weight *w, int64_t n_rows) {
-    return (c->fuse & BACKEND_VK_FUSE_TQ8) && w->n_expert <= 1 && w->n_cols % 32 == 0 &&
-           vkmm_tq8_ok(c->mm, w->type, n_rows);
+    if (w->n_expert > 1 || w->n_cols % 32 != 0)
+        return false;
+    if (vkmm_tiled_tokens(n_rows))
+        return (c->fuse & BACKEND_VK_FUSE_TQ8) && vkmm_tq8_ok(c->mm, w->type, n_rows);
+    return (c->fuse & BACKEND_VK_FUSE_MQ8) && vkmm_mq8_ok(c->mm, w->type, n_rows);
 }
 
 bool bvk_tq8_x(struct bvk_ctx *c, const struct backend_tensor *x, int64_t n_rows, int64_t n_cols) {
@@ -217,8 +222,14 @@ static void acc_now(struct bvk_ctx *c, const struct bvk_weight *w, const struct 
     /* BACKEND_VK_FUSE_QD: a's q8 copy made here, one dispatch */
     if (q8w && !bvk_q8_valid(c, a) && (c->fuse & BACKEND_VK_FUSE_QD))
         (void)bvk_tq8_x(c, a, 1, w->n_cols);
-    if (q8w && bvk_q8_valid(c, a))
-        vkmm_matmul_q8x_acc(c->mm, &w->mat, (struct vk_bind){c->xq8, 0, 0}, bvk_bind(y), rb);
+    /* BACKEND_VK_FUSE_MQ8: 2-32 rows over a's q8 rows (attention's, or a
+     * dispatch of their own) */
+    if (n_rows > 1 && tq8_ok(c, w, n_rows) && !vkmm_tiled_tokens(n_rows) &&
+        bvk_tq8_x(c, a, n_rows, w->n_cols))
+        vkmm_matmul_q8x_acc(c->mm, &w->mat, (struct vk_bind){c->xq8, 0, 0}, bvk_bind(y), rb,
+                            n_rows);
+    else if (q8w && bvk_q8_valid(c, a))
+        vkmm_matmul_q8x_acc(c->mm, &w->mat, (struct vk_bind){c->xq8, 0, 0}, bvk_bind(y), rb, 1);
     else if (bvk_xq_ok(c, w, n_rows))
         vkmm_matmul_xq(c->mm, &w->mat, NULL, bvk_bind(a), bvk_bind(y), &rb);
     else
@@ -243,6 +254,10 @@ static void pend_now(struct bvk_ctx *c, const struct bvk_pend *p) {
         break;
     case BVK_PEND_ACC:
         acc_now(c, bvk_w(p->mm.jobs[0].w.w), p->mm.x, p->mm.jobs[0].y, 1, p->mm.res);
+        break;
+    case BVK_PEND_ROPE_KV:
+        if (bvk_rec_raw(c))
+            vkops_rope_kv(c->ops, &c->kvv, &p->rk.a);
         break;
     }
 }
@@ -527,6 +542,23 @@ static bool held_norms(const struct bvk_ctx *c, int n_norm, const struct bvk_pen
     return true;
 }
 
+bool bvk_take_rope_kv(struct bvk_ctx *c, const struct backend_attn *a, struct vkops_rope_kv *rk) {
+    if (!pend_is(c, 1, BVK_PEND_ROPE_KV))
+        return false;
+    const struct bvk_pend *h = &c->pend[0];
+    if (h->rk.q != a->q || h->rk.a.layer != a->layer || h->rk.a.n_tok != a->n_tok ||
+        h->rk.a.n_head != a->n_head || h->rk.a.n_head_kv != a->n_head_kv ||
+        h->rk.a.head_dim_k != a->head_dim_k || h->rk.a.head_dim_v != a->head_dim_v)
+        return false;
+    const struct vk_bind s = bvk_bind(a->seq), p = bvk_bind(a->pos);
+    if (h->rk.a.seq.buf != s.buf || h->rk.a.seq.off != s.off || h->rk.a.pos.buf != p.buf ||
+        h->rk.a.pos.off != p.off)
+        return false;
+    *rk = h->rk.a;
+    c->n_pend = 0;
+    return true;
+}
+
 void bvk_kv_write(void *ctx, struct kv_cache *kv, int layer, const struct backend_tensor *k,
                   const struct backend_tensor *v, const struct backend_tensor *seq,
                   const struct backend_tensor *pos, int n_tok, int n_head_kv, int head_dim_k,
@@ -582,6 +614,14 @@ void bvk_kv_write(void *ctx, struct kv_cache *kv, int layer, const struct backen
             .eps_q = qn.norm.eps,
             .eps_k = kn.norm.eps,
         };
+        /* a decode batch of one token a sequence: held for the attention
+         * after it, which does this work itself (BACKEND_VK_FUSE_ATTN) */
+        if ((c->fuse & BACKEND_VK_FUSE_ATTN) && c->one_per_seq && n_tok <= VKOPS_ATTN_DECODE_MAX) {
+            struct bvk_pend *h = pend_push(c, BVK_PEND_ROPE_KV);
+            h->rk.a = a;
+            h->rk.q = q.rope.x;
+            return;
+        }
         vkops_rope_kv(c->ops, &c->kvv, &a);
         return;
     }

@@ -74,6 +74,8 @@ enum bvk_pend_kind {
     BVK_PEND_ROPE,     /* rope */
     BVK_PEND_MOE_SUM,  /* moe_ffn's weighted sum (its matmuls are recorded) */
     BVK_PEND_ACC,      /* matmul (one job, one token) and the add into mm.res after it */
+    BVK_PEND_ROPE_KV,  /* the norms, ropes and KV write of rk (vkops_rope_kv), for the
+                          attention after them (BACKEND_VK_FUSE_ATTN) */
 };
 struct bvk_pend {
     enum bvk_pend_kind kind;
@@ -104,6 +106,10 @@ struct bvk_pend {
         int64_t n_embd;
         bool accumulate;
     } moe;
+    struct {
+        struct vkops_rope_kv a;
+        const struct backend_tensor *q; /* the unroped q the attention must read */
+    } rk;
 };
 #define BVK_PEND_MAX 4 /* q-norm, k-norm, rope q, rope k */
 
@@ -136,6 +142,7 @@ struct bvk_ctx {
     int32_t *h_table;     /* host mirror of one row */
     int table_seqs, table_stride;
     int n_kv_max;
+    bool one_per_seq; /* no sequence has two tokens in the step (BACKEND_VK_FUSE_ATTN) */
     /* scratch grown on demand; the old ones are freed after the next wait */
     struct vk_buf *attn_scratch, *moe_g, *moe_u, *moe_d;
     /* BACKEND_VK_FUSE_Q8: the q8 copy of the last norm's output (q8_src),
@@ -182,6 +189,9 @@ bool bvk_kv_is_step(struct bvk_ctx *c, const struct kv_cache *kv);
 
 /* the ops with fused forms and the held-back ops (backend-vk-fuse.c) */
 void bvk_pend_flush(struct bvk_ctx *c); /* records the held ops as asked */
+/* The held rope + KV write for attention a (BACKEND_VK_FUSE_ATTN), taken
+ * off the list into *rk: false when none is held for it. */
+bool bvk_take_rope_kv(struct bvk_ctx *c, const struct backend_attn *a, struct vkops_rope_kv *rk);
 void bvk_rmsnorm(void *ctx, const struct backend_tensor *x, const struct backend_weight *w,
                  struct backend_tensor *y, int64_t n_rows, int64_t n_cols, float eps);
 void bvk_matmul(void *ctx, const struct backend_tensor *x, int64_t n_rows,

@@ -244,11 +244,13 @@ static int bvk_tables(struct bvk_ctx *c, const struct backend_step *s, struct st
     }
     vk_rec_group(c->dev, true); /* one barrier after the rows and the step's writes */
     c->io_group = 1;
+    c->one_per_seq = true;
     for (int i = 0; i < s->n_tok; i++) {
         const int seq = s->seq[i];
         bool seen = false;
         for (int j = 0; j < i && !seen; j++)
             seen = s->seq[j] == seq;
+        c->one_per_seq = c->one_per_seq && !seen;
         if (seen || seq < 0 || seq >= kp->n_seq_max)
             continue;
         int nb = kv_seq_n_blocks(s->kv, seq);
@@ -286,6 +288,7 @@ static int bvk_begin(void *ctx, const struct backend_step *s, struct strata_erro
     c->n_pend = 0;
     c->kv = NULL;
     c->n_kv_max = s->n_kv_max;
+    c->one_per_seq = false; /* bvk_tables decides */
     if ((rc = vk_rec_begin(c->dev, err)))
         return rc;
     if (s->kv) {
@@ -408,6 +411,8 @@ static void bvk_attention(void *ctx, const struct backend_attn *a) {
     struct bvk_ctx *c = ctx;
     bvk_fits(a->q, a->n_tok, (int64_t)a->n_head * a->head_dim_k);
     bvk_fits(a->out, a->n_tok, (int64_t)a->n_head * a->head_dim_v);
+    struct vkops_rope_kv rk;
+    const bool fused = bvk_take_rope_kv(c, a, &rk); /* before bvk_rec would record it */
     if (!bvk_rec(c) || !bvk_kv_is_step(c, a->kv))
         return;
     if (!vkops_attn_supported(a->n_head, a->n_head_kv, a->head_dim_k, a->head_dim_v)) {
@@ -431,18 +436,22 @@ static void bvk_attention(void *ctx, const struct backend_attn *a) {
                             .head_dim_k = a->head_dim_k,
                             .head_dim_v = a->head_dim_v,
                             .n_kv_max = c->n_kv_max,
-                            .scale = a->scale};
+                            .scale = a->scale,
+                            .rope = fused ? &rk : NULL};
     /* a decode token's output also as q8 blocks (BACKEND_VK_FUSE_Q8) for
      * the o projection after it (the integer-dot matvec; backend-vk-fuse.c
      * pend_now's ACC) */
     const int64_t n_out = (int64_t)a->n_head * a->head_dim_v;
-    if ((c->fuse & BACKEND_VK_FUSE_Q8) && a->n_tok == 1 && n_out % 32 == 0 &&
-        bvk_scratch(c, &c->xq8, vkops_q8_bytes(1, n_out)))
+    const bool yq = a->n_tok == 1
+                        ? (c->fuse & BACKEND_VK_FUSE_Q8) != 0
+                        : (c->fuse & BACKEND_VK_FUSE_MQ8) && vk_dev_info(c->dev)->int_dot &&
+                              a->n_tok <= VKOPS_ATTN_DECODE_MAX;
+    if (yq && n_out % 32 == 0 && bvk_scratch(c, &c->xq8, vkops_q8_bytes(a->n_tok, n_out)))
         va.yq = (struct vk_bind){c->xq8, 0, 0};
     c->q8_src = NULL;
     if (vkops_attention(c->ops, &c->kvv, &va)) {
         c->q8_src = a->out;
-        c->q8_rows = 1;
+        c->q8_rows = a->n_tok;
         bvk_q8_keep(c);
     }
 }

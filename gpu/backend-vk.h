@@ -149,8 +149,26 @@ struct backend_vk_params {
  * 263.9 tok/s against the default's 261.5 / 262.8, +0.7%, within what the
  * same binary moves between rounds. */
 #define BACKEND_VK_FUSE_QD 128u
+/* A decode step whose every sequence has one token (a single stream, or
+ * the scheduler's decoding batch of up to VKOPS_ATTN_DECODE_MAX): the
+ * split-K attention norms and ropes q itself and writes the new K and V
+ * row (vkops_attention's rope, op_attn_rope.comp), where FUSE_ROPE's
+ * vkops_rope_kv ran a dispatch of its own before it: one dispatch and one
+ * barrier fewer a layer, the same bits (test-vk-ops' test_attention_rope,
+ * test-vk-model's test_attn_rope). Needs FUSE_ROPE. Not in FUSE_ALL until
+ * measured on a device. */
+#define BACKEND_VK_FUSE_ATTN 256u
+/* A step of 2 to 32 rows (batched decode, a short prefill chunk): its
+ * plain matmuls (q, k, v, gate + up, o and down with their residual adds,
+ * the output) run on the integer-dot matvec in passes of up to 8 tokens
+ * over q8 rows (vkmm_mq8_ok, mv_dot.comp NT), as one token's do under
+ * FUSE_Q8: the norm writes its q8 copy for every row, attention (2-8
+ * tokens) writes o's, and the other inputs are quantized by a dispatch of
+ * their own (vkops_quant_q8). Where it is off, those rows take the f32
+ * matvec passes. Not in FUSE_ALL until measured on a device. */
+#define BACKEND_VK_FUSE_MQ8 512u
 #define BACKEND_VK_FUSE_ALL 103u
-#define BACKEND_VK_FUSE_MASK 255u
+#define BACKEND_VK_FUSE_MASK 1023u
 
 struct backend_vk_params backend_vk_params_default(void);
 

@@ -142,9 +142,12 @@ bool vkmm_q8x_ok(const struct vkmm *mm, enum quant_type type) {
     return mm->info->int_dot && mvdot_spv(type).code != NULL;
 }
 
-struct vk_pipe *vkmm_q8_pipe(struct vkmm *mm, enum quant_type type, bool glu, bool id, bool xf,
-                             enum vkmm_q8_form form, struct strata_error *err) {
-    struct vk_pipe **slot = &mm->q8pipe[type][glu][id][xf][form];
+/* mv_dot.comp's pipeline into *slot (made once): nt tokens a pass (1:
+ * the one-token forms, NT 1, rows of mv_rows1 a workgroup; else rows of
+ * mv_rows). */
+static struct vk_pipe *q8_make(struct vkmm *mm, struct vk_pipe **slot, enum quant_type type,
+                               bool glu, bool id, bool xf, enum vkmm_q8_form form, int nt,
+                               struct strata_error *err) {
     if (*slot)
         return *slot;
     if (!vkmm_q8x_ok(mm, type)) {
@@ -153,19 +156,42 @@ struct vk_pipe *vkmm_q8_pipe(struct vkmm *mm, enum quant_type type, bool glu, bo
         return NULL;
     }
     const struct spv sp = mvdot_spv(type);
-    char name[48];
-    snprintf(name, sizeof name, "%s.mv%s%s%s%s", quant_type_name(type), xf ? "xq" : "q8",
+    char name[48], tok[16] = "";
+    if (nt > 1)
+        snprintf(tok, sizeof tok, "_%d", nt);
+    snprintf(name, sizeof name, "%s.mv%s%s%s%s%s", quant_type_name(type), xf ? "xq" : "q8", tok,
              id ? "_id" : "", glu ? ".glu" : "",
              form == VKMM_Q8_ACC     ? ".acc"
              : form == VKMM_Q8_SPLIT ? ".split"
                                      : "");
-    const uint32_t spec[7] = {mm->tune.mv_wg,      mm->tune.mv_rows1,    glu, id, xf,
-                              form == VKMM_Q8_ACC, form == VKMM_Q8_SPLIT};
+    const uint32_t spec[8] = {mm->tune.mv_wg,
+                              nt > 1 ? mm->tune.mv_rows : mm->tune.mv_rows1,
+                              glu,
+                              id,
+                              xf,
+                              form == VKMM_Q8_ACC,
+                              form == VKMM_Q8_SPLIT,
+                              (uint32_t)nt};
     *slot = vk_pipe_create(mm->d, name, sp.code, sp.bytes, VKMM_N_BIND_Q8, sizeof(struct vkmm_push),
-                           spec, 7, err);
+                           spec, 8, err);
     if (*slot)
         mm->made_any = true;
     return *slot;
+}
+
+struct vk_pipe *vkmm_q8_pipe(struct vkmm *mm, enum quant_type type, bool glu, bool id, bool xf,
+                             enum vkmm_q8_form form, struct strata_error *err) {
+    return q8_make(mm, &mm->q8pipe[type][glu][id][xf][form], type, glu, id, xf, form, 1, err);
+}
+
+struct vk_pipe *vkmm_q8n_pipe(struct vkmm *mm, enum quant_type type, bool glu, bool acc, int nt,
+                              struct strata_error *err) {
+    STRATA_ASSERT(nt == 2 || nt == 4 || nt == 8);
+    return q8_make(mm,
+                   &mm->q8npipe[type][glu][acc][nt == 2   ? 0
+                                                : nt == 4 ? 1
+                                                          : 2],
+                   type, glu, false, false, acc ? VKMM_Q8_ACC : VKMM_Q8_PLAIN, nt, err);
 }
 
 static struct spv coop_spv(enum quant_type type) {

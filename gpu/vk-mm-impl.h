@@ -146,6 +146,8 @@ struct vkmm {
     /* the integer-dot matvec over q8 activations (mv_dot.comp):
      * [type][glu][id][x f32, quantized in the lanes][enum vkmm_q8_form] */
     struct vk_pipe *q8pipe[QUANT_TYPE_COUNT][2][2][2][VKMM_Q8_FORMS];
+    /* mv_dot.comp's passes of 2, 4 and 8 tokens (NT): [type][glu][acc][nt 2, 4, 8] */
+    struct vk_pipe *q8npipe[QUANT_TYPE_COUNT][2][2][3];
     /* the last-workgroup counters of vkmm_matmul_acc_norm (33 uints 64
      * bytes apart, zero between dispatches: mv_body.glsl's tail resets
      * them) */
@@ -207,6 +209,10 @@ enum vkmm_xform { VKMM_X_F32, VKMM_X_Q8, VKMM_X_F32Q };
  * product. */
 struct vk_pipe *vkmm_q8_pipe(struct vkmm *mm, enum quant_type type, bool glu, bool id, bool xf,
                              enum vkmm_q8_form form, struct strata_error *err);
+/* Its pass of nt (2, 4 or 8) tokens over q8 x (NT; plain or ACC; rows of
+ * tune.mv_rows a workgroup). */
+struct vk_pipe *vkmm_q8n_pipe(struct vkmm *mm, enum quant_type type, bool glu, bool acc, int nt,
+                              struct strata_error *err);
 /* Latches the first error of the record calls (vkmm_status returns it). */
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))

@@ -155,6 +155,29 @@ static void record_rows(struct vkmm *mm, const struct rec_call *c, struct vk_bin
         vk_dispatch(mm->d, p, binds, pu, gx, gy, 1);
         return;
     }
+    if (c->xf == VKMM_X_Q8 && pu->n_tok <= VKMM_MV_CHUNK_TOK) { /* q8 passes of up to 8 */
+        struct vkmm_push pc = *pu;
+        for (uint32_t t0 = 0; t0 < pu->n_tok; t0 += VKMM_MV_MAX_TOK) {
+            const uint32_t nt = pu->n_tok - t0 < VKMM_MV_MAX_TOK ? pu->n_tok - t0 : VKMM_MV_MAX_TOK;
+            const int ntk = nt == 1 ? 1 : nt == 2 ? 2 : nt <= 4 ? 4 : 8;
+            struct strata_error e = {0};
+            struct vk_pipe *p = ntk == 1
+                                    ? vkmm_q8_pipe(mm, c->type, c->glu, false, false,
+                                                   c->res ? VKMM_Q8_ACC : VKMM_Q8_PLAIN, &e)
+                                    : vkmm_q8n_pipe(mm, c->type, c->glu, c->res != NULL, ntk, &e);
+            if (!p) {
+                vkmm_latch(mm, e.code ? e.code : STRATA_E_INTERNAL, "vkmm: %s", e.message);
+                return;
+            }
+            if (ntk == 1 ? q8_grid(mm, pu->n_rows, &gx, &gy)
+                         : split_groups(mm, (pu->n_rows + t->mv_rows - 1) / t->mv_rows, &gx, &gy))
+                return;
+            pc.tok0 = t0;
+            pc.n_tok = nt;
+            vk_dispatch(mm->d, p, binds, &pc, gx, gy, 1);
+        }
+        return;
+    }
     if (pu->n_tok <= VKMM_MV_CHUNK_TOK) { /* matvec passes of up to 8 tokens */
         struct vkmm_push pc = *pu;
         for (uint32_t t0 = 0; t0 < pu->n_tok; t0 += VKMM_MV_MAX_TOK) {
@@ -234,14 +257,15 @@ static void matmul(struct vkmm *mm, const struct vk_wmat *g, const struct vk_wma
         return;
     }
     const struct vk_wmat *u2 = u ? u : g;
-    /* q8 x: one token (mv_dot.comp), or a tiled call's q8 blocks (the
+    /* q8 x: one token (mv_dot.comp), up to VKMM_MV_CHUNK_TOK in mv_dot's
+     * passes (NT; q8 blocks only), or a tiled call's q8 blocks (the
      * integer-dot tiles: record_rows refuses the others) */
-    const bool tiles = xf == VKMM_X_Q8 && vkmm_tiled_tokens(n_tok);
+    const bool q8_tok = n_tok == 1 || xf == VKMM_X_Q8;
     if (xf != VKMM_X_F32 &&
-        ((n_tok != 1 && !tiles) || (res && (n_tok != 1 || u)) || g->n_cols % 32 != 0)) {
+        (!q8_tok || (res && (u || vkmm_tiled_tokens(n_tok))) || g->n_cols % 32 != 0)) {
         vkmm_latch(mm, STRATA_E_INVALID,
-                   "vkmm %s: q8 activations need one token or more than %d, 32 | cols (a "
-                   "residual: one token, no up)",
+                   "vkmm %s: activations quantized in the lanes take one token, 32 | cols (a "
+                   "residual: up to %d tokens, no up)",
                    what, VKMM_MV_CHUNK_TOK);
         return;
     }
@@ -524,8 +548,8 @@ void vkmm_matmul_q8x(struct vkmm *mm, const struct vk_wmat *w, const struct vk_w
 }
 
 void vkmm_matmul_q8x_acc(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind xq,
-                         struct vk_bind y, struct vk_bind res) {
-    matmul(mm, w, NULL, -1, xq, y, 1, &res, VKMM_X_Q8);
+                         struct vk_bind y, struct vk_bind res, int64_t n_tok) {
+    matmul(mm, w, NULL, -1, xq, y, n_tok, &res, VKMM_X_Q8);
 }
 
 void vkmm_matmul_id_q8x(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
@@ -535,6 +559,10 @@ void vkmm_matmul_id_q8x(struct vkmm *mm, const struct vk_wmat *w, const struct v
 
 bool vkmm_tiled_tokens(int64_t n_tok) {
     return n_tok > VKMM_MV_CHUNK_TOK;
+}
+
+bool vkmm_mq8_ok(const struct vkmm *mm, enum quant_type type, int64_t n_tok) {
+    return n_tok >= 2 && !vkmm_tiled_tokens(n_tok) && vkmm_q8x_ok(mm, type);
 }
 
 bool vkmm_tq8_ok(const struct vkmm *mm, enum quant_type type, int64_t n_tok) {

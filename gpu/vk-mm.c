@@ -221,6 +221,11 @@ void vkmm_free(struct vkmm *mm) {
                 for (int f = 1; f >= 0; f--)
                     for (int a = VKMM_Q8_FORMS - 1; a >= 0; a--)
                         vk_pipe_free(mm->d, mm->q8pipe[t][g][i][f][a]);
+    for (int t = QUANT_TYPE_COUNT - 1; t >= 0; t--)
+        for (int g = 1; g >= 0; g--)
+            for (int a = 1; a >= 0; a--)
+                for (int n = 2; n >= 0; n--)
+                    vk_pipe_free(mm->d, mm->q8npipe[t][g][a][n]);
     vk_buf_free(mm->d, mm->tail_cnt);
     free(mm);
 }

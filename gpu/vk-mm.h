@@ -158,9 +158,11 @@ void vkmm_matmul_id_q8x(struct vkmm *mm, const struct vk_wmat *w, const struct v
                         struct vk_bind xq, struct vk_bind sel, int k, struct vk_bind y);
 /* vkmm_matmul_q8x of a plain matrix with y also added into res, as
  * vkmm_matmul_acc (res gets exactly res + y): the o projection over the q8
- * blocks attention wrote (vkops_attn.yq), with the residual add after it. */
+ * blocks attention wrote (vkops_attn.yq), with the residual add after it;
+ * n_tok rows of xq, y and res, up to VKMM_MV_CHUNK_TOK (32; more than one:
+ * vkmm_mq8_ok's passes). */
 void vkmm_matmul_q8x_acc(struct vkmm *mm, const struct vk_wmat *w, struct vk_bind xq,
-                         struct vk_bind y, struct vk_bind res);
+                         struct vk_bind y, struct vk_bind res, int64_t n_tok);
 /* Two or three matrices that read the same one-token x (a layer's q, k
  * and v) in one dispatch instead of one each: y[i] = W[i] x, over q8
  * blocks (xf false, as vkmm_matmul_q8x) or f32 quantized in the lanes (xf
@@ -182,6 +184,12 @@ void vkmm_matmul_multi(struct vkmm *mm, const struct vk_wmat *const *w, int n, s
  * sums. vkmm_tq8_ok: n_tok and the type take this path (the type's tiles
  * are the integer-dot ones). Recorded. */
 bool vkmm_tq8_ok(const struct vkmm *mm, enum quant_type type, int64_t n_tok);
+/* vkmm_matmul_tq8 of 2 to 32 tokens (batched decode, a short prefill):
+ * the integer-dot matvec in passes of up to 8 tokens over their q8 rows
+ * (mv_dot.comp NT), each token's sums those of the one-token
+ * vkmm_matmul_q8x. vkmm_mq8_ok: n_tok and the type take it (the type has
+ * the integer-dot matvec on this device). */
+bool vkmm_mq8_ok(const struct vkmm *mm, enum quant_type type, int64_t n_tok);
 /* Whether n_tok tokens take the tiled matmul (not the matvec passes). */
 bool vkmm_tiled_tokens(int64_t n_tok);
 void vkmm_matmul_tq8(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,

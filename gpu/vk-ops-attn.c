@@ -5,6 +5,7 @@
  * even. */
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include "gpu/vk-ops-impl.h"
 
 struct push_kv_write {
@@ -13,12 +14,19 @@ struct push_kv_write {
 };
 _Static_assert(sizeof(struct push_kv_write) == 56, "op_kv_write.comp");
 
-struct push_rope_kv {
-    struct vkops_kv_geom g;
-    uint32_t layer, n_tok, n_head, n_head_kv, hdk, hdv, n_rot, mode;
+/* The rope's and the norms' fields of op_rope_kv.comp and op_attn_rope.comp */
+struct push_rope_fields {
+    uint32_t n_rot, mode;
     float theta_scale, freq_scale, ext_factor, mscale, corr0, corr1;
     uint32_t has_ff, norm_q, norm_k;
     float eps_q, eps_k;
+};
+_Static_assert(sizeof(struct push_rope_fields) == 52, "op_rope_kv.comp's n_rot .. eps_k");
+
+struct push_rope_kv {
+    struct vkops_kv_geom g;
+    uint32_t layer, n_tok, n_head, n_head_kv, hdk, hdv;
+    struct push_rope_fields r;
     uint32_t pad;
 };
 _Static_assert(sizeof(struct push_rope_kv) == 112, "op_rope_kv.comp");
@@ -30,6 +38,14 @@ struct push_attn_split {
     uint32_t q8out;
 };
 _Static_assert(sizeof(struct push_attn_split) == 76, "op_attn_split.comp");
+
+/* op_attn_rope.comp: the split's block, then op_rope_kv.comp's rope and
+ * norm fields (128 bytes: Vulkan's guaranteed push-constant size) */
+struct push_attn_rope {
+    struct push_attn_split a;
+    struct push_rope_fields r;
+};
+_Static_assert(sizeof(struct push_attn_rope) == 128, "op_attn_rope.comp");
 
 struct push_attn_prefill {
     struct vkops_kv_geom g;
@@ -135,42 +151,51 @@ bool vkops_rope_kv_supported(int head_dim_k, int head_dim_v, int n_rot) {
            n_rot % 2 == 0 && n_rot <= head_dim_k && n_rot <= VKOPS_ROT_MAX;
 }
 
+static bool same_bind(struct vk_bind x, struct vk_bind y) {
+    return x.buf == y.buf && x.off == y.off;
+}
+
+static struct push_rope_fields rope_fields(const struct vkops_rope_kv *a) {
+    struct vkops_rope_angles an;
+    vkops_rope_angles(&a->rope, &an);
+    return (struct push_rope_fields){.n_rot = (uint32_t)a->rope.n_rot,
+                                     .mode = a->rope.mode == 2 ? 2u : 0u,
+                                     .theta_scale = an.theta_scale,
+                                     .freq_scale = an.freq_scale,
+                                     .ext_factor = an.ext_factor,
+                                     .mscale = an.mscale,
+                                     .corr0 = an.corr0,
+                                     .corr1 = an.corr1,
+                                     .has_ff = a->rope.has_freq_factors,
+                                     .norm_q = a->norm_q,
+                                     .norm_k = a->norm_k,
+                                     .eps_q = a->eps_q,
+                                     .eps_k = a->eps_k};
+}
+
+/* The freq factors and the two norms' weights (unused ones bound to pos). */
+static void rope_weight_binds(const struct vkops_rope_kv *a, struct vk_bind *b) {
+    b[0] = a->rope.has_freq_factors ? a->rope.freq_factors : a->pos;
+    b[1] = a->norm_q ? a->q_norm : a->pos;
+    b[2] = a->norm_k ? a->k_norm : a->pos;
+}
+
 void vkops_rope_kv(struct vkops *o, const struct vkops_kv *kv, const struct vkops_rope_kv *a) {
     STRATA_ASSERT(a->n_tok >= 0 && a->layer >= 0 && a->layer < kv->n_layer && a->n_head >= 1);
     STRATA_ASSERT(vkops_rope_kv_supported(a->head_dim_k, a->head_dim_v, a->rope.n_rot));
     check_heads(kv, a->n_head_kv, a->head_dim_k, a->head_dim_v);
     if (a->n_tok == 0)
         return;
-    struct vkops_rope_angles an;
-    vkops_rope_angles(&a->rope, &an);
     struct push_rope_kv push = {.layer = (uint32_t)a->layer,
                                 .n_tok = (uint32_t)a->n_tok,
                                 .n_head = (uint32_t)a->n_head,
                                 .n_head_kv = (uint32_t)a->n_head_kv,
                                 .hdk = (uint32_t)a->head_dim_k,
                                 .hdv = (uint32_t)a->head_dim_v,
-                                .n_rot = (uint32_t)a->rope.n_rot,
-                                .mode = a->rope.mode == 2 ? 2u : 0u,
-                                .theta_scale = an.theta_scale,
-                                .freq_scale = an.freq_scale,
-                                .ext_factor = an.ext_factor,
-                                .mscale = an.mscale,
-                                .corr0 = an.corr0,
-                                .corr1 = an.corr1,
-                                .has_ff = a->rope.has_freq_factors,
-                                .norm_q = a->norm_q,
-                                .norm_k = a->norm_k,
-                                .eps_q = a->eps_q,
-                                .eps_k = a->eps_k};
+                                .r = rope_fields(a)};
     vkops_kv_geom(kv, &push.g);
-    struct vk_bind b[13] = {a->q,
-                            a->k,
-                            a->v,
-                            a->seq,
-                            a->pos,
-                            a->rope.has_freq_factors ? a->rope.freq_factors : a->pos,
-                            a->norm_q ? a->q_norm : a->q,
-                            a->norm_k ? a->k_norm : a->k};
+    struct vk_bind b[13] = {a->q, a->k, a->v, a->seq, a->pos};
+    rope_weight_binds(a, b + 5);
     kv_binds(kv, b + 8);
     uint32_t gx, gy;
     vkops_grid((uint64_t)a->n_tok * (uint64_t)(a->n_head + 2 * a->n_head_kv), &gx, &gy);
@@ -248,9 +273,17 @@ bool vkops_attention(struct vkops *o, const struct vkops_kv *kv, const struct vk
     STRATA_ASSERT(vkops_attn_supported(a->n_head, a->n_head_kv, a->head_dim_k, a->head_dim_v));
     STRATA_ASSERT(a->n_tok <= 65535); /* z of the grid */
     check_heads(kv, a->n_head_kv, a->head_dim_k, a->head_dim_v);
+    const struct vkops_rope_kv *rk = a->rope;
+    if (rk) /* the same step's rows: one q, seq and pos, the same heads */
+        STRATA_ASSERT(rk->n_tok == a->n_tok && rk->layer == a->layer && rk->n_head == a->n_head &&
+                      rk->n_head_kv == a->n_head_kv && rk->head_dim_k == a->head_dim_k &&
+                      rk->head_dim_v == a->head_dim_v && same_bind(rk->q, a->q) &&
+                      same_bind(rk->seq, a->seq) && same_bind(rk->pos, a->pos));
     if (a->n_tok == 0)
         return false;
     if (use_prefill(o, a)) {
+        if (rk)
+            vkops_rope_kv(o, kv, rk);
         attn_prefill(o, kv, a);
         return false;
     }
@@ -282,7 +315,19 @@ bool vkops_attention(struct vkops *o, const struct vkops_kv *kv, const struct vk
                        a->scratch.range >= vkops_attn_scratch_bytes(a->n_tok, a->n_head,
                                                                     a->head_dim_v, a->n_kv_max)));
     }
-    vk_dispatch(o->dev, o->attn_split, b, &push, (uint32_t)n_chunk, (uint32_t)a->n_head_kv,
-                (uint32_t)a->n_tok);
+    if (rk) {
+        STRATA_ASSERT(vkops_rope_kv_supported(rk->head_dim_k, rk->head_dim_v, rk->rope.n_rot));
+        const struct push_attn_rope pr = {.a = push, .r = rope_fields(rk)};
+        struct vk_bind br[16];
+        memcpy(br, b, sizeof b);
+        br[11] = rk->k;
+        br[12] = rk->v;
+        rope_weight_binds(rk, br + 13);
+        vk_dispatch(o->dev, o->attn_rope, br, &pr, (uint32_t)n_chunk, (uint32_t)a->n_head_kv,
+                    (uint32_t)a->n_tok);
+    } else {
+        vk_dispatch(o->dev, o->attn_split, b, &push, (uint32_t)n_chunk, (uint32_t)a->n_head_kv,
+                    (uint32_t)a->n_tok);
+    }
     return q8;
 }

@@ -16,6 +16,7 @@ struct vkops {
     struct vk_pipe *eltwise, *copy_rows, *rows, *rmsnorm, *rope, *embed, *moe_route, *argmax,
         *sample;
     struct vk_pipe *kv_write, *attn_split, *rope_kv;
+    struct vk_pipe *attn_rope;    /* op_attn_rope.comp: attn_split with rope_kv's work */
     struct vk_pipe *attn_prefill; /* NULL on subgroups narrower than 8 (the split serves all) */
     struct vk_pipe *rmsnorm_q8;   /* op_rmsnorm.comp with its q8 output (Q8 = 1) */
     struct vk_pipe *quant_q8;     /* op_rmsnorm.comp's q8 of x alone (Q8 = 3) */

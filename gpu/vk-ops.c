@@ -43,6 +43,9 @@ static const uint32_t spv_kv_write[] =
 static const uint32_t spv_attn_split[] =
 #include "gpu/shaders/op_attn_split.spv.h"
     ;
+static const uint32_t spv_attn_rope[] =
+#include "gpu/shaders/op_attn_rope.spv.h"
+    ;
 static const uint32_t spv_rope_kv[] =
 #include "gpu/shaders/op_rope_kv.spv.h"
     ;
@@ -105,6 +108,7 @@ _Static_assert(sizeof(struct push_sample) == 24, "op_sample.comp");
 #define PUSH_ATTN_SPLIT 76
 #define PUSH_ATTN_PREFILL 64
 #define PUSH_ROPE_KV 112
+#define PUSH_ATTN_ROPE 128
 
 void vkops_grid(uint64_t n, uint32_t *gx, uint32_t *gy) {
     STRATA_ASSERT(n >= 1 && n <= 65535ull * 65535ull);
@@ -145,6 +149,7 @@ int vkops_init(struct vk_dev *d, struct vkops **out, struct strata_error *err) {
         PIPE(kv_write, spv_kv_write, 9, PUSH_KV_WRITE),
         PIPE(attn_split, spv_attn_split, 11, PUSH_ATTN_SPLIT),
         PIPE(rope_kv, spv_rope_kv, 13, PUSH_ROPE_KV),
+        PIPE(attn_rope, spv_attn_rope, 16, PUSH_ATTN_ROPE),
     };
     *out = NULL;
     const struct vk_dev_info *in = vk_dev_info(d);
@@ -222,6 +227,7 @@ void vkops_free(struct vkops *o) {
     vk_pipe_free(o->dev, o->attn_prefill);
     vk_pipe_free(o->dev, o->quant_q8);
     vk_pipe_free(o->dev, o->rmsnorm_q8);
+    vk_pipe_free(o->dev, o->attn_rope);
     vk_pipe_free(o->dev, o->rope_kv);
     vk_pipe_free(o->dev, o->attn_split);
     vk_pipe_free(o->dev, o->kv_write);

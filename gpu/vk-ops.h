@@ -243,6 +243,15 @@ struct vkops_attn {
      * integer-dot matvec's x for the o projection; written by the split-K
      * kernel where head_dim_v is a multiple of 32 (and yq.off of 16). */
     struct vk_bind yq;
+    /* Optional (NULL: none): the step's rope, norms and KV write
+     * (vkops_rope_kv's arguments: q above is then unroped, rope->q the same
+     * tensor, and layer, n_tok and the heads the same). The split-K kernel
+     * does that work itself (op_attn_rope.comp), one dispatch fewer; q and
+     * k stay unroped in their buffers. The caller promises that each
+     * sequence has one token in the batch (the new row is read only by its
+     * own token). Where the split does not run, vkops_rope_kv is recorded
+     * first, as asked. */
+    const struct vkops_rope_kv *rope;
 };
 
 /* True when the shape is within the limits above. */

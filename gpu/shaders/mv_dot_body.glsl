@@ -39,6 +39,14 @@
 // one matvec of 11,008 x 4,096 took 11.5-11.9 us (mv-bench, H100). Timed
 // without the profile (which serializes dispatches) the gain is small:
 // 7B tg128 +0.6% on an H100 (backend-vk.h BACKEND_VK_FUSE_MULTI).
+// NT > 1 (plain, GLU and ACC forms over q8 x; vkmm_matmul_tq8 of 2-32
+// tokens, in passes of up to NT): tokens tok0 .. tok0 + n_tok - 1 (rows of
+// x and y) at once, each block of each row converted once for all of them
+// and each token's x block loaded once for the NR rows; a token's sums are
+// those of the one-token form. Why: batched decode's f32 matvec (mv_body.glsl
+// NT) loads 8 vec4s of x a block for every token and converts levels to
+// floats, which made a step of 8 sequences cost ~4x a one-token step on an
+// H100 (7B Q4_0 b8 542 tok/s against tg128 262, bench/README.md).
 layout(constant_id = 0) const uint WG = 128; // lanes per workgroup
 layout(constant_id = 1) const uint NR = 4;   // rows per workgroup
 layout(constant_id = 2) const uint GLU = 0;  // 1: silu(gate) * up, up in binding 4
@@ -46,6 +54,7 @@ layout(constant_id = 3) const uint ID = 0;   // 1: expert-indexed (sel, one toke
 layout(constant_id = 4) const uint XF = 0;   // 1: x as f32, quantized in the lane
 layout(constant_id = 5) const uint ACC = 0;  // 1: y also added into binding 5
 layout(constant_id = 6) const uint SPLIT = 0; // 1: two or three matrices, y in bindings 2, 6, 7
+layout(constant_id = 7) const uint NT = 1;    // tokens a pass (ID, XF and SPLIT: 1)
 layout(local_size_x_id = 0) in;
 
 layout(std430, binding = 5) buffer BufR { float res[]; };
@@ -56,7 +65,7 @@ spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [
                   id = 4450) int sdot4(uint a, uint b, spirv_literal int packed_4x8);
 
 const uint NM = GLU != 0u ? 2u : 1u; // matrices
-shared float red[NM * NR * WG];
+shared float red[NM * NR * NT * WG];
 
 // |v| < 2^22 exactly as a float (mm_dot_body.glsl's i2f)
 float i2f(int v) { return intBitsToFloat(v + 0x4B400000) - 12582912.0; }
@@ -109,8 +118,8 @@ void rows(uint grp) {
         yr = pair;
     }
     const uint tid = gl_LocalInvocationID.x, nb = p.n_cols / 32u;
-    float acc[NM * NR];
-    [[unroll]] for (uint i = 0u; i < NM * NR; i++)
+    float acc[NM * NR * NT]; // [matrix][row][token]
+    [[unroll]] for (uint i = 0u; i < NM * NR * NT; i++)
         acc[i] = 0.0;
     uint ro[NR];
     [[unroll]] for (uint r = 0u; r < NR; r++) {
@@ -122,17 +131,43 @@ void rows(uint grp) {
                                       : p.w_base + ro[r];
     }
     const uint xq0 = (xr * p.x_stride) >> 2; // uvec4s (XF: vec4s)
-    // ACC: the residual of row r0 + tid, loaded before the sums so that
-    // nothing waits on it at the end (lanes below NR store the rows)
-    float pre[NR];
+    const uint nt = NT == 1u ? 1u : p.n_tok; // tokens of this pass (<= NT)
+    // ACC: the residual of (row r0 + r, token t), loaded before the sums so
+    // that nothing waits on it at the end (lanes below NR * NT store them)
+    float pre[NR * NT];
     [[unroll]] for (uint r = 0u; r < NR; r++)
-        pre[r] = ACC != 0u && r0 + r < p.n_rows ? res[yr * p.y_stride + p.y_col0 + r0 + r] : 0.0;
+        [[unroll]] for (uint t = 0u; t < NT; t++)
+            pre[r * NT + t] = ACC != 0u && r0 + r < p.n_rows && t < nt
+                                  ? res[(yr + t) * p.y_stride + p.y_col0 + r0 + r]
+                                  : 0.0;
     for (uint b = tid; b < nb; b += WG) {
         uint raw[NM * NR][RAWN];
         [[unroll]] for (uint r = 0u; r < NR; r++) {
             blk_load(0u, wb + ro[r], b, raw[r]);
             if (GLU != 0u)
                 blk_load(1u, wb2 + ro[r], b, raw[NR + r]);
+        }
+        if (NT > 1u) { // every row's block converted once, then each token's x
+            uvec4 q0[NM * NR], q1[NM * NR];
+            float s0[NM * NR], s1[NM * NR], mn[NM * NR];
+            [[unroll]] for (uint m = 0u; m < NM * NR; m++)
+                blk_conv(raw[m], q0[m], q1[m], s0[m], s1[m], mn[m]);
+            [[unroll]] for (uint t = 0u; t < NT; t++) {
+                // tokens past n_tok repeat the last (their sums are not stored)
+                const uint xo = xq0 + ((min(t, nt - 1u) * p.x_stride) >> 2) + 3u * b;
+                const uvec4 xa = floatBitsToUint(x4[xo]), xb = floatBitsToUint(x4[xo + 1u]);
+                const uvec4 xc = floatBitsToUint(x4[xo + 2u]);
+                const float dx = uintBitsToFloat(xc.x);
+                const float sx = DOT_MIN ? dx * i2f(int(xc.y)) : 0.0;
+                [[unroll]] for (uint m = 0u; m < NM * NR; m++) {
+                    float v = s0[m] * i2f(dot16(q0[m], xa));
+                    v += DOT_TWO ? s1[m] * i2f(dot16(q1[m], xb)) : s0[m] * i2f(dot16(q1[m], xb));
+                    acc[m * NT + t] += dx * v;
+                    if (DOT_MIN)
+                        acc[m * NT + t] -= mn[m] * sx;
+                }
+            }
+            continue;
         }
         uvec4 xa, xb;
         float dx;
@@ -159,32 +194,36 @@ void rows(uint grp) {
                 acc[m] -= mn * sx;
         }
     }
-    [[unroll]] for (uint i = 0u; i < NM * NR; i++)
+    [[unroll]] for (uint i = 0u; i < NM * NR * NT; i++)
         acc[i] = subgroupAdd(acc[i]);
+    // lane j < NR * NT stores (row r0 + j / NT, token j % NT): sum j, and
+    // for GLU the up's sum NR * NT + j
     if (gl_NumSubgroups > 1u) {
         if (subgroupElect()) {
-            [[unroll]] for (uint i = 0u; i < NM * NR; i++)
+            [[unroll]] for (uint i = 0u; i < NM * NR * NT; i++)
                 red[i * WG + gl_SubgroupID] = acc[i];
         }
         barrier();
-        if (tid < NR) {
+        if (tid < NR * NT) {
             float s = 0.0, s2 = 0.0;
             for (uint g = 0u; g < gl_NumSubgroups; g++) {
                 s += red[tid * WG + g];
                 if (GLU != 0u)
-                    s2 += red[(NR + tid) * WG + g];
+                    s2 += red[(NR * NT + tid) * WG + g];
             }
             float pr = 0.0;
-            [[unroll]] for (uint r = 0u; r < NR; r++)
-                pr = r == tid ? pre[r] : pr;
-            if (r0 + tid < p.n_rows)
-                store(yr * p.y_stride + p.y_col0 + r0 + tid, GLU != 0u ? silu(s) * s2 : s, pr);
+            [[unroll]] for (uint j = 0u; j < NR * NT; j++)
+                pr = j == tid ? pre[j] : pr;
+            const uint r = tid / NT, t = tid % NT;
+            if (r0 + r < p.n_rows && t < nt)
+                store((yr + t) * p.y_stride + p.y_col0 + r0 + r, GLU != 0u ? silu(s) * s2 : s,
+                      pr);
         }
     } else if (tid == 0u) {
-        [[unroll]] for (uint r = 0u; r < NR; r++)
-            if (r0 + r < p.n_rows)
-                store(yr * p.y_stride + p.y_col0 + r0 + r,
-                      GLU != 0u ? silu(acc[r]) * acc[NR + r] : acc[r], pre[r]);
+        [[unroll]] for (uint j = 0u; j < NR * NT; j++)
+            if (r0 + j / NT < p.n_rows && j % NT < nt)
+                store((yr + j % NT) * p.y_stride + p.y_col0 + r0 + j / NT,
+                      GLU != 0u ? silu(acc[j]) * acc[NR * NT + j] : acc[j], pre[j]);
     }
 }
 

@@ -11,7 +11,9 @@
  * read. Same arithmetic as op_rmsnorm.comp (y = x * scale * w), op_rope.comp
  * (op_rope.glsl's angle, a * c - b * s) and op_kv_write.comp (kv_f32_to_f16),
  * in that order; it replaces their 3 to 5 dispatches, and the barrier after
- * each, per layer. */
+ * each, per layer. A head's norm and rope are op_rope_head.glsl's, which
+ * op_attn_rope.comp runs too (BACKEND_VK_FUSE_ATTN), so the two agree to
+ * the bit. */
 #define KV_BIND 8
 #include "op_common.glsl"
 #include "op_kv.glsl"
@@ -38,9 +40,7 @@ layout(push_constant) uniform P {
 } p;
 
 #include "op_rope.glsl"
-
-/* slot kinds */
-const uint SQ = 0u, SK = 1u, SV = 2u;
+#include "op_rope_head.glsl"
 
 float ld(uint which, uint i) {
     return which == SQ ? q[i] : which == SK ? k[i] : v[i];
@@ -67,57 +67,9 @@ void main() {
     const uint nh = which == SQ ? p.n_head : p.n_head_kv;
     const uint base = (t * nh + h) * hd;
     const uint d2 = gl_LocalInvocationID.x;
-    const bool live = d2 < hd / 2u;
     const uint e0 = 2u * d2, e1 = e0 + 1u;
-    const uint hr = p.n_rot / 2u;
-    const bool neox = p.mode == 2u;
-    const bool rot = which != SV && live && e0 < p.n_rot;
-
-    /* loads: the pair, and for neox rotation the partners */
-    float a0 = 0.0, a1 = 0.0, b0 = 0.0, b1 = 0.0;
-    uint pe0 = 0u, pe1 = 0u;
-    if (live) {
-        a0 = ld(which, base + e0);
-        a1 = ld(which, base + e1);
-    }
-    if (rot && neox) {
-        pe0 = e0 < hr ? e0 + hr : e0 - hr;
-        pe1 = e1 < hr ? e1 + hr : e1 - hr;
-        b0 = ld(which, base + pe0);
-        b1 = ld(which, base + pe1);
-    }
-    /* the per-head norm (uniform per workgroup): its sums' barriers also
-     * order every load above before any write below */
-    const bool norm = (which == SQ && p.norm_q != 0u) || (which == SK && p.norm_k != 0u);
-    if (norm) {
-        const float eps = which == SQ ? p.eps_q : p.eps_k;
-        const float scale = 1.0 / sqrt(ops_wg_sum(a0 * a0 + a1 * a1) / float(hd) + eps);
-        if (live) {
-            a0 = a0 * scale * nw(which, e0);
-            a1 = a1 * scale * nw(which, e1);
-        }
-        if (rot && neox) {
-            b0 = b0 * scale * nw(which, pe0);
-            b1 = b1 * scale * nw(which, pe1);
-        }
-    } else {
-        barrier();
-    }
-    float o0 = a0, o1 = a1;
-    if (rot) {
-        const int ps = pos[t];
-        if (!neox) { /* (2i, 2i + 1), i = d2 */
-            const vec2 cs = cs_of(ps, d2);
-            o0 = a0 * cs.x - a1 * cs.y;
-            o1 = a0 * cs.y + a1 * cs.x;
-        } else { /* (i, i + n_rot / 2): e < hr is the first of its pair */
-            const vec2 c0 = cs_of(ps, e0 < hr ? e0 : e0 - hr);
-            o0 = e0 < hr ? a0 * c0.x - b0 * c0.y : b0 * c0.y + a0 * c0.x;
-            const vec2 c1 = cs_of(ps, e1 < hr ? e1 : e1 - hr);
-            o1 = e1 < hr ? a1 * c1.x - b1 * c1.y : b1 * c1.y + a1 * c1.x;
-        }
-    }
-    if (!live)
+    float o0, o1;
+    if (!rope_head(which, base, hd, pos[t], d2, o0, o1))
         return;
     if (which == SQ) {
         q[base + e0] = o0;

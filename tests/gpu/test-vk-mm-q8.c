@@ -532,6 +532,97 @@ START_TEST(test_tq8_tiles) {
 }
 END_TEST
 
+/* Batched decode's integer-dot matvec passes (vkmm_matmul_tq8 and
+ * vkmm_matmul_q8x_acc of 2-32 tokens: mv_dot.comp NT) for each type, 67
+ * rows (a last group of fewer rows), at 2, 3 (a pass of 4 with 3 live), 9
+ * (8, then one token on the one-token form) and 29 tokens (three passes of
+ * 8 and one of 5): plain and gate + up against the double reference over
+ * the host's q8 blocks' values (Q8_QX_NMSE); every token's plain row the
+ * same bits as vkmm_matmul_q8x over that token alone; and the residual form
+ * y the plain bits with res + y written into the residual. */
+START_TEST(test_mq8_matvec) {
+    const enum quant_type t = q8_types[_i];
+    struct q8_gpu q;
+    if (!q8_open(&q)) {
+        q8_close(&q);
+        return;
+    }
+    struct fz_gpu *g = &q.g;
+    struct strata_error err = {0};
+    ck_assert(vkmm_mq8_ok(g->mm, t, 2) && vkmm_mq8_ok(g->mm, t, 32) && !vkmm_mq8_ok(g->mm, t, 1) &&
+              !vkmm_mq8_ok(g->mm, t, 33));
+    const int64_t cols = t == QUANT_Q8_0 || t == QUANT_Q4_0 ? 320 : 512, rows = Q8_ROWS;
+    const int64_t nb = cols / 32;
+    static const int64_t toks[] = {2, 3, 9, 29};
+    struct fz_mat a, b;
+    fz_stack_init(g, &a, t, rows, cols, 1);
+    fz_stack_init(g, &b, t, rows, cols, 1);
+    for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++) {
+        const int64_t nt = toks[k];
+        const size_t n = (size_t)(nt * rows);
+        struct q8_rows xr;
+        q8_rows_init(g, &xr, nt, cols);
+        float *res0 = malloc(sizeof(float) * n);
+        for (size_t i = 0; i < n; i++)
+            res0[i] = fz_rand();
+        struct vk_buf *yb[4], *one[32];
+        for (int f = 0; f < 3; f++)
+            yb[f] = fz_buf(g, NULL, sizeof(float) * n);
+        yb[3] = fz_buf(g, res0, sizeof(float) * n);
+        ck_assert_int_eq(vk_rec_begin(g->d, &err), 0);
+        vkmm_matmul_tq8(g->mm, &a.w, NULL, fz_bd(xr.qb), fz_bd(yb[0]), nt);
+        vkmm_matmul_tq8(g->mm, &a.w, &b.w, fz_bd(xr.qb), fz_bd(yb[1]), nt);
+        vkmm_matmul_q8x_acc(g->mm, &a.w, fz_bd(xr.qb), fz_bd(yb[2]), fz_bd(yb[3]), nt);
+        for (int64_t tk = 0; tk < nt; tk++) {
+            one[tk] = fz_buf(g, NULL, sizeof(float) * (size_t)rows);
+            const struct vk_bind xt = {xr.qb, (uint64_t)(tk * nb * 48), (uint64_t)(nb * 48)};
+            vkmm_matmul_q8x(g->mm, &a.w, NULL, xt, fz_bd(one[tk]));
+        }
+        float *got[4];
+        q8_run_read(g, yb, 4, n, got);
+        double *ref = malloc(sizeof(double) * n * 2);
+        for (int64_t tk = 0; tk < nt; tk++)
+            for (int64_t r = 0; r < rows; r++) {
+                const double ya = q8_dot(a.deq + r * cols, xr.xd + tk * cols, cols);
+                ref[tk * rows + r] = ya;
+                ref[n + tk * rows + r] =
+                    q8_silu(ya) * q8_dot(b.deq + r * cols, xr.xd + tk * cols, cols);
+            }
+        const double e0 = fz_nmse(got[0], ref, (int64_t)n),
+                     e1 = fz_nmse(got[1], ref + n, (int64_t)n);
+        ck_assert_msg(e0 < Q8_QX_NMSE && e1 < Q8_QX_NMSE, "%s mq8 %lld tokens: NMSE %.3g, glu %.3g",
+                      quant_type_name(t), (long long)nt, e0, e1);
+        float *y1 = malloc(sizeof(float) * (size_t)rows);
+        for (int64_t tk = 0; tk < nt; tk++) {
+            q8_read(g, one[tk], y1, sizeof(float) * (size_t)rows);
+            if (memcmp(y1, got[0] + tk * rows, sizeof(float) * (size_t)rows))
+                ck_abort_msg("%s mq8 %lld tokens: token %lld differs from its one-token matvec",
+                             quant_type_name(t), (long long)nt, (long long)tk);
+            vk_buf_free(g->d, one[tk]);
+        }
+        free(y1);
+        for (size_t i = 0; i < n; i++)
+            if (memcmp(&got[2][i], &got[0][i], 4) || got[3][i] != res0[i] + got[2][i])
+                ck_abort_msg("%s mq8 acc %lld tokens [%zu]: y %.9g (plain %.9g), res %.9g of "
+                             "%.9g",
+                             quant_type_name(t), (long long)nt, i, got[2][i], got[0][i], got[3][i],
+                             res0[i]);
+        printf("vk-mm mq8 %s %lld tokens: NMSE %.2g, glu %.2g\n", quant_type_name(t), (long long)nt,
+               e0, e1);
+        free(ref);
+        for (int f = 3; f >= 0; f--) {
+            free(got[f]);
+            vk_buf_free(g->d, yb[f]);
+        }
+        free(res0);
+        q8_rows_free(g, &xr);
+    }
+    fz_mat_free(g, &b);
+    fz_mat_free(g, &a);
+    q8_close(&q);
+}
+END_TEST
+
 /* The expert-indexed tiles over q8 rows (vkmm_matmul_id_tq8: mm_dot_body.glsl
  * ID and XQ8) for Q4_0, Q4_K (the min term's level sums) and Q6_K (two
  * scales a block), the types' three forms of the dot; 4 experts of 70 rows
@@ -752,6 +843,7 @@ TCase *vkmm_q8_tcase(void) {
     tcase_add_loop_test(tc, test_xq_matvec, 0, N_Q8_TYPES);
     tcase_add_loop_test(tc, test_multi_matvec, 0, N_Q8_TYPES);
     tcase_add_loop_test(tc, test_tq8_tiles, 0, 2 * N_Q8_TYPES);
+    tcase_add_loop_test(tc, test_mq8_matvec, 0, N_Q8_TYPES);
     tcase_add_loop_test(tc, test_tq8_id_tiles, 0,
                         (int)(sizeof tq8_id_types / sizeof tq8_id_types[0]));
     tcase_add_loop_test(tc, test_q8_norm, 0, (int)(sizeof q8_norm_n / sizeof q8_norm_n[0]));

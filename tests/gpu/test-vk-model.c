@@ -725,7 +725,8 @@ static void pair_close(struct vk_pair *p) {
  * backend with the fusions `base` less `bits` (bf) against one with them
  * (bq), as above, each row's logits within NMSE (0: the same bits); a
  * one-token step of the second records save * n_layer - less dispatches
- * fewer, other steps as many. For q8 (save 0) some one-token logits must
+ * fewer (with FUSE_ATTN in bits, so does the step of one token in each of
+ * two sequences), other steps as many. For q8 (save 0) some one-token logits must
  * move. */
 static void check_with(const char *which, enum quant_type mat_type, unsigned base, unsigned bits,
                        double nmse, int save, int less) {
@@ -738,24 +739,31 @@ static void check_with(const char *which, enum quant_type mat_type, unsigned bas
     const int V = pr.V;
     float *lf = pr.lf, *lq = pr.lq;
     struct model_batch_entry e[40];
-    static const int steps[][2] = {{20, 0}, {1, 0}, {1, 1}, {3, 0}, {1, 0}, {1, 1}, {1, 0}};
+    /* (tokens, sequence: 0, 1, or 2 for both in turns) */
+    static const int steps[][2] = {{20, 0}, {1, 0}, {1, 1}, {3, 2}, {1, 0}, {2, 2}, {1, 1}, {1, 0}};
     int pos[2] = {0, 0};
     double worst = 0;
     bool moved = false;
     for (size_t st = 0; st < sizeof steps / sizeof steps[0]; st++) {
         const int n = steps[st][0];
         for (int i = 0; i < n; i++) {
-            const int q = n == 3 ? i % 2 : steps[st][1];
+            const int q = steps[st][1] == 2 ? i % 2 : steps[st][1];
             e[i] =
                 (struct model_batch_entry){q, pos[q]++, (int32_t)((11 * i + 5 * st + 3) % V), true};
         }
         const uint64_t f0 = backend_vk_dispatches(bf), q0 = backend_vk_dispatches(bq);
         step(mf, kf, e, n, lf);
         step(mq, kq, e, n, lq);
-        const int64_t fewer = n == 1 ? save * s.n_layer - less : 0;
-        ck_assert_msg((int64_t)(backend_vk_dispatches(bf) - f0) -
-                              (int64_t)(backend_vk_dispatches(bq) - q0) ==
-                          fewer,
+        /* FUSE_MQ8 changes the steps of 2-32 rows only, and adds the q8
+         * copies of inputs no norm or attention wrote: counted there */
+        const bool mq8 = (bits & BACKEND_VK_FUSE_MQ8) && n > 1;
+        /* FUSE_ATTN's form runs wherever each sequence has one token */
+        const bool one_each = n == 1 || (n == 2 && steps[st][1] == 2);
+        const int64_t fewer =
+            n == 1 || (one_each && (bits & BACKEND_VK_FUSE_ATTN)) ? save * s.n_layer - less : 0;
+        ck_assert_msg(mq8 || (int64_t)(backend_vk_dispatches(bf) - f0) -
+                                     (int64_t)(backend_vk_dispatches(bq) - q0) ==
+                                 fewer,
                       "%s step %zu: %llu dispatches with, %llu without (want %lld fewer)", which,
                       st, (unsigned long long)(backend_vk_dispatches(bq) - q0),
                       (unsigned long long)(backend_vk_dispatches(bf) - f0), (long long)fewer);
@@ -778,7 +786,7 @@ static void check_with(const char *which, enum quant_type mat_type, unsigned bas
                     a2 = j;
             const double e1 = ss > 0 ? es / ss : es;
             worst = fmax(worst, e1);
-            moved = moved || (n == 1 && es > 0);
+            moved = moved || ((bits & BACKEND_VK_FUSE_MQ8 ? n > 1 : n == 1) && es > 0);
             ck_assert_msg(nmse > 0 ? e1 < nmse : es == 0,
                           "%s step %zu row %d: logits NMSE %.3g with fuse bits %u", which, st, row,
                           e1, bits);
@@ -788,7 +796,7 @@ static void check_with(const char *which, enum quant_type mat_type, unsigned bas
                           which, st, aq, bits, af, lf_r[af] - lf_r[a2], dmax);
         }
     }
-    ck_assert_msg(moved || save, "%s: no one-token logits moved: the q8 path did not run", which);
+    ck_assert_msg(moved || save, "%s: no logits moved: the q8 path did not run", which);
     printf("%s: fuse bits %u, worst logits NMSE %.2g\n", which, bits, worst);
     fflush(stdout);
     pair_close(&pr);
@@ -836,6 +844,33 @@ START_TEST(test_xq) {
     check_with("qwen3", QUANT_Q4_0, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_QD, MODEL_Q8_NMSE, -1, 0);
     check_with("llama", QUANT_Q4_0, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_XQ, MODEL_Q8_NMSE, 0, 0);
     check_with("qwen3moe", QUANT_Q4_0, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_XQ, MODEL_Q8_NMSE, 0,
+               0);
+}
+END_TEST
+
+/* The decode attention that norms and ropes q and writes the new K and V
+ * row itself (BACKEND_VK_FUSE_ATTN, op_attn_rope.comp) against FUSE_ROPE's
+ * dispatch before it: the same bits, one dispatch a layer fewer in a
+ * one-token step; the 3-token step (two of one sequence) and the prefill
+ * keep the unfused form. A llama (adjacent pairs), a qwen3 (q and k norms,
+ * neox halves) and a qwen3moe. */
+START_TEST(test_attn_rope) {
+    check_with("llama", QUANT_Q4_0, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_ATTN, 0, 1, 0);
+    check_with("qwen3", QUANT_Q4_0, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_ATTN, 0, 1, 0);
+    check_with("qwen3moe", QUANT_F32, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_ATTN, 0, 1, 0);
+}
+END_TEST
+
+/* The steps of 2 to 32 rows on the integer-dot matvec's passes over q8
+ * rows (BACKEND_VK_FUSE_MQ8): the 20-token prefill, the 3-token step (two
+ * of one sequence: o's input quantized by a dispatch) and the 2-token
+ * decode step (attention writes o's q8 rows); the q8 rounding only
+ * (MODEL_Q8_NMSE, the near-tie rule), one-token steps unchanged. A llama,
+ * a qwen3 (heads of 32), a qwen3moe (its attention and shared parts). */
+START_TEST(test_mq8) {
+    check_with("llama", QUANT_Q4_0, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_MQ8, MODEL_Q8_NMSE, 0, 0);
+    check_with("qwen3", QUANT_Q4_0, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_MQ8, MODEL_Q8_NMSE, 0, 0);
+    check_with("qwen3moe", QUANT_Q4_0, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_MQ8, MODEL_Q8_NMSE, 0,
                0);
 }
 END_TEST
@@ -1158,6 +1193,8 @@ static Suite *vk_model_suite(void) {
     tcase_add_test(tc, test_xq);
     tcase_add_test(tc, test_multi);
     tcase_add_test(tc, test_attn_q8);
+    tcase_add_test(tc, test_attn_rope);
+    tcase_add_test(tc, test_mq8);
     tcase_add_test(tc, test_tq8);
     tcase_add_test(tc, test_golden_llama2_tiny_random);
     tcase_add_test(tc, test_llama);

@@ -610,6 +610,218 @@ START_TEST(test_attention_odd) {
 }
 END_TEST
 
+/* ---- the decode attention that does the rope + KV write itself ---------------- */
+
+/* vkops_rope_kv then vkops_attention (path A, the fixture's cache) against
+ * one vkops_attention with .rope (op_attn_rope.comp, path B, on a copy of
+ * the cache), from the same unroped q, k and v of decoding tokens (one a
+ * sequence): the outputs, their q8 copies and both caches must be equal to
+ * the bit (the fused kernel runs op_rope_kv's arithmetic, op_rope_head.glsl,
+ * in the same lane layout). */
+static void attn_rope_case(struct fixture *f, int layer, int n_head, int n_tok, const int32_t *seq,
+                           const int32_t *pos, const struct rope_kv_case *k, struct strata_rng *r) {
+    struct strata_error err = {0};
+    const int nq = n_tok * n_head * HDK, nk = n_tok * HKV * HDK, nv = n_tok * HKV * HDV;
+    const int no = n_tok * n_head * HDV;
+    float *q = malloc((size_t)nq * 4), *kk = malloc((size_t)nk * 4), *vv = malloc((size_t)nv * 4);
+    float *w = malloc((size_t)3 * HDK * 4);
+    for (int i = 0; i < nq; i++)
+        q[i] = (float)(strata_rng_uniform(r) * 4 - 2);
+    for (int i = 0; i < nk; i++)
+        kk[i] = (float)(strata_rng_uniform(r) * 2 - 1);
+    for (int i = 0; i < nv; i++)
+        vv[i] = (float)(strata_rng_uniform(r) * 2 - 1);
+    for (int i = 0; i < HDK; i++) {
+        w[i] = (float)(0.5 + strata_rng_uniform(r));       /* q norm */
+        w[HDK + i] = (float)(0.5 + strata_rng_uniform(r)); /* k norm */
+        w[2 * HDK + i] = 1.0f + (float)(i % 5) * 0.5f;     /* freq factors */
+    }
+    int n_kv_max = 0;
+    for (int t = 0; t < n_tok; t++)
+        n_kv_max = pos[t] + 1 > n_kv_max ? pos[t] + 1 : n_kv_max;
+    const uint64_t sb = vkops_attn_scratch_bytes(n_tok, n_head, HDV, n_kv_max);
+    const bool q8 = HDV % 32 == 0;
+    const uint64_t qn = q8 ? vkops_q8_bytes(n_tok, (int64_t)n_head * HDV) : 16;
+    struct vk_buf *bs = buf_of(seq, n_tok * 4), *bp = buf_of(pos, n_tok * 4);
+    struct vk_buf *bqn = buf_of(w, HDK * 4), *bkn = buf_of(w + HDK, HDK * 4),
+                  *bff = buf_of(w + 2 * HDK, HDK * 4), *bv = buf_of(vv, (size_t)nv * 4);
+    struct vk_buf *bq[2], *bk[2], *bo[2], *bsc[2], *byq[2], *pool2[PIECES];
+    for (int i = 0; i < 2; i++) {
+        bq[i] = buf_of(q, (size_t)nq * 4);
+        bk[i] = buf_of(kk, (size_t)nk * 4);
+        bo[i] = buf_of(NULL, (size_t)no * 4);
+        bsc[i] = buf_of(NULL, sb);
+        byq[i] = buf_of(NULL, qn);
+    }
+    for (int i = 0; i < PIECES; i++) { /* path B's cache: a copy of the fixture's */
+        const size_t bytes = (size_t)vk_buf_size(f->pool[i]);
+        uint8_t *h = malloc(bytes);
+        ck_assert_int_eq(vk_buf_download(dev, f->pool[i], 0, h, bytes, &err), 0);
+        pool2[i] = buf_of(h, bytes);
+        free(h);
+    }
+    struct vkops_kv kv2 = f->gkv;
+    for (int i = 0; i < PIECES; i++)
+        kv2.pool[i] = bd(pool2[i]);
+    const struct vkops_rope rc = {k->n_rot, k->mode, 10000.0f,   k->fscale, k->ext,
+                                  1.0f,     64,      k->ff != 0, bd(bff)};
+    struct vkops_rope_kv rk[2];
+    struct vkops_attn a[2];
+    for (int i = 0; i < 2; i++) {
+        rk[i] = (struct vkops_rope_kv){.q = bd(bq[i]),
+                                       .k = bd(bk[i]),
+                                       .v = bd(bv),
+                                       .seq = bd(bs),
+                                       .pos = bd(bp),
+                                       .layer = layer,
+                                       .n_tok = n_tok,
+                                       .n_head = n_head,
+                                       .n_head_kv = HKV,
+                                       .head_dim_k = HDK,
+                                       .head_dim_v = HDV,
+                                       .rope = rc,
+                                       .norm_q = k->norm_q != 0,
+                                       .norm_k = k->norm_k != 0,
+                                       .q_norm = bd(bqn),
+                                       .k_norm = bd(bkn),
+                                       .eps_q = 1e-6f,
+                                       .eps_k = 1e-6f};
+        a[i] = (struct vkops_attn){.q = bd(bq[i]),
+                                   .out = bd(bo[i]),
+                                   .seq = bd(bs),
+                                   .pos = bd(bp),
+                                   .scratch = bd(bsc[i]),
+                                   .layer = layer,
+                                   .n_tok = n_tok,
+                                   .n_head = n_head,
+                                   .n_head_kv = HKV,
+                                   .head_dim_k = HDK,
+                                   .head_dim_v = HDV,
+                                   .n_kv_max = n_kv_max,
+                                   .scale = 1.0f / sqrtf((float)HDK),
+                                   .host_seq = seq,
+                                   .yq = q8 ? bd(byq[i]) : (struct vk_bind){0},
+                                   .rope = i == 1 ? &rk[1] : NULL};
+    }
+    const bool prof = vk_dev_info(dev)->timestamp_period_ns > 0;
+    vk_prof_enable(dev, prof);
+    ck_assert_int_eq(vk_rec_begin(dev, &err), 0);
+    vkops_rope_kv(ops, &f->gkv, &rk[0]);
+    ck_assert_int_eq(vkops_attention(ops, &f->gkv, &a[0]), q8);
+    ck_assert_int_eq(vkops_attention(ops, &kv2, &a[1]), q8);
+    run();
+    char what[128];
+    snprintf(what, sizeof what,
+             "attn+rope n_rot %d mode %d norms %d%d ff %d layer %d heads %d tok %d", k->n_rot,
+             k->mode, k->norm_q, k->norm_k, k->ff, layer, n_head, n_tok);
+    vk_prof_enable(dev, false);
+    if (prof) {
+        char *rep = NULL;
+        size_t rep_n = 0;
+        FILE *mf = open_memstream(&rep, &rep_n);
+        vk_prof_report(dev, mf);
+        fclose(mf);
+        ck_assert_msg(strstr(rep, "op_attn_rope") != NULL, "%s: op_attn_rope did not run:\n%s",
+                      what, rep);
+        free(rep);
+    }
+    const size_t ob = (size_t)no * 4;
+    uint8_t *g0 = malloc(ob > qn ? ob : qn), *g1 = malloc(ob > qn ? ob : qn);
+    ck_assert_int_eq(vk_buf_download(dev, bo[0], 0, g0, ob, &err), 0);
+    ck_assert_int_eq(vk_buf_download(dev, bo[1], 0, g1, ob, &err), 0);
+    for (int i = 0; i < no; i++)
+        if (memcmp(g0 + 4 * i, g1 + 4 * i, 4))
+            ck_abort_msg("%s: out[%d] %.9g fused %.9g", what, i, ((float *)g0)[i],
+                         ((float *)g1)[i]);
+    if (q8) {
+        ck_assert_int_eq(vk_buf_download(dev, byq[0], 0, g0, qn, &err), 0);
+        ck_assert_int_eq(vk_buf_download(dev, byq[1], 0, g1, qn, &err), 0);
+        ck_assert_msg(!memcmp(g0, g1, qn), "%s: the q8 copies differ", what);
+    }
+    free(g1);
+    free(g0);
+    for (int i = 0; i < PIECES; i++) {
+        const size_t bytes = (size_t)vk_buf_size(f->pool[i]);
+        uint16_t *h0 = malloc(bytes), *h1 = malloc(bytes);
+        ck_assert_int_eq(vk_buf_download(dev, f->pool[i], 0, h0, bytes, &err), 0);
+        ck_assert_int_eq(vk_buf_download(dev, pool2[i], 0, h1, bytes, &err), 0);
+        for (size_t e = 0; e < bytes / 2; e++)
+            if (h0[e] != h1[e])
+                ck_abort_msg("%s: cache piece %d f16 %zu: %04x fused %04x", what, i, e, h0[e],
+                             h1[e]);
+        free(h1);
+        free(h0);
+    }
+    for (int i = PIECES - 1; i >= 0; i--)
+        vk_buf_free(dev, pool2[i]);
+    for (int i = 1; i >= 0; i--) {
+        vk_buf_free(dev, byq[i]);
+        vk_buf_free(dev, bsc[i]);
+        vk_buf_free(dev, bo[i]);
+        vk_buf_free(dev, bk[i]);
+        vk_buf_free(dev, bq[i]);
+    }
+    vk_buf_free(dev, bv);
+    vk_buf_free(dev, bff);
+    vk_buf_free(dev, bkn);
+    vk_buf_free(dev, bqn);
+    vk_buf_free(dev, bp);
+    vk_buf_free(dev, bs);
+    free(w);
+    free(vv);
+    free(kk);
+    free(q);
+}
+
+START_TEST(test_attention_rope) {
+    static const struct rope_kv_case cases[] = {
+        {HDK_DEFAULT, 0, 0, 0, 0, 1.0f, 0.0f},  /* llama */
+        {32, 2, 1, 1, 0, 1.0f, 0.0f},           /* qwen3: norms, neox over part of the head */
+        {HDK_DEFAULT, 2, 0, 1, 1, 0.25f, 1.0f}, /* k norm only, freq factors, YaRN */
+    };
+    struct strata_rng r;
+    strata_rng_seed(&r, 35);
+    struct fixture f;
+    fixture_init(&f, HKV);
+    gpu_write(&f);
+    /* decoding tokens, one a sequence: merged chunks, and a first token
+     * (one chunk, direct); then one long sequence alone */
+    const int32_t ds[] = {0, 1, 2}, dpos[] = {0, 36, 149}, s1[] = {2}, p1[] = {149};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        attn_rope_case(&f, (int)c % 2, 3 * HKV, 3, ds, dpos, &cases[c], &r);
+        attn_rope_case(&f, 1, HKV, 1, s1, p1, &cases[c], &r);
+    }
+    fixture_free(&f);
+}
+END_TEST
+
+/* Chunks of more than one 64-position tile (the split's block-table
+ * lookups double-buffered across tiles): STRATA_VK_ATTN_WG = 2 * HKV makes
+ * one token's 150 positions two chunks of 80 (tiles of 64 + 16 and 64 + 6,
+ * merged) and three tokens' one chunk of 150 (64 + 64 + 22, direct). The
+ * knob is read once a process: Check forks each test, so it is this test's
+ * alone; the chunk count is checked through the scratch size. */
+START_TEST(test_attention_long_chunks) {
+    ck_assert_int_eq(setenv("STRATA_VK_ATTN_WG", "4", 1), 0);
+    ck_assert_int_eq(HKV, 2);
+    /* the scratch is sized for one KV head (the most chunks): 4, where the
+     * default target (264 workgroups) would make 10 */
+    ck_assert_uint_eq(vkops_attn_scratch_bytes(1, 2 * HKV, HDV, 150),
+                      65536 * 4 + (uint64_t)2 * HKV * 4 * (HDV + 2) * 4);
+    struct strata_rng r;
+    strata_rng_seed(&r, 34);
+    struct fixture f;
+    fixture_init(&f, HKV);
+    gpu_write(&f);
+    cpu_write(&f);
+    const int32_t s1[] = {2}, p1[] = {149};
+    check_attn(&f, 1, 2 * HKV, 1, s1, p1, false, "op_attn_split", &r);
+    const int32_t ds[] = {0, 1, 2}, dpos[] = {0, 36, 149};
+    check_attn(&f, 0, 2 * HKV, 3, ds, dpos, false, "op_attn_split", &r);
+    fixture_free(&f);
+}
+END_TEST
+
 TCase *vkops_attn_tcase(void) {
     TCase *tc = tcase_create("attention");
     tcase_set_timeout(tc, 120);
@@ -618,5 +830,7 @@ TCase *vkops_attn_tcase(void) {
     tcase_add_test(tc, test_attention);
     tcase_add_test(tc, test_attention_wide);
     tcase_add_test(tc, test_attention_odd);
+    tcase_add_test(tc, test_attention_long_chunks);
+    tcase_add_test(tc, test_attention_rope);
     return tc;
 }
