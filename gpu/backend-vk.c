@@ -491,7 +491,9 @@ static const struct bvk_weight *moe_stack(const struct backend_moe *m, int which
     return w && w->n_expert == m->n_expert ? w : NULL;
 }
 
-/* BACKEND_VK_FUSE_TQ8 for the experts of a prefill: gate + up + SwiGLU over
+/* BACKEND_VK_FUSE_TQ8 for the experts of a prefill (and BACKEND_VK_FUSE_MQ8
+ * for 2-8 tokens: the expert-indexed integer-dot matvec over the same q8
+ * rows, a workgroup column a pick): gate + up + SwiGLU over
  * x's q8 rows (the norm's copy, or quantized now), then the SwiGLU rows
  * quantized (into u's scratch, unused when gate and up fuse: 1.5 of its 4
  * bytes a value) for the down projection's tiles, one q8 row a pick. False,
@@ -503,8 +505,15 @@ static const struct bvk_weight *moe_stack(const struct backend_moe *m, int which
 static bool moe_tq8(struct bvk_ctx *c, const struct backend_moe *m, const struct bvk_weight *gw,
                     const struct bvk_weight *uw, const struct bvk_weight *dw, struct vk_bind g,
                     struct vk_bind u, struct vk_bind d) {
-    if (!(c->fuse & BACKEND_VK_FUSE_TQ8) || gw->n_cols % 32 || dw->n_cols % 32 ||
-        !vkmm_tq8_id_ok(c->mm, gw->type, m->n_tok) || !vkmm_tq8_id_ok(c->mm, dw->type, m->n_tok) ||
+    /* past 8 tokens the expert tiles (FUSE_TQ8); 2-8 the expert-indexed
+     * matvec over the same q8 rows (FUSE_MQ8) */
+    const bool tiles = (c->fuse & BACKEND_VK_FUSE_TQ8) &&
+                       vkmm_tq8_id_ok(c->mm, gw->type, m->n_tok) &&
+                       vkmm_tq8_id_ok(c->mm, dw->type, m->n_tok);
+    const bool passes = (c->fuse & BACKEND_VK_FUSE_MQ8) &&
+                        vkmm_mq8_id_ok(c->mm, gw->type, m->n_tok) &&
+                        vkmm_mq8_id_ok(c->mm, dw->type, m->n_tok);
+    if ((!tiles && !passes) || gw->n_cols % 32 || dw->n_cols % 32 ||
         !bvk_tq8_x(c, m->x, m->n_tok, gw->n_cols))
         return false;
     const int64_t n_pick = (int64_t)m->n_tok * m->k;

@@ -317,13 +317,16 @@ static void matmul_id(struct vkmm *mm, const struct vk_wmat *g, const struct vk_
                    (long long)n_tok, k);
         return;
     }
-    /* q8 x: the matvec's forms (one token) or, past VKMM_MV_MAX_TOK, the
-     * integer-dot expert tiles over q8 rows (tq8) */
+    /* q8 x: the matvec's forms (a workgroup column a pick: up to
+     * VKMM_MV_MAX_TOK tokens over q8 rows, one over f32 x quantized in the
+     * lanes) or, past VKMM_MV_MAX_TOK, the integer-dot expert tiles over q8
+     * rows (tq8) */
     const bool tq8 = xf == VKMM_X_Q8 && n_tok > VKMM_MV_MAX_TOK, mv8 = q8 && !tq8;
     const bool tiled = n_tok > VKMM_MV_MAX_TOK && (!q8 || tq8), glu = u != NULL;
     const enum vkmm_kind kind = tiled ? vkmm_tiled_kind(&mm->tune, g->type, true) : VKMM_MV_ID;
-    if (mv8 && ((x_per_pick && xf == VKMM_X_Q8) || n_tok != 1 || g->n_cols % 32 != 0)) {
-        vkmm_latch(mm, STRATA_E_INVALID, "vkmm %s: q8 activations need one token, 32 | cols", what);
+    if (mv8 && ((xf == VKMM_X_F32Q && n_tok != 1) || g->n_cols % 32 != 0)) {
+        vkmm_latch(mm, STRATA_E_INVALID,
+                   "vkmm %s: activations quantized in the lanes take one token, 32 | cols", what);
         return;
     }
     if (tq8 && (!vkmm_kind_dot(kind) || g->n_cols % 32 != 0)) {
@@ -573,6 +576,10 @@ bool vkmm_tq8_ok(const struct vkmm *mm, enum quant_type type, int64_t n_tok) {
 void vkmm_matmul_tq8(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
                      struct vk_bind xq, struct vk_bind y, int64_t n_tok) {
     matmul(mm, w, up, -1, xq, y, n_tok, NULL, VKMM_X_Q8);
+}
+
+bool vkmm_mq8_id_ok(const struct vkmm *mm, enum quant_type type, int64_t n_tok) {
+    return n_tok >= 2 && n_tok <= VKMM_MV_MAX_TOK && vkmm_q8x_ok(mm, type);
 }
 
 bool vkmm_tq8_id_ok(const struct vkmm *mm, enum quant_type type, int64_t n_tok) {

@@ -200,6 +200,11 @@ void vkmm_matmul_tq8(struct vkmm *mm, const struct vk_wmat *w, const struct vk_w
  * vkmm_tq8_id_ok: n_tok and the type take it (the type's expert tiles are
  * the integer-dot ones). Recorded. */
 bool vkmm_tq8_id_ok(const struct vkmm *mm, enum quant_type type, int64_t n_tok);
+/* vkmm_matmul_id_tq8 of 2 to VKMM_MV_MAX_TOK (8) tokens: the integer-dot
+ * matvec's expert-indexed form over the q8 rows (a workgroup column a
+ * pick, each pick's sums those of a one-token call). vkmm_mq8_id_ok: n_tok
+ * and the type take it. */
+bool vkmm_mq8_id_ok(const struct vkmm *mm, enum quant_type type, int64_t n_tok);
 void vkmm_matmul_id_tq8(struct vkmm *mm, const struct vk_wmat *w, const struct vk_wmat *up,
                         struct vk_bind xq, bool x_per_pick, struct vk_bind sel, int k,
                         int64_t n_tok, struct vk_bind y);

@@ -630,18 +630,30 @@ END_TEST
  * gate + up) and x a pick (the down projection's form) over the host's q8
  * blocks against the double reference (Q8_QX_NMSE), and x a pick over the
  * blocks vkops_quant_q8 wrote against the f32-x expert tile (1e-12, as
- * test_tq8_tiles). */
+ * test_tq8_tiles). Then the same at 5 tokens, where vkmm_matmul_id_tq8
+ * takes the expert-indexed integer-dot matvec (BACKEND_VK_FUSE_MQ8's
+ * batched decode): the three forms against the reference, and x a pick
+ * over vkops_quant_q8's blocks against the reference too (the f32 matvec
+ * beside it does not round x). */
 static const enum quant_type tq8_id_types[] = {QUANT_Q4_0, QUANT_Q4_K, QUANT_Q6_K};
 
+#define N_TQ8_ID ((int)(sizeof tq8_id_types / sizeof tq8_id_types[0]))
+
 START_TEST(test_tq8_id_tiles) {
-    const enum quant_type t = tq8_id_types[_i];
+    const enum quant_type t = tq8_id_types[_i % N_TQ8_ID];
+    /* the second turn: 5 tokens, the expert-indexed matvec over the same
+     * q8 rows (vkmm_mq8_id_ok), its f32 form beside it */
+    const bool mv = _i >= N_TQ8_ID;
     struct q8_gpu q;
     if (!q8_open_tiles(&q))
         return;
     struct fz_gpu *g = &q.g;
     struct strata_error err = {0};
     ck_assert(vkmm_tq8_id_ok(g->mm, t, 9) && !vkmm_tq8_id_ok(g->mm, t, 8));
-    const int64_t cols = t == QUANT_Q4_0 ? 320 : 512, rows = 70, n_exp = 4, nt = 37, k = 2;
+    ck_assert(vkmm_mq8_id_ok(g->mm, t, 2) && vkmm_mq8_id_ok(g->mm, t, 8) &&
+              !vkmm_mq8_id_ok(g->mm, t, 1) && !vkmm_mq8_id_ok(g->mm, t, 9));
+    const int64_t cols = t == QUANT_Q4_0 ? 320 : 512, rows = 70, n_exp = 4, nt = mv ? 5 : 37;
+    const int64_t k = 2;
     const int64_t np = nt * k;
     struct fz_mat a, b;
     fz_stack_init(g, &a, t, rows, cols, n_exp);
@@ -684,16 +696,19 @@ START_TEST(test_tq8_id_tiles) {
     static const char *form[3] = {"x a token", "gate+up", "x a pick"};
     for (int f = 0; f < 3; f++) {
         const double e = fz_nmse(got[f], ref + (size_t)f * n, (int64_t)n);
-        ck_assert_msg(e < Q8_QX_NMSE, "%s tq8 experts, %s: NMSE %.3g", quant_type_name(t), form[f],
-                      e);
-        printf("vk-mm tq8 experts %s, %s: NMSE %.2g\n", quant_type_name(t), form[f], e);
+        ck_assert_msg(e < Q8_QX_NMSE, "%s %s experts, %s: NMSE %.3g", quant_type_name(t),
+                      mv ? "mq8" : "tq8", form[f], e);
+        printf("vk-mm %s experts %s, %s: NMSE %.2g\n", mv ? "mq8" : "tq8", quant_type_name(t),
+               form[f], e);
     }
-    const double e4 = fz_nmse(got[4], ref + 3 * n, (int64_t)n);
-    ck_assert_msg(e4 < 1e-12,
-                  "%s tq8 experts over vkops_quant_q8: NMSE %.3g against the f32-x tile",
-                  quant_type_name(t), e4);
-    printf("vk-mm tq8 experts %s over vkops_quant_q8: %.2g against the f32-x tile\n",
-           quant_type_name(t), e4);
+    /* the matvec's f32 form does not round x: over vkops_quant_q8's blocks
+     * against the reference of the host's (the same rule) */
+    const double e4 = fz_nmse(got[4], ref + (mv ? 2 : 3) * n, (int64_t)n);
+    ck_assert_msg(e4 < (mv ? Q8_QX_NMSE : 1e-12),
+                  "%s %s experts over vkops_quant_q8: NMSE %.3g against the %s", quant_type_name(t),
+                  mv ? "mq8" : "tq8", e4, mv ? "reference" : "f32-x tile");
+    printf("vk-mm %s experts %s over vkops_quant_q8: %.2g against the %s\n", mv ? "mq8" : "tq8",
+           quant_type_name(t), e4, mv ? "reference" : "f32-x tile");
     free(ref);
     for (int f = 4; f >= 0; f--) {
         free(got[f]);
@@ -844,8 +859,7 @@ TCase *vkmm_q8_tcase(void) {
     tcase_add_loop_test(tc, test_multi_matvec, 0, N_Q8_TYPES);
     tcase_add_loop_test(tc, test_tq8_tiles, 0, 2 * N_Q8_TYPES);
     tcase_add_loop_test(tc, test_mq8_matvec, 0, N_Q8_TYPES);
-    tcase_add_loop_test(tc, test_tq8_id_tiles, 0,
-                        (int)(sizeof tq8_id_types / sizeof tq8_id_types[0]));
+    tcase_add_loop_test(tc, test_tq8_id_tiles, 0, 2 * N_TQ8_ID);
     tcase_add_loop_test(tc, test_q8_norm, 0, (int)(sizeof q8_norm_n / sizeof q8_norm_n[0]));
     return tc;
 }
