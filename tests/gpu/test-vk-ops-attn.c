@@ -264,6 +264,33 @@ struct rope_kv_case {
     float fscale, ext;
 };
 
+/* vkops_rope_kv's arguments over these buffers (HKV KV heads of HDK / HDV
+ * values, case kc's norms, eps 1e-6). */
+static struct vkops_rope_kv rope_kv_args(struct vk_buf *q, struct vk_buf *k, struct vk_buf *v,
+                                         struct vk_buf *seq, struct vk_buf *pos, int layer,
+                                         int n_tok, int n_head, const struct vkops_rope *rc,
+                                         const struct rope_kv_case *kc, struct vk_buf *qn,
+                                         struct vk_buf *kn) {
+    return (struct vkops_rope_kv){.q = bd(q),
+                                  .k = bd(k),
+                                  .v = bd(v),
+                                  .seq = bd(seq),
+                                  .pos = bd(pos),
+                                  .layer = layer,
+                                  .n_tok = n_tok,
+                                  .n_head = n_head,
+                                  .n_head_kv = HKV,
+                                  .head_dim_k = HDK,
+                                  .head_dim_v = HDV,
+                                  .rope = *rc,
+                                  .norm_q = kc->norm_q != 0,
+                                  .norm_k = kc->norm_k != 0,
+                                  .q_norm = bd(qn),
+                                  .k_norm = bd(kn),
+                                  .eps_q = 1e-6f,
+                                  .eps_k = 1e-6f};
+}
+
 /* A second pool of the fixture's shape, zeroed. */
 static void pool_copy(struct fixture *f, struct vk_buf *dst[PIECES]) {
     for (int i = 0; i < PIECES; i++)
@@ -307,24 +334,8 @@ static void rope_kv_case(struct fixture *f, int layer, const struct rope_kv_case
     vkops_rope(ops, bd(q1), nt, ROPE_KV_NH, HDK, bd(bp), &rc);
     vkops_rope(ops, bd(k1), nt, HKV, HDK, bd(bp), &rc);
     vkops_kv_write(ops, &f->gkv, layer, bd(k1), bd(bv), bd(bs), bd(bp), nt, HKV, HDK, HDV);
-    const struct vkops_rope_kv a = {.q = bd(q2),
-                                    .k = bd(k2),
-                                    .v = bd(bv),
-                                    .seq = bd(bs),
-                                    .pos = bd(bp),
-                                    .layer = layer,
-                                    .n_tok = nt,
-                                    .n_head = ROPE_KV_NH,
-                                    .n_head_kv = HKV,
-                                    .head_dim_k = HDK,
-                                    .head_dim_v = HDV,
-                                    .rope = rc,
-                                    .norm_q = k->norm_q != 0,
-                                    .norm_k = k->norm_k != 0,
-                                    .q_norm = bd(bqn),
-                                    .k_norm = bd(bkn),
-                                    .eps_q = eps,
-                                    .eps_k = eps};
+    const struct vkops_rope_kv a =
+        rope_kv_args(q2, k2, bv, bs, bp, layer, nt, ROPE_KV_NH, &rc, k, bqn, bkn);
     ck_assert(vkops_rope_kv_supported(HDK, HDV, k->n_rot));
     vkops_rope_kv(ops, &kv2, &a);
     run();
@@ -668,24 +679,7 @@ static void attn_rope_case(struct fixture *f, int layer, int n_head, int n_tok, 
     struct vkops_rope_kv rk[2];
     struct vkops_attn a[2];
     for (int i = 0; i < 2; i++) {
-        rk[i] = (struct vkops_rope_kv){.q = bd(bq[i]),
-                                       .k = bd(bk[i]),
-                                       .v = bd(bv),
-                                       .seq = bd(bs),
-                                       .pos = bd(bp),
-                                       .layer = layer,
-                                       .n_tok = n_tok,
-                                       .n_head = n_head,
-                                       .n_head_kv = HKV,
-                                       .head_dim_k = HDK,
-                                       .head_dim_v = HDV,
-                                       .rope = rc,
-                                       .norm_q = k->norm_q != 0,
-                                       .norm_k = k->norm_k != 0,
-                                       .q_norm = bd(bqn),
-                                       .k_norm = bd(bkn),
-                                       .eps_q = 1e-6f,
-                                       .eps_k = 1e-6f};
+        rk[i] = rope_kv_args(bq[i], bk[i], bv, bs, bp, layer, n_tok, n_head, &rc, k, bqn, bkn);
         a[i] = (struct vkops_attn){.q = bd(bq[i]),
                                    .out = bd(bo[i]),
                                    .seq = bd(bs),
