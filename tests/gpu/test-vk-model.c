@@ -740,7 +740,7 @@ static void check_with(const char *which, enum quant_type mat_type, unsigned bas
     float *lf = pr.lf, *lq = pr.lq;
     struct model_batch_entry e[40];
     /* (tokens, sequence: 0, 1, or 2 for both in turns) */
-    static const int steps[][2] = {{20, 0}, {1, 0}, {1, 1}, {3, 2}, {1, 0}, {2, 2}, {1, 1}, {1, 0}};
+    static const int steps[][2] = {{20, 0}, {1, 0}, {1, 1}, {3, 2}, {1, 0}, {2, 2}, {1, 0}};
     int pos[2] = {0, 0};
     double worst = 0;
     bool moved = false;
