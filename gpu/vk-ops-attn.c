@@ -8,6 +8,10 @@
 #include <string.h>
 #include "gpu/vk-ops-impl.h"
 
+static const uint32_t spv_attn_rope[] =
+#include "gpu/shaders/op_attn_rope.spv.h"
+    ;
+
 struct push_kv_write {
     struct vkops_kv_geom g;
     uint32_t layer, n_head_kv, head_dim_k, head_dim_v, n_tiles, n_tok;
@@ -259,6 +263,19 @@ static void attn_prefill(struct vkops *o, const struct vkops_kv *kv, const struc
         vk_dispatch(o->dev, o->attn_prefill, b, &push, n_tiles, (uint32_t)a->n_head_kv, 1);
 }
 
+/* op_attn_rope's pipeline, made at first use (vkops.attn_rope); NULL,
+ * once and for good, where it cannot be made. Recording is the device
+ * thread's only (vk-ops.h), so no lock. */
+static struct vk_pipe *attn_rope_pipe(struct vkops *o) {
+    if (!o->attn_rope && !o->attn_rope_failed) {
+        struct strata_error e = {0};
+        o->attn_rope = vk_pipe_create(o->dev, "op_attn_rope", spv_attn_rope, sizeof spv_attn_rope,
+                                      16, sizeof(struct push_attn_rope), NULL, 0, &e);
+        o->attn_rope_failed = o->attn_rope == NULL;
+    }
+    return o->attn_rope;
+}
+
 uint64_t vkops_attn_scratch_bytes(int n_tok, int n_head, int head_dim_v, int n_kv_max) {
     int chunk;
     const int n_chunk = attn_chunks(n_tok, 1, n_kv_max, &chunk);
@@ -314,6 +331,10 @@ bool vkops_attention(struct vkops *o, const struct vkops_kv *kv, const struct vk
                       (a->scratch.range == 0 ||
                        a->scratch.range >= vkops_attn_scratch_bytes(a->n_tok, a->n_head,
                                                                     a->head_dim_v, a->n_kv_max)));
+    }
+    if (rk && !attn_rope_pipe(o)) { /* not made: the two dispatches, as asked */
+        vkops_rope_kv(o, kv, rk);
+        rk = NULL;
     }
     if (rk) {
         STRATA_ASSERT(vkops_rope_kv_supported(rk->head_dim_k, rk->head_dim_v, rk->rope.n_rot));

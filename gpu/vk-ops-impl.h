@@ -16,7 +16,12 @@ struct vkops {
     struct vk_pipe *eltwise, *copy_rows, *rows, *rmsnorm, *rope, *embed, *moe_route, *argmax,
         *sample;
     struct vk_pipe *kv_write, *attn_split, *rope_kv;
-    struct vk_pipe *attn_rope;    /* op_attn_rope.comp: attn_split with rope_kv's work */
+    /* op_attn_rope.comp (attn_split with rope_kv's work), made at its first
+     * use: only BACKEND_VK_FUSE_ATTN takes it, and lavapipe spends ~0.13 s
+     * compiling it (gpu-bench's init on this 2-vCPU EPYC: 0.38-0.42 s
+     * without it, 0.53 with), which every test's device open paid */
+    struct vk_pipe *attn_rope;
+    bool attn_rope_failed;        /* it could not be made: vkops_rope_kv + the split instead */
     struct vk_pipe *attn_prefill; /* NULL on subgroups narrower than 8 (the split serves all) */
     struct vk_pipe *rmsnorm_q8;   /* op_rmsnorm.comp with its q8 output (Q8 = 1) */
     struct vk_pipe *quant_q8;     /* op_rmsnorm.comp's q8 of x alone (Q8 = 3) */

@@ -43,9 +43,6 @@ static const uint32_t spv_kv_write[] =
 static const uint32_t spv_attn_split[] =
 #include "gpu/shaders/op_attn_split.spv.h"
     ;
-static const uint32_t spv_attn_rope[] =
-#include "gpu/shaders/op_attn_rope.spv.h"
-    ;
 static const uint32_t spv_rope_kv[] =
 #include "gpu/shaders/op_rope_kv.spv.h"
     ;
@@ -108,7 +105,6 @@ _Static_assert(sizeof(struct push_sample) == 24, "op_sample.comp");
 #define PUSH_ATTN_SPLIT 76
 #define PUSH_ATTN_PREFILL 64
 #define PUSH_ROPE_KV 112
-#define PUSH_ATTN_ROPE 128
 
 void vkops_grid(uint64_t n, uint32_t *gx, uint32_t *gy) {
     STRATA_ASSERT(n >= 1 && n <= 65535ull * 65535ull);
@@ -149,7 +145,6 @@ int vkops_init(struct vk_dev *d, struct vkops **out, struct strata_error *err) {
         PIPE(kv_write, spv_kv_write, 9, PUSH_KV_WRITE),
         PIPE(attn_split, spv_attn_split, 11, PUSH_ATTN_SPLIT),
         PIPE(rope_kv, spv_rope_kv, 13, PUSH_ROPE_KV),
-        PIPE(attn_rope, spv_attn_rope, 16, PUSH_ATTN_ROPE),
     };
     *out = NULL;
     const struct vk_dev_info *in = vk_dev_info(d);

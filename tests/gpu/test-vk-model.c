@@ -819,12 +819,12 @@ END_TEST
  * matvec's last workgroup (BACKEND_VK_FUSE_NORM, vkmm_matmul_acc_norm): the
  * same q8 path with the norm's sum of squares in another order, so the
  * logits agree to 1e-6 NMSE (a q8 level may flip on a last-bit tie), and a
- * one-token step records two dispatches a layer fewer (a llama, a qwen3;
- * one fewer in all: the final norm runs in place), a qwen3moe one (its FFN
- * ends in the MoE sum, not a matvec). */
+ * one-token step records two dispatches a layer fewer (a llama; one fewer
+ * in all: the final norm runs in place), a qwen3moe one (its FFN ends in
+ * the MoE sum, not a matvec). Opt-in and slower on an H100, so two models
+ * (a qwen3 row, F32, was taken out for CI time). */
 START_TEST(test_norm_tail) {
     check_with("llama", QUANT_Q4_0, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_NORM, 1e-6, 2, 1);
-    check_with("qwen3", QUANT_F32, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_NORM, 1e-6, 2, 1);
     check_with("qwen3moe", QUANT_Q4_0, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_NORM, 1e-6, 1, 0);
 }
 END_TEST
@@ -852,12 +852,12 @@ END_TEST
  * row itself (BACKEND_VK_FUSE_ATTN, op_attn_rope.comp) against FUSE_ROPE's
  * dispatch before it: the same bits, one dispatch a layer fewer in a
  * one-token step; the 3-token step (two of one sequence) and the prefill
- * keep the unfused form. A llama (adjacent pairs) and a qwen3moe (q and k
- * norms, neox halves; qwen3's attention is the same, test-vk-ops covers
- * its shapes). */
+ * keep the unfused form. A qwen3moe (q and k norms, neox halves; the
+ * backend's wiring is the same for every architecture, and test-vk-ops'
+ * test_attention_rope holds the kernel to the bit on llama's adjacent
+ * pairs and YaRN too). */
 START_TEST(test_attn_rope) {
-    check_with("llama", QUANT_Q4_0, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_ATTN, 0, 1, 0);
-    check_with("qwen3moe", QUANT_F32, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_ATTN, 0, 1, 0);
+    check_with("qwen3moe", QUANT_Q4_0, BACKEND_VK_FUSE_ALL, BACKEND_VK_FUSE_ATTN, 0, 1, 0);
 }
 END_TEST
 
