@@ -414,6 +414,29 @@ START_TEST(test_rope_kv) {
 }
 END_TEST
 
+/* vkops_attention's arguments over these buffers (HKV KV heads of HDK /
+ * HDV values, scale 1 / sqrt(HDK)); yq NULL: no q8 copy asked for. */
+static struct vkops_attn attn_args(struct vk_buf *q, struct vk_buf *out, struct vk_buf *seq,
+                                   struct vk_buf *pos, struct vk_buf *scratch, struct vk_buf *yq,
+                                   int layer, int n_tok, int n_head, int n_kv_max,
+                                   const int32_t *host_seq) {
+    return (struct vkops_attn){.q = bd(q),
+                               .out = bd(out),
+                               .seq = bd(seq),
+                               .pos = bd(pos),
+                               .scratch = bd(scratch),
+                               .layer = layer,
+                               .n_tok = n_tok,
+                               .n_head = n_head,
+                               .n_head_kv = HKV,
+                               .head_dim_k = HDK,
+                               .head_dim_v = HDV,
+                               .n_kv_max = n_kv_max,
+                               .scale = 1.0f / sqrtf((float)HDK),
+                               .host_seq = host_seq,
+                               .yq = yq ? bd(yq) : (struct vk_bind){0}};
+}
+
 /* Attention of n_tok queries (seq[t], pos[t]) at layer `layer` on the GPU
  * against ops_attn_head on the host cache; `kernel` names the pipeline that
  * must have run (read from the device's profile, where it has timestamps),
@@ -439,21 +462,8 @@ static void check_attn(struct fixture *f, int layer, int n_head, int n_tok, cons
     const bool q8 = HDV % 32 == 0, split = strcmp(kernel, "op_attn_split") == 0;
     const uint64_t qn = q8 ? vkops_q8_bytes(n_tok, (int64_t)n_head * HDV) : 16;
     struct vk_buf *byq = buf_of(NULL, qn), *bref = buf_of(NULL, qn);
-    const struct vkops_attn a = {.q = bd(bq),
-                                 .out = bd(bo),
-                                 .seq = bd(bs),
-                                 .pos = bd(bp),
-                                 .scratch = bd(bsc),
-                                 .layer = layer,
-                                 .n_tok = n_tok,
-                                 .n_head = n_head,
-                                 .n_head_kv = HKV,
-                                 .head_dim_k = HDK,
-                                 .head_dim_v = HDV,
-                                 .n_kv_max = n_kv_max,
-                                 .scale = 1.0f / sqrtf((float)HDK),
-                                 .host_seq = host_seq ? seq : NULL,
-                                 .yq = q8 ? bd(byq) : (struct vk_bind){0}};
+    const struct vkops_attn a = attn_args(bq, bo, bs, bp, bsc, q8 ? byq : NULL, layer, n_tok,
+                                          n_head, n_kv_max, host_seq ? seq : NULL);
     struct strata_error err = {0};
     const bool prof = vk_dev_info(dev)->timestamp_period_ns > 0;
     vk_prof_enable(dev, prof);
@@ -680,22 +690,9 @@ static void attn_rope_case(struct fixture *f, int layer, int n_head, int n_tok, 
     struct vkops_attn a[2];
     for (int i = 0; i < 2; i++) {
         rk[i] = rope_kv_args(bq[i], bk[i], bv, bs, bp, layer, n_tok, n_head, &rc, k, bqn, bkn);
-        a[i] = (struct vkops_attn){.q = bd(bq[i]),
-                                   .out = bd(bo[i]),
-                                   .seq = bd(bs),
-                                   .pos = bd(bp),
-                                   .scratch = bd(bsc[i]),
-                                   .layer = layer,
-                                   .n_tok = n_tok,
-                                   .n_head = n_head,
-                                   .n_head_kv = HKV,
-                                   .head_dim_k = HDK,
-                                   .head_dim_v = HDV,
-                                   .n_kv_max = n_kv_max,
-                                   .scale = 1.0f / sqrtf((float)HDK),
-                                   .host_seq = seq,
-                                   .yq = q8 ? bd(byq[i]) : (struct vk_bind){0},
-                                   .rope = i == 1 ? &rk[1] : NULL};
+        a[i] = attn_args(bq[i], bo[i], bs, bp, bsc[i], q8 ? byq[i] : NULL, layer, n_tok, n_head,
+                         n_kv_max, seq);
+        a[i].rope = i == 1 ? &rk[1] : NULL;
     }
     const bool prof = vk_dev_info(dev)->timestamp_period_ns > 0;
     vk_prof_enable(dev, prof);
